@@ -1,0 +1,84 @@
+"""The "aot_eager" backend: AOTAutograd's graphs, run as they are.
+
+AOTAutograd (``torch._functorch.aot_autograd.aot_module_simplified``) traces the captured
+graph down to ATen ops, functionalizes it and, when gradients are needed, splits it into a
+forward and a backward graph joined by an autograd.Function. This backend runs those graphs
+without compiling them, so a difference from "eager" points at AOTAutograd's tracing (or at
+the captured graph's assumptions about it), not at a compiler.
+
+Parameters and buffers the graph reads through ``get_attr`` nodes (or through submodules) are
+lifted by AOTAutograd into graph inputs and passed from the module on every call, so
+gradients reach the module's own ``nn.Parameter`` objects.
+
+Key parts:
+- :func:`aot_eager`: the backend.
+- :func:`flatten_graph_outputs`: AOTAutograd needs a graph that returns a flat tuple; this
+  rewrites one that does not and gives back how to rebuild its outputs.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+
+def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+    """Trace ``gm`` with AOTAutograd and run the resulting ATen graphs uncompiled."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    rebuild = flatten_graph_outputs(gm)
+    compiled = aot_module_simplified(
+        gm,
+        example_inputs,
+        fw_compiler=_boxed_nop,
+        bw_compiler=_boxed_nop,
+        # Inference graphs that mutate an input keep the mutation in the graph (as
+        # torch.compile's aot_eager does) instead of replaying it afterwards.
+        keep_inference_input_mutations=True,
+    )
+
+    def run(*args: Any) -> Any:
+        return rebuild(compiled(*args))
+
+    return run
+
+
+def _boxed_nop(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """AOTAutograd's compiler hook: no compilation. It calls compilers' results "boxed",
+    with one list of arguments."""
+
+    def run(args: list[Any]) -> Any:
+        return gm.forward(*args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def flatten_graph_outputs(gm: torch.fx.GraphModule) -> Callable[[Sequence[Any]], Any]:
+    """Make ``gm`` return a flat tuple; return a function that maps such a tuple (or list)
+    back to what ``gm`` returned before. Graphs that already return a flat tuple are left
+    alone."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    # FX stores containers in node args as immutable_list/immutable_dict; gm's generated
+    # code builds plain lists and dicts, so rebuild those.
+    result = _plain_containers(output.args[0])
+    leaves, spec = pytree.tree_flatten(result)
+    if spec == pytree.tree_structure(tuple(leaves)):  # already a flat tuple
+        return tuple
+    output.args = (tuple(leaves),)
+    gm.recompile()
+    if spec.is_leaf():  # one value
+        return lambda outputs: outputs[0]
+    return lambda outputs: pytree.tree_unflatten(list(outputs), spec)
+
+
+def _plain_containers(value: Any) -> Any:
+    """``value`` with FX's immutable_list/immutable_dict replaced by list/dict, recursively."""
+    if isinstance(value, dict):
+        return {k: _plain_containers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_containers(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_plain_containers(v) for v in value)
+    return value

@@ -1,0 +1,39 @@
+"""The "inductor" backend: hands the captured graph to PyTorch's Inductor.
+
+``torch._inductor.compile_fx.compile_fx(gm, example_inputs)`` is Inductor's whole entry point
+and works outside ``torch.compile``: it makes its own FakeTensorMode and tracing context when
+none is active, runs AOTAutograd (which lifts the graph's parameters and buffers into inputs,
+so training works and gradients reach the module's parameters), generates C++/OpenMP kernels
+on CPU or Triton kernels on GPU, and caches them on disk (``/tmp/torchinductor_$USER``).
+
+Two things differ from our backend contract and are adapted here:
+- ``compile_fx`` returns a graph's outputs as a flat list; :func:`inductor` flattens the
+  graph's outputs first (as AOTAutograd needs anyway) and rebuilds the original structure
+  (a tuple stays a tuple). Like every backend it may rewrite ``gm``.
+- Its result carries ``_boxed_call = True`` copied from an inner function although it takes
+  unboxed arguments; our wrapper is a plain ``compiled(*inputs)`` function.
+
+Inductor is imported on first use, so ``import torch_plugin`` stays fast. The first compile
+in a process also probes the CPU's vector instruction sets by building and loading small
+test programs, which takes about 20 s on a 2-core machine.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from torch_plugin.backends.aot_eager import flatten_graph_outputs
+
+
+def inductor(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+    """Compile ``gm`` with Inductor's ``compile_fx``."""
+    from torch._inductor.compile_fx import compile_fx
+
+    rebuild = flatten_graph_outputs(gm)
+    compiled = compile_fx(gm, example_inputs)
+
+    def run(*args: Any) -> Any:
+        return rebuild(compiled(*args))
+
+    return run

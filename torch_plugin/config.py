@@ -1,0 +1,35 @@
+"""User-facing flags of torch_plugin, all in this one module.
+
+Set a flag by assigning the module attribute, before or between calls::
+
+    import torch_plugin
+    torch_plugin.config.suppress_errors = True
+
+Flags are read when they are needed (at capture or backend-compile time), so a change takes
+effect from the next frame that is captured. Each flag below states its default, what reads
+it, and the test that covers it.
+
+Flags:
+- :data:`suppress_errors` (False): a backend that fails to compile a graph falls back to
+  running the graph eagerly, with a warning, instead of raising.
+- :data:`cache_size_limit` (8): most compiled entries kept per code object; past it the
+  frame runs without compiling.
+- :data:`verbose` (False): log what capture and the backends do.
+"""
+
+suppress_errors: bool = False
+"""When a backend raises while compiling a graph, warn and run that graph eagerly (its FX
+``forward``) instead of raising :class:`torch_plugin.backends.registry.BackendCompilerFailed`.
+Read by ``torch_plugin.backends.registry.call_backend``.
+Tested in ``tests/python/backends/test_registry.py``."""
+
+cache_size_limit: int = 8
+"""Most compiled entries (one per distinct set of guards) kept for one code object. When a
+guard fails and the limit is reached, the frame runs unmodified from then on, and a message
+says so once. Read by the capture layer (``torch_plugin.capture``)."""
+
+verbose: bool = False
+"""Log each captured or skipped frame (with the reason), each recompile (with the guard that
+failed) and each backend compile (backend, graph, nodes, seconds) through the
+``torch_plugin`` loggers at INFO level. Read by the capture layer and
+``torch_plugin.backends.registry.call_backend``."""
