@@ -1,0 +1,648 @@
+// eval_frame.cpp: the PEP 523 hook (see eval_frame.h for what it owns).
+//
+// Ownership on the hook path: the frame, its code object, function, globals,
+// builtins, closure and argument slots are BORROWED from CPython for the whole
+// call (the frame holds them). Cache entries are read through `ExtraState`;
+// anything taken out of an entry to be used across a call into Python is first
+// given a local STRONG reference, because Python code (guards, the callback,
+// transformed code) may change or drop the entry list meanwhile.
+// GIL: held throughout; the per-thread state is a C++ thread_local.
+//
+// CPython facts: frame layout and the per-version frame cleanup are in
+// frame_compat.h; PyObject_Vectorcall on a Python function goes straight to
+// `_PyEval_Vector`, which calls the interpreter's eval function for the new
+// frame (3.11 and 3.12) with no Python code in between.
+#include "capture/eval_frame.h"
+
+#include <structmember.h>
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "capture/extra_state.h"
+#include "capture/frame_compat.h"
+#include "capture/guards.h"
+
+namespace py = pybind11;
+
+namespace torch_plugin::capture {
+namespace {
+
+// Frames of such code objects run unmodified: their frames outlive the call.
+constexpr int kUnsupportedCodeFlags =
+    CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
+
+struct ThreadCaptureState {
+  PyObject* callback = nullptr; // STRONG; nullptr means None
+  // > 0 while the callback runs, guards are checked, or inside disable_wrapper:
+  // frames started then run unmodified.
+  int busy = 0;
+  // The next frame of this code object runs unmodified: it is the transformed
+  // code the hook itself is about to call. BORROWED, compared by address only.
+  PyCodeObject* run_unmodified = nullptr;
+  bool watching_exit = false; // a thread-exit capsule is in the thread dict
+};
+
+thread_local ThreadCaptureState tls_state;
+
+int threads_with_callback = 0;
+bool hook_installed = false;
+compat::EvalFrameFn previous_eval = nullptr; // chained evaluator
+PyObject* cleanup_placeholder = nullptr; // STRONG, lives for the process
+PyTypeObject* disabled_callable_type = nullptr; // STRONG
+
+class BusyScope {
+ public:
+  explicit BusyScope(ThreadCaptureState& state) : state_(state) {
+    ++state_.busy;
+  }
+  ~BusyScope() {
+    --state_.busy;
+  }
+  BusyScope(const BusyScope&) = delete;
+  BusyScope& operator=(const BusyScope&) = delete;
+
+ private:
+  ThreadCaptureState& state_;
+};
+
+PyObject* eval_frame_hook(
+    PyThreadState* tstate,
+    compat::Frame* frame,
+    int throwflag);
+
+PyObject* run_unmodified(
+    PyThreadState* tstate,
+    compat::Frame* frame,
+    int throwflag) {
+  return previous_eval(tstate, frame, throwflag);
+}
+
+// Releases the frame that transformed code (or a failed callback) replaced and
+// passes `result` (NEW reference, or nullptr with an exception set) through.
+PyObject* finish_frame(
+    PyThreadState* tstate,
+    compat::Frame* frame,
+    PyObject* result) {
+  return compat::finish_unrun_frame(tstate, frame, result, cleanup_placeholder);
+}
+
+// --- running an entry
+// -------------------------------------------------------------
+
+// A function object for transformed `code` that looks like `original`: same
+// globals, closure, name and qualname. NEW reference, or nullptr with an error.
+PyObject* make_function(PyObject* code, PyObject* original) {
+  auto* orig = reinterpret_cast<PyFunctionObject*>(original);
+  PyObject* fn =
+      PyFunction_NewWithQualName(code, orig->func_globals, orig->func_qualname);
+  if (fn == nullptr) {
+    return nullptr;
+  }
+  if ((orig->func_closure != nullptr &&
+       PyFunction_SetClosure(fn, orig->func_closure) < 0) ||
+      PyObject_SetAttrString(fn, "__name__", orig->func_name) < 0) {
+    Py_DECREF(fn);
+    return nullptr;
+  }
+  return fn;
+}
+
+// Calls the entry's transformed code with the frame's argument slots, then
+// releases the frame. The cached function is rebuilt when the original
+// function's globals or closure object changed (a new closure per def run).
+PyObject* run_entry(
+    PyThreadState* tstate,
+    compat::Frame* frame,
+    CacheEntry& entry,
+    PyObject* original,
+    const FrameValues& values) {
+  PyObject* fn = entry.function.ptr();
+  if (fn == nullptr || PyFunction_GET_GLOBALS(fn) != values.globals ||
+      PyFunction_GET_CLOSURE(fn) != values.closure) {
+    PyObject* fresh = make_function(entry.code.ptr(), original);
+    if (fresh == nullptr) {
+      return finish_frame(tstate, frame, nullptr);
+    }
+    fn = Py_NewRef(fresh);
+    // Last use of `entry`: dropping the old function may run arbitrary code.
+    entry.function = py::reinterpret_steal<py::object>(fresh);
+  } else {
+    Py_INCREF(fn);
+  }
+  ThreadCaptureState& state = tls_state;
+  state.run_unmodified =
+      reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn));
+  PyObject* result = PyObject_Vectorcall(
+      fn, values.args, static_cast<size_t>(values.nargs), nullptr);
+  state.run_unmodified = nullptr;
+  Py_DECREF(fn);
+  return finish_frame(tstate, frame, result);
+}
+
+// --- cache lookup
+// -------------------------------------------------------------------
+
+// Index of the first entry made by `callback` whose guards pass, or -1. An
+// entry list changed by code the guards ran counts as a miss (never a stale
+// hit).
+Py_ssize_t lookup(
+    ExtraState& extra,
+    PyObject* callback,
+    const FrameValues& values) {
+  for (size_t i = 0; i < extra.entries.size(); ++i) {
+    const CacheEntry& entry = extra.entries[i];
+    if (entry.callback.ptr() != callback) {
+      continue;
+    }
+    RootGuardManager* root = entry.root;
+    PyObject* guard = Py_NewRef(entry.guard.ptr()); // keeps `root` alive
+    bool pass = root->check(values);
+    bool unchanged =
+        i < extra.entries.size() && extra.entries[i].guard.ptr() == guard;
+    Py_DECREF(guard);
+    if (!unchanged) {
+      return -1;
+    }
+    if (pass) {
+      return static_cast<Py_ssize_t>(i);
+    }
+  }
+  return -1;
+}
+
+// --- calling the callback
+// ---------------------------------------------------------
+
+// The FrameInfo for the callback. NEW reference, or nullptr with an error set.
+PyObject* make_frame_info(
+    PyCodeObject* code,
+    PyObject* function,
+    const FrameValues& values) {
+  try {
+    auto borrow = [](PyObject* o) {
+      return py::reinterpret_borrow<py::object>(o);
+    };
+    FrameInfo info;
+    info.f_code = borrow(reinterpret_cast<PyObject*>(code));
+    info.f_globals = borrow(values.globals);
+    info.f_builtins = borrow(values.builtins);
+    info.f_func = borrow(function);
+    info.closure = values.closure ? borrow(values.closure) : py::none();
+    py::list args(static_cast<size_t>(values.nargs));
+    for (Py_ssize_t i = 0; i < values.nargs; ++i) {
+      PyList_SET_ITEM(args.ptr(), i, Py_NewRef(values.args[i]));
+    }
+    py::dict locals;
+    auto varnames = py::reinterpret_steal<py::tuple>(PyCode_GetVarnames(code));
+    if (!varnames) {
+      throw py::error_already_set();
+    }
+    for (Py_ssize_t i = 0; i < values.nargs; ++i) {
+      locals[varnames[static_cast<size_t>(i)]] = args[static_cast<size_t>(i)];
+    }
+    if (values.closure != nullptr) {
+      auto freevars =
+          py::reinterpret_steal<py::tuple>(PyCode_GetFreevars(code));
+      if (!freevars) {
+        throw py::error_already_set();
+      }
+      Py_ssize_t n = std::min(
+          PyTuple_GET_SIZE(values.closure), PyTuple_GET_SIZE(freevars.ptr()));
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* cell = PyTuple_GET_ITEM(values.closure, i);
+        if (PyCell_Check(cell) && PyCell_GET(cell) != nullptr) {
+          locals[freevars[static_cast<size_t>(i)]] = borrow(PyCell_GET(cell));
+        }
+      }
+    }
+    info.f_locals = std::move(locals);
+    info.arg_values = std::move(args);
+    return py::cast(std::move(info)).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+// Checks a callback's `(code, guard)` result for the frame of `code`. Returns
+// false with a TypeError set when it does not fit the contract in _C.pyi.
+bool validate_entry(PyObject* result, PyCodeObject* code) {
+  const char* prefix = "torch_plugin eval-frame callback";
+  if (!PyTuple_Check(result) || PyTuple_GET_SIZE(result) != 2) {
+    PyErr_Format(
+        PyExc_TypeError,
+        "%s must return None or a (code, RootGuardManager) tuple, got %.200s",
+        prefix,
+        Py_TYPE(result)->tp_name);
+    return false;
+  }
+  PyObject* new_code = PyTuple_GET_ITEM(result, 0);
+  PyObject* guard = PyTuple_GET_ITEM(result, 1);
+  if (!PyCode_Check(new_code)) {
+    PyErr_Format(
+        PyExc_TypeError,
+        "%s returned a tuple whose first item is %.200s, not a code object",
+        prefix,
+        Py_TYPE(new_code)->tp_name);
+    return false;
+  }
+  if (!py::isinstance<RootGuardManager>(guard)) {
+    PyErr_Format(
+        PyExc_TypeError,
+        "%s returned a tuple whose second item is %.200s, not a RootGuardManager",
+        prefix,
+        Py_TYPE(guard)->tp_name);
+    return false;
+  }
+  auto* t = reinterpret_cast<PyCodeObject*>(new_code);
+  int nargs = compat::code_nargs(code);
+  if (t->co_argcount != nargs || t->co_kwonlyargcount != 0 ||
+      t->co_posonlyargcount != 0 ||
+      (t->co_flags & (CO_VARARGS | CO_VARKEYWORDS)) != 0) {
+    PyErr_Format(
+        PyExc_TypeError,
+        "%s: transformed code for %U must take exactly %d plain positional parameters "
+        "(the frame's argument slots); got argcount %d, posonlyargcount %d, "
+        "kwonlyargcount %d, *args %s, **kwargs %s",
+        prefix,
+        code->co_qualname,
+        nargs,
+        t->co_argcount,
+        t->co_posonlyargcount,
+        t->co_kwonlyargcount,
+        (t->co_flags & CO_VARARGS) ? "yes" : "no",
+        (t->co_flags & CO_VARKEYWORDS) ? "yes" : "no");
+    return false;
+  }
+  if ((t->co_flags & kUnsupportedCodeFlags) != 0 ||
+      (t->co_flags & CO_OPTIMIZED) == 0) {
+    PyErr_Format(
+        PyExc_TypeError,
+        "%s: transformed code for %U must be a plain function's code (flags 0x%x)",
+        prefix,
+        code->co_qualname,
+        t->co_flags);
+    return false;
+  }
+  auto* original = reinterpret_cast<PyObject*>(code);
+  py::object want = py::reinterpret_steal<py::object>(PyCode_GetFreevars(code));
+  py::object got = py::reinterpret_steal<py::object>(PyCode_GetFreevars(t));
+  if (!want || !got) {
+    return false;
+  }
+  int same = PyObject_RichCompareBool(want.ptr(), got.ptr(), Py_EQ);
+  if (same != 1) {
+    if (same == 0) {
+      PyErr_Format(
+          PyExc_TypeError,
+          "%s: transformed code for %R must have the free variables %R, got %R",
+          prefix,
+          original,
+          want.ptr(),
+          got.ptr());
+    }
+    return false;
+  }
+  return true;
+}
+
+// Cache miss: asks the callback, then runs the frame unmodified (None) or the
+// new entry. The callback runs with the hook busy on this thread.
+PyObject* compile_frame(
+    PyThreadState* tstate,
+    compat::Frame* frame,
+    PyCodeObject* code,
+    PyObject* function,
+    const FrameValues& values,
+    ThreadCaptureState& state) {
+  PyObject* callback = Py_NewRef(state.callback);
+  PyObject* result = nullptr;
+  {
+    BusyScope busy(state);
+    PyObject* info = make_frame_info(code, function, values);
+    if (info != nullptr) {
+      result = PyObject_CallOneArg(callback, info);
+      Py_DECREF(info);
+    }
+  }
+  if (result == nullptr) {
+    Py_DECREF(callback);
+    return finish_frame(tstate, frame, nullptr);
+  }
+  ExtraState* extra = nullptr;
+  if (result == Py_None) {
+    Py_DECREF(result);
+    Py_DECREF(callback);
+    extra = get_or_create_extra_state(code);
+    if (extra == nullptr) {
+      return finish_frame(tstate, frame, nullptr);
+    }
+    extra->skip = true;
+    return run_unmodified(tstate, frame, 0);
+  }
+  if (!validate_entry(result, code) ||
+      (extra = get_or_create_extra_state(code)) == nullptr) {
+    Py_DECREF(result);
+    Py_DECREF(callback);
+    return finish_frame(tstate, frame, nullptr);
+  }
+  CacheEntry entry;
+  entry.code = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(result, 0));
+  entry.guard = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(result, 1));
+  entry.root = entry.guard.cast<RootGuardManager*>();
+  entry.callback = py::reinterpret_steal<py::object>(callback);
+  Py_DECREF(result); // `entry` holds what it needs
+  add_entry_front(*extra, std::move(entry));
+  return run_entry(tstate, frame, extra->entries.front(), function, values);
+}
+
+// --- the hook
+// -----------------------------------------------------------------------
+
+PyObject* eval_frame_hook(
+    PyThreadState* tstate,
+    compat::Frame* frame,
+    int throwflag) {
+  ThreadCaptureState& state = tls_state;
+  PyCodeObject* code = compat::frame_code(frame);
+  if (state.run_unmodified == code) {
+    state.run_unmodified = nullptr;
+    return run_unmodified(tstate, frame, throwflag);
+  }
+  if (state.callback == nullptr || state.busy > 0 || throwflag != 0 ||
+      (code->co_flags & kUnsupportedCodeFlags) != 0 ||
+      (code->co_flags & CO_OPTIMIZED) == 0 ||
+      compat::frame_locals_mapping(frame) != nullptr ||
+      compat::thread_is_tracing(tstate)) {
+    return run_unmodified(tstate, frame, throwflag);
+  }
+  ExtraState* extra = get_extra_state(code);
+  if (extra != nullptr && extra->skip) {
+    return run_unmodified(tstate, frame, throwflag);
+  }
+  PyObject* function = compat::frame_function(frame);
+  if (function == nullptr || !PyFunction_Check(function)) {
+    return run_unmodified(tstate, frame, throwflag);
+  }
+
+  FrameValues values;
+  values.args = compat::frame_localsplus(frame);
+  values.nargs = compat::code_nargs(code);
+  values.globals = compat::frame_globals(frame);
+  values.builtins = compat::frame_builtins(frame);
+  values.closure = PyFunction_GET_CLOSURE(function); // cells not copied in yet
+
+  if (extra != nullptr && !extra->entries.empty()) {
+    Py_ssize_t hit = -1;
+    {
+      BusyScope busy(state); // guards may run Python (properties, __eq__)
+      hit = lookup(*extra, state.callback, values);
+    }
+    if (hit >= 0) {
+      move_entry_to_front(*extra, static_cast<size_t>(hit));
+      return run_entry(tstate, frame, extra->entries.front(), function, values);
+    }
+    if (state.callback == nullptr) { // a guard's code turned capture off
+      return run_unmodified(tstate, frame, throwflag);
+    }
+  }
+  return compile_frame(tstate, frame, code, function, values, state);
+}
+
+// --- installing
+// -----------------------------------------------------------------------
+
+void update_hook() {
+  if (threads_with_callback > 0 && !hook_installed) {
+    compat::EvalFrameFn current = compat::get_eval_frame_function();
+    if (current != &eval_frame_hook) {
+      previous_eval = current;
+    }
+    compat::set_eval_frame_function(&eval_frame_hook);
+    hook_installed = true;
+  } else if (threads_with_callback == 0 && hook_installed) {
+    // Someone may have installed their own evaluator on top (chaining to us):
+    // leave theirs in place; ours then just forwards.
+    if (compat::get_eval_frame_function() == &eval_frame_hook) {
+      compat::set_eval_frame_function(previous_eval);
+    }
+    hook_installed = false;
+  }
+}
+
+// Replaces this thread's callback (STOLEN `callback`, may be nullptr) and
+// returns the old one (NEW reference, may be nullptr).
+PyObject* swap_callback(ThreadCaptureState& state, PyObject* callback) {
+  PyObject* previous = state.callback;
+  state.callback = callback;
+  if (previous == nullptr && callback != nullptr) {
+    ++threads_with_callback;
+  } else if (previous != nullptr && callback == nullptr) {
+    --threads_with_callback;
+  }
+  update_hook();
+  return previous;
+}
+
+constexpr const char* kThreadExitCapsule = "torch_plugin.capture.thread_state";
+
+// Thread-dict capsule destructor: runs when a thread's Python state is cleared,
+// on that thread when it exits. Drops a callback the thread left set.
+void on_thread_state_cleared(PyObject* capsule) {
+  auto* owner = static_cast<ThreadCaptureState*>(
+      PyCapsule_GetPointer(capsule, kThreadExitCapsule));
+  if (owner == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  if (owner != &tls_state) {
+    return; // cleared by another thread (interpreter shutdown): leave it
+  }
+  owner->watching_exit = false;
+  Py_XDECREF(swap_callback(*owner, nullptr));
+}
+
+void watch_thread_exit(ThreadCaptureState& state) {
+  if (state.watching_exit) {
+    return;
+  }
+  PyObject* dict = PyThreadState_GetDict(); // borrowed
+  PyObject* capsule =
+      PyCapsule_New(&state, kThreadExitCapsule, &on_thread_state_cleared);
+  if (dict == nullptr || capsule == nullptr ||
+      PyDict_SetItemString(dict, kThreadExitCapsule, capsule) < 0) {
+    PyErr_Clear(); // best effort: the callback then stays set after thread exit
+  } else {
+    state.watching_exit = true;
+  }
+  Py_XDECREF(capsule);
+}
+
+// --- disable_wrapper
+// ----------------------------------------------------------------
+
+struct DisabledCallable {
+  PyObject_HEAD PyObject* fn; // STRONG
+  vectorcallfunc vectorcall;
+};
+
+PyObject* disabled_vectorcall(
+    PyObject* self,
+    PyObject* const* args,
+    size_t nargsf,
+    PyObject* kwnames) {
+  BusyScope busy(tls_state);
+  return PyObject_Vectorcall(
+      reinterpret_cast<DisabledCallable*>(self)->fn, args, nargsf, kwnames);
+}
+
+int disabled_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(reinterpret_cast<DisabledCallable*>(self)->fn);
+  return 0;
+}
+
+int disabled_clear(PyObject* self) {
+  Py_CLEAR(reinterpret_cast<DisabledCallable*>(self)->fn);
+  return 0;
+}
+
+void disabled_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  disabled_clear(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+// Binds like a function: `obj.method` gives a bound method of the wrapper.
+PyObject* disabled_descr_get(
+    PyObject* self,
+    PyObject* obj,
+    PyObject* /*type*/) {
+  if (obj == nullptr || obj == Py_None) {
+    return Py_NewRef(self);
+  }
+  return PyMethod_New(self, obj);
+}
+
+PyObject* disabled_repr(PyObject* self) {
+  return PyUnicode_FromFormat(
+      "<torch_plugin disable_wrapper of %R>",
+      reinterpret_cast<DisabledCallable*>(self)->fn);
+}
+
+PyMemberDef disabled_members[] = {
+    {"__wrapped__",
+     T_OBJECT,
+     offsetof(DisabledCallable, fn),
+     READONLY,
+     "the wrapped callable"},
+    {"__vectorcalloffset__",
+     T_PYSSIZET,
+     offsetof(DisabledCallable, vectorcall),
+     READONLY,
+     nullptr},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyType_Slot disabled_slots[] = {
+    {Py_tp_call, reinterpret_cast<void*>(&PyVectorcall_Call)},
+    {Py_tp_traverse, reinterpret_cast<void*>(&disabled_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(&disabled_clear)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(&disabled_dealloc)},
+    {Py_tp_descr_get, reinterpret_cast<void*>(&disabled_descr_get)},
+    {Py_tp_repr, reinterpret_cast<void*>(&disabled_repr)},
+    {Py_tp_members, disabled_members},
+    {0, nullptr},
+};
+
+PyType_Spec disabled_spec = {
+    "torch_plugin._C.DisabledCallable",
+    sizeof(DisabledCallable),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    disabled_slots,
+};
+
+} // namespace
+
+void init_eval_frame() {
+  if (previous_eval == nullptr) {
+    previous_eval = compat::default_eval_frame_function();
+  }
+  if (cleanup_placeholder == nullptr) {
+    cleanup_placeholder = PyObject_CallFunction(
+        PyExc_RuntimeError,
+        "s",
+        "torch_plugin: placeholder for releasing a replaced frame");
+    if (cleanup_placeholder == nullptr) {
+      throw py::error_already_set();
+    }
+  }
+  if (disabled_callable_type == nullptr) {
+    disabled_callable_type =
+        reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&disabled_spec));
+    if (disabled_callable_type == nullptr) {
+      throw py::error_already_set();
+    }
+  }
+}
+
+py::object set_eval_frame_callback(py::handle callback) {
+  PyObject* fresh = callback.is_none() ? nullptr : callback.ptr();
+  if (fresh != nullptr && !PyCallable_Check(fresh)) {
+    throw py::type_error(
+        std::string(
+            "set_eval_frame_callback expects a callable or None, got ") +
+        Py_TYPE(fresh)->tp_name);
+  }
+  ThreadCaptureState& state = tls_state;
+  Py_XINCREF(fresh);
+  if (fresh != nullptr) {
+    watch_thread_exit(state);
+  }
+  PyObject* previous = swap_callback(state, fresh);
+  return previous ? py::reinterpret_steal<py::object>(previous) : py::none();
+}
+
+py::object get_eval_frame_callback() {
+  PyObject* callback = tls_state.callback;
+  return callback ? py::reinterpret_borrow<py::object>(callback) : py::none();
+}
+
+bool is_hook_installed() {
+  return compat::get_eval_frame_function() == &eval_frame_hook;
+}
+
+py::object disable_wrapper(py::handle fn) {
+  if (!PyCallable_Check(fn.ptr())) {
+    throw py::type_error(
+        std::string("disable_wrapper expects a callable, got ") +
+        Py_TYPE(fn.ptr())->tp_name);
+  }
+  PyTypeObject* type = disabled_callable_type;
+  PyObject* self = type->tp_alloc(type, 0);
+  if (self == nullptr) {
+    throw py::error_already_set();
+  }
+  auto* wrapper = reinterpret_cast<DisabledCallable*>(self);
+  wrapper->fn = Py_NewRef(fn.ptr());
+  wrapper->vectorcall = &disabled_vectorcall;
+  return py::reinterpret_steal<py::object>(self);
+}
+
+int code_nargs(py::handle code) {
+  if (!PyCode_Check(code.ptr())) {
+    throw py::type_error(
+        std::string("code_nargs expects a code object, got ") +
+        Py_TYPE(code.ptr())->tp_name);
+  }
+  return compat::code_nargs(reinterpret_cast<PyCodeObject*>(code.ptr()));
+}
+
+} // namespace torch_plugin::capture

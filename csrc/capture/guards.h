@@ -1,0 +1,146 @@
+// guards.h: the guard tree: RootGuardManager -> GuardAccessor -> GuardManager
+// -> leaf guards (leaf_guards.h).
+//
+// Owns: the tree's structure and its evaluation on a frame. A GuardManager
+// stands for one value reached from the frame by a chain of accessors (its
+// *source*, printed like `L['self'].layer1[0].weight`); it runs its leaf guards
+// on that value, then each child accessor reads a child value and recurses.
+// Accessors are the C++ twins of the Python Source kinds: local (argument
+// slot), global, closure (cell contents) at the root; attr and item below.
+//
+// Ownership: managers own their leaves and accessors; an accessor owns its
+// child manager. FrameValues BORROWS everything it points to. Values read by
+// accessors are held as STRONG references while their subtree runs (an
+// attribute read can run Python code that would otherwise free them). GIL: held
+// for every call.
+//
+// Errors: `check` never raises and leaves no Python exception set: a read that
+// raises, or a leaf that raises, makes the check fail. The tree creates no
+// Python objects while checking, except what getattr/getitem on user objects
+// return. Building the tree (attr, item, add_*) throws pybind11 exceptions on
+// misuse.
+#pragma once
+
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "capture/leaf_guards.h"
+
+namespace torch_plugin::capture {
+
+// What the tree reads from a frame (all BORROWED).
+struct FrameValues {
+  PyObject* const* args = nullptr; // argument slots localsplus[0:nargs]
+  Py_ssize_t nargs = 0;
+  PyObject* globals = nullptr; // dict
+  PyObject* builtins = nullptr; // dict
+  PyObject* closure = nullptr; // tuple of cells, or nullptr
+};
+
+class GuardManager;
+
+// Reads the value of a child GuardManager from its parent's value (child
+// accessors) or from the frame (root accessors).
+class GuardAccessor {
+ public:
+  explicit GuardAccessor(std::string child_source);
+  virtual ~GuardAccessor();
+  GuardAccessor(const GuardAccessor&) = delete;
+  GuardAccessor& operator=(const GuardAccessor&) = delete;
+
+  // NEW reference to the value, or nullptr: with a Python exception set when
+  // the read raised, without one when the value is absent (argument slot out of
+  // range, empty cell, missing global). `parent` is BORROWED (nullptr at the
+  // root).
+  virtual PyObject* access(PyObject* parent, const FrameValues& frame)
+      const = 0;
+
+  // What is read, for messages: "attribute 'weight'", "argument slot 0".
+  virtual std::string what() const = 0;
+
+  GuardManager& child() const {
+    return *child_;
+  }
+
+ private:
+  std::unique_ptr<GuardManager> child_;
+};
+
+class GuardManager {
+ public:
+  explicit GuardManager(std::string source, bool has_value = true);
+  virtual ~GuardManager();
+  GuardManager(const GuardManager&) = delete;
+  GuardManager& operator=(const GuardManager&) = delete;
+
+  // The source this node stands for, e.g. "L['x'].weight".
+  const std::string& source() const {
+    return source_;
+  }
+
+  // Child for getattr(value, name); created once, the same node is returned
+  // again.
+  GuardManager& attr(const std::string& name);
+  // Child for value[key] (tuple/list index, dict key, or any __getitem__).
+  GuardManager& item(pybind11::handle key);
+
+  // Appends a leaf guard, run in the order added. Throws pybind11::type_error
+  // for a guard that needs a value on the root, which has none.
+  void add_leaf_guard(std::unique_ptr<LeafGuard> guard);
+
+  // Runs the leaves on `value` (BORROWED; nullptr at the root), then children.
+  bool check(PyObject* value, const FrameValues& frame) const;
+
+  // Description of the first failing check and the value found, or nullopt.
+  std::optional<std::string> failure_reason(
+      PyObject* value,
+      const FrameValues& frame) const;
+
+  // Leaf guards in this subtree.
+  size_t num_checks() const;
+
+ protected:
+  // The child reached through an accessor of type A for which match(A&) holds;
+  // make() creates the accessor when there is none.
+  template <typename A, typename Match, typename Make>
+  GuardManager& child_for(Match match, Make make);
+
+ private:
+  std::string source_;
+  bool has_value_;
+  std::vector<std::unique_ptr<LeafGuard>> leaves_;
+  std::vector<std::unique_ptr<GuardAccessor>> accessors_;
+};
+
+// The root of one cache entry's guard tree. It has no value of its own: its
+// children are read from the frame, and its leaves are global-state guards.
+class RootGuardManager : public GuardManager {
+ public:
+  RootGuardManager();
+
+  // Child for argument slot `slot` (localsplus[slot], slot < nargs); `name` is
+  // the argument's name, printed as L['name'].
+  GuardManager& local(int slot, const std::string& name);
+  // Child for global `name`: frame globals, then builtins; printed G['name'].
+  GuardManager& global(const std::string& name);
+  // Child for the contents of closure cell `index`; `name` is the free
+  // variable's name, printed L['name'] (free variables are frame locals).
+  GuardManager& closure(int index, const std::string& name);
+  // Records the current global state (grad mode) and passes only while it
+  // holds.
+  void add_global_state_match();
+
+  bool check(const FrameValues& frame) const {
+    return GuardManager::check(nullptr, frame);
+  }
+  std::optional<std::string> failure_reason(const FrameValues& frame) const {
+    return GuardManager::failure_reason(nullptr, frame);
+  }
+};
+
+} // namespace torch_plugin::capture

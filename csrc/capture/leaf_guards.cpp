@@ -1,0 +1,474 @@
+// leaf_guards.cpp: the leaf guard kinds (see leaf_guards.h for the contract:
+// checks never raise and create no Python objects; references are borrowed
+// except the objects a guard remembers, which it holds strongly; GIL held).
+#include "capture/leaf_guards.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <exception>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+namespace py = pybind11;
+
+namespace torch_plugin::capture {
+namespace {
+
+// The dispatch keys a tensor would dispatch on in this thread: its key set with
+// the thread-local include/exclude modifiers applied (as Dynamo's TensorCheck).
+c10::DispatchKeySet effective_dispatch_keys(const at::Tensor& tensor) {
+  c10::impl::LocalDispatchKeySet local =
+      c10::impl::tls_local_dispatch_key_set();
+  return (tensor.key_set() | local.included_) - local.excluded_;
+}
+
+// Concrete sizes or strides, or nullopt when some are symbolic.
+std::optional<std::vector<int64_t>> concrete(c10::SymIntArrayRef values) {
+  std::vector<int64_t> out;
+  out.reserve(values.size());
+  for (const c10::SymInt& v : values) {
+    std::optional<int64_t> i = v.maybe_as_int();
+    if (!i.has_value()) {
+      return std::nullopt;
+    }
+    out.push_back(*i);
+  }
+  return out;
+}
+
+// True when `values` are concrete and equal `expected`.
+bool same_ints(
+    c10::SymIntArrayRef values,
+    const std::vector<int64_t>& expected) {
+  if (values.size() != expected.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    std::optional<int64_t> v = values[i].maybe_as_int();
+    if (!v.has_value() || *v != expected[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string ints_for_message(const std::vector<int64_t>& values) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    out << (i ? ", " : "") << values[i];
+  }
+  out << "]";
+  return out.str();
+}
+
+std::string ints_for_message(c10::SymIntArrayRef values) {
+  std::optional<std::vector<int64_t>> ints = concrete(values);
+  return ints ? ints_for_message(*ints) : std::string("<symbolic>");
+}
+
+std::string dtype_for_message(c10::ScalarType dtype) {
+  return repr_for_message(
+      reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
+}
+
+std::string expected_got(
+    const std::string& what,
+    const std::string& expected,
+    const std::string& got) {
+  return "expected " + what + expected + ", got " + got;
+}
+
+std::string bool_for_message(bool b) {
+  return b ? "True" : "False";
+}
+
+} // namespace
+
+std::string repr_for_message(PyObject* obj, size_t limit) {
+  if (obj == nullptr) {
+    return "<NULL>";
+  }
+  PyObject* repr = PyObject_Repr(obj);
+  if (repr == nullptr) {
+    PyErr_Clear();
+    return "<" + type_name_for_message(Py_TYPE(obj)) + " object (repr failed)>";
+  }
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(repr, &size);
+  std::string text =
+      utf8 ? std::string(utf8, static_cast<size_t>(size)) : "<repr>";
+  if (utf8 == nullptr) {
+    PyErr_Clear();
+  }
+  Py_DECREF(repr);
+  if (text.size() > limit) {
+    text = text.substr(0, limit) + "...";
+  }
+  return text;
+}
+
+std::string type_name_for_message(PyTypeObject* type) {
+  PyObject* qualname = PyType_GetQualName(type);
+  PyObject* module =
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__module__");
+  std::string name = type->tp_name;
+  if (qualname != nullptr && PyUnicode_Check(qualname)) {
+    name = PyUnicode_AsUTF8(qualname);
+    if (module != nullptr && PyUnicode_Check(module) &&
+        PyUnicode_CompareWithASCIIString(module, "builtins") != 0) {
+      name = std::string(PyUnicode_AsUTF8(module)) + "." + name;
+    }
+  }
+  Py_XDECREF(qualname);
+  Py_XDECREF(module);
+  PyErr_Clear();
+  return name;
+}
+
+std::string take_error_for_message() {
+  if (!PyErr_Occurred()) {
+    return "";
+  }
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  std::string text = type
+      ? type_name_for_message(reinterpret_cast<PyTypeObject*>(type))
+      : std::string("error");
+  if (value != nullptr) {
+    PyObject* str = PyObject_Str(value);
+    if (str != nullptr && PyUnicode_Check(str) &&
+        PyUnicode_GetLength(str) > 0) {
+      text += ": ";
+      const char* utf8 = PyUnicode_AsUTF8(str);
+      text += utf8 ? utf8 : "?";
+    }
+    Py_XDECREF(str);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  PyErr_Clear();
+  return text;
+}
+
+LeafGuard::LeafGuard(std::string description)
+    : description_(std::move(description)) {}
+
+// --- TYPE_MATCH
+// ----------------------------------------------------------------
+
+TypeMatch::TypeMatch(py::handle type, std::string description)
+    : LeafGuard(std::move(description)) {
+  if (!PyType_Check(type.ptr())) {
+    throw py::type_error(
+        "add_type_match expects a type, got " +
+        type_name_for_message(Py_TYPE(type.ptr())));
+  }
+  type_ = py::reinterpret_borrow<py::object>(type);
+}
+
+bool TypeMatch::check(PyObject* value) const {
+  return reinterpret_cast<PyObject*>(Py_TYPE(value)) == type_.ptr();
+}
+
+std::string TypeMatch::mismatch(PyObject* value) const {
+  return expected_got(
+      "type ",
+      type_name_for_message(reinterpret_cast<PyTypeObject*>(type_.ptr())),
+      type_name_for_message(Py_TYPE(value)));
+}
+
+// --- ID_MATCH
+// ------------------------------------------------------------------
+
+IdMatch::IdMatch(py::handle obj, std::string description)
+    : LeafGuard(std::move(description)),
+      obj_(py::reinterpret_borrow<py::object>(obj)) {}
+
+bool IdMatch::check(PyObject* value) const {
+  return value == obj_.ptr();
+}
+
+std::string IdMatch::mismatch(PyObject* value) const {
+  std::ostringstream out;
+  out << "expected the object " << repr_for_message(obj_.ptr()) << " (id "
+      << obj_.ptr() << "), got " << repr_for_message(value) << " (id " << value
+      << ")";
+  return out.str();
+}
+
+// --- EQUALS_MATCH
+// --------------------------------------------------------------
+
+EqualsMatch::EqualsMatch(py::handle expected, std::string description)
+    : LeafGuard(std::move(description)),
+      expected_(py::reinterpret_borrow<py::object>(expected)) {}
+
+bool EqualsMatch::check(PyObject* value) const {
+  if (Py_TYPE(value) != Py_TYPE(expected_.ptr())) {
+    return false;
+  }
+  int equal = PyObject_RichCompareBool(value, expected_.ptr(), Py_EQ);
+  if (equal < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return equal == 1;
+}
+
+std::string EqualsMatch::mismatch(PyObject* value) const {
+  if (Py_TYPE(value) != Py_TYPE(expected_.ptr())) {
+    return expected_got(
+        "type ",
+        type_name_for_message(Py_TYPE(expected_.ptr())),
+        type_name_for_message(Py_TYPE(value)));
+  }
+  std::string got = repr_for_message(value);
+  if (PyObject_RichCompareBool(value, expected_.ptr(), Py_EQ) < 0) {
+    got += " (== raised " + take_error_for_message() + ")";
+  }
+  return expected_got("", repr_for_message(expected_.ptr()), got);
+}
+
+// --- LEN_MATCH
+// -----------------------------------------------------------------
+
+LenMatch::LenMatch(Py_ssize_t n, std::string description)
+    : LeafGuard(std::move(description)), n_(n) {}
+
+bool LenMatch::check(PyObject* value) const {
+  Py_ssize_t n = PyObject_Size(value);
+  if (n < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return n == n_;
+}
+
+std::string LenMatch::mismatch(PyObject* value) const {
+  Py_ssize_t n = PyObject_Size(value);
+  if (n < 0) {
+    return "expected len " + std::to_string(n_) + ", len() raised " +
+        take_error_for_message();
+  }
+  return expected_got("len ", std::to_string(n_), std::to_string(n));
+}
+
+// --- DICT_KEYS_MATCH
+// -----------------------------------------------------------
+
+DictKeysMatch::DictKeysMatch(
+    std::vector<py::object> keys,
+    std::string description)
+    : LeafGuard(std::move(description)), keys_(std::move(keys)) {}
+
+bool DictKeysMatch::check(PyObject* value) const {
+  if (!PyDict_Check(value) ||
+      PyDict_GET_SIZE(value) != static_cast<Py_ssize_t>(keys_.size())) {
+    return false;
+  }
+  if (!PyDict_CheckExact(value)) {
+    // Subclasses (OrderedDict) may keep their own order: ask them.
+    PyObject* keys = PyMapping_Keys(value);
+    if (keys == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    bool ok = PyList_GET_SIZE(keys) == static_cast<Py_ssize_t>(keys_.size());
+    for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(keys); ++i) {
+      int eq = PyObject_RichCompareBool(
+          PyList_GET_ITEM(keys, i), keys_[i].ptr(), Py_EQ);
+      ok = eq == 1;
+    }
+    Py_DECREF(keys);
+    PyErr_Clear();
+    return ok;
+  }
+  Py_ssize_t pos = 0;
+  PyObject* key = nullptr;
+  size_t i = 0;
+  while (PyDict_Next(value, &pos, &key, nullptr)) {
+    if (i >= keys_.size()) {
+      return false;
+    }
+    // RichCompareBool tries identity first: the usual interned-str case is
+    // cheap. A key's __eq__ may mutate the dict: hold the key, recheck the
+    // size.
+    Py_INCREF(key);
+    int eq = PyObject_RichCompareBool(key, keys_[i].ptr(), Py_EQ);
+    Py_DECREF(key);
+    if (eq != 1 ||
+        PyDict_GET_SIZE(value) != static_cast<Py_ssize_t>(keys_.size())) {
+      PyErr_Clear();
+      return false;
+    }
+    ++i;
+  }
+  return i == keys_.size();
+}
+
+std::string DictKeysMatch::mismatch(PyObject* value) const {
+  if (!PyDict_Check(value)) {
+    return "expected a dict, got " + type_name_for_message(Py_TYPE(value));
+  }
+  py::list expected;
+  for (const py::object& k : keys_) {
+    expected.append(k);
+  }
+  PyObject* got = PyMapping_Keys(value);
+  std::string got_text =
+      got ? repr_for_message(got, 200) : take_error_for_message();
+  Py_XDECREF(got);
+  return expected_got("keys ", repr_for_message(expected.ptr(), 200), got_text);
+}
+
+// --- TENSOR_MATCH
+// --------------------------------------------------------------
+
+namespace {
+
+const at::Tensor& example_tensor(py::handle example) {
+  if (!THPVariable_Check(example.ptr())) {
+    throw py::type_error(
+        "add_tensor_match expects a torch.Tensor, got " +
+        type_name_for_message(Py_TYPE(example.ptr())));
+  }
+  return THPVariable_Unpack(example.ptr());
+}
+
+} // namespace
+
+TensorMatch::TensorMatch(
+    py::handle example,
+    std::string description,
+    bool check_strides)
+    : LeafGuard(std::move(description)),
+      type_(py::reinterpret_borrow<py::object>(
+          reinterpret_cast<PyObject*>(Py_TYPE(example.ptr())))),
+      dispatch_keys_(effective_dispatch_keys(example_tensor(example))),
+      dtype_(example_tensor(example).scalar_type()),
+      device_(example_tensor(example).device()),
+      requires_grad_(example_tensor(example).requires_grad()),
+      layout_(example_tensor(example).layout()),
+      check_strides_(check_strides && layout_ == c10::kStrided) {
+  const at::Tensor& tensor = example_tensor(example);
+  std::optional<std::vector<int64_t>> sizes = concrete(tensor.sym_sizes());
+  if (!sizes) {
+    throw py::value_error(
+        "add_tensor_match: the example tensor has symbolic sizes");
+  }
+  sizes_ = std::move(*sizes);
+  if (check_strides_) {
+    std::optional<std::vector<int64_t>> strides =
+        concrete(tensor.sym_strides());
+    if (!strides) {
+      throw py::value_error(
+          "add_tensor_match: the example tensor has symbolic strides");
+    }
+    strides_ = std::move(*strides);
+  }
+}
+
+bool TensorMatch::check(PyObject* value) const {
+  // The exact Python type first: when it matches, `value` is a THPVariable.
+  if (reinterpret_cast<PyObject*>(Py_TYPE(value)) != type_.ptr()) {
+    return false;
+  }
+  try {
+    const at::Tensor& tensor = THPVariable_Unpack(value);
+    if (effective_dispatch_keys(tensor) != dispatch_keys_ ||
+        tensor.scalar_type() != dtype_ || tensor.device() != device_ ||
+        tensor.requires_grad() != requires_grad_ ||
+        tensor.layout() != layout_) {
+      return false;
+    }
+    if (!same_ints(tensor.sym_sizes(), sizes_)) {
+      return false;
+    }
+    return !check_strides_ || same_ints(tensor.sym_strides(), strides_);
+  } catch (const std::exception&) {
+    // E.g. nested tensors, whose sizes() throws: not a match.
+    return false;
+  }
+}
+
+std::string TensorMatch::mismatch(PyObject* value) const {
+  if (reinterpret_cast<PyObject*>(Py_TYPE(value)) != type_.ptr()) {
+    return expected_got(
+        "type ",
+        type_name_for_message(reinterpret_cast<PyTypeObject*>(type_.ptr())),
+        type_name_for_message(Py_TYPE(value)));
+  }
+  try {
+    const at::Tensor& tensor = THPVariable_Unpack(value);
+    c10::DispatchKeySet keys = effective_dispatch_keys(tensor);
+    if (keys != dispatch_keys_) {
+      return expected_got(
+          "dispatch keys ", c10::toString(dispatch_keys_), c10::toString(keys));
+    }
+    if (tensor.scalar_type() != dtype_) {
+      return expected_got(
+          "dtype ",
+          dtype_for_message(dtype_),
+          dtype_for_message(tensor.scalar_type()));
+    }
+    if (tensor.device() != device_) {
+      return expected_got("device ", device_.str(), tensor.device().str());
+    }
+    if (tensor.requires_grad() != requires_grad_) {
+      return expected_got(
+          "requires_grad ",
+          bool_for_message(requires_grad_),
+          bool_for_message(tensor.requires_grad()));
+    }
+    if (tensor.layout() != layout_) {
+      std::ostringstream expected, got;
+      expected << layout_;
+      got << tensor.layout();
+      return expected_got("layout ", expected.str(), got.str());
+    }
+    if (!same_ints(tensor.sym_sizes(), sizes_)) {
+      return expected_got(
+          "size ",
+          ints_for_message(sizes_),
+          ints_for_message(tensor.sym_sizes()));
+    }
+    if (check_strides_ && !same_ints(tensor.sym_strides(), strides_)) {
+      return expected_got(
+          "stride ",
+          ints_for_message(strides_),
+          ints_for_message(tensor.sym_strides()));
+    }
+    return "no mismatch found on a second look";
+  } catch (const std::exception& e) {
+    return std::string("reading the tensor's metadata raised: ") + e.what();
+  }
+}
+
+// --- GLOBAL_STATE
+// --------------------------------------------------------------
+
+GlobalStateMatch::GlobalStateMatch(std::string description)
+    : LeafGuard(std::move(description)),
+      grad_mode_enabled_(at::GradMode::is_enabled()) {}
+
+bool GlobalStateMatch::check(PyObject* /*value*/) const {
+  return at::GradMode::is_enabled() == grad_mode_enabled_;
+}
+
+std::string GlobalStateMatch::mismatch(PyObject* /*value*/) const {
+  auto mode = [](bool enabled) {
+    return enabled ? "enabled" : "disabled";
+  };
+  return std::string("expected grad mode ") + mode(grad_mode_enabled_) +
+      ", got " + mode(at::GradMode::is_enabled());
+}
+
+} // namespace torch_plugin::capture

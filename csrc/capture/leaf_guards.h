@@ -1,0 +1,175 @@
+// leaf_guards.h: the checks at the nodes of a guard tree (TYPE_MATCH, ID_MATCH,
+// EQUALS_MATCH, LEN_MATCH, DICT_KEYS_MATCH, TENSOR_MATCH, GLOBAL_STATE).
+//
+// Owns: one class per guard kind, each checking one value, and the text that
+// explains a mismatch. Does not own where the value comes from (guards.h: the
+// accessors and managers of the tree).
+//
+// Ownership: `check` and `mismatch` BORROW `value`. Guards that remember Python
+// objects (a type, the object of ID_MATCH, the constant of EQUALS_MATCH, dict
+// keys) hold STRONG references to them for their lifetime.
+// GIL: held by every caller.
+//
+// Contract: `check` never leaves a Python exception set and never throws: any
+// error while checking means "fails" (the error is cleared). It creates no
+// Python objects. `mismatch` runs only after `check` failed (for
+// failure_reason) and may create objects, e.g. reprs.
+//
+// Sources: CPython's object protocol (PyObject_RichCompareBool, PyObject_Size,
+// PyDict_Next); libtorch for tensors (THPVariable_Unpack in
+// torch/csrc/autograd/python_variable.h, at::Tensor's metadata, the TLS
+// dispatch key modifiers in c10/core/impl/LocalDispatchKeySet.h); at::GradMode.
+#pragma once
+
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
+#include <c10/core/Device.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/Layout.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch_plugin::capture {
+
+class LeafGuard {
+ public:
+  explicit LeafGuard(std::string description);
+  virtual ~LeafGuard() = default;
+  LeafGuard(const LeafGuard&) = delete;
+  LeafGuard& operator=(const LeafGuard&) = delete;
+
+  // True when `value` (borrowed; nullptr only for guards on global state)
+  // passes. Never raises; clears any Python error and returns false.
+  virtual bool check(PyObject* value) const = 0;
+
+  // Why check(value) failed, e.g. "expected size [4, 8], got [16, 8]".
+  virtual std::string mismatch(PyObject* value) const = 0;
+
+  // Guards on global state take no value; every other guard needs one.
+  virtual bool needs_value() const {
+    return true;
+  }
+
+  // The text given when the guard was added, e.g. "L['x'] tensor".
+  const std::string& description() const {
+    return description_;
+  }
+
+ private:
+  std::string description_;
+};
+
+// TYPE_MATCH: `type(value) is type` (exact type, no subclasses).
+class TypeMatch : public LeafGuard {
+ public:
+  TypeMatch(pybind11::handle type, std::string description);
+  bool check(PyObject* value) const override;
+  std::string mismatch(PyObject* value) const override;
+
+ private:
+  pybind11::object type_;
+};
+
+// ID_MATCH: `value is obj`; holds a strong reference, so the id stays unique.
+class IdMatch : public LeafGuard {
+ public:
+  IdMatch(pybind11::handle obj, std::string description);
+  bool check(PyObject* value) const override;
+  std::string mismatch(PyObject* value) const override;
+
+ private:
+  pybind11::object obj_;
+};
+
+// EQUALS_MATCH: `type(value) is type(expected) and value == expected`.
+class EqualsMatch : public LeafGuard {
+ public:
+  EqualsMatch(pybind11::handle expected, std::string description);
+  bool check(PyObject* value) const override;
+  std::string mismatch(PyObject* value) const override;
+
+ private:
+  pybind11::object expected_;
+};
+
+// LEN_MATCH: `len(value) == n`.
+class LenMatch : public LeafGuard {
+ public:
+  LenMatch(Py_ssize_t n, std::string description);
+  bool check(PyObject* value) const override;
+  std::string mismatch(PyObject* value) const override;
+
+ private:
+  Py_ssize_t n_;
+};
+
+// DICT_KEYS_MATCH: value is a dict whose keys equal `keys`, in order.
+class DictKeysMatch : public LeafGuard {
+ public:
+  DictKeysMatch(std::vector<pybind11::object> keys, std::string description);
+  bool check(PyObject* value) const override;
+  std::string mismatch(PyObject* value) const override;
+
+ private:
+  std::vector<pybind11::object> keys_;
+};
+
+// TENSOR_MATCH: value is a tensor with the example's Python type, dispatch key
+// set (with this thread's TLS include/exclude modifiers applied, as when the
+// example was recorded), dtype, device, requires_grad, sizes and (optionally,
+// strided layouts only) strides.
+class TensorMatch : public LeafGuard {
+ public:
+  // Throws pybind11::type_error when `example` is not a tensor, and
+  // pybind11::value_error when its sizes are symbolic.
+  TensorMatch(
+      pybind11::handle example,
+      std::string description,
+      bool check_strides);
+  bool check(PyObject* value) const override;
+  std::string mismatch(PyObject* value) const override;
+
+ private:
+  pybind11::object type_;
+  c10::DispatchKeySet dispatch_keys_;
+  c10::ScalarType dtype_;
+  c10::Device device_;
+  bool requires_grad_;
+  c10::Layout layout_;
+  std::vector<int64_t> sizes_;
+  std::vector<int64_t> strides_; // empty unless strides are checked
+  bool check_strides_;
+};
+
+// GLOBAL_STATE: the thread's global state equals the state when the guard was
+// made. Covers grad mode for now.
+class GlobalStateMatch : public LeafGuard {
+ public:
+  explicit GlobalStateMatch(std::string description);
+  bool check(PyObject* value) const override;
+  std::string mismatch(PyObject* value) const override;
+  bool needs_value() const override {
+    return false;
+  }
+
+ private:
+  bool grad_mode_enabled_;
+};
+
+// Text for messages: repr(obj) cut to `limit` characters, or a placeholder when
+// repr raises (the error is cleared). Borrowed `obj`.
+std::string repr_for_message(PyObject* obj, size_t limit = 80);
+
+// "torch.Tensor", "int": the type's module-qualified name (no module for
+// builtins).
+std::string type_name_for_message(PyTypeObject* type);
+
+// "ValueError: bad value" for the exception currently set, which is cleared; ""
+// when none is set.
+std::string take_error_for_message();
+
+} // namespace torch_plugin::capture

@@ -1,0 +1,16 @@
+// module.cpp: the extension module torch_plugin._C.
+//
+// Owns: nothing but the module object; each part of csrc registers its own API
+// through an init_<part>(m) function (pybind11 FAQ, "How can I reduce the build
+// time?"). `import torch` first, so that torch's Python types
+// (THPVariableClass, used by tensor guards) exist before any of our code runs.
+#include <pybind11/pybind11.h>
+
+#include "capture/bindings.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() =
+      "torch_plugin's C++ extension: see torch_plugin/_C.pyi for the contract.";
+  pybind11::module_::import("torch");
+  torch_plugin::capture::init_capture(m);
+}
