@@ -1,0 +1,104 @@
+"""Type stubs for the C++ extension ``torch_plugin._C`` (built from csrc/).
+
+This file is the contract between the C++ capture layer (csrc/capture) and the Python
+translator (torch_plugin/capture). Keep it in sync with csrc/python/module.cpp.
+
+Eval-frame hook
+---------------
+While a thread's callback is set, a PEP 523 frame-evaluation function sees every Python
+frame that thread starts. For each frame it:
+
+1. runs it unmodified (default evaluator) if the thread's callback is None, if ``throwflag``
+   is set, if the code object is a generator/coroutine/async generator, if the code object
+   is marked skipped, or while the hook is already busy on this thread (translator or
+   backend running, or inside a :func:`disable_wrapper` call);
+2. otherwise walks the code object's cache entries (stored in ``co_extra``), most recently
+   used first, and takes the first entry made by the *same callback object* whose guard
+   tree passes on the frame's arguments, globals and closure;
+3. on a miss calls ``callback(frame)`` with the hook disabled on this thread. ``frame`` is a
+   :class:`FrameInfo`. The callback returns ``None`` (mark the code object skipped; run
+   the frame unmodified) or ``(code, guard)`` (a new entry, put first, then run). If the
+   callback raises, the exception propagates to the frame's caller and the frame is not run.
+4. runs an entry's transformed code: a function object is made from the transformed code
+   with the frame's globals, closure, name and qualname, and called with the frame's
+   argument slots ``localsplus[0:nargs]`` as positional arguments, where ``nargs`` counts
+   positional, keyword-only, ``*args`` and ``**kwargs`` slots. The transformed code therefore
+   takes exactly ``nargs`` positional parameters (no keyword-only, no varargs flags), with the
+   same names and cell/free variable layout as the original. The original frame is cleaned up
+   on every path; the transformed call's result or exception is returned to the caller.
+"""
+
+from types import CodeType, FunctionType
+from typing import Any, Callable, Optional, Sequence
+
+class FrameInfo:
+    """What the callback sees of a frame about to run (a snapshot; holds references)."""
+
+    f_code: CodeType
+    f_globals: dict[str, Any]
+    f_builtins: dict[str, Any]
+    f_func: FunctionType
+    closure: Optional[tuple]  # f_func.__closure__ (cells), or None
+    f_locals: dict[str, Any]  # argument names -> values, then free-variable names -> cell contents
+    arg_values: list[Any]  # localsplus[0:nargs], in slot order
+
+def set_eval_frame_callback(callback: Optional[Callable[[FrameInfo], Any]]) -> Optional[Callable]:
+    """Set this thread's callback (None turns capture off for this thread); return the
+    previous one. The PEP 523 function is installed while at least one thread has a
+    callback set and removed when none has."""
+
+def get_eval_frame_callback() -> Optional[Callable]: ...
+def is_hook_installed() -> bool: ...
+def disable_wrapper(fn: Callable) -> Callable:
+    """Return a callable that calls ``fn`` with this thread's hook inactive (frames started
+    inside run unmodified), then restores the previous state, also when ``fn`` raises."""
+
+def skip_code(code: CodeType) -> None:
+    """Mark a code object so the hook always runs it unmodified."""
+
+def reset_code(code: CodeType) -> None:
+    """Drop a code object's cache entries and its skip mark."""
+
+def cache_entries(code: CodeType) -> list[tuple[CodeType, "RootGuardManager"]]:
+    """The (transformed code, guard) entries of a code object, most recently used first."""
+
+def is_code_skipped(code: CodeType) -> bool: ...
+
+class GuardManager:
+    """A node of a guard tree: the value reached by a chain of accessors from the frame
+    (its *source*, e.g. ``L['self'].layer1[0].weight``), the leaf checks on that value, and
+    child accessors. Checks run in the order added; children after leaves."""
+
+    def attr(self, name: str) -> "GuardManager":
+        """Child for ``getattr(value, name)`` (created once; the same node is returned again)."""
+    def item(self, key: Any) -> "GuardManager":
+        """Child for ``value[key]`` (tuple/list index or dict key; created once)."""
+    def add_type_match(self, type: type, description: str) -> None: ...
+    def add_id_match(self, obj: Any, description: str) -> None:
+        """Passes when the value *is* obj (holds a strong reference to obj)."""
+    def add_equals_match(self, value: Any, description: str) -> None:
+        """Passes when ``type(v) is type(value) and v == value``."""
+    def add_len_match(self, n: int, description: str) -> None: ...
+    def add_dict_keys_match(self, keys: Sequence[Any], description: str) -> None:
+        """Passes when the value is a dict whose keys equal ``keys`` in order."""
+    def add_tensor_match(self, example: Any, description: str, check_strides: bool = True) -> None:
+        """Passes when the value is a torch.Tensor with the example's Python type, dispatch
+        key set, dtype, device, requires_grad, sizes and (if check_strides) strides."""
+
+class RootGuardManager(GuardManager):
+    """Root of a guard tree. Children are the frame's argument slots, globals and closure cells."""
+
+    def __init__(self) -> None: ...
+    def local(self, slot: int, name: str) -> GuardManager:
+        """Child for argument slot ``slot`` (``localsplus[slot]``, slot < nargs)."""
+    def global_(self, name: str) -> GuardManager:
+        """Child for global ``name`` (frame globals, then builtins)."""
+    def closure(self, index: int, name: str) -> GuardManager:
+        """Child for the contents of ``f_func.__closure__[index]``."""
+    def add_global_state_match(self) -> None:
+        """Record the current global state (grad mode, for now) and pass only while it is the same."""
+    def check(self, arg_values: Sequence[Any], f_globals: dict, f_builtins: dict, closure: Optional[tuple]) -> bool:
+        """Evaluate the tree (the same code the hook runs). A check that raises fails."""
+    def failure_reason(self, arg_values: Sequence[Any], f_globals: dict, f_builtins: dict, closure: Optional[tuple]) -> Optional[str]:
+        """Description of the first failing check and the value found, or None if all pass."""
+    def num_checks(self) -> int: ...

@@ -1,0 +1,62 @@
+"""torch_plugin: make unmodified PyTorch programs faster with one line.
+
+Public API:
+- :func:`optimize` — capture Python frames into FX graphs and run them through a backend;
+- :func:`disable` — run a function without capture;
+- :func:`reset` — forget every compiled frame;
+- :func:`list_backends`, :func:`lookup_backend`, :func:`register_backend` — the backend registry;
+- :mod:`torch_plugin.config` — flags.
+
+See README.md and docs/ for usage.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Union
+
+from . import config
+from .backends.registry import list_backends, lookup_backend, register_backend
+from .capture import CaptureError, stats
+from .capture.eval_frame import OptimizeContext, OptimizedModule, callback_for, disable, reset
+
+__version__ = "0.1.0"
+
+
+def optimize(
+    backend: Union[str, Callable] = "inductor", *, nopython: bool = False
+) -> OptimizeContext:
+    """Capture frames run under the returned context into FX graphs compiled by ``backend``.
+
+    Args:
+        backend: a registered backend name ("eager", "aot_eager", "inductor", see
+            :func:`list_backends`) or a callable ``(gm: torch.fx.GraphModule,
+            example_inputs: list[torch.Tensor]) -> Callable``.
+        nopython: if True, a frame that cannot be captured raises :class:`CaptureError`
+            instead of running unmodified.
+
+    Returns:
+        An :class:`OptimizeContext`: use it as a decorator (``@optimize("eager")``), call it
+        on a function or nn.Module (``optimize("inductor")(model)``; the module wrapper keeps
+        ``state_dict``, parameters and attributes of the original), or as a context manager
+        (``with optimize("eager"): f(x)``).
+
+    Raises:
+        ValueError: unknown backend name (the message lists the known ones).
+        TypeError: ``backend`` is neither a string nor a callable.
+    """
+    return OptimizeContext(callback_for(backend, nopython))
+
+
+__all__ = [
+    "CaptureError",
+    "OptimizeContext",
+    "OptimizedModule",
+    "config",
+    "disable",
+    "list_backends",
+    "lookup_backend",
+    "optimize",
+    "register_backend",
+    "reset",
+    "stats",
+]

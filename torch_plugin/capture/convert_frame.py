@@ -1,0 +1,158 @@
+"""The eval-frame callback: decide, translate, compile, and hand back guarded code.
+
+Key class: :class:`ConvertFrame`, one per (backend, nopython) pair, called by the C++
+hook with a ``torch_plugin._C.FrameInfo`` for each frame without a matching cache entry.
+It returns None (run the frame unmodified from now on) or ``(transformed_code, guard)``.
+:data:`stats` counts what happened, for tests, benchmarks and the demo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import types
+import warnings
+import weakref
+
+import torch
+import torch.fx
+
+from .. import config
+from .bytecode_emission import make_transformed_code
+from .exc import Unsupported
+from .guards import build_guard_tree
+from .output_graph import OutputGraph
+from .output_structure import flatten_output, rebuild
+from .skipfiles import skip_reason
+from .symbolic_convert import InstructionTranslator
+
+log = logging.getLogger("torch_plugin.capture")
+
+
+@dataclasses.dataclass
+class CaptureStats:
+    """Counters since the last :func:`torch_plugin.reset` (times in seconds)."""
+
+    frames_captured: int = 0
+    graphs_compiled: int = 0
+    recompiles: int = 0
+    frames_failed: int = 0
+    translate_time_s: float = 0.0
+    backend_compile_time_s: float = 0.0
+    failures: list = dataclasses.field(default_factory=list)  # (qualname, reason, location)
+
+    def reset(self) -> None:
+        fresh = CaptureStats()
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+
+
+stats = CaptureStats()
+# Code objects that have cache entries or skip marks, so reset() can clear them.
+seen_code_objects: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
+_warned_cache_limit: set = set()
+
+
+class CaptureError(RuntimeError):
+    """Raised under ``nopython=True`` when a frame cannot be captured as one graph."""
+
+
+class ConvertFrame:
+    """The callback installed by ``optimize(backend)``."""
+
+    def __init__(self, backend, backend_name: str, nopython: bool = False) -> None:
+        self.backend = backend
+        self.backend_name = backend_name
+        self.nopython = nopython
+
+    def __call__(self, frame):
+        from torch_plugin import _C
+
+        code = frame.f_code
+        reason = skip_reason(code)
+        if reason is not None:
+            log.debug("skipping %s (%s): %s", code.co_qualname, code.co_filename, reason)
+            seen_code_objects.add(code)
+            return None
+        seen_code_objects.add(code)
+        entries = _C.cache_entries(code)
+        if entries:
+            if len(entries) >= config.cache_size_limit:
+                if code not in _warned_cache_limit:
+                    _warned_cache_limit.add(code)
+                    warnings.warn(
+                        f"torch_plugin: {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}) reached "
+                        f"config.cache_size_limit={config.cache_size_limit} compiled entries; it now runs without "
+                        "compiling. Last guard failure: "
+                        f"{entries[0][1].failure_reason(frame.arg_values, frame.f_globals, frame.f_builtins, frame.closure)}",
+                        stacklevel=2,
+                    )
+                return None
+            stats.recompiles += 1
+            log.info(
+                "recompiling %s: %s",
+                code.co_qualname,
+                entries[0][1].failure_reason(
+                    frame.arg_values, frame.f_globals, frame.f_builtins, frame.closure
+                ),
+            )
+        try:
+            return self._convert(frame)
+        except Unsupported as e:
+            stats.frames_failed += 1
+            stats.failures.append(
+                (code.co_qualname, e.reason, str(e.location) if e.location else None)
+            )
+            if self.nopython:
+                raise CaptureError(
+                    f"torch_plugin cannot capture {code.co_qualname} as one graph: {e}"
+                ) from None
+            log.info(
+                "not capturing %s: %s", code.co_qualname, e, exc_info=e if config.verbose else None
+            )
+            return None
+
+    def _convert(self, frame):
+        from torch_plugin.backends.registry import call_backend
+        from torch_plugin import _C
+
+        code = frame.f_code
+        t0 = time.perf_counter()
+        output = OutputGraph(code.co_name)
+        try:
+            tx = InstructionTranslator(frame, output)
+            result = tx.run()
+            output.check_side_effects()
+            tensors: list = []
+            spec = flatten_output(result, tensors)
+        finally:
+            output.restore_global_state()
+        if not any(
+            n.op in ("call_function", "call_method", "call_module") for n in output.graph.nodes
+        ):
+            raise Unsupported("no tensor operations to capture")
+        output.graph.output(tuple(t.node for t in tensors))
+        gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
+        guard = build_guard_tree(output.guards)
+        t1 = time.perf_counter()
+        stats.translate_time_s += t1 - t0
+        graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), {len(gm.graph.nodes)} nodes"
+        compiled = call_backend(
+            self.backend,
+            gm,
+            list(output.example_inputs),
+            backend_name=self.backend_name,
+            graph_name=graph_name,
+        )
+        stats.backend_compile_time_s += time.perf_counter() - t1
+        log.debug("captured %s:\n%s", code.co_qualname, gm.code)
+
+        def run_graph(*inputs):
+            return rebuild(spec, compiled(*inputs))
+
+        runner = _C.disable_wrapper(run_graph)
+        transformed = make_transformed_code(code, frame.f_globals, runner, output.input_sources)
+        stats.frames_captured += 1
+        stats.graphs_compiled += 1
+        return transformed, guard

@@ -1,0 +1,165 @@
+"""Turning capture on and off: ``optimize``, ``disable``, ``reset``.
+
+Key classes: :class:`OptimizeContext` (what ``optimize(...)`` returns: a decorator, a
+wrapper for functions and nn.Modules, and a context manager) and :class:`OptimizedModule`
+(the nn.Module wrapper). Each enables the C++ hook with a
+:class:`~torch_plugin.capture.convert_frame.ConvertFrame` callback for the calling thread.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Union
+
+import torch
+
+from .convert_frame import ConvertFrame, seen_code_objects, stats
+
+_callbacks: dict = {}
+
+
+def callback_for(backend: Union[str, Callable], nopython: bool) -> ConvertFrame:
+    """The ConvertFrame for this backend (memoized so cache entries are shared)."""
+    from torch_plugin.backends.registry import lookup_backend
+
+    compiler = lookup_backend(backend)
+    name = (
+        backend
+        if isinstance(backend, str)
+        else getattr(backend, "__name__", type(backend).__name__)
+    )
+    key = (backend if isinstance(backend, str) else id(backend), nopython)
+    cb = _callbacks.get(key)
+    if cb is None or cb.backend is not compiler:
+        cb = ConvertFrame(compiler, name, nopython)
+        _callbacks[key] = cb
+    return cb
+
+
+class OptimizeContext:
+    """Returned by :func:`torch_plugin.optimize`. Use it as ``@decorator``, ``ctx(fn)``,
+    ``ctx(module)`` or ``with ctx:``."""
+
+    def __init__(self, callback: ConvertFrame) -> None:
+        self.callback = callback
+        self._prev: list = []
+
+    def __enter__(self):
+        from torch_plugin import _C
+
+        self._prev.append(_C.set_eval_frame_callback(self.callback))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from torch_plugin import _C
+
+        _C.set_eval_frame_callback(self._prev.pop())
+
+    def __call__(self, fn: Any) -> Any:
+        from torch_plugin import _C
+
+        if isinstance(fn, torch.nn.Module):
+            return OptimizedModule(fn, self)
+        if not callable(fn):
+            raise TypeError(
+                f"torch_plugin.optimize(...) expects a function or nn.Module, got {type(fn).__name__}"
+            )
+        callback = self.callback
+
+        @functools.wraps(fn)
+        def optimized(*args, **kwargs):
+            prev = _C.set_eval_frame_callback(callback)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _C.set_eval_frame_callback(prev)
+
+        optimized._torchplugin_original = fn  # the translator inlines fn when it meets this wrapper
+        return optimized
+
+
+class OptimizedModule(torch.nn.Module):
+    """Wraps an nn.Module so calls run with capture on. Attribute reads, ``state_dict``,
+    ``load_state_dict``, ``parameters`` and friends go to the wrapped module, so its keys are
+    unchanged (no ``_orig_mod.`` prefix)."""
+
+    def __init__(self, module: torch.nn.Module, ctx: OptimizeContext) -> None:
+        super().__init__()
+        object.__setattr__(self, "_orig_mod", module)
+        object.__setattr__(self, "_ctx", ctx)
+        object.__setattr__(self, "_call", ctx(module.__call__))
+
+    def forward(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(object.__getattribute__(self, "_orig_mod"), name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._orig_mod, name, value)
+
+    def state_dict(self, *args, **kwargs):
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def named_parameters(self, *args, **kwargs):
+        return self._orig_mod.named_parameters(*args, **kwargs)
+
+    def parameters(self, *args, **kwargs):
+        return self._orig_mod.parameters(*args, **kwargs)
+
+    def named_buffers(self, *args, **kwargs):
+        return self._orig_mod.named_buffers(*args, **kwargs)
+
+    def buffers(self, *args, **kwargs):
+        return self._orig_mod.buffers(*args, **kwargs)
+
+    def named_modules(self, *args, **kwargs):
+        return self._orig_mod.named_modules(*args, **kwargs)
+
+    def modules(self):
+        return self._orig_mod.modules()
+
+    def train(self, mode: bool = True):
+        self._orig_mod.train(mode)
+        return self
+
+    def to(self, *args, **kwargs):
+        self._orig_mod.to(*args, **kwargs)
+        return self
+
+    def __repr__(self) -> str:
+        return f"OptimizedModule({self._orig_mod!r})"
+
+
+def disable(fn: Callable) -> Callable:
+    """Return ``fn`` wrapped so that it always runs without capture (also when called
+    inside an optimized region; frames it starts are not captured either)."""
+    from torch_plugin import _C
+
+    if not callable(fn):
+        raise TypeError(f"torch_plugin.disable expects a callable, got {type(fn).__name__}")
+    inner = _C.disable_wrapper(fn)
+
+    @functools.wraps(fn)
+    def disabled(*args, **kwargs):
+        return inner(*args, **kwargs)
+
+    disabled._torchplugin_disabled = True
+    return disabled
+
+
+def reset() -> None:
+    """Drop every compiled entry and skip mark, the backend callbacks, and the counters."""
+    from torch_plugin import _C
+
+    for code in list(seen_code_objects):
+        _C.reset_code(code)
+    seen_code_objects.clear()
+    _callbacks.clear()
+    stats.reset()

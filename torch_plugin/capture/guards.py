@@ -1,0 +1,158 @@
+"""Guards: the conditions under which a captured frame's transformed code may be reused.
+
+The translator records guards as it reads values (:class:`GuardSet`); when the frame is
+done they are compiled into one C++ guard tree (``torch_plugin._C.RootGuardManager``),
+which the eval-frame hook evaluates on every later call before reusing the entry.
+
+Guard kinds (one method each on :class:`GuardSet`): ``TYPE_MATCH``, ``ID_MATCH``,
+``EQUALS_MATCH``, ``LEN_MATCH``, ``DICT_KEYS_MATCH``, ``TENSOR_MATCH``, ``NN_MODULE``
+(identity plus ``training``) and the global state (grad mode).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from .sources import (
+    AttrSource,
+    ClosureSource,
+    GlobalSource,
+    ItemSource,
+    LocalSource,
+    ObjectSource,
+    Source,
+)
+
+
+@dataclasses.dataclass
+class Guard:
+    """One check on the value at ``source``. ``kind`` names the check; ``arg`` its data."""
+
+    source: Source
+    kind: str
+    arg: Any = None
+
+    def describe(self) -> str:
+        name = self.source.name()
+        if self.kind == "TYPE_MATCH":
+            return f"type({name}) is {self.arg.__qualname__}"
+        if self.kind == "ID_MATCH":
+            return f"{name} is the object seen at capture ({type(self.arg).__name__})"
+        if self.kind == "EQUALS_MATCH":
+            return f"{name} == {self.arg!r}"
+        if self.kind == "LEN_MATCH":
+            return f"len({name}) == {self.arg}"
+        if self.kind == "DICT_KEYS_MATCH":
+            return f"{name}.keys() == {list(self.arg)!r}"
+        if self.kind == "TENSOR_MATCH":
+            t = self.arg
+            return (
+                f"{name}: tensor dtype={t.dtype}, device={t.device}, size={list(t.shape)}, "
+                f"stride={list(t.stride())}, requires_grad={t.requires_grad}"
+            )
+        return f"{self.kind}({name})"
+
+
+class GuardSet:
+    """The guards one captured frame depends on, deduplicated, in the order recorded."""
+
+    def __init__(self) -> None:
+        self._guards: dict[tuple, Guard] = {}
+
+    def __len__(self) -> int:
+        return len(self._guards)
+
+    def __iter__(self):
+        return iter(self._guards.values())
+
+    def _add(self, source: Source | None, kind: str, arg: Any = None, key: Any = None) -> None:
+        if source is None:
+            return
+        k = (source, kind, key)
+        if k not in self._guards:
+            self._guards[k] = Guard(source, kind, arg)
+
+    def type_match(self, source: Source | None, value: Any) -> None:
+        self._add(source, "TYPE_MATCH", type(value))
+
+    def id_match(self, source: Source | None, value: Any) -> None:
+        self._add(source, "ID_MATCH", value)
+
+    def equals_match(self, source: Source | None, value: Any) -> None:
+        self._add(source, "EQUALS_MATCH", value)
+
+    def len_match(self, source: Source | None, value: Any) -> None:
+        self._add(source, "TYPE_MATCH", type(value))
+        self._add(source, "LEN_MATCH", len(value))
+
+    def dict_keys_match(self, source: Source | None, value: dict) -> None:
+        self._add(source, "TYPE_MATCH", type(value))
+        self._add(source, "DICT_KEYS_MATCH", list(value.keys()))
+
+    def tensor_match(self, source: Source | None, value: torch.Tensor) -> None:
+        self._add(source, "TENSOR_MATCH", value)
+
+    def nn_module(self, source: Source | None, module: torch.nn.Module) -> None:
+        self._add(source, "ID_MATCH", module)
+        if source is not None:
+            self._add(AttrSource(source, "training"), "EQUALS_MATCH", module.training)
+
+    def describe(self) -> list[str]:
+        return [g.describe() for g in self._guards.values()]
+
+
+def build_guard_tree(guards: GuardSet):
+    """Compile ``guards`` into a ``torch_plugin._C.RootGuardManager``.
+
+    Each source becomes a path of accessors from the root (argument slot, global,
+    closure cell, then attributes and items); nodes are shared between guards with a
+    common prefix. The grad-mode global-state check is always added.
+    """
+    from torch_plugin import _C
+
+    root = _C.RootGuardManager()
+    root.add_global_state_match()
+    nodes: dict[Source, Any] = {}
+
+    def node_for(source: Source):
+        node = nodes.get(source)
+        if node is not None:
+            return node
+        if isinstance(source, LocalSource):
+            node = root.local(source.slot, source.name())
+        elif isinstance(source, GlobalSource):
+            node = root.global_(source.global_name)
+        elif isinstance(source, ClosureSource):
+            node = root.closure(source.index, source.name())
+        elif isinstance(source, ObjectSource):
+            node = root.object_(source.obj, source.name())
+        elif isinstance(source, AttrSource):
+            node = node_for(source.base).attr(source.attr)
+        elif isinstance(source, ItemSource):
+            node = node_for(source.base).item(source.key)
+        else:  # pragma: no cover - every Source kind is listed above
+            raise TypeError(f"no guard accessor for source {source!r}")
+        nodes[source] = node
+        return node
+
+    for guard in guards:
+        node = node_for(guard.source)
+        desc = guard.describe()
+        if guard.kind == "TYPE_MATCH":
+            node.add_type_match(guard.arg, desc)
+        elif guard.kind == "ID_MATCH":
+            node.add_id_match(guard.arg, desc)
+        elif guard.kind == "EQUALS_MATCH":
+            node.add_equals_match(guard.arg, desc)
+        elif guard.kind == "LEN_MATCH":
+            node.add_len_match(guard.arg, desc)
+        elif guard.kind == "DICT_KEYS_MATCH":
+            node.add_dict_keys_match(guard.arg, desc)
+        elif guard.kind == "TENSOR_MATCH":
+            node.add_tensor_match(guard.arg, desc, True)
+        else:  # pragma: no cover
+            raise ValueError(f"unknown guard kind {guard.kind}")
+    return root

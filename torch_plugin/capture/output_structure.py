@@ -1,0 +1,104 @@
+"""Return values of captured frames: flatten to graph outputs, rebuild after the graph runs.
+
+:func:`flatten_output` turns the frame's symbolic return value into the list of tensor
+variables the graph returns plus a *spec*; :func:`rebuild` turns the graph's tensors back
+into the user's structure (tuples, lists, dicts, named tuples, HF ModelOutputs, constants).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .exc import unimplemented
+from .variables.base import VariableTracker
+from .variables.constant import ConstantVariable
+from .variables.dicts import ConstDictVariable
+from .variables.lists import ListVariable, NamedTupleVariable, TupleVariable
+from .variables.tensor import TensorVariable
+
+
+def flatten_output(var: VariableTracker, outputs: list[TensorVariable]) -> tuple:
+    """Spec of ``var``; appends its tensors to ``outputs``."""
+    from .variables.model_output import ModelOutputVariable
+
+    if isinstance(var, TensorVariable):
+        outputs.append(var)
+        return ("tensor", len(outputs) - 1)
+    if isinstance(var, ConstantVariable):
+        return ("const", var.value)
+    if isinstance(var, NamedTupleVariable):
+        return ("namedtuple", var.tuple_cls, [flatten_output(v, outputs) for v in var.items])
+    if isinstance(var, TupleVariable):
+        return ("tuple", [flatten_output(v, outputs) for v in var.items])
+    if isinstance(var, ListVariable):
+        return ("list", [flatten_output(v, outputs) for v in var.items])
+    if isinstance(var, ConstDictVariable):
+        return (
+            "dict",
+            var.user_cls,
+            [(k, flatten_output(v, outputs)) for k, v in var.items.items()],
+        )
+    if isinstance(var, ModelOutputVariable):
+        return (
+            "model_output",
+            var.cls,
+            [(k, flatten_output(v, outputs)) for k, v in var.fields.items()],
+        )
+    if var.source is not None or _is_stable_object(var):
+        try:
+            return ("const", var.as_python_constant())
+        except Exception:
+            pass
+    unimplemented(f"returning {var} from the captured frame")
+
+
+def _is_stable_object(var: VariableTracker) -> bool:
+    from .variables.builtin import BuiltinVariable
+    from .variables.functions import UserFunctionVariable
+    from .variables.nn_module import NNModuleVariable
+    from .variables.torch import TorchFunctionVariable
+    from .variables.user_defined import PythonModuleVariable, UserDefinedClassVariable
+
+    return (
+        isinstance(
+            var,
+            (
+                NNModuleVariable,
+                UserDefinedClassVariable,
+                PythonModuleVariable,
+                BuiltinVariable,
+                TorchFunctionVariable,
+            ),
+        )
+        or type(var) is UserFunctionVariable
+    )
+
+
+def rebuild(spec: tuple, tensors) -> Any:
+    kind = spec[0]
+    if kind == "tensor":
+        return tensors[spec[1]]
+    if kind == "const":
+        return spec[1]
+    if kind == "tuple":
+        return tuple(rebuild(s, tensors) for s in spec[1])
+    if kind == "list":
+        return [rebuild(s, tensors) for s in spec[1]]
+    if kind == "namedtuple":
+        cls = spec[1]
+        values = [rebuild(s, tensors) for s in spec[2]]
+        return cls(values) if not hasattr(cls, "_fields") else cls(*values)
+    if kind == "dict":
+        return spec[1]((k, rebuild(s, tensors)) for k, s in spec[2])
+    if kind == "model_output":
+        return spec[1](**{k: rebuild(s, tensors) for k, s in spec[2]})
+    raise AssertionError(f"unknown output spec {kind}")
+
+
+def is_identity_spec(spec: tuple, n: int) -> bool:
+    """True when the graph's tuple of outputs *is* the return value."""
+    return (
+        spec[0] == "tuple"
+        and len(spec[1]) == n
+        and all(s == ("tensor", i) for i, s in enumerate(spec[1]))
+    )

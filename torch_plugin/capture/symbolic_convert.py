@@ -1,0 +1,936 @@
+"""The symbolic bytecode interpreter.
+
+Key classes:
+- :class:`InstructionTranslatorBase`: runs a code object's instructions (from ``dis``,
+  CPython 3.11 and 3.12) on :class:`~torch_plugin.capture.variables.base.VariableTracker`
+  values. One handler method per opcode, named after it.
+- :class:`InstructionTranslator`: the captured frame itself; its inputs are the frame's
+  arguments, globals and closure, wrapped with sources (and so guarded).
+- :class:`InliningInstructionTranslator`: a called user function, interpreted in place so its
+  operations join the same graph.
+
+Python-version differences handled here: LOAD_GLOBAL/LOAD_ATTR's NULL/method bit, PRECALL
+(3.11), POP_JUMP_FORWARD/BACKWARD_* (3.11) vs POP_JUMP_IF_* (3.12), RETURN_CONST,
+BINARY_SLICE/STORE_SLICE, LOAD_FAST_CHECK/LOAD_FAST_AND_CLEAR, END_FOR, LOAD_SUPER_ATTR and
+CALL_INTRINSIC_1 (3.12), and FOR_ITER's exhaustion jump (3.12 skips END_FOR).
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import operator
+import sys
+import types
+from typing import Any, Optional
+
+import torch
+
+from .exc import Unsupported, UserSourceLocation, unimplemented
+from .output_graph import OutputGraph
+from .sources import ClosureSource, GlobalSource, ItemSource, LocalSource, ObjectSource
+from .variables.base import VariableTracker
+from .variables.builder import wrap_constant_or_object, wrap_value
+from .variables.builtin import BuiltinVariable
+from .variables.constant import BINARY_OPS, COMPARE_OPS, INPLACE_OPS, ConstantVariable
+from .variables.dicts import ConstDictVariable
+from .variables.functions import (
+    BaseUserFunctionVariable,
+    CellVariable,
+    NestedUserFunctionVariable,
+    UserFunctionVariable,
+)
+from .variables.lists import (
+    BaseListVariable,
+    ListIteratorVariable,
+    ListVariable,
+    TupleVariable,
+    contains,
+)
+from .variables.nn_module import NNModuleVariable
+from .variables.tensor import TensorVariable
+from .variables.torch import GradModeVariable
+from .variables.user_defined import SuperVariable
+
+PY312 = sys.version_info >= (3, 12)
+MAX_INSTRUCTIONS = 2_000_000
+MAX_INLINE_DEPTH = 64
+_GENERATOR_FLAGS = inspect.CO_GENERATOR
+_UNSUPPORTED_CODE_FLAGS = (
+    inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+)
+
+
+class NullVariable(VariableTracker):
+    """The NULL that CALL's stack layout expects below a callable (PUSH_NULL)."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+class WithExitVariable(VariableTracker):
+    """The ``__exit__`` that BEFORE_WITH leaves on the stack."""
+
+    def __init__(self, ctx: VariableTracker) -> None:
+        super().__init__()
+        self.ctx = ctx
+
+    def call_function(self, tx, args, kwargs):
+        return self.ctx.exit(tx)
+
+
+class _Return(Exception):
+    def __init__(self, value: VariableTracker) -> None:
+        self.value = value
+
+
+class InstructionTranslatorBase:
+    """Interprets one code object. See the module docstring."""
+
+    def __init__(
+        self,
+        code: types.CodeType,
+        f_globals: dict,
+        f_builtins: dict,
+        symbolic_locals: dict[str, VariableTracker],
+        cells: dict[str, CellVariable],
+        output: OutputGraph,
+        depth: int = 0,
+    ) -> None:
+        self.code = code
+        self.f_globals = f_globals
+        self.f_builtins = f_builtins
+        self.symbolic_locals = symbolic_locals
+        self.cells = cells
+        self.output = output
+        self.depth = depth
+        self.instructions = list(dis.get_instructions(code))
+        self.offset_to_index = {inst.offset: i for i, inst in enumerate(self.instructions)}
+        self.stack: list[VariableTracker] = []
+        self.ip = 0
+        self.kw_names: Optional[tuple] = None
+        self.current_inst: Optional[dis.Instruction] = None
+        self.lineno = code.co_firstlineno
+        self.yielded: Optional[list[VariableTracker]] = None
+        self.globals_source = None
+
+    # --- locations ------------------------------------------------------------------------
+    def location(self) -> UserSourceLocation:
+        return UserSourceLocation(self.code.co_filename, self.lineno, self.code.co_name)
+
+    def current_location_text(self) -> str:
+        return str(self.location())
+
+    # --- the loop -------------------------------------------------------------------------
+    def run(self) -> VariableTracker:
+        count = 0
+        try:
+            while True:
+                inst = self.instructions[self.ip]
+                self.ip += 1
+                self.current_inst = inst
+                if inst.positions is not None and inst.positions.lineno is not None:
+                    self.lineno = inst.positions.lineno
+                elif inst.starts_line:
+                    self.lineno = inst.starts_line
+                count += 1
+                if count > MAX_INSTRUCTIONS:
+                    unimplemented("too many instructions interpreted (unbounded loop?)")
+                handler = getattr(self, inst.opname, None)
+                if handler is None:
+                    unimplemented(f"bytecode {inst.opname} is not supported yet")
+                try:
+                    handler(inst)
+                except Unsupported as e:
+                    if e.location is None:
+                        e.location = self.location()
+                    raise
+                except _Return:
+                    raise
+                except RecursionError:
+                    raise Unsupported(
+                        "recursion too deep while capturing", self.location()
+                    ) from None
+                except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
+                    raise Unsupported(
+                        f"{type(e).__name__} while capturing {inst.opname}: {e}", self.location()
+                    ) from e
+        except _Return as r:
+            return r.value
+
+    def push(self, v: VariableTracker) -> None:
+        assert isinstance(v, VariableTracker), v
+        self.stack.append(v)
+
+    def pop(self) -> VariableTracker:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[VariableTracker]:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    def jump(self, inst: dis.Instruction) -> None:
+        self.ip = self.offset_to_index[inst.argval]
+
+    # --- helpers --------------------------------------------------------------------------
+    def binary_op(self, op: str, a: VariableTracker, b: VariableTracker) -> VariableTracker:
+        fn = BINARY_OPS.get(op) or INPLACE_OPS.get(op)
+        if fn is None:
+            unimplemented(f"binary operator {op}")
+        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            if op.endswith("=") and isinstance(a, TensorVariable):
+                return self.output.call_function(self, fn, [a, b], {})
+            return self.output.call_function(self, BINARY_OPS[op.rstrip("=")], [a, b], {})
+        if (
+            isinstance(a, BaseListVariable)
+            and op in ("+", "+=")
+            and isinstance(b, BaseListVariable)
+        ):
+            if op == "+=" and isinstance(a, ListVariable):
+                if not a.mutable_local:
+                    unimplemented("in-place += on a list from the frame's inputs")
+                a.items.extend(b.items)
+                return a
+            return (
+                type(a)(a.items + b.items, mutable_local=True)
+                if isinstance(a, ListVariable)
+                else TupleVariable(a.items + b.items)
+            )
+        if isinstance(a, BaseListVariable) and op in ("*", "*=") and b.is_python_constant():
+            items = a.items * b.as_python_constant()
+            return (
+                ListVariable(items, mutable_local=True)
+                if isinstance(a, ListVariable)
+                else TupleVariable(items)
+            )
+        if (
+            isinstance(a, ConstDictVariable)
+            and isinstance(b, ConstDictVariable)
+            and op in ("|", "|=")
+        ):
+            return ConstDictVariable({**a.items, **b.items}, mutable_local=True)
+        if a.is_python_constant() and b.is_python_constant():
+            av, bv = a.as_python_constant(), b.as_python_constant()
+            if isinstance(av, (list, dict, set)) or isinstance(bv, (list, dict, set)):
+                fn = BINARY_OPS[op.rstrip("=")]
+            return wrap_constant_or_object(fn(av, bv))
+        unimplemented(f"operator {op} on {a} and {b}")
+
+    def compare(self, op: str, a: VariableTracker, b: VariableTracker) -> VariableTracker:
+        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            return self.output.call_function(self, COMPARE_OPS[op], [a, b], {})
+        if a.is_python_constant() and b.is_python_constant():
+            return ConstantVariable(COMPARE_OPS[op](a.as_python_constant(), b.as_python_constant()))
+        if op in ("==", "!=") and a is b:
+            return ConstantVariable(op == "==")
+        unimplemented(f"comparison {op} between {a} and {b}")
+
+    def is_(self, a: VariableTracker, b: VariableTracker) -> bool:
+        if a is b:
+            return True
+        tensor_a, tensor_b = isinstance(a, TensorVariable), isinstance(b, TensorVariable)
+        if tensor_a and tensor_b:
+            return a.node is b.node
+        if tensor_a or tensor_b:
+            return False
+        if isinstance(a, (NullVariable,)) or isinstance(b, NullVariable):
+            return False
+        for x, y in ((a, b), (b, a)):
+            if (
+                isinstance(y, ConstantVariable)
+                and y.value is None
+                and not isinstance(x, ConstantVariable)
+            ):
+                try:
+                    x.as_python_constant()
+                except Unsupported:
+                    return False
+        try:
+            return a.as_python_constant() is b.as_python_constant()
+        except Unsupported:
+            pass
+        if type(a) is not type(b) and not (
+            isinstance(a, ConstantVariable) or isinstance(b, ConstantVariable)
+        ):
+            return False
+        unimplemented(f"`is` between {a} and {b}")
+
+    def getattr(self, obj: VariableTracker, name: str) -> VariableTracker:
+        """``getattr(obj, name)``; ``__class__`` is answered from the variable's type."""
+        if name == "__class__" and not isinstance(obj, TensorVariable):
+            return wrap_constant_or_object(obj.python_type())
+        from .variables.user_defined import UserDefinedObjectVariable
+
+        if (
+            isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable))
+            and self.output.attr_mutations
+        ):
+            pending = self.output.pending_attr(obj.as_python_constant(), name)
+            if pending is not None:
+                return pending
+        return obj.var_getattr(self, name)
+
+    def call(self, fn: VariableTracker, args: list, kwargs: dict) -> VariableTracker:
+        return fn.call_function(self, args, kwargs)
+
+    def load_global_var(self, name: str) -> VariableTracker:
+        if name in self.f_globals:
+            if self.globals_source is None:
+                source = GlobalSource(name)
+            else:
+                source = ItemSource(self.globals_source, name)
+            return wrap_value(self, self.f_globals[name], source)
+        if name in self.f_builtins:
+            return wrap_value(self, self.f_builtins[name], None)
+        unimplemented(f"name {name!r} is not defined")
+
+    def inline_user_function_obj(self, fn, args, kwargs) -> VariableTracker:
+        """Inline a real function object found by attribute lookup (no source)."""
+        var = (
+            wrap_value(self, fn, None)
+            if not isinstance(fn, types.FunctionType)
+            else UserFunctionVariable(fn)
+        )
+        return var.call_function(self, list(args), dict(kwargs))
+
+    def inline_user_function(
+        self, fn_var: BaseUserFunctionVariable, args, kwargs
+    ) -> VariableTracker:
+        code = fn_var.get_code()
+        if code.co_flags & _UNSUPPORTED_CODE_FLAGS:
+            unimplemented(f"call to coroutine/async function {code.co_name}")
+        if self.depth >= MAX_INLINE_DEPTH:
+            unimplemented("inlining too deep (recursion?)")
+        from .skipfiles import check_inline, is_pure_stdlib
+
+        if isinstance(fn_var, UserFunctionVariable) and is_pure_stdlib(code):
+            # Pure standard-library helpers (inspect, dataclasses, ...) on values known at
+            # capture time run for real; their result is a constant of this capture.
+            try:
+                real_args = [a.as_python_constant() for a in args]
+                real_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+            except Unsupported:
+                pass
+            else:
+                fn = fn_var.as_python_constant()
+                return wrap_constant_or_object(fn(*real_args, **real_kwargs))
+        check_inline(code)
+        bound = fn_var.bind(args, kwargs)
+        cells = fn_var.closure_cells(self)
+        for name in code.co_cellvars:
+            cells[name] = CellVariable(bound.get(name))
+        fn_globals = fn_var.get_globals()
+        sub = InliningInstructionTranslator(
+            code, fn_globals, _builtins_of(fn_globals), bound, cells, self.output, self.depth + 1
+        )
+        if fn_globals is not self.root_globals():
+            sub.globals_source = ObjectSource(fn_globals, str(fn_globals.get("__name__", "?")))
+        sub.parent = self
+        if code.co_flags & _GENERATOR_FLAGS:
+            sub.yielded = []
+            sub.run()
+            return ListIteratorVariable(sub.yielded)
+        return sub.run()
+
+    def root_tx(self) -> "InstructionTranslatorBase":
+        tx = self
+        while getattr(tx, "parent", None) is not None:
+            tx = tx.parent
+        return tx
+
+    def root_globals(self) -> dict:
+        return self.root_tx().f_globals
+
+    def zero_arg_super(self) -> VariableTracker:
+        cell = self.cells.get("__class__")
+        if cell is None or cell.contents is None or self.code.co_argcount == 0:
+            unimplemented("super() without __class__ cell")
+        first = self.code.co_varnames[0]
+        obj = self.symbolic_locals.get(first)
+        if obj is None and first in self.cells:
+            obj = self.cells[first].contents
+        if obj is None:
+            unimplemented("super() without a first argument")
+        return SuperVariable(cell.contents.as_python_constant(), obj)
+
+    # --- opcodes: no-ops ------------------------------------------------------------------
+    def NOP(self, inst):
+        pass
+
+    RESUME = NOP
+    PRECALL = NOP
+    EXTENDED_ARG = NOP
+    CACHE = NOP
+    COPY_FREE_VARS = NOP
+
+    # --- stack ----------------------------------------------------------------------------
+    def POP_TOP(self, inst):
+        self.pop()
+
+    def PUSH_NULL(self, inst):
+        self.push(NullVariable())
+
+    def SWAP(self, inst):
+        i = inst.arg
+        self.stack[-1], self.stack[-i] = self.stack[-i], self.stack[-1]
+
+    def COPY(self, inst):
+        self.push(self.stack[-inst.arg])
+
+    def END_FOR(self, inst):
+        self.popn(2)
+
+    # --- locals, globals, cells -----------------------------------------------------------
+    def LOAD_FAST(self, inst):
+        name = inst.argval
+        if name in self.symbolic_locals:
+            self.push(self.symbolic_locals[name])
+        elif name in self.cells and self.cells[name].contents is not None:
+            self.push(self.cells[name].contents)
+        else:
+            unimplemented(f"local variable {name!r} referenced before assignment")
+
+    LOAD_FAST_CHECK = LOAD_FAST
+
+    def LOAD_FAST_AND_CLEAR(self, inst):
+        value = self.symbolic_locals.pop(inst.argval, None)
+        self.push(value if value is not None else NullVariable())
+
+    def STORE_FAST(self, inst):
+        value = self.pop()
+        if isinstance(value, NullVariable):
+            self.symbolic_locals.pop(inst.argval, None)
+        else:
+            self.symbolic_locals[inst.argval] = value
+
+    def DELETE_FAST(self, inst):
+        self.symbolic_locals.pop(inst.argval, None)
+
+    def LOAD_CONST(self, inst):
+        self.push(wrap_constant_or_object(inst.argval))
+
+    def RETURN_CONST(self, inst):
+        self.push(wrap_constant_or_object(inst.argval))
+        self.RETURN_VALUE(inst)
+
+    def LOAD_GLOBAL(self, inst):
+        push_null = (inst.arg & 1) if inst.arg is not None else 0
+        if push_null and not PY312:
+            self.push(NullVariable())
+        value = self.load_global_var(inst.argval)
+        if push_null and PY312:
+            self.push(NullVariable())
+        self.push(value)
+
+    def STORE_GLOBAL(self, inst):
+        unimplemented(f"assignment to global {inst.argval!r} (side effect)")
+
+    def MAKE_CELL(self, inst):
+        name = inst.argval
+        cell = self.cells.setdefault(name, CellVariable())
+        if name in self.symbolic_locals:
+            cell.contents = self.symbolic_locals.pop(name)
+
+    def LOAD_CLOSURE(self, inst):
+        name = inst.argval
+        self.push(self.cells.setdefault(name, CellVariable()))
+
+    def LOAD_DEREF(self, inst):
+        cell = self.cells.get(inst.argval)
+        if cell is None or cell.contents is None:
+            unimplemented(f"free variable {inst.argval!r} referenced before assignment")
+        self.push(cell.contents)
+
+    def STORE_DEREF(self, inst):
+        name = inst.argval
+        cell = self.cells.setdefault(name, CellVariable())
+        if cell.source_bound:
+            unimplemented(f"assignment to nonlocal {name!r} of a real closure (side effect)")
+        cell.contents = self.pop()
+
+    # --- imports (only of modules already imported: importing has effects) -------------------
+    def IMPORT_NAME(self, inst):
+        import importlib.util
+
+        fromlist = self.pop().as_python_constant()
+        level = self.pop().as_python_constant()
+        name = inst.argval
+        if level:
+            name = importlib.util.resolve_name(
+                "." * level + name, self.f_globals.get("__package__")
+            )
+        module = sys.modules.get(name)
+        if module is None:
+            unimplemented(f"import of {name!r}, not imported yet")
+        if not fromlist and "." in name:
+            module = sys.modules[name.partition(".")[0]]
+        self.push(wrap_constant_or_object(module))
+
+    def IMPORT_FROM(self, inst):
+        module = self.stack[-1]
+        try:
+            self.push(self.getattr(module, inst.argval))
+        except Unsupported:
+            full = f"{module.as_python_constant().__name__}.{inst.argval}"
+            if full not in sys.modules:
+                raise
+            self.push(wrap_constant_or_object(sys.modules[full]))
+
+    # --- attributes -------------------------------------------------------------------------
+    def LOAD_ATTR(self, inst):
+        obj = self.pop()
+        method = PY312 and (inst.arg & 1)
+        value = self.getattr(obj, inst.argval)
+        if method:
+            self.push(NullVariable())
+        self.push(value)
+
+    def LOAD_METHOD(self, inst):  # 3.11
+        obj = self.pop()
+        self.push(NullVariable())
+        self.push(self.getattr(obj, inst.argval))
+
+    def LOAD_SUPER_ATTR(self, inst):  # 3.12
+        self_var = self.pop()
+        cls = self.pop()
+        self.pop()  # the global super
+        value = SuperVariable(cls.as_python_constant(), self_var).var_getattr(self, inst.argval)
+        if inst.arg & 1:
+            self.push(NullVariable())
+        self.push(value)
+
+    def STORE_ATTR(self, inst):
+        from .variables.user_defined import UserDefinedObjectVariable
+
+        obj = self.pop()
+        value = self.pop()
+        if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)) and not isinstance(
+            value, TensorVariable
+        ):
+            self.output.store_attr(obj.as_python_constant(), inst.argval, value)
+            return
+        unimplemented(f"assignment to attribute {inst.argval!r} of {obj} (side effect)")
+
+    def DELETE_ATTR(self, inst):
+        unimplemented(f"deletion of attribute {inst.argval!r} (side effect)")
+
+    # --- operators ------------------------------------------------------------------------
+    def BINARY_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        self.push(self.binary_op(inst.argrepr, a, b))
+
+    def COMPARE_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        op = inst.argval
+        if isinstance(op, str) and op.startswith("bool("):
+            op = op[5:-1]
+        self.push(self.compare(op, a, b))
+
+    def IS_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        result = self.is_(a, b)
+        self.push(ConstantVariable(result != bool(inst.arg)))
+
+    def CONTAINS_OP(self, inst):
+        container = self.pop()
+        item = self.pop()
+        if isinstance(container, (BaseListVariable,)):
+            result = contains(self, container.items, item).value
+        elif (
+            isinstance(container, (ConstDictVariable, NNModuleVariable))
+            or not container.is_python_constant()
+        ):
+            result = container.call_method(self, "__contains__", [item], {}).as_python_constant()
+        else:
+            if isinstance(item, TensorVariable):
+                unimplemented("`in` test on a tensor")
+            result = item.as_python_constant() in container.as_python_constant()
+        self.push(ConstantVariable(result != bool(inst.arg)))
+
+    def _unary(self, fn):
+        v = self.pop()
+        if isinstance(v, TensorVariable):
+            self.push(self.output.call_function(self, fn, [v], {}))
+        elif v.is_python_constant():
+            self.push(wrap_constant_or_object(fn(v.as_python_constant())))
+        else:
+            unimplemented(f"unary {fn.__name__} on {v}")
+
+    def UNARY_NEGATIVE(self, inst):
+        self._unary(operator.neg)
+
+    def UNARY_POSITIVE(self, inst):
+        self._unary(operator.pos)
+
+    def UNARY_INVERT(self, inst):
+        self._unary(operator.invert)
+
+    def UNARY_NOT(self, inst):
+        self.push(ConstantVariable(not self.pop().truthiness(self)))
+
+    def CALL_INTRINSIC_1(self, inst):  # 3.12
+        if inst.argrepr == "INTRINSIC_UNARY_POSITIVE":
+            self._unary(operator.pos)
+        elif inst.argrepr == "INTRINSIC_LIST_TO_TUPLE":
+            self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
+        else:
+            unimplemented(f"CALL_INTRINSIC_1 {inst.argrepr}")
+
+    # --- subscripts -----------------------------------------------------------------------
+    def getitem(self, obj: VariableTracker, key: VariableTracker) -> VariableTracker:
+        if isinstance(obj, TensorVariable):
+            return self.output.call_function(self, operator.getitem, [obj, key], {})
+        if isinstance(obj, BaseListVariable):
+            return obj.getitem(self, key)
+        if isinstance(obj, ConstDictVariable):
+            return obj.call_method(self, "__getitem__", [key], {})
+        if isinstance(obj, NNModuleVariable):
+            return obj.getitem(self, key)
+        if isinstance(obj, ConstantVariable) and key.is_python_constant():
+            return wrap_constant_or_object(obj.value[key.as_python_constant()])
+        return obj.call_method(self, "__getitem__", [key], {})
+
+    def BINARY_SUBSCR(self, inst):
+        key = self.pop()
+        obj = self.pop()
+        self.push(self.getitem(obj, key))
+
+    def BINARY_SLICE(self, inst):  # 3.12
+        end = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        self.push(self.getitem(obj, self._slice([start, end])))
+
+    def STORE_SUBSCR(self, inst):
+        key = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        self._setitem(obj, key, value)
+
+    def STORE_SLICE(self, inst):  # 3.12
+        end = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        self._setitem(obj, self._slice([start, end]), value)
+
+    def _setitem(self, obj, key, value):
+        if isinstance(obj, TensorVariable):
+            self.output.call_function(self, operator.setitem, [obj, key, value], {})
+        else:
+            obj.call_method(self, "__setitem__", [key, value], {})
+
+    def DELETE_SUBSCR(self, inst):
+        key = self.pop()
+        obj = self.pop()
+        obj.call_method(self, "__delitem__", [key], {})
+
+    def _slice(self, parts):
+        if all(p.is_python_constant() for p in parts):
+            return ConstantVariable(slice(*[p.as_python_constant() for p in parts]))
+        unimplemented("slice with non-constant bounds")
+
+    def BUILD_SLICE(self, inst):
+        self.push(self._slice(self.popn(inst.arg)))
+
+    # --- building containers --------------------------------------------------------------
+    def BUILD_TUPLE(self, inst):
+        self.push(TupleVariable(self.popn(inst.arg)))
+
+    def BUILD_LIST(self, inst):
+        self.push(ListVariable(self.popn(inst.arg), mutable_local=True))
+
+    def BUILD_SET(self, inst):
+        items = self.popn(inst.arg)
+        if all(i.is_python_constant() for i in items):
+            self.push(ConstantVariable(frozenset(i.as_python_constant() for i in items)))
+            return
+        unimplemented("set of non-constant values")
+
+    def BUILD_MAP(self, inst):
+        flat = self.popn(2 * inst.arg)
+        items = {}
+        for k, v in zip(flat[::2], flat[1::2]):
+            items[k.as_python_constant()] = v
+        self.push(ConstDictVariable(items, mutable_local=True))
+
+    def BUILD_CONST_KEY_MAP(self, inst):
+        keys = self.pop().as_python_constant()
+        values = self.popn(inst.arg)
+        self.push(ConstDictVariable(dict(zip(keys, values)), mutable_local=True))
+
+    def BUILD_STRING(self, inst):
+        parts = self.popn(inst.arg)
+        self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
+
+    def FORMAT_VALUE(self, inst):
+        flags = inst.arg
+        spec = self.pop().as_python_constant() if flags & 0x04 else ""
+        value = self.pop()
+        if not value.is_python_constant():
+            unimplemented(f"f-string formatting of {value}")
+        v = value.as_python_constant()
+        conv = flags & 0x03
+        v = {0: v, 1: str(v), 2: repr(v), 3: ascii(v)}[conv]
+        self.push(ConstantVariable(format(v, spec)))
+
+    def LIST_APPEND(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "append", [v], {})
+
+    def LIST_EXTEND(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "extend", [v], {})
+
+    def LIST_TO_TUPLE(self, inst):
+        self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
+
+    def SET_ADD(self, inst):
+        unimplemented("set comprehension")
+
+    def MAP_ADD(self, inst):
+        v = self.pop()
+        k = self.pop()
+        self.stack[-inst.arg].call_method(self, "__setitem__", [k, v], {})
+
+    def DICT_UPDATE(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [v], {})
+
+    def DICT_MERGE(self, inst):
+        v = self.pop()
+        target = self.stack[-inst.arg]
+        if isinstance(v, ConstDictVariable):
+            for k in v.items:
+                if k in target.items:
+                    unimplemented(f"got multiple values for keyword argument {k!r}")
+        target.call_method(self, "update", [v], {})
+
+    def UNPACK_SEQUENCE(self, inst):
+        items = self.pop().unpack_var_sequence(self)
+        if len(items) != inst.arg:
+            unimplemented(f"cannot unpack {len(items)} values into {inst.arg}")
+        for item in reversed(items):
+            self.push(item)
+
+    def UNPACK_EX(self, inst):
+        items = self.pop().unpack_var_sequence(self)
+        before, after = inst.arg & 0xFF, inst.arg >> 8
+        if len(items) < before + after:
+            unimplemented("not enough values to unpack")
+        middle = items[before : len(items) - after]
+        result = (
+            items[:before]
+            + [ListVariable(middle, mutable_local=True)]
+            + items[len(items) - after :]
+        )
+        for item in reversed(result):
+            self.push(item)
+
+    # --- calls ----------------------------------------------------------------------------
+    def KW_NAMES(self, inst):
+        self.kw_names = self.code.co_consts[inst.arg]
+
+    def CALL(self, inst):
+        n = inst.arg
+        args = self.popn(n)
+        a, b = self.popn(2)
+        if isinstance(a, NullVariable):
+            fn = b
+        else:
+            fn = a
+            args = [b, *args]
+        kwargs = {}
+        if self.kw_names:
+            names = self.kw_names
+            kw_values = args[len(args) - len(names) :]
+            args = args[: len(args) - len(names)]
+            kwargs = dict(zip(names, kw_values))
+            self.kw_names = None
+        self.push(self.call(fn, args, kwargs))
+
+    def CALL_FUNCTION_EX(self, inst):
+        kwargs_var = self.pop() if inst.arg & 1 else None
+        args_var = self.pop()
+        fn = self.pop()
+        if self.stack and isinstance(self.stack[-1], NullVariable):
+            self.pop()
+        args = args_var.unpack_var_sequence(self)
+        kwargs = {}
+        if kwargs_var is not None:
+            if not isinstance(kwargs_var, ConstDictVariable):
+                unimplemented(f"**kwargs from {kwargs_var}")
+            kwargs = dict(kwargs_var.items)
+        self.push(self.call(fn, list(args), kwargs))
+
+    def MAKE_FUNCTION(self, inst):
+        flags = inst.arg
+        code = self.pop().as_python_constant()
+        closure = self.pop().items if flags & 0x08 else ()
+        if flags & 0x04:
+            self.pop()  # annotations
+        kwdefaults = self.pop().items if flags & 0x02 else {}
+        defaults = self.pop().items if flags & 0x01 else ()
+        fn = NestedUserFunctionVariable(
+            code,
+            self.f_globals,
+            code.co_name,
+            code.co_qualname,
+            tuple(defaults),
+            dict(kwdefaults),
+            tuple(closure),
+        )
+        fn.globals_source = self.globals_source
+        self.push(fn)
+
+    # --- control flow ---------------------------------------------------------------------
+    def _jump_if(self, inst, want: bool, pop: bool = True):
+        value = self.pop() if pop else self.stack[-1]
+        if value.truthiness(self) == want:
+            if not pop:
+                pass
+            self.jump(inst)
+        elif not pop:
+            self.pop()
+
+    def POP_JUMP_IF_TRUE(self, inst):
+        self._jump_if(inst, True)
+
+    def POP_JUMP_IF_FALSE(self, inst):
+        self._jump_if(inst, False)
+
+    POP_JUMP_FORWARD_IF_TRUE = POP_JUMP_BACKWARD_IF_TRUE = POP_JUMP_IF_TRUE
+    POP_JUMP_FORWARD_IF_FALSE = POP_JUMP_BACKWARD_IF_FALSE = POP_JUMP_IF_FALSE
+
+    def _is_none(self, value) -> bool:
+        if isinstance(value, ConstantVariable):
+            return value.value is None
+        if isinstance(value, (TensorVariable, NullVariable)):
+            return False
+        return self.is_(value, ConstantVariable(None))
+
+    def POP_JUMP_IF_NONE(self, inst):
+        if self._is_none(self.pop()):
+            self.jump(inst)
+
+    def POP_JUMP_IF_NOT_NONE(self, inst):
+        if not self._is_none(self.pop()):
+            self.jump(inst)
+
+    POP_JUMP_FORWARD_IF_NONE = POP_JUMP_BACKWARD_IF_NONE = POP_JUMP_IF_NONE
+    POP_JUMP_FORWARD_IF_NOT_NONE = POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_IF_NOT_NONE
+
+    def JUMP_IF_TRUE_OR_POP(self, inst):  # 3.11
+        if self.stack[-1].truthiness(self):
+            self.jump(inst)
+        else:
+            self.pop()
+
+    def JUMP_IF_FALSE_OR_POP(self, inst):  # 3.11
+        if not self.stack[-1].truthiness(self):
+            self.jump(inst)
+        else:
+            self.pop()
+
+    def JUMP_FORWARD(self, inst):
+        self.jump(inst)
+
+    JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP_ABSOLUTE = JUMP = JUMP_FORWARD
+
+    def GET_ITER(self, inst):
+        obj = self.pop()
+        if isinstance(obj, ListIteratorVariable):
+            self.push(obj)
+        else:
+            self.push(ListIteratorVariable(obj.unpack_var_sequence(self)))
+
+    def FOR_ITER(self, inst):
+        it = self.stack[-1]
+        if not isinstance(it, ListIteratorVariable):
+            unimplemented(f"for loop over {it}")
+        item = it.next_item()
+        if item is not None:
+            self.push(item)
+            return
+        self.pop()
+        self.jump(inst)
+        if self.instructions[self.ip].opname == "END_FOR":
+            self.ip += 1
+
+    # --- with blocks ----------------------------------------------------------------------
+    def BEFORE_WITH(self, inst):
+        ctx = self.pop()
+        if not isinstance(ctx, GradModeVariable):
+            unimplemented(f"`with` block on {ctx} (only torch grad-mode context managers so far)")
+        self.push(WithExitVariable(ctx))
+        self.push(ctx.enter(self))
+
+    # --- generators (inlined generator functions are run to completion) -------------------
+    def RETURN_GENERATOR(self, inst):
+        self.push(ConstantVariable(None))
+
+    def YIELD_VALUE(self, inst):
+        if self.yielded is None:
+            unimplemented("yield in the captured frame")
+        self.yielded.append(self.pop())
+        self.push(ConstantVariable(None))
+
+    # --- exits ----------------------------------------------------------------------------
+    def RETURN_VALUE(self, inst):
+        raise _Return(self.pop())
+
+    def RAISE_VARARGS(self, inst):
+        unimplemented("raise statement reached while capturing")
+
+    def LOAD_ASSERTION_ERROR(self, inst):
+        unimplemented("assertion failed while capturing")
+
+
+def _builtins_of(f_globals: dict) -> dict:
+    b = f_globals.get("__builtins__", __builtins__)
+    return b if isinstance(b, dict) else b.__dict__
+
+
+class InliningInstructionTranslator(InstructionTranslatorBase):
+    """A user function called from traced code, interpreted into the same graph."""
+
+    parent: Optional[InstructionTranslatorBase] = None
+
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """The captured frame. Its arguments, globals and closure are the graph's inputs."""
+
+    def __init__(self, frame, output: OutputGraph) -> None:
+        code = frame.f_code
+        super().__init__(code, frame.f_globals, frame.f_builtins, {}, {}, output)
+        self.parent = None
+        nargs = code.co_argcount + code.co_kwonlyargcount
+        nargs += bool(code.co_flags & inspect.CO_VARARGS) + bool(
+            code.co_flags & inspect.CO_VARKEYWORDS
+        )
+        self.nargs = nargs
+        for slot, name in enumerate(code.co_varnames[:nargs]):
+            value = frame.arg_values[slot]
+            var = wrap_value(self, value, LocalSource(name, slot))
+            if slot >= code.co_argcount + code.co_kwonlyargcount and hasattr(var, "mutable_local"):
+                var.mutable_local = True  # *args / **kwargs are fresh containers made for this call
+            self.symbolic_locals[name] = var
+        closure = frame.closure or ()
+        for index, name in enumerate(code.co_freevars):
+            try:
+                contents = closure[index].cell_contents
+            except ValueError:
+                self.cells[name] = CellVariable(None, source_bound=True)
+                continue
+            self.cells[name] = CellVariable(
+                wrap_value(self, contents, ClosureSource(name, index)), source_bound=True
+            )
+        for name in code.co_cellvars:
+            if name not in self.cells:
+                self.cells[name] = CellVariable(None)

@@ -1,0 +1,234 @@
+"""Wrap real Python values read by the translator into variables, installing guards.
+
+:func:`wrap_value` is the one place that decides which variable kind a real value
+becomes and which guard protects it (keyed by its source). :func:`wrap_constant_or_object`
+does the same for values with no source (results computed at capture time).
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import enum
+import functools
+import math
+import operator
+import types
+from typing import Any, Optional
+
+import torch
+
+from ..sources import ItemSource, Source
+from .base import VariableTracker
+from .constant import ConstantVariable, is_immutable
+from .dicts import ConstDictVariable
+from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .lists import ListVariable, NamedTupleVariable, TupleVariable
+from .nn_module import NNModuleVariable
+from .tensor import TensorVariable
+from .torch import TorchFunctionVariable
+from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
+
+_BUILTIN_TYPES = {
+    tuple,
+    list,
+    dict,
+    int,
+    float,
+    bool,
+    str,
+    bytes,
+    complex,
+    set,
+    frozenset,
+    range,
+    slice,
+    zip,
+    enumerate,
+    reversed,
+    map,
+    filter,
+    type,
+    super,
+    object,
+    isinstance,
+    len,
+    iter,
+    next,
+}
+
+
+def _is_torch_callable(value: Any) -> bool:
+    module = getattr(value, "__module__", None) or ""
+    if isinstance(
+        value, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
+    ):
+        objclass = getattr(value, "__objclass__", None)
+        if objclass is not None and issubclass(objclass, torch._C.TensorBase):
+            return True
+        self_obj = getattr(value, "__self__", None)
+        if isinstance(self_obj, types.ModuleType) and self_obj.__name__.startswith("torch"):
+            return True
+    if module.startswith("torch._ops") or isinstance(
+        value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+    ):
+        return True
+    if module == "torch" or module.startswith(
+        (
+            "torch.nn.functional",
+            "torch.functional",
+            "torch._C",
+            "torch.fft",
+            "torch.linalg",
+            "torch.special",
+            "torch._tensor",
+            "torch._refs",
+            "torch.compiler",
+            "torch.jit",
+            "torch.autograd.grad_mode",
+            "torch.random",
+        )
+    ):
+        return True
+    if module.startswith("torch._dynamo") and getattr(value, "__name__", "") == "is_compiling":
+        return True
+    return False
+
+
+def wrap_value(tx, value: Any, source: Optional[Source]) -> VariableTracker:
+    """The variable for a real value read from ``source`` (None: computed, not guarded)."""
+    guards = tx.output.guards
+    if isinstance(value, torch.Tensor):
+        guards.tensor_match(source, value)
+        return tx.output.add_graph_input(tx, value, source)
+    if isinstance(value, torch.nn.Module):
+        guards.nn_module(source, value)
+        return NNModuleVariable(value, source)
+    if isinstance(
+        value, (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType)
+    ) or isinstance(value, type):
+        guards.id_match(source, value)
+        return _wrap_callable(tx, value, source)
+    if is_immutable(value):
+        if isinstance(value, (type(None), bool, enum.Enum, types.CodeType)):
+            guards.id_match(source, value)
+        else:
+            guards.equals_match(source, value)
+        return ConstantVariable(value, source)
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        guards.len_match(source, value)
+        items = [
+            wrap_value(tx, v, ItemSource(source, i) if source else None)
+            for i, v in enumerate(value)
+        ]
+        return NamedTupleVariable(items, type(value), source)
+    if type(value) in (tuple, list):
+        guards.len_match(source, value)
+        items = [
+            wrap_value(tx, v, ItemSource(source, i) if source else None)
+            for i, v in enumerate(value)
+        ]
+        cls = TupleVariable if type(value) is tuple else ListVariable
+        return cls(items, source=source, mutable_local=source is None and cls is ListVariable)
+    if type(value) in (dict, collections.OrderedDict) and all(is_immutable(k) for k in value):
+        guards.dict_keys_match(source, value)
+        items = {
+            k: wrap_value(tx, v, ItemSource(source, k) if source else None)
+            for k, v in value.items()
+        }
+        return ConstDictVariable(
+            items, source=source, mutable_local=source is None, user_cls=type(value)
+        )
+    if isinstance(value, types.MethodType):
+        from ..sources import AttrSource
+
+        func = value.__func__
+        self_var = wrap_value(
+            tx, value.__self__, AttrSource(source, "__self__") if source else None
+        )
+        if isinstance(func, types.FunctionType):
+            guards.id_match(AttrSource(source, "__func__") if source else None, func)
+            if isinstance(self_var, NNModuleVariable) and func is torch.nn.Module.__call__:
+                return self_var
+            return UserMethodVariable(func, self_var)
+        return _wrap_callable(tx, value, source)
+    if isinstance(value, types.ModuleType):
+        guards.id_match(source, value)
+        return PythonModuleVariable(value, source)
+    if isinstance(value, functools.partial):
+        guards.id_match(source, value)
+        return PartialVariable(
+            wrap_value(tx, value.func, None),
+            [wrap_value(tx, a, None) for a in value.args],
+            {k: wrap_value(tx, v, None) for k, v in value.keywords.items()},
+            source,
+        )
+    if callable(value) and _is_torch_callable(value):
+        guards.id_match(source, value)
+        return TorchFunctionVariable(value, source)
+    guards.id_match(source, value)
+    return UserDefinedObjectVariable(value, source)
+
+
+def _wrap_callable(tx, value, source) -> VariableTracker:
+    from .builtin import BuiltinVariable
+
+    if value in _BUILTIN_TYPES or (
+        isinstance(value, types.BuiltinFunctionType)
+        and getattr(builtins, value.__name__, None) is value
+    ):
+        return BuiltinVariable(value, source)
+    if (
+        getattr(operator, getattr(value, "__name__", ""), None) is value
+        or getattr(math, getattr(value, "__name__", ""), None) is value
+    ):
+        return BuiltinVariable(value, source)
+    if isinstance(value, type):
+        if (
+            value.__module__.startswith("torch")
+            and not issubclass(value, torch.nn.Module)
+            and value is not torch.Tensor
+        ):
+            return TorchFunctionVariable(value, source)
+        return UserDefinedClassVariable(value, source)
+    orig = getattr(value, "_torchplugin_original", None)
+    if orig is not None:  # a function wrapped by torch_plugin.optimize: inline the original
+        return wrap_value(tx, orig, None)
+    if getattr(value, "_torchplugin_disabled", False):
+        from ..exc import unimplemented
+
+        unimplemented(f"call to {value.__qualname__}, wrapped by torch_plugin.disable")
+    if _is_torch_callable(value):
+        return TorchFunctionVariable(value, source)
+    if isinstance(value, types.FunctionType):
+        return UserFunctionVariable(value, source)
+    return UserDefinedObjectVariable(value, source)
+
+
+def wrap_constant_or_object(value: Any) -> VariableTracker:
+    """Wrap a value computed at capture time (no source, so no guard)."""
+    if is_immutable(value):
+        return ConstantVariable(value)
+    if type(value) in (tuple, list):
+        items = [wrap_constant_or_object(v) for v in value]
+        return (
+            TupleVariable(items)
+            if type(value) is tuple
+            else ListVariable(items, mutable_local=True)
+        )
+    if type(value) is dict and all(is_immutable(k) for k in value):
+        return ConstDictVariable(
+            {k: wrap_constant_or_object(v) for k, v in value.items()}, mutable_local=True
+        )
+    if isinstance(value, torch.nn.Module):
+        return NNModuleVariable(value)
+    if (
+        isinstance(value, types.FunctionType)
+        or isinstance(value, type)
+        or callable(value)
+        and not hasattr(value, "__dict__")
+    ):
+        return _wrap_callable(None, value, None)
+    if isinstance(value, types.ModuleType):
+        return PythonModuleVariable(value)
+    return UserDefinedObjectVariable(value)

@@ -1,0 +1,340 @@
+"""Python builtins (len, isinstance, getattr, range, zip, ...) and the operator module.
+
+Key class: :class:`BuiltinVariable`. Each builtin has one handler method named
+``call_<name>``. Operators on tensors become graph nodes; on constants they run for real.
+Builtins with effects outside the program state the translator models (print, open, input,
+setattr on inputs) are unsupported: the frame runs unmodified.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+
+from ..exc import unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable, is_immutable
+from .dicts import ConstDictVariable
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+
+_UNSUPPORTED = {
+    print,
+    input,
+    open,
+    exec,
+    eval,
+    compile,
+    globals,
+    locals,
+    vars,
+    breakpoint,
+    id,
+    hash,
+    setattr,
+    delattr,
+}
+_PURE_CONSTANT_FNS = {
+    abs,
+    round,
+    divmod,
+    pow,
+    chr,
+    ord,
+    bin,
+    hex,
+    oct,
+    repr,
+    ascii,
+    format,
+    callable,
+    min,
+    max,
+    sum,
+    all,
+    any,
+    sorted,
+    str,
+    int,
+    float,
+    bool,
+    complex,
+    bytes,
+    frozenset,
+    slice,
+    range,
+}
+
+
+def _all_const(args, kwargs) -> bool:
+    return all(a.is_python_constant() for a in args) and all(
+        v.is_python_constant() for v in kwargs.values()
+    )
+
+
+def _consts(args, kwargs):
+    return [a.as_python_constant() for a in args], {
+        k: v.as_python_constant() for k, v in kwargs.items()
+    }
+
+
+class BuiltinVariable(VariableTracker):
+    """A builtin function or type, or a function of the operator/math modules."""
+
+    def __init__(self, fn, source=None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def as_python_constant(self):
+        return self.fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def truthiness(self, tx) -> bool:
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        from .builder import wrap_constant_or_object
+        from .tensor import TensorVariable
+
+        fn = self.fn
+        if fn in _UNSUPPORTED:
+            unimplemented(f"call to builtin {fn.__name__}()")
+        name = getattr(fn, "__name__", "")
+        handler = (
+            getattr(self, f"call_{name}", None) if getattr(builtins, name, None) is fn else None
+        )
+        if handler is not None:
+            result = handler(tx, *args, **kwargs)
+            if result is not None:
+                return result
+        if getattr(operator, name, None) is fn or getattr(math, name, None) is fn:
+            if any(isinstance(a, TensorVariable) for a in args):
+                return tx.output.call_function(tx, fn, list(args), dict(kwargs))
+        if _all_const(args, kwargs) and (
+            fn in _PURE_CONSTANT_FNS
+            or getattr(operator, name, None) is fn
+            or getattr(math, name, None) is fn
+        ):
+            a, k = _consts(args, kwargs)
+            value = fn(*a, **k)
+            if is_immutable(value) or isinstance(value, (list, dict)):
+                return wrap_constant_or_object(value)
+        unimplemented(f"builtin {name}() with arguments {args}")
+
+    # --- handlers: return None to fall through to the generic constant path ------------
+    def call_len(self, tx, obj):
+        if isinstance(obj, ConstantVariable):
+            return ConstantVariable(len(obj.value))
+        return obj.call_method(tx, "__len__", [], {})
+
+    def call_isinstance(self, tx, obj, cls):
+        classes = cls.as_python_constant()
+        try:
+            t = obj.python_type()
+        except Exception:
+            unimplemented(f"isinstance() on {obj}")
+        return ConstantVariable(issubclass(t, classes))
+
+    def call_issubclass(self, tx, a, b):
+        return ConstantVariable(issubclass(a.as_python_constant(), b.as_python_constant()))
+
+    def call_type(self, tx, obj, *rest):
+        from .builder import wrap_constant_or_object
+
+        if rest:
+            unimplemented("type() with three arguments")
+        return wrap_constant_or_object(obj.python_type())
+
+    def call_getattr(self, tx, obj, name, *default):
+        attr = name.as_python_constant()
+        if default:
+            try:
+                return tx.getattr(obj, attr)
+            except Exception:
+                if _hasattr(tx, obj, attr) is False:
+                    return default[0]
+                raise
+        return tx.getattr(obj, attr)
+
+    def call_hasattr(self, tx, obj, name):
+        result = _hasattr(tx, obj, name.as_python_constant())
+        if result is None:
+            unimplemented(f"hasattr() on {obj}")
+        return ConstantVariable(result)
+
+    def call_tuple(self, tx, *args):
+        if not args:
+            return TupleVariable([])
+        return TupleVariable(args[0].unpack_var_sequence(tx))
+
+    def call_list(self, tx, *args):
+        if not args:
+            return ListVariable([], mutable_local=True)
+        return ListVariable(args[0].unpack_var_sequence(tx), mutable_local=True)
+
+    def call_dict(self, tx, *args, **kwargs):
+        items = {}
+        if args:
+            src = args[0]
+            if isinstance(src, ConstDictVariable):
+                items.update(src.items)
+            else:
+                for pair in src.unpack_var_sequence(tx):
+                    k, v = pair.unpack_var_sequence(tx)
+                    items[k.as_python_constant()] = v
+        items.update(kwargs)
+        return ConstDictVariable(items, mutable_local=True)
+
+    def call_iter(self, tx, obj):
+        if isinstance(obj, ListIteratorVariable):
+            return obj
+        return ListIteratorVariable(obj.unpack_var_sequence(tx))
+
+    def call_next(self, tx, it, *default):
+        if not isinstance(it, ListIteratorVariable):
+            unimplemented(f"next() on {it}")
+        item = it.next_item()
+        if item is None:
+            if default:
+                return default[0]
+            unimplemented("next() on an exhausted iterator (StopIteration)")
+        return item
+
+    def call_enumerate(self, tx, seq, start=None):
+        first = start.as_python_constant() if start is not None else 0
+        items = seq.unpack_var_sequence(tx)
+        return ListIteratorVariable(
+            [TupleVariable([ConstantVariable(first + i), v]) for i, v in enumerate(items)]
+        )
+
+    def call_zip(self, tx, *seqs, **kwargs):
+        lists = [s.unpack_var_sequence(tx) for s in seqs]
+        if (
+            kwargs.get("strict") is not None
+            and kwargs["strict"].as_python_constant()
+            and len({len(x) for x in lists}) > 1
+        ):
+            unimplemented("zip(strict=True) with unequal lengths")
+        return ListIteratorVariable([TupleVariable(list(group)) for group in zip(*lists)])
+
+    def call_reversed(self, tx, seq):
+        return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))))
+
+    def call_map(self, tx, fn, *seqs):
+        lists = [s.unpack_var_sequence(tx) for s in seqs]
+        return ListIteratorVariable(
+            [fn.call_function(tx, list(group), {}) for group in zip(*lists)]
+        )
+
+    def call_filter(self, tx, fn, seq):
+        out = []
+        for item in seq.unpack_var_sequence(tx):
+            keep = (
+                item
+                if fn.is_python_constant() and fn.as_python_constant() is None
+                else fn.call_function(tx, [item], {})
+            )
+            if keep.truthiness(tx):
+                out.append(item)
+        return ListIteratorVariable(out)
+
+    def call_range(self, tx, *args):
+        if all(a.is_python_constant() for a in args):
+            return ConstantVariable(range(*[a.as_python_constant() for a in args]))
+        unimplemented("range() with non-constant bounds")
+
+    def call_bool(self, tx, *args):
+        if not args:
+            return ConstantVariable(False)
+        return ConstantVariable(args[0].truthiness(tx))
+
+    def call_any(self, tx, seq):
+        return ConstantVariable(any(v.truthiness(tx) for v in seq.unpack_var_sequence(tx)))
+
+    def call_all(self, tx, seq):
+        return ConstantVariable(all(v.truthiness(tx) for v in seq.unpack_var_sequence(tx)))
+
+    def call_sum(self, tx, seq, start=None):
+        if seq.is_python_constant() and (start is None or start.is_python_constant()):
+            return None
+        items = seq.unpack_var_sequence(tx)
+        total = start if start is not None else ConstantVariable(0)
+        for item in items:
+            total = tx.binary_op("+", total, item)
+        return total
+
+    def call_min(self, tx, *args):
+        return self._minmax(tx, min, args)
+
+    def call_max(self, tx, *args):
+        return self._minmax(tx, max, args)
+
+    def _minmax(self, tx, fn, args):
+        from .tensor import TensorVariable
+
+        items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+        if all(i.is_python_constant() for i in items):
+            return ConstantVariable(fn(i.as_python_constant() for i in items))
+        if any(isinstance(i, TensorVariable) for i in items):
+            unimplemented(f"{fn.__name__}() comparing tensors (data-dependent)")
+        return None
+
+    def call_super(self, tx, *args):
+        from .user_defined import SuperVariable
+
+        if len(args) == 2:
+            return SuperVariable(args[0].as_python_constant(), args[1])
+        if args:
+            unimplemented("super() with one argument")
+        return tx.zero_arg_super()
+
+    def call_callable(self, tx, obj):
+        from .functions import BaseUserFunctionVariable
+        from .tensor import TensorVariable
+
+        if isinstance(obj, TensorVariable):
+            return ConstantVariable(False)
+        if isinstance(obj, BaseUserFunctionVariable):
+            return ConstantVariable(True)
+        return None
+
+    def call_object(self, tx, *args):
+        unimplemented("object() inside captured code")
+
+    def call_str(self, tx, *args):
+        if args and not args[0].is_python_constant():
+            unimplemented(f"str() of {args[0]}")
+        return None
+
+    def call_int(self, tx, *args):
+        from .tensor import TensorVariable
+
+        if args and isinstance(args[0], TensorVariable):
+            unimplemented("int() of a tensor reads tensor data")
+        return None
+
+    call_float = call_int
+
+    def __repr__(self) -> str:
+        return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
+
+
+def _hasattr(tx, obj, name):
+    """True/False when hasattr can be decided without running user code, else None."""
+    from .nn_module import NNModuleVariable
+    from .tensor import TensorVariable
+    from .user_defined import UserDefinedObjectVariable
+
+    if (
+        isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable, ConstantVariable))
+        or obj.is_python_constant()
+    ):
+        value = obj.as_python_constant()
+        return hasattr(value, name)
+    if isinstance(obj, TensorVariable):
+        return hasattr(obj.example, name)
+    if isinstance(obj, (BaseListVariable, ConstDictVariable)):
+        return hasattr(obj.python_type(), name)
+    return None

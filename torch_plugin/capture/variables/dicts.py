@@ -1,0 +1,148 @@
+"""Dicts of symbolic values with constant keys.
+
+Key class: :class:`ConstDictVariable`. Keys are Python constants (strings, ints, ...);
+values are any variables. Dicts created while tracing are local and mutable; dicts from
+the frame's inputs are read-only (their keys are guarded).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..exc import unimplemented
+from .base import VariableTracker, method_getattr
+from .constant import ConstantVariable
+from .lists import ListVariable, TupleVariable
+
+
+class ConstDictVariable(VariableTracker):
+    """A dict whose keys are constants. ``items`` maps real keys to variables."""
+
+    def var_getattr(self, tx, name):
+        return method_getattr(self, name)
+
+    def __init__(
+        self,
+        items: dict[Any, VariableTracker],
+        source=None,
+        mutable_local: bool = False,
+        user_cls: type = dict,
+    ) -> None:
+        super().__init__(source)
+        self.items = dict(items)
+        self.mutable_local = mutable_local
+        self.user_cls = user_cls
+
+    def python_type(self) -> type:
+        return self.user_cls
+
+    def as_python_constant(self) -> Any:
+        return self.user_cls({k: v.as_python_constant() for k, v in self.items.items()})
+
+    def truthiness(self, tx) -> bool:
+        return len(self.items) > 0
+
+    def unpack_var_sequence(self, tx):
+        return [ConstantVariable(k) for k in self.items]
+
+    def getitem(self, key: Any) -> VariableTracker:
+        if key not in self.items:
+            unimplemented(f"dict has no key {key!r} (KeyError at run time)")
+        return self.items[key]
+
+    def call_method(self, tx, name, args, kwargs):
+        def key_of(v):
+            if not v.is_python_constant():
+                unimplemented("dict key that is not a constant")
+            return v.as_python_constant()
+
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(key_of(args[0]))
+        if name == "get" and 1 <= len(args) <= 2:
+            k = key_of(args[0])
+            return self.items.get(k, args[1] if len(args) == 2 else ConstantVariable(None))
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(key_of(args[0]) in self.items)
+        if name == "keys":
+            return DictViewVariable(self, "keys")
+        if name == "values":
+            return DictViewVariable(self, "values")
+        if name == "items":
+            return DictViewVariable(self, "items")
+        if name == "copy":
+            return ConstDictVariable(self.items, mutable_local=True, user_cls=self.user_cls)
+        if not self.mutable_local:
+            unimplemented(
+                f"dict.{name} on a dict from the frame's inputs (mutation is a side effect)"
+            )
+        if name == "__setitem__" and len(args) == 2:
+            self.items[key_of(args[0])] = args[1]
+            return ConstantVariable(None)
+        if name == "__delitem__" and len(args) == 1:
+            self.items.pop(key_of(args[0]))
+            return ConstantVariable(None)
+        if name == "pop" and 1 <= len(args) <= 2:
+            k = key_of(args[0])
+            if k in self.items:
+                return self.items.pop(k)
+            if len(args) == 2:
+                return args[1]
+            unimplemented(f"dict.pop of missing key {k!r}")
+        if name == "setdefault" and 1 <= len(args) <= 2:
+            k = key_of(args[0])
+            if k not in self.items:
+                self.items[k] = args[1] if len(args) == 2 else ConstantVariable(None)
+            return self.items[k]
+        if name == "update":
+            for a in args:
+                if isinstance(a, ConstDictVariable):
+                    self.items.update(a.items)
+                else:
+                    for pair in a.unpack_var_sequence(tx):
+                        k, v = pair.unpack_var_sequence(tx)
+                        self.items[key_of(k)] = v
+            for k, v in kwargs.items():
+                self.items[k] = v
+            return ConstantVariable(None)
+        if name == "clear":
+            self.items.clear()
+            return ConstantVariable(None)
+        return super().call_method(tx, name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"ConstDictVariable({list(self.items)})"
+
+
+class DictViewVariable(VariableTracker):
+    """``d.keys()`` / ``d.values()`` / ``d.items()`` (a snapshot; iteration and len)."""
+
+    def var_getattr(self, tx, name):
+        return method_getattr(self, name)
+
+    def __init__(self, dict_var: ConstDictVariable, kind: str) -> None:
+        super().__init__()
+        self.dict_var = dict_var
+        self.kind = kind
+
+    def unpack_var_sequence(self, tx):
+        d = self.dict_var.items
+        if self.kind == "keys":
+            return [ConstantVariable(k) for k in d]
+        if self.kind == "values":
+            return list(d.values())
+        return [TupleVariable([ConstantVariable(k), v]) for k, v in d.items()]
+
+    def truthiness(self, tx) -> bool:
+        return len(self.dict_var.items) > 0
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__len__":
+            return ConstantVariable(len(self.dict_var.items))
+        if name == "__contains__" and self.kind == "keys" and args[0].is_python_constant():
+            return ConstantVariable(args[0].as_python_constant() in self.dict_var.items)
+        return super().call_method(tx, name, args, kwargs)
+
+    def as_python_constant(self):
+        return ListVariable(self.unpack_var_sequence(None)).as_python_constant()

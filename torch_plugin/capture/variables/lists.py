@@ -1,0 +1,199 @@
+"""Sequences: tuples, lists, named tuples and list iterators of symbolic values.
+
+Key classes: :class:`TupleVariable`, :class:`ListVariable`, :class:`NamedTupleVariable`,
+:class:`ListIteratorVariable`. A list created while tracing is *local* and may be mutated
+freely (the mutation is part of the trace); a list that came from the frame's inputs
+(``source`` set) is read-only here, since mutating it would be a side effect that the
+transformed code does not replay yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..exc import unimplemented
+from .base import VariableTracker, method_getattr
+from .constant import ConstantVariable
+
+
+def _const(v: VariableTracker):
+    return v.as_python_constant()
+
+
+class BaseListVariable(VariableTracker):
+    """Common behaviour of tuples and lists. ``items`` holds the element variables."""
+
+    python_cls: type = list
+
+    def var_getattr(self, tx, name):
+        return method_getattr(self, name)
+
+    def __init__(
+        self, items: list[VariableTracker], source=None, mutable_local: bool = False
+    ) -> None:
+        super().__init__(source)
+        self.items = list(items)
+        self.mutable_local = mutable_local
+
+    def python_type(self) -> type:
+        return self.python_cls
+
+    def as_python_constant(self) -> Any:
+        return self.python_cls([_const(v) for v in self.items])
+
+    def truthiness(self, tx) -> bool:
+        return len(self.items) > 0
+
+    def unpack_var_sequence(self, tx):
+        return list(self.items)
+
+    def _new(self, items):
+        return type(self)(items, mutable_local=True)
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        key = index.as_python_constant()
+        if isinstance(key, slice):
+            return self._new(self.items[key])
+        if isinstance(key, int):
+            try:
+                return self.items[key]
+            except IndexError:
+                unimplemented(f"{self.python_cls.__name__} index {key} out of range")
+        unimplemented(f"{self.python_cls.__name__} index of type {type(key).__name__}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__contains__" and len(args) == 1:
+            return contains(tx, self.items, args[0])
+        if name in ("index", "count") and all(a.is_python_constant() for a in args):
+            return ConstantVariable(
+                getattr(self.as_python_constant(), name)(*[_const(a) for a in args])
+            )
+        if name == "copy" and not args:
+            return ListVariable(list(self.items), mutable_local=True)
+        if self.mutable_local and self.python_cls is list:
+            return self._mutate(tx, name, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
+    def _mutate(self, tx, name, args, kwargs):
+        items = self.items
+        if name == "append" and len(args) == 1:
+            items.append(args[0])
+        elif name == "extend" and len(args) == 1:
+            items.extend(args[0].unpack_var_sequence(tx))
+        elif name == "insert" and len(args) == 2:
+            items.insert(_const(args[0]), args[1])
+        elif name == "pop":
+            idx = _const(args[0]) if args else -1
+            return items.pop(idx)
+        elif name == "clear":
+            items.clear()
+        elif name == "reverse":
+            items.reverse()
+        elif name == "__setitem__" and len(args) == 2:
+            key = _const(args[0])
+            if isinstance(key, slice):
+                items[key] = args[1].unpack_var_sequence(tx)
+            else:
+                items[key] = args[1]
+        elif name == "__delitem__" and len(args) == 1:
+            del items[_const(args[0])]
+        elif name == "remove" and len(args) == 1:
+            target = _const(args[0])
+            for i, v in enumerate(items):
+                if v.is_python_constant() and _const(v) == target:
+                    del items[i]
+                    break
+            else:
+                unimplemented("list.remove of a value not found")
+        else:
+            return super().call_method(tx, name, args, kwargs)
+        return ConstantVariable(None)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.items!r})"
+
+
+def contains(tx, items: list[VariableTracker], needle: VariableTracker) -> ConstantVariable:
+    """``needle in items`` when it can be decided at capture time."""
+    from .tensor import TensorVariable
+
+    if needle.is_python_constant():
+        value = needle.as_python_constant()
+        for item in items:
+            if item.is_python_constant():
+                if item.as_python_constant() == value:
+                    return ConstantVariable(True)
+            elif isinstance(item, TensorVariable):
+                unimplemented("`in` test comparing a constant with a tensor")
+        return ConstantVariable(False)
+    for item in items:
+        if item is needle:
+            return ConstantVariable(True)
+    if isinstance(needle, TensorVariable):
+        unimplemented("`in` test on a tensor (compares tensor data)")
+    unimplemented(f"`in` test for {needle}")
+
+
+class TupleVariable(BaseListVariable):
+    python_cls = tuple
+
+    def _new(self, items):
+        return TupleVariable(items)
+
+
+class ListVariable(BaseListVariable):
+    python_cls = list
+
+
+class NamedTupleVariable(TupleVariable):
+    """A named tuple (``torch.return_types.max``, user namedtuples) of symbolic values."""
+
+    def __init__(self, items, tuple_cls: type, source=None) -> None:
+        super().__init__(items, source)
+        self.tuple_cls = tuple_cls
+
+    def python_type(self) -> type:
+        return self.tuple_cls
+
+    def as_python_constant(self):
+        return self.tuple_cls(*[_const(v) for v in self.items])
+
+    def var_getattr(self, tx, name: str):
+        # namedtuple classes have _fields; structseq types (torch.return_types.*) __match_args__.
+        fields = getattr(self.tuple_cls, "_fields", None) or getattr(
+            self.tuple_cls, "__match_args__", ()
+        )
+        if name in fields:
+            return self.items[list(fields).index(name)]
+        return method_getattr(self, name)
+
+
+class ListIteratorVariable(VariableTracker):
+    """``iter(seq)`` over items known at capture time; advanced by FOR_ITER / next()."""
+
+    def __init__(self, items: list[VariableTracker], index: int = 0) -> None:
+        super().__init__()
+        self.items = items
+        self.index = index
+
+    def next_item(self) -> Optional[VariableTracker]:
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def unpack_var_sequence(self, tx):
+        rest = self.items[self.index :]
+        self.index = len(self.items)
+        return rest
+
+    def python_type(self) -> type:
+        return type(iter([]))
+
+    def __repr__(self) -> str:
+        return f"ListIteratorVariable({self.index}/{len(self.items)})"

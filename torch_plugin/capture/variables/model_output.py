@@ -1,0 +1,106 @@
+"""HuggingFace ``transformers`` ModelOutput objects built inside captured code.
+
+Key class: :class:`ModelOutputVariable`. A ModelOutput is a dataclass that is also an
+ordered dict of its non-None fields. The translator models construction with keyword
+arguments, attribute and item reads, ``to_tuple()``, ``keys()``/``values()``/``items()`` and
+``len()``; the real object is built after the graph runs (``cls(**fields)``), so its own
+``__post_init__`` runs on real tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..exc import unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .lists import ListVariable, TupleVariable
+
+
+class ModelOutputVariable(VariableTracker):
+    def __init__(self, cls: type, fields: dict[str, VariableTracker]) -> None:
+        super().__init__()
+        self.cls = cls
+        self.fields = fields
+
+    @staticmethod
+    def create(tx, cls, args, kwargs) -> "ModelOutputVariable":
+        names = [f.name for f in dataclasses.fields(cls)]
+        if len(args) > len(names):
+            unimplemented(f"{cls.__name__} with too many positional arguments")
+        fields = {}
+        for name in names:
+            fields[name] = ConstantVariable(None)
+        for name, value in zip(names, args):
+            fields[name] = value
+        for name, value in kwargs.items():
+            if name not in names:
+                unimplemented(f"{cls.__name__} got an unexpected field {name!r}")
+            fields[name] = value
+        if (
+            args
+            and len(args) == 1
+            and not isinstance(args[0], ConstantVariable)
+            and not kwargs
+            and len(names) > 1
+        ):
+            # ModelOutput(dict_like) form: not modelled
+            from .tensor import TensorVariable
+
+            if not isinstance(args[0], TensorVariable):
+                unimplemented(f"{cls.__name__} built from a single non-tensor argument")
+        return ModelOutputVariable(cls, fields)
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def _present(self) -> dict[str, VariableTracker]:
+        return {
+            k: v
+            for k, v in self.fields.items()
+            if not (isinstance(v, ConstantVariable) and v.value is None)
+        }
+
+    def var_getattr(self, tx, name: str):
+        if name in self.fields:
+            return self.fields[name]
+        if callable(getattr(self.cls, name, None)):
+            from .base import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)
+        unimplemented(f"attribute {name!r} of {self.cls.__name__}")
+
+    def truthiness(self, tx) -> bool:
+        return len(self._present()) > 0
+
+    def unpack_var_sequence(self, tx):
+        return [ConstantVariable(k) for k in self._present()]
+
+    def call_method(self, tx, name, args, kwargs):
+        present = self._present()
+        if name == "to_tuple":
+            return TupleVariable(list(present.values()))
+        if name == "__getitem__" and len(args) == 1:
+            key = args[0].as_python_constant()
+            if isinstance(key, str):
+                if key not in present:
+                    unimplemented(f"{self.cls.__name__} has no key {key!r}")
+                return present[key]
+            return TupleVariable(list(present.values())).getitem(tx, args[0])
+        if name == "__len__":
+            return ConstantVariable(len(present))
+        if name == "__contains__":
+            return ConstantVariable(args[0].as_python_constant() in present)
+        if name == "keys":
+            return ListVariable([ConstantVariable(k) for k in present], mutable_local=True)
+        if name == "values":
+            return ListVariable(list(present.values()), mutable_local=True)
+        if name == "items":
+            return ListVariable(
+                [TupleVariable([ConstantVariable(k), v]) for k, v in present.items()],
+                mutable_local=True,
+            )
+        if name == "get":
+            key = args[0].as_python_constant()
+            return present.get(key, args[1] if len(args) > 1 else ConstantVariable(None))
+        return super().call_method(tx, name, args, kwargs)

@@ -1,0 +1,231 @@
+"""nn.Module instances.
+
+Key class: :class:`NNModuleVariable`. Calling a module checks it has no hooks, then either
+records a ``call_module`` node (modules defined by torch.nn: Conv2d, Linear, BatchNorm2d,
+...) or inlines the module's ``forward`` (user modules, Sequential/ModuleList iteration).
+Parameters and buffers become ``get_attr`` nodes that reference the module's own tensors, so
+in-place updates (optimizer steps, running statistics) stay visible. Every module read is
+guarded on identity and ``training``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import torch
+
+from ..exc import unimplemented
+from ..sources import AttrSource
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .lists import ListVariable, TupleVariable
+
+_CONTAINERS = (
+    torch.nn.Sequential,
+    torch.nn.ModuleList,
+    torch.nn.ModuleDict,
+    torch.nn.ParameterList,
+    torch.nn.ParameterDict,
+)
+
+
+def is_torch_leaf_module(module: torch.nn.Module) -> bool:
+    """Modules defined by torch.nn (not containers, not subclassed by users) become call_module nodes."""
+    cls = type(module)
+    if isinstance(module, _CONTAINERS):
+        return False
+    return cls.__module__.startswith(
+        ("torch.nn.modules", "torch.ao.nn", "torch.nn.qat", "torch.nn.intrinsic")
+    )
+
+
+def _has_hooks(module: torch.nn.Module) -> bool:
+    from torch.nn.modules import module as module_mod
+
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or getattr(module, "_backward_pre_hooks", None)
+        or module_mod._global_forward_hooks
+        or module_mod._global_forward_pre_hooks
+        or module_mod._global_backward_hooks
+        or getattr(module_mod, "_global_backward_pre_hooks", None)
+    )
+
+
+class NNModuleVariable(VariableTracker):
+    """A real nn.Module reached from the frame (guarded by identity and ``training``)."""
+
+    def __init__(self, module: torch.nn.Module, source=None) -> None:
+        super().__init__(source)
+        self.module = module
+
+    def python_type(self) -> type:
+        return type(self.module)
+
+    def as_python_constant(self):
+        return self.module
+
+    def truthiness(self, tx) -> bool:
+        if isinstance(self.module, _CONTAINERS):
+            return len(self.module) > 0
+        return True
+
+    def _child_source(self, name: str):
+        return AttrSource(self.source, name) if self.source is not None else None
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .builder import wrap_value
+
+        m = self.module
+        d = m.__dict__
+        if "_parameters" in d and name in d["_parameters"]:
+            p = d["_parameters"][name]
+            if p is None:
+                return ConstantVariable(None)
+            return tx.output.register_attr_tensor(tx, p, self._child_source(name))
+        if "_buffers" in d and name in d["_buffers"]:
+            b = d["_buffers"][name]
+            if b is None:
+                return ConstantVariable(None)
+            return tx.output.register_attr_tensor(tx, b, self._child_source(name))
+        if "_modules" in d and name in d["_modules"]:
+            sub = d["_modules"][name]
+            return wrap_value(tx, sub, self._child_source(name))
+        if name in d:
+            value = d[name]
+            if isinstance(value, torch.Tensor):
+                return tx.output.register_attr_tensor(tx, value, self._child_source(name))
+            return wrap_value(tx, value, self._child_source(name))
+        try:
+            static = inspect.getattr_static(m, name)
+        except AttributeError:
+            unimplemented(f"{type(m).__name__} has no attribute {name!r}")
+        return class_attribute(tx, self, static, name)
+
+    def call_function(self, tx, args, kwargs):
+        m = self.module
+        if _has_hooks(m):
+            unimplemented(f"call of {type(m).__name__} with forward/backward hooks")
+        if (
+            is_torch_leaf_module(m)
+            and type(m).forward is getattr(type(m), "forward", None)
+            and "forward" not in m.__dict__
+        ):
+            return tx.output.call_module(tx, m, self.source, list(args), dict(kwargs))
+        call = type(m).__call__
+        if call is not torch.nn.Module.__call__:
+            return tx.inline_user_function_obj(call, [self, *args], kwargs)
+        return self.call_forward(tx, args, kwargs)
+
+    def call_forward(self, tx, args, kwargs):
+        m = self.module
+        if "forward" in m.__dict__:
+            fwd = m.__dict__["forward"]
+            from .builder import wrap_value
+
+            return wrap_value(tx, fwd, self._child_source("forward")).call_function(
+                tx, args, kwargs
+            )
+        fwd = type(m).forward
+        if fwd is torch.nn.Module.forward:
+            unimplemented(f"{type(m).__name__} has no forward()")
+        return tx.inline_user_function_obj(fwd, [self, *args], kwargs)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in ("__call__", "_call_impl", "_wrapped_call_impl"):
+            return self.call_function(tx, args, kwargs)
+        if name == "forward":
+            if _has_hooks(self.module):
+                pass  # forward() called directly bypasses hooks
+            return self.call_forward(tx, args, kwargs)
+        if name == "__len__" and isinstance(self.module, _CONTAINERS):
+            return ConstantVariable(len(self.module))
+        if name == "__getitem__" and isinstance(self.module, _CONTAINERS):
+            return self.getitem(tx, args[0])
+        if name in (
+            "children",
+            "modules",
+            "parameters",
+            "named_parameters",
+            "buffers",
+            "named_children",
+            "named_modules",
+        ):
+            unimplemented(f"nn.Module.{name}()")
+        if name in ("keys", "values", "items") and isinstance(self.module, torch.nn.ModuleDict):
+            subs = [(k, self.var_getattr(tx, k)) for k in self.module.keys()]
+            if name == "keys":
+                return ListVariable([ConstantVariable(k) for k, _ in subs], mutable_local=True)
+            if name == "values":
+                return ListVariable([v for _, v in subs], mutable_local=True)
+            return ListVariable(
+                [TupleVariable([ConstantVariable(k), v]) for k, v in subs], mutable_local=True
+            )
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        m = self.module
+        key = index.as_python_constant()
+        if isinstance(m, torch.nn.ModuleDict):
+            return self.var_getattr(tx, key)
+        if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)):
+            if isinstance(key, slice):
+                unimplemented("slicing a Sequential/ModuleList")
+            n = len(m)
+            if not -n <= key < n:
+                unimplemented(f"{type(m).__name__} index {key} out of range")
+            return self.var_getattr(tx, str(key % n))
+        unimplemented(f"indexing {type(m).__name__}")
+
+    def unpack_var_sequence(self, tx):
+        m = self.module
+        if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)):
+            return [self.var_getattr(tx, str(i)) for i in range(len(m))]
+        if isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            return [ConstantVariable(k) for k in m.keys()]
+        unimplemented(f"iteration over {type(m).__name__}")
+
+    def __repr__(self) -> str:
+        return f"NNModuleVariable({type(self.module).__name__})"
+
+
+def class_attribute(tx, obj_var: VariableTracker, static, name: str) -> VariableTracker:
+    """Resolve a class-level attribute found by ``inspect.getattr_static`` on an instance."""
+    from .builder import wrap_constant_or_object
+    from .functions import UserFunctionVariable, UserMethodVariable
+
+    if isinstance(static, types.FunctionType):
+        return UserMethodVariable(static, obj_var)
+    if isinstance(static, staticmethod):
+        return (
+            UserFunctionVariable(static.__func__)
+            if isinstance(static.__func__, types.FunctionType)
+            else wrap_constant_or_object(static.__func__)
+        )
+    if isinstance(static, classmethod):
+        from .user_defined import UserDefinedClassVariable
+
+        return UserMethodVariable(
+            static.__func__, UserDefinedClassVariable(type(obj_var.as_python_constant()))
+        )
+    if isinstance(static, property):
+        if static.fget is None:
+            unimplemented(f"property {name!r} has no getter")
+        return tx.inline_user_function_obj(static.fget, [obj_var], {})
+    if isinstance(static, types.MemberDescriptorType) or hasattr(type(static), "__get__"):
+        if isinstance(
+            static,
+            (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType),
+        ):
+            unimplemented(f"C method {name!r} of {type(obj_var.as_python_constant()).__name__}")
+        unimplemented(
+            f"descriptor attribute {name!r} of {type(obj_var.as_python_constant()).__name__}"
+        )
+    from .builder import wrap_value
+
+    return wrap_value(
+        tx, static, AttrSource(obj_var.source, name) if obj_var.source is not None else None
+    )

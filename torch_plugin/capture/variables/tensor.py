@@ -1,0 +1,158 @@
+"""Tensors: FX graph values carrying a FakeTensor for shape, dtype and device.
+
+Key class: :class:`TensorVariable`. Metadata (``shape``, ``dtype``, ``device``, ``ndim``,
+``requires_grad``, ``size()``, ``dim()``, ...) is read from the FakeTensor and is a
+constant of the capture (the tensor's guard makes it so). Methods and operators become
+``call_method`` / ``call_function`` nodes. Anything that needs tensor *data* in Python
+(``item()``, ``tolist()``, ``bool(t)``, ``if t.sum() > 0``) is unsupported: the frame runs
+unmodified.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+from ..exc import unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+# Attributes read from the FakeTensor as constants.
+_CONSTANT_ATTRS = {
+    "shape",
+    "dtype",
+    "device",
+    "ndim",
+    "requires_grad",
+    "is_cuda",
+    "is_cpu",
+    "is_sparse",
+    "is_quantized",
+    "is_meta",
+    "layout",
+    "is_leaf",
+    "is_nested",
+}
+# Methods whose result depends only on metadata (run on the FakeTensor, result constant).
+_METADATA_METHODS = {
+    "size",
+    "dim",
+    "ndimension",
+    "numel",
+    "nelement",
+    "stride",
+    "is_contiguous",
+    "is_floating_point",
+    "is_complex",
+    "element_size",
+    "get_device",
+    "type",
+    "storage_offset",
+}
+# Methods that read tensor data into Python: the graph cannot express them.
+_DATA_METHODS = {
+    "item",
+    "tolist",
+    "numpy",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "data_ptr",
+    "cpu_numpy",
+}
+# Attributes that create new tensors from the tensor (become call_function(getattr)).
+_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
+
+
+class TensorVariable(VariableTracker):
+    """A tensor value in the FX graph: ``node`` produces it, ``example`` is its FakeTensor."""
+
+    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None) -> None:
+        super().__init__(source)
+        self.node = node
+        self.example = example
+
+    def python_type(self) -> type:
+        return (
+            type(self.example)
+            if not isinstance(self.example, torch._subclasses.FakeTensor)
+            else torch.Tensor
+        )
+
+    def as_python_constant(self):
+        unimplemented("a tensor's value is not known at capture time")
+
+    def truthiness(self, tx) -> bool:
+        unimplemented("data-dependent branch: bool() of a tensor")
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in _CONSTANT_ATTRS:
+            return ConstantVariable(getattr(self.example, name))
+        if name in _TENSOR_ATTRS:
+            return tx.output.call_function(tx, getattr, [self, ConstantVariable(name)], {})
+        if name == "grad":
+            unimplemented("reading tensor.grad")
+        if name == "data":
+            return tx.output.call_method(tx, "detach", [self], {})
+        if name in _DATA_METHODS:
+            unimplemented(f"Tensor.{name}() reads tensor data into Python")
+        if hasattr(torch.Tensor, name) and callable(getattr(torch.Tensor, name)):
+            return TensorMethodVariable(self, name)
+        unimplemented(f"Tensor attribute {name!r}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in _DATA_METHODS:
+            unimplemented(f"Tensor.{name}() reads tensor data into Python")
+        if name in _METADATA_METHODS:
+            from .builder import wrap_constant_or_object
+
+            consts = [a.as_python_constant() for a in args]
+            kconsts = {k: v.as_python_constant() for k, v in kwargs.items()}
+            return wrap_constant_or_object(getattr(self.example, name)(*consts, **kconsts))
+        if name in ("__len__",):
+            return ConstantVariable(len(self.example))
+        if name == "__getattribute__" and args and args[0].is_python_constant():
+            return self.var_getattr(tx, args[0].as_python_constant())
+        if name in (
+            "backward",
+            "register_hook",
+            "retain_grad",
+            "data_ptr",
+            "untyped_storage",
+            "storage",
+        ):
+            unimplemented(f"Tensor.{name}()")
+        return tx.output.call_method(tx, name, [self, *args], kwargs)
+
+    def unpack_var_sequence(self, tx):
+        if self.example.dim() == 0:
+            unimplemented("iteration over a 0-d tensor")
+        n = self.example.shape[0]
+        return [
+            tx.output.call_function(tx, _getitem, [self, ConstantVariable(i)], {}) for i in range(n)
+        ]
+
+    def __repr__(self) -> str:
+        ex = self.example
+        return f"TensorVariable({self.node.name}, {ex.dtype}, {list(ex.shape)})"
+
+
+_getitem = operator.getitem
+
+
+class TensorMethodVariable(VariableTracker):
+    """A bound method of a tensor (``x.view``), called later."""
+
+    def __init__(self, tensor: TensorVariable, name: str) -> None:
+        super().__init__()
+        self.tensor = tensor
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        return self.tensor.call_method(tx, self.name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"TensorMethodVariable({self.name})"

@@ -1,0 +1,349 @@
+"""User-defined objects and classes, and Python modules.
+
+Key classes: :class:`UserDefinedObjectVariable` (any other object, e.g. a model config),
+:class:`UserDefinedClassVariable` (a class), :class:`PythonModuleVariable` (``import``-ed
+modules), :class:`SuperVariable` (``super()``). Data attributes are read for real and
+guarded by their source, so the guard re-reads them on every call (also through a custom
+``__getattribute__``); methods and properties defined in Python are inlined.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import torch
+
+from ..exc import unimplemented
+from ..sources import AttrSource
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+
+_READ_METHODS = (
+    "__len__",
+    "__getitem__",
+    "__contains__",
+    "keys",
+    "values",
+    "items",
+    "get",
+    "__iter__",
+)
+
+
+def _has_custom_getattr(cls: type) -> bool:
+    return cls.__getattribute__ is not object.__getattribute__ or hasattr(cls, "__getattr__")
+
+
+class UserDefinedObjectVariable(VariableTracker):
+    """A real object of a user class, guarded by identity."""
+
+    def __init__(self, value, source=None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def as_python_constant(self):
+        return self.value
+
+    def truthiness(self, tx) -> bool:
+        cls = type(self.value)
+        if hasattr(cls, "__bool__") or hasattr(cls, "__len__"):
+            if self.source is None:
+                unimplemented(f"truth value of {cls.__name__} object")
+        return bool(self.value)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .builder import wrap_value
+        from .nn_module import class_attribute
+
+        source = AttrSource(self.source, name) if self.source is not None else None
+        cls = type(self.value)
+        if not _has_custom_getattr(cls):
+            try:
+                static = inspect.getattr_static(self.value, name)
+            except AttributeError:
+                unimplemented(f"{cls.__name__} object has no attribute {name!r}")
+            inst_dict = getattr(self.value, "__dict__", {})
+            if name not in inst_dict:
+                return class_attribute(tx, self, static, name)
+        else:
+            static = None
+            for klass in cls.__mro__:
+                if name in klass.__dict__:
+                    static = klass.__dict__[name]
+                    break
+            if isinstance(static, (types.FunctionType, property, staticmethod, classmethod)):
+                return class_attribute(tx, self, static, name)
+        try:
+            value = getattr(self.value, name)
+        except AttributeError:
+            unimplemented(f"{cls.__name__} object has no attribute {name!r}")
+        return wrap_value(tx, value, source)
+
+    def call_method(self, tx, name, args, kwargs):
+        static = getattr(type(self.value), name, None)
+        if (
+            self.source is None
+            and name in _READ_METHODS
+            and not isinstance(static, types.FunctionType)
+            and all(a.is_python_constant() for a in args)
+        ):
+            # a value computed at capture time (e.g. a mappingproxy from inspect): read it
+            from .builder import wrap_constant_or_object
+
+            return wrap_constant_or_object(
+                getattr(self.value, name)(*[a.as_python_constant() for a in args])
+            )
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack_var_sequence(self, tx):
+        if self.source is None and not isinstance(
+            getattr(type(self.value), "__iter__", None), types.FunctionType
+        ):
+            from .builder import wrap_constant_or_object
+
+            try:
+                return [wrap_constant_or_object(v) for v in list(self.value)]
+            except TypeError:
+                pass
+        unimplemented(f"iteration over {type(self.value).__name__} object")
+
+    def call_function(self, tx, args, kwargs):
+        call = getattr(type(self.value), "__call__", None)
+        if isinstance(call, types.FunctionType):
+            from .functions import UserMethodVariable
+
+            return UserMethodVariable(call, self).call_function(tx, args, kwargs)
+        unimplemented(f"call of {type(self.value).__name__} object")
+
+    def __repr__(self) -> str:
+        return f"UserDefinedObjectVariable({type(self.value).__name__})"
+
+
+class UserDefinedClassVariable(VariableTracker):
+    """A class object. Calling it constructs only what the translator models."""
+
+    def __init__(self, value: type, source=None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def as_python_constant(self):
+        return self.value
+
+    def truthiness(self, tx) -> bool:
+        return True
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .builder import wrap_value
+        from .functions import UserFunctionVariable, UserMethodVariable
+
+        static = None
+        for klass in self.value.__mro__:
+            if name in klass.__dict__:
+                static = klass.__dict__[name]
+                break
+        if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
+            return UserFunctionVariable(static.__func__)
+        if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
+            return UserMethodVariable(static.__func__, self)
+        if isinstance(static, types.FunctionType):
+            return UserFunctionVariable(static)
+        try:
+            value = getattr(self.value, name)
+        except AttributeError:
+            unimplemented(f"class {self.value.__name__} has no attribute {name!r}")
+        return wrap_value(
+            tx, value, AttrSource(self.source, name) if self.source is not None else None
+        )
+
+    def call_function(self, tx, args, kwargs):
+        from .lists import NamedTupleVariable
+
+        cls = self.value
+        if cls is __import__("functools").partial and args:
+            from .functions import PartialVariable
+
+            return PartialVariable(args[0], args[1:], kwargs)
+        if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+            fields = cls._fields
+            items = list(args) + [kwargs[f] for f in fields[len(args) :] if f in kwargs]
+            if len(items) != len(fields):
+                unimplemented(f"namedtuple {cls.__name__} with defaults")
+            return NamedTupleVariable(items, cls)
+        model_output = _model_output_base()
+        if model_output is not None and issubclass(cls, model_output):
+            from .model_output import ModelOutputVariable
+
+            return ModelOutputVariable.create(tx, cls, args, kwargs)
+        if all(a.is_python_constant() for a in args) and all(
+            v.is_python_constant() for v in kwargs.values()
+        ):
+            if issubclass(cls, (int, float, str, bool, tuple, frozenset)) or issubclass(
+                cls, __import__("enum").Enum
+            ):
+                from .builder import wrap_constant_or_object
+
+                value = cls(
+                    *[a.as_python_constant() for a in args],
+                    **{k: v.as_python_constant() for k, v in kwargs.items()},
+                )
+                return wrap_constant_or_object(value)
+        if issubclass(cls, torch.nn.Module):
+            unimplemented(f"constructing nn.Module {cls.__name__} inside the captured code")
+        unimplemented(f"constructing an object of class {cls.__qualname__}")
+
+    def __repr__(self) -> str:
+        return f"UserDefinedClassVariable({self.value.__qualname__})"
+
+
+def _model_output_base():
+    mod = __import__("sys").modules.get("transformers.utils.generic")
+    return getattr(mod, "ModelOutput", None) if mod is not None else None
+
+
+class PythonModuleVariable(VariableTracker):
+    """An imported module. Attributes of torch's own modules are not guarded."""
+
+    def __init__(self, value: types.ModuleType, source=None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return types.ModuleType
+
+    def as_python_constant(self):
+        return self.value
+
+    def truthiness(self, tx) -> bool:
+        return True
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .builder import wrap_value
+
+        try:
+            value = getattr(self.value, name)
+        except AttributeError:
+            unimplemented(f"module {self.value.__name__} has no attribute {name!r}")
+        stable = self.value.__name__ == "torch" or self.value.__name__.startswith(
+            ("torch.", "math", "operator")
+        )
+        source = None if stable or self.source is None else AttrSource(self.source, name)
+        return wrap_value(tx, value, source)
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"PythonModuleVariable({self.value.__name__})"
+
+
+class SuperVariable(VariableTracker):
+    """``super(cls, obj)``: attribute lookup starts after ``cls`` in ``type(obj).__mro__``."""
+
+    def __init__(self, cls: type, obj: VariableTracker) -> None:
+        super().__init__()
+        self.cls = cls
+        self.obj = obj
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .builder import wrap_constant_or_object
+        from .functions import UserFunctionVariable, UserMethodVariable
+        from .nn_module import NNModuleVariable
+
+        obj_type = self.obj.python_type()
+        mro = obj_type.__mro__
+        start = mro.index(self.cls) + 1 if self.cls in mro else 0
+        for klass in mro[start:]:
+            if name in klass.__dict__:
+                attr = klass.__dict__[name]
+                if attr is torch.nn.Module.__call__ and isinstance(self.obj, NNModuleVariable):
+                    return _ModuleCallVariable(self.obj)
+                if isinstance(attr, types.FunctionType):
+                    return UserMethodVariable(attr, self.obj)
+                if isinstance(attr, staticmethod):
+                    return UserFunctionVariable(attr.__func__)
+                if isinstance(attr, classmethod):
+                    return UserMethodVariable(attr.__func__, UserDefinedClassVariable(obj_type))
+                if isinstance(attr, property):
+                    return tx.inline_user_function_obj(attr.fget, [self.obj], {})
+                if klass is object and name == "__init__":
+                    return _NoOpVariable()
+                if not hasattr(type(attr), "__get__"):
+                    return wrap_constant_or_object(attr)
+                if klass is dict and name in _DICT_READS:
+                    return _DictReadVariable(self.obj, name)
+                unimplemented(f"super().{name} resolving to {type(attr).__name__}")
+        unimplemented(f"super() has no attribute {name!r}")
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+
+_DICT_READS = ("get", "__getitem__", "__contains__", "__len__", "keys")
+
+
+class _DictReadVariable(VariableTracker):
+    """A read-only dict method (``dict.get`` ...) called on a real dict subclass instance.
+    The dict's keys are guarded and the value read is guarded by its item source."""
+
+    def __init__(self, obj: VariableTracker, name: str) -> None:
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        from ..sources import ItemSource
+        from .builder import wrap_value
+
+        d = self.obj.as_python_constant()
+        source = self.obj.source
+        if kwargs or not all(a.is_python_constant() for a in args):
+            unimplemented(f"dict.{self.name} with non-constant arguments")
+        tx.output.guards.dict_keys_match(source, dict(d) if source is None else d)
+        keys = [a.as_python_constant() for a in args]
+        if self.name == "__len__":
+            return ConstantVariable(dict.__len__(d))
+        if self.name == "keys":
+            return wrap_constant_or_object(list(dict.keys(d)))
+        if self.name == "__contains__":
+            return ConstantVariable(dict.__contains__(d, keys[0]))
+        key = keys[0]
+        if dict.__contains__(d, key):
+            return wrap_value(
+                tx,
+                dict.__getitem__(d, key),
+                ItemSource(source, key) if source is not None else None,
+            )
+        if self.name == "get":
+            return args[1] if len(args) > 1 else ConstantVariable(None)
+        unimplemented(f"KeyError: {key!r}")
+
+
+class _ModuleCallVariable(VariableTracker):
+    """``nn.Module.__call__`` bound to a module (reached through super())."""
+
+    def __init__(self, module_var) -> None:
+        super().__init__()
+        self.module_var = module_var
+
+    def call_function(self, tx, args, kwargs):
+        from .nn_module import _has_hooks, is_torch_leaf_module
+
+        m = self.module_var.module
+        if _has_hooks(m):
+            unimplemented(f"call of {type(m).__name__} with hooks")
+        if is_torch_leaf_module(m):
+            return tx.output.call_module(tx, m, self.module_var.source, list(args), dict(kwargs))
+        return self.module_var.call_forward(tx, args, kwargs)
+
+
+class _NoOpVariable(VariableTracker):
+    def call_function(self, tx, args, kwargs):
+        return ConstantVariable(None)
