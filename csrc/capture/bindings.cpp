@@ -231,6 +231,12 @@ void bind_guards(py::module_& m) {
           py::arg("index"),
           py::arg("name"),
           node)
+      .def(
+          "object_",
+          &RootGuardManager::object,
+          py::arg("obj"),
+          py::arg("name"),
+          node)
       .def("add_global_state_match", &RootGuardManager::add_global_state_match)
       .def(
           "check",

@@ -105,6 +105,30 @@ class ClosureAccessor : public GuardAccessor {
   Py_ssize_t index_;
 };
 
+// A fixed object known when the guard was built (e.g. the globals dict of an
+// inlined function's module). Holds a strong reference; returns a NEW reference.
+class ObjectAccessor : public GuardAccessor {
+ public:
+  ObjectAccessor(py::handle obj, const std::string& name)
+      : GuardAccessor(name), obj_(py::reinterpret_borrow<py::object>(obj)) {}
+
+  PyObject* access(PyObject* /*parent*/, const FrameValues& /*frame*/)
+      const override {
+    return Py_NewRef(obj_.ptr());
+  }
+
+  std::string what() const override {
+    return "fixed object";
+  }
+
+  PyObject* object() const {
+    return obj_.ptr();
+  }
+
+ private:
+  py::object obj_;
+};
+
 // --- child accessors: read from the parent value
 // --------------------------------
 
@@ -335,6 +359,14 @@ GuardManager& RootGuardManager::closure(int index, const std::string& name) {
   return child_for<ClosureAccessor>(
       [&](const ClosureAccessor& a) { return a.index() == index; },
       [&] { return std::make_unique<ClosureAccessor>(index, name); });
+}
+
+GuardManager& RootGuardManager::object(
+    py::handle obj,
+    const std::string& name) {
+  return child_for<ObjectAccessor>(
+      [&](const ObjectAccessor& a) { return a.object() == obj.ptr(); },
+      [&] { return std::make_unique<ObjectAccessor>(obj, name); });
 }
 
 void RootGuardManager::add_global_state_match() {

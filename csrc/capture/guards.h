@@ -131,6 +131,9 @@ class RootGuardManager : public GuardManager {
   // Child for the contents of closure cell `index`; `name` is the free
   // variable's name, printed L['name'] (free variables are frame locals).
   GuardManager& closure(int index, const std::string& name);
+  // Child for a fixed object (BORROWED here; the accessor keeps a strong
+  // reference), e.g. another module's globals dict; `name` is its source name.
+  GuardManager& object(pybind11::handle obj, const std::string& name);
   // Records the current global state (grad mode) and passes only while it
   // holds.
   void add_global_state_match();

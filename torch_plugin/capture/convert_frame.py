@@ -50,7 +50,7 @@ class CaptureStats:
 
 stats = CaptureStats()
 # Code objects that have cache entries or skip marks, so reset() can clear them.
-seen_code_objects: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
+seen_code_objects: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
 _warned_cache_limit: set = set()
 
 
@@ -114,8 +114,8 @@ class ConvertFrame:
             return None
 
     def _convert(self, frame):
-        from torch_plugin.backends.registry import call_backend
         from torch_plugin import _C
+        from torch_plugin.backends.registry import call_backend
 
         code = frame.f_code
         t0 = time.perf_counter()

@@ -9,7 +9,8 @@ wrapper for functions and nn.Modules, and a context manager) and :class:`Optimiz
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -18,7 +19,7 @@ from .convert_frame import ConvertFrame, seen_code_objects, stats
 _callbacks: dict = {}
 
 
-def callback_for(backend: Union[str, Callable], nopython: bool) -> ConvertFrame:
+def callback_for(backend: str | Callable, nopython: bool) -> ConvertFrame:
     """The ConvertFrame for this backend (memoized so cache entries are shared)."""
     from torch_plugin.backends.registry import lookup_backend
 

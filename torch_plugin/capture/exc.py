@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import linecache
-from typing import Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +38,7 @@ class Unsupported(Exception):
         location: the innermost user location being translated when it happened, if known.
     """
 
-    def __init__(self, reason: str, location: Optional[UserSourceLocation] = None):
+    def __init__(self, reason: str, location: UserSourceLocation | None = None):
         super().__init__(reason)
         self.reason = reason
         self.location = location
@@ -50,6 +49,6 @@ class Unsupported(Exception):
         return f"{self.reason}\n  at {self.location}"
 
 
-def unimplemented(reason: str) -> "NoReturn":  # noqa: F821
+def unimplemented(reason: str) -> NoReturn:  # noqa: F821
     """Raise :class:`Unsupported` with ``reason``; the translator adds the location."""
     raise Unsupported(reason)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import operator
 import re
-import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx
@@ -22,7 +22,6 @@ from .exc import unimplemented
 from .guards import GuardSet
 from .sources import Source
 from .variables.base import VariableTracker
-from .variables.constant import ConstantVariable
 from .variables.tensor import TensorVariable
 
 
@@ -66,7 +65,7 @@ class OutputGraph:
         return self.fake_mode.from_tensor(t, static_shapes=True)
 
     # --- graph inputs and attributes ------------------------------------------------------
-    def add_graph_input(self, tx, value: torch.Tensor, source: Optional[Source]) -> TensorVariable:
+    def add_graph_input(self, tx, value: torch.Tensor, source: Source | None) -> TensorVariable:
         """A tensor from the frame's inputs becomes a placeholder loaded from ``source``."""
         if source is None:
             # A tensor reachable only through a value computed at capture time: keep it as a
@@ -103,7 +102,7 @@ class OutputGraph:
         return last
 
     def register_attr_tensor(
-        self, tx, value: torch.Tensor, source: Optional[Source]
+        self, tx, value: torch.Tensor, source: Source | None
     ) -> TensorVariable:
         """A module parameter/buffer: a ``get_attr`` node referencing the real tensor."""
         key = id(value)
@@ -122,7 +121,7 @@ class OutputGraph:
         node.meta["example_value"] = fake
         return TensorVariable(node, fake, source)
 
-    def register_module(self, module: torch.nn.Module, source: Optional[Source]) -> str:
+    def register_module(self, module: torch.nn.Module, source: Source | None) -> str:
         key = id(module)
         name = self._attr_names.get(key)
         if name is None:
@@ -233,7 +232,7 @@ class OutputGraph:
     def store_attr(self, obj: Any, name: str, value: VariableTracker) -> None:
         self.attr_mutations[(id(obj), name)] = (obj, name, value)
 
-    def pending_attr(self, obj: Any, name: str) -> Optional[VariableTracker]:
+    def pending_attr(self, obj: Any, name: str) -> VariableTracker | None:
         entry = self.attr_mutations.get((id(obj), name))
         return entry[2] if entry is not None else None
 

@@ -29,7 +29,7 @@ class Source:
         """Emit instructions that push this value (see bytecode_emission.CodeGen)."""
         raise NotImplementedError
 
-    def root(self) -> "Source":
+    def root(self) -> Source:
         return self
 
     def __str__(self) -> str:

@@ -22,16 +22,12 @@ import inspect
 import operator
 import sys
 import types
-from typing import Any, Optional
-
-import torch
 
 from .exc import Unsupported, UserSourceLocation, unimplemented
 from .output_graph import OutputGraph
 from .sources import ClosureSource, GlobalSource, ItemSource, LocalSource, ObjectSource
 from .variables.base import VariableTracker
 from .variables.builder import wrap_constant_or_object, wrap_value
-from .variables.builtin import BuiltinVariable
 from .variables.constant import BINARY_OPS, COMPARE_OPS, INPLACE_OPS, ConstantVariable
 from .variables.dicts import ConstDictVariable
 from .variables.functions import (
@@ -108,10 +104,10 @@ class InstructionTranslatorBase:
         self.offset_to_index = {inst.offset: i for i, inst in enumerate(self.instructions)}
         self.stack: list[VariableTracker] = []
         self.ip = 0
-        self.kw_names: Optional[tuple] = None
-        self.current_inst: Optional[dis.Instruction] = None
+        self.kw_names: tuple | None = None
+        self.current_inst: dis.Instruction | None = None
         self.lineno = code.co_firstlineno
-        self.yielded: Optional[list[VariableTracker]] = None
+        self.yielded: list[VariableTracker] | None = None
         self.globals_source = None
 
     # --- locations ------------------------------------------------------------------------
@@ -335,7 +331,7 @@ class InstructionTranslatorBase:
             return ListIteratorVariable(sub.yielded)
         return sub.run()
 
-    def root_tx(self) -> "InstructionTranslatorBase":
+    def root_tx(self) -> InstructionTranslatorBase:
         tx = self
         while getattr(tx, "parent", None) is not None:
             tx = tx.parent
@@ -900,7 +896,7 @@ def _builtins_of(f_globals: dict) -> dict:
 class InliningInstructionTranslator(InstructionTranslatorBase):
     """A user function called from traced code, interpreted into the same graph."""
 
-    parent: Optional[InstructionTranslatorBase] = None
+    parent: InstructionTranslatorBase | None = None
 
 
 class InstructionTranslator(InstructionTranslatorBase):

@@ -8,7 +8,8 @@ operation a kind does not model stops capture of the frame instead of guessing.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..exc import unimplemented
 from ..sources import Source
@@ -23,7 +24,7 @@ class VariableTracker:
             and are guarded.
     """
 
-    def __init__(self, source: Optional[Source] = None) -> None:
+    def __init__(self, source: Source | None = None) -> None:
         self.source = source
 
     # --- what the value is -------------------------------------------------------------
@@ -42,15 +43,15 @@ class VariableTracker:
         unimplemented(f"{self} is not a Python constant")
 
     # --- operations ----------------------------------------------------------------------
-    def var_getattr(self, tx, name: str) -> "VariableTracker":
+    def var_getattr(self, tx, name: str) -> VariableTracker:
         unimplemented(f"attribute {name!r} of {self}")
 
     def call_function(
-        self, tx, args: Sequence["VariableTracker"], kwargs: dict
-    ) -> "VariableTracker":
+        self, tx, args: Sequence[VariableTracker], kwargs: dict
+    ) -> VariableTracker:
         unimplemented(f"call of {self}")
 
-    def call_method(self, tx, name: str, args: Sequence["VariableTracker"], kwargs: dict):
+    def call_method(self, tx, name: str, args: Sequence[VariableTracker], kwargs: dict):
         if name == "__getattribute__" and len(args) == 1 and args[0].is_python_constant():
             return self.var_getattr(tx, args[0].as_python_constant())
         unimplemented(f"method {name!r} of {self}")
@@ -59,7 +60,7 @@ class VariableTracker:
         """``bool(value)``; raises Unsupported when it depends on tensor data."""
         unimplemented(f"truth value of {self}")
 
-    def unpack_var_sequence(self, tx) -> list["VariableTracker"]:
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
         """The items of ``iter(value)``, when they can be known at capture time."""
         unimplemented(f"iteration over {self}")
 

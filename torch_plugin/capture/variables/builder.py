@@ -14,7 +14,7 @@ import functools
 import math
 import operator
 import types
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -25,7 +25,6 @@ from .dicts import ConstDictVariable
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
 from .nn_module import NNModuleVariable
-from .tensor import TensorVariable
 from .torch import TorchFunctionVariable
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 
@@ -95,7 +94,7 @@ def _is_torch_callable(value: Any) -> bool:
     return False
 
 
-def wrap_value(tx, value: Any, source: Optional[Source]) -> VariableTracker:
+def wrap_value(tx, value: Any, source: Source | None) -> VariableTracker:
     """The variable for a real value read from ``source`` (None: computed, not guarded)."""
     guards = tx.output.guards
     if isinstance(value, torch.Tensor):

@@ -306,14 +306,12 @@ class BuiltinVariable(VariableTracker):
     def call_str(self, tx, *args):
         if args and not args[0].is_python_constant():
             unimplemented(f"str() of {args[0]}")
-        return None
 
     def call_int(self, tx, *args):
         from .tensor import TensorVariable
 
         if args and isinstance(args[0], TensorVariable):
             unimplemented("int() of a tensor reads tensor data")
-        return None
 
     call_float = call_int
 

@@ -58,7 +58,7 @@ class ConstantVariable(VariableTracker):
         self.value = value
 
     @staticmethod
-    def create(value: Any) -> "ConstantVariable":
+    def create(value: Any) -> ConstantVariable:
         return ConstantVariable(value)
 
     def python_type(self) -> type:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import types
-from typing import Any, Optional
+from typing import Any
 
 from ..exc import unimplemented
 from .base import VariableTracker
@@ -25,7 +25,7 @@ class CellVariable(VariableTracker):
     """A closure cell; ``contents`` is None while the cell is empty."""
 
     def __init__(
-        self, contents: Optional[VariableTracker] = None, source_bound: bool = False
+        self, contents: VariableTracker | None = None, source_bound: bool = False
     ) -> None:
         super().__init__()
         self.contents = contents

@@ -9,7 +9,7 @@ transformed code does not replay yet.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from ..exc import unimplemented
 from .base import VariableTracker, method_getattr
@@ -180,7 +180,7 @@ class ListIteratorVariable(VariableTracker):
         self.items = items
         self.index = index
 
-    def next_item(self) -> Optional[VariableTracker]:
+    def next_item(self) -> VariableTracker | None:
         if self.index >= len(self.items):
             return None
         item = self.items[self.index]

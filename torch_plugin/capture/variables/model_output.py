@@ -24,7 +24,7 @@ class ModelOutputVariable(VariableTracker):
         self.fields = fields
 
     @staticmethod
-    def create(tx, cls, args, kwargs) -> "ModelOutputVariable":
+    def create(tx, cls, args, kwargs) -> ModelOutputVariable:
         names = [f.name for f in dataclasses.fields(cls)]
         if len(args) > len(names):
             unimplemented(f"{cls.__name__} with too many positional arguments")

@@ -19,7 +19,6 @@ from ..sources import AttrSource
 from .base import VariableTracker
 from .constant import ConstantVariable
 
-
 _READ_METHODS = (
     "__len__",
     "__getitem__",
@@ -300,7 +299,7 @@ class _DictReadVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         from ..sources import ItemSource
-        from .builder import wrap_value
+        from .builder import wrap_constant_or_object, wrap_value
 
         d = self.obj.as_python_constant()
         source = self.obj.source
