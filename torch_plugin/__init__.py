@@ -12,7 +12,8 @@ See README.md and docs/ for usage.
 
 from __future__ import annotations
 
-from typing import Callable, Union
+from collections.abc import Callable
+from typing import Union
 
 from . import config
 from .backends.registry import list_backends, lookup_backend, register_backend
@@ -23,7 +24,7 @@ __version__ = "0.1.0"
 
 
 def optimize(
-    backend: Union[str, Callable] = "inductor", *, nopython: bool = False
+    backend: str | Callable = "inductor", *, nopython: bool = False
 ) -> OptimizeContext:
     """Capture frames run under the returned context into FX graphs compiled by ``backend``.
 
