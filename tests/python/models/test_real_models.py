@@ -63,3 +63,19 @@ def test_model_one_graph_matches_eager(make, backend):
     assert torch_plugin.stats.graphs_compiled == 1, torch_plugin.stats.failures
     assert torch_plugin.stats.recompiles == 0
     assert torch_plugin.stats.frames_failed == 0, torch_plugin.stats.failures
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_resnet18_cuda(backend):
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None).eval().cuda()
+    om = torch_plugin.optimize(backend)(model)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(4, 3, 224, 224, device="cuda")
+            got, want = om(x), model(x)
+            scale = max(want.abs().max().item(), 1.0)
+            assert (got - want).abs().max().item() <= TOL[backend] * scale
+    assert torch_plugin.stats.graphs_compiled == 1
+    assert torch_plugin.stats.recompiles == 0
