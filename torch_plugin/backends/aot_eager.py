@@ -10,10 +10,17 @@ Parameters and buffers the graph reads through ``get_attr`` nodes (or through su
 lifted by AOTAutograd into graph inputs and passed from the module on every call, so
 gradients reach the module's own ``nn.Parameter`` objects.
 
+AOTAutograd compiles the backward graph lazily, on the first ``backward()``, and runs it
+from the autograd engine: both happen outside the compiled forward call, possibly while an
+``optimize`` region is active on the thread. So the compilers here compile and run their
+graphs with capture off (:func:`without_capture`); otherwise the capture hook would try to
+translate every frame of the backward compiler and the backward graph's own code.
+
 Key parts:
 - :func:`aot_eager`: the backend.
 - :func:`flatten_graph_outputs`: AOTAutograd needs a graph that returns a flat tuple; this
   rewrites one that does not and gives back how to rebuild its outputs.
+- :func:`without_capture`: ``fn`` wrapped to run with the capture hook off on this thread.
 """
 
 from collections.abc import Callable, Sequence
@@ -47,12 +54,22 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> C
 def _boxed_nop(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     """AOTAutograd's compiler hook: no compilation. It calls compilers' results "boxed",
     with one list of arguments."""
+    forward = without_capture(gm.forward)
 
     def run(args: list[Any]) -> Any:
-        return gm.forward(*args)
+        return forward(*args)
 
     run._boxed_call = True  # type: ignore[attr-defined]
     return run
+
+
+def without_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` wrapped so that it, and every frame it starts, runs with the capture hook off
+    on the calling thread (also inside an ``optimize`` region); the previous state is
+    restored afterwards, also when ``fn`` raises."""
+    from torch_plugin import _C
+
+    return _C.disable_wrapper(fn)
 
 
 def flatten_graph_outputs(gm: torch.fx.GraphModule) -> Callable[[Sequence[Any]], Any]:

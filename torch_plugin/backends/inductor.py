@@ -10,6 +10,8 @@ Two things differ from our backend contract and are adapted here:
 - ``compile_fx`` returns a graph's outputs as a flat list; :func:`inductor` flattens the
   graph's outputs first (as AOTAutograd needs anyway) and rebuilds the original structure
   (a tuple stays a tuple). Like every backend it may rewrite ``gm``.
+- Inductor compiles the backward graph lazily, on the first ``backward()``, which may run
+  inside an ``optimize`` region: its compiler runs with capture off (see ``aot_eager``).
 - Its result carries ``_boxed_call = True`` copied from an inner function although it takes
   unboxed arguments; our wrapper is a plain ``compiled(*inputs)`` function.
 
@@ -23,15 +25,17 @@ from typing import Any
 
 import torch
 
-from torch_plugin.backends.aot_eager import flatten_graph_outputs
+from torch_plugin.backends.aot_eager import flatten_graph_outputs, without_capture
 
 
 def inductor(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
     """Compile ``gm`` with Inductor's ``compile_fx``."""
-    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     rebuild = flatten_graph_outputs(gm)
-    compiled = compile_fx(gm, example_inputs)
+    # The backward graph is compiled on the first backward(), outside the compiled forward
+    # call, maybe inside an optimize region: keep capture off while Inductor compiles.
+    compiled = compile_fx(gm, example_inputs, inner_compile=without_capture(compile_fx_inner))
 
     def run(*args: Any) -> Any:
         return rebuild(compiled(*args))

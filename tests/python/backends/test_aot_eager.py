@@ -89,3 +89,27 @@ def test_flatten_graph_outputs_round_trips(fn):
     out = rebuild(list(flat))
     assert type(out) is type(expected)
     torch.testing.assert_close(out, expected, atol=0, rtol=0)
+
+
+def test_backward_compiles_and_runs_with_capture_off(mlp):
+    """The backward graph is compiled and run from backward(), outside the compiled forward
+    call; capture must stay off for it even when an optimize region is active."""
+    from torch_plugin import _C
+
+    compiled = _compile(torch.fx.symbolic_trace(mlp), [torch.randn(4, 16, requires_grad=True)])
+    out = compiled(torch.randn(4, 16, requires_grad=True))
+    seen = []
+
+    def callback(frame):  # returns None: run unmodified (and mark skipped, undone below)
+        seen.append(frame.f_code)
+
+    previous = _C.set_eval_frame_callback(callback)
+    try:
+        out["out"].sum().backward()
+    finally:
+        _C.set_eval_frame_callback(previous)
+        for code in seen:
+            _C.reset_code(code)
+    assert mlp.fc1.weight.grad is not None
+    fx_frames = [c.co_name for c in seen if c.co_filename.startswith("<eval_with_key>")]
+    assert fx_frames == []
