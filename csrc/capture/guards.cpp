@@ -25,7 +25,7 @@ py::object interned(const std::string& name) {
 class LocalAccessor : public GuardAccessor {
  public:
   LocalAccessor(int slot, const std::string& name)
-      : GuardAccessor("L['" + name + "']"), slot_(slot) {}
+      : GuardAccessor(name), slot_(slot) {}
 
   PyObject* access(PyObject* /*parent*/, const FrameValues& frame)
       const override {
@@ -79,7 +79,7 @@ class GlobalAccessor : public GuardAccessor {
 class ClosureAccessor : public GuardAccessor {
  public:
   ClosureAccessor(int index, const std::string& name)
-      : GuardAccessor("L['" + name + "']"), index_(index) {}
+      : GuardAccessor(name), index_(index) {}
 
   PyObject* access(PyObject* /*parent*/, const FrameValues& frame)
       const override {
@@ -106,7 +106,8 @@ class ClosureAccessor : public GuardAccessor {
 };
 
 // A fixed object known when the guard was built (e.g. the globals dict of an
-// inlined function's module). Holds a strong reference; returns a NEW reference.
+// inlined function's module). Holds a strong reference; returns a NEW
+// reference.
 class ObjectAccessor : public GuardAccessor {
  public:
   ObjectAccessor(py::handle obj, const std::string& name)

@@ -6,7 +6,8 @@
 // *source*, printed like `L['self'].layer1[0].weight`); it runs its leaf guards
 // on that value, then each child accessor reads a child value and recurses.
 // Accessors are the C++ twins of the Python Source kinds: local (argument
-// slot), global, closure (cell contents) at the root; attr and item below.
+// slot), global, closure (cell contents) and object (a fixed object) at the
+// root; attr and item below.
 //
 // Ownership: managers own their leaves and accessors; an accessor owns its
 // child manager. FrameValues BORROWS everything it points to. Values read by
@@ -123,13 +124,13 @@ class RootGuardManager : public GuardManager {
  public:
   RootGuardManager();
 
-  // Child for argument slot `slot` (localsplus[slot], slot < nargs); `name` is
-  // the argument's name, printed as L['name'].
+  // Child for argument slot `slot` (localsplus[slot], slot < nargs). `name` is
+  // the source's printed name (e.g. "L['x']"), used verbatim in messages.
   GuardManager& local(int slot, const std::string& name);
   // Child for global `name`: frame globals, then builtins; printed G['name'].
   GuardManager& global(const std::string& name);
-  // Child for the contents of closure cell `index`; `name` is the free
-  // variable's name, printed L['name'] (free variables are frame locals).
+  // Child for the contents of closure cell `index` (f_func.__closure__[index]);
+  // `name` is the source's printed name (e.g. "C['scale']"), used verbatim.
   GuardManager& closure(int index, const std::string& name);
   // Child for a fixed object (BORROWED here; the accessor keeps a strong
   // reference), e.g. another module's globals dict; `name` is its source name.
