@@ -8,8 +8,10 @@ of the compiled model.
 
     python3 examples/resnet18_demo.py [--runs 20] [--backends eager,inductor]
 
-Exits with status 1 if a backend's output differs from eager by more than its tolerance
-(1e-5 for "eager" and "aot_eager", 1e-3 for the others).
+Exits with status 1 if a backend's output differs from eager by more than its tolerance:
+1e-5 for "eager" and "aot_eager", which run the same ATen kernels; for compiling backends
+1e-3 on CPU and 1e-2 on GPU, where Inductor's convolutions may pick other cuDNN algorithms
+(8.7e-4 was seen on an H200).
 """
 
 import argparse
@@ -22,8 +24,13 @@ import torchvision
 
 import torch_plugin
 
-TOLERANCE = {"eager": 1e-5, "aot_eager": 1e-5}
-DEFAULT_TOLERANCE = 1e-3
+EXACT_BACKENDS = ("eager", "aot_eager")
+
+
+def tolerance(backend: str, device: torch.device) -> float:
+    if backend in EXACT_BACKENDS:
+        return 1e-5
+    return 1e-2 if device.type == "cuda" else 1e-3
 
 
 def median_ms(fn, x: torch.Tensor, runs: int, device: torch.device) -> float:
@@ -85,8 +92,8 @@ def main() -> int:
                 f"{label:22}{graphs:>7}{first_call_s:>14.2f}{error:>13.2e}"
                 f"{compiled_ms:>11.2f}{eager_ms / compiled_ms:>9.2f}x"
             )
-            if error > TOLERANCE.get(backend, DEFAULT_TOLERANCE):
-                print(f"  error above tolerance {TOLERANCE.get(backend, DEFAULT_TOLERANCE):g}")
+            if error > tolerance(backend, device):
+                print(f"  error above tolerance {tolerance(backend, device):g}")
                 failed = True
     print("\n'vs eager' is eager PyTorch's median latency divided by the compiled model's.")
     return 1 if failed else 0
