@@ -14,7 +14,8 @@ Flags:
   running the graph eagerly, with a warning, instead of raising.
 - :data:`cache_size_limit` (8): most compiled entries kept per code object; past it the
   frame runs without compiling.
-- :data:`verbose` (False): log what capture and the backends do.
+- :data:`verbose` (False): more detail in log messages (backend compile times, tracebacks
+  of frames that were not captured).
 """
 
 suppress_errors: bool = False
@@ -29,7 +30,9 @@ guard fails and the limit is reached, the frame runs unmodified from then on, an
 says so once. Read by the capture layer (``torch_plugin.capture``)."""
 
 verbose: bool = False
-"""Log each captured or skipped frame (with the reason), each recompile (with the guard that
-failed) and each backend compile (backend, graph, nodes, seconds) through the
-``torch_plugin`` loggers at INFO level. Read by the capture layer and
-``torch_plugin.backends.registry.call_backend``."""
+"""Say more in torch_plugin's log messages: each backend compile (backend, graph, number of
+nodes, seconds) from ``torch_plugin.backends.registry.call_backend``, and the traceback of
+each "not capturing ..." message from the capture layer. Messages go to the
+``torch_plugin.*`` loggers at INFO level, so they show once logging is configured for it,
+e.g. ``logging.basicConfig(level=logging.INFO)``. The backend part is tested in
+``tests/python/backends/test_registry.py``."""

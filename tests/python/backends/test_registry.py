@@ -192,3 +192,15 @@ def test_unknown_backend_name_in_call_backend(pointwise_graph):
 
 def test_registry_state_is_restored_between_tests():
     assert "my_plain_backend" not in registry._BACKENDS
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_verbose_logs_backend_compiles(monkeypatch, caplog, pointwise_graph, verbose):
+    monkeypatch.setattr(config, "verbose", verbose)
+    with caplog.at_level("INFO", logger="torch_plugin.backends.registry"):
+        call_backend("eager", pointwise_graph, [], backend_name="eager", graph_name="g")
+    logged = [r.getMessage() for r in caplog.records if r.name == "torch_plugin.backends.registry"]
+    if verbose:
+        assert len(logged) == 1 and logged[0].startswith("backend 'eager' compiled graph g (")
+    else:
+        assert logged == []
