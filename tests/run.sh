@@ -34,7 +34,8 @@ BUILD="$ROOT/build/cpp-tests"
 CPP_STATUS=0
 configured_python="$(sed -n 's/^Python_EXECUTABLE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
 if [[ ! -f "$BUILD/build.ninja" || "$configured_python" != "$PYTHON_EXE" ]]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja \
+  # --fresh: another interpreter means another torch; drop every cached path.
+  cmake --fresh -S "$ROOT" -B "$BUILD" -G Ninja \
     -DTORCH_PLUGIN_BUILD_TESTS=ON \
     -DTORCH_PLUGIN_MODULE_IN_SOURCE_TREE=OFF \
     -DPython_EXECUTABLE="$PYTHON_EXE" || CPP_STATUS=$?

@@ -16,7 +16,8 @@ import sys
 import threading
 import traceback
 import weakref
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -45,7 +46,7 @@ class Compiler:
         C.reset_code(original.__code__)
         return self
 
-    def __call__(self, frame: Any) -> Optional[tuple]:
+    def __call__(self, frame: Any) -> tuple | None:
         entry = self.table.get(frame.f_code)
         if entry is None:
             return None
@@ -57,7 +58,7 @@ class Compiler:
 
 
 @contextlib.contextmanager
-def capturing(callback: Optional[Callable]):
+def capturing(callback: Callable | None):
     previous = C.set_eval_frame_callback(callback)
     try:
         yield callback
@@ -153,7 +154,15 @@ def test_frame_info_describes_the_frame():
     assert frame.f_builtins["len"] is len
     assert frame.closure is original.__closure__
     assert frame.arg_values == [1, 5, 3, 4, (6,), {"z": 9}]
-    assert frame.f_locals == {"a": 1, "b": 5, "c": 3, "d": 4, "args": (6,), "kwargs": {"z": 9}, "k": 7}
+    assert frame.f_locals == {
+        "a": 1,
+        "b": 5,
+        "c": 3,
+        "d": 4,
+        "args": (6,),
+        "kwargs": {"z": 9},
+        "k": 7,
+    }
     assert len(frame.arg_values) == C.code_nargs(original.__code__)
 
 
@@ -162,7 +171,6 @@ def test_none_marks_the_code_object_skipped():
 
     def skip_everything(frame):
         calls.append(frame.f_code)
-        return None
 
     def plain(x):
         return x + 1
@@ -235,6 +243,9 @@ def test_guard_failure_calls_back_and_adds_an_entry_most_recent_first():
     assert entries[1][1].check([1], {}, {}, None)
 
 
+SCALE = 1  # a global read by transformed code in the test below
+
+
 def test_guards_on_globals_and_tensors_on_the_hook_path():
     def original(t):
         return "original"
@@ -251,7 +262,7 @@ def test_guards_on_globals_and_tensors_on_the_hook_path():
 
     cb = Compiler().add(original, transformed, guard)
     global SCALE
-    SCALE = 2
+    saved, SCALE = SCALE, 2
     try:
         with capturing(cb):
             assert original(torch.zeros(2, 3)) == ("transformed", (2, 3), 2)
@@ -268,7 +279,7 @@ def test_guards_on_globals_and_tensors_on_the_hook_path():
             original(torch.zeros(2, 3, dtype=torch.float64))  # dtype changed
             assert len(cb.calls) == 5
     finally:
-        del SCALE
+        SCALE = saved
 
 
 def test_guard_that_raises_fails_instead_of_raising():
@@ -337,7 +348,6 @@ def test_callback_runs_with_the_hook_busy():
     def callback(frame):
         seen.append(frame.f_code.co_name)
         helper()  # a frame started by the callback is not captured
-        return None
 
     def outer():
         return inner() + 1
@@ -457,7 +467,7 @@ def test_cell_arguments_and_cell_contents_changes():
 
 def test_transformed_code_runs_with_the_frames_globals():
     namespace = {"K": 5}
-    exec("def original(x):\n    return ('original', x, K)\n", namespace)
+    exec("def original(x):\n    return ('original', x, K)\n", namespace)  # noqa: S102
     original = namespace["original"]
 
     def transformed(x):
@@ -468,7 +478,7 @@ def test_transformed_code_runs_with_the_frames_globals():
         assert original(1) == ("transformed", 1, 5)
         namespace["K"] = 6
         assert original(1) == ("transformed", 1, 6)
-    fn = (C.cache_entries(original.__code__))
+    fn = C.cache_entries(original.__code__)
     assert len(fn) == 1
 
 
@@ -496,9 +506,8 @@ def test_exception_from_transformed_code_keeps_type_and_traceback():
         raise KeyError(f"from transformed {x}")
 
     cb = Compiler().add(original, transformed)
-    with capturing(cb):
-        with pytest.raises(KeyError, match="from transformed 1") as info:
-            original(1)
+    with capturing(cb), pytest.raises(KeyError, match="from transformed 1") as info:
+        original(1)
     names = [entry.name for entry in traceback.extract_tb(info.value.__traceback__)]
     assert names == ["test_exception_from_transformed_code_keeps_type_and_traceback", "transformed"]
 
@@ -515,12 +524,10 @@ def test_exception_from_callback_propagates_and_frame_does_not_run():
     def callback(frame):
         if frame.f_code is original.__code__:
             raise Boom("from callback")
-        return None
 
     C.reset_code(original.__code__)
-    with capturing(callback):
-        with pytest.raises(Boom, match="from callback") as info:
-            original(1)
+    with capturing(callback), pytest.raises(Boom, match="from callback") as info:
+        original(1)
     assert ran == []
     names = [entry.name for entry in traceback.extract_tb(info.value.__traceback__)]
     assert names == ["test_exception_from_callback_propagates_and_frame_does_not_run", "callback"]
@@ -571,9 +578,8 @@ def test_bad_callback_results_raise_type_error(result, message):
         return None
 
     C.reset_code(original.__code__)
-    with capturing(callback):
-        with pytest.raises(TypeError, match=message):
-            original(1)
+    with capturing(callback), pytest.raises(TypeError, match=message):
+        original(1)
     assert ran == []
     assert C.cache_entries(original.__code__) == []
 
@@ -605,7 +611,6 @@ def test_replaced_frames_release_their_arguments():
     def callback_raising(frame):
         if frame.f_code is original.__code__:
             raise ValueError("callback raised")
-        return None
 
     for transformed in (ok, raising):
         cb = Compiler(keep_frames=False).add(original, transformed)
@@ -654,11 +659,9 @@ def test_generators_and_coroutines_are_left_alone():
 
     def callback(frame):
         calls.append(frame.f_code.co_name)
-        return None
 
     def gen(n):
-        for i in range(n):
-            yield i
+        yield from range(n)
 
     async def coro():
         return 5
@@ -688,10 +691,9 @@ def test_module_and_class_body_frames_are_left_alone():
 
     def callback(frame):
         calls.append(frame.f_code.co_name)
-        return None
 
     with capturing(callback):
-        exec("X = 1\nclass K:\n    y = 2\n", {})
+        exec("X = 1\nclass K:\n    y = 2\n", {})  # noqa: S102
     assert "<module>" not in calls and "K" not in calls
 
 
