@@ -11,7 +11,6 @@
 
 #include <exception>
 #include <optional>
-#include <sstream>
 #include <utility>
 
 namespace py = pybind11;
@@ -57,14 +56,19 @@ bool same_ints(
   return true;
 }
 
+// Built with std::to_string, not std::ostringstream: on the GPU machine's
+// toolchain (GCC 13, Python 3.12, PyTorch 2.11 wheel) inserting an integer into
+// an ostringstream from this module crashed in std::num_put (seen 2026-11-22).
 std::string ints_for_message(const std::vector<int64_t>& values) {
-  std::ostringstream out;
-  out << "[";
+  std::string out = "[";
   for (size_t i = 0; i < values.size(); ++i) {
-    out << (i ? ", " : "") << values[i];
+    if (i) {
+      out += ", ";
+    }
+    out += std::to_string(values[i]);
   }
-  out << "]";
-  return out.str();
+  out += "]";
+  return out;
 }
 
 std::string ints_for_message(c10::SymIntArrayRef values) {
@@ -197,11 +201,13 @@ bool IdMatch::check(PyObject* value) const {
 }
 
 std::string IdMatch::mismatch(PyObject* value) const {
-  std::ostringstream out;
-  out << "expected the object " << repr_for_message(obj_.ptr()) << " (id "
-      << obj_.ptr() << "), got " << repr_for_message(value) << " (id " << value
-      << ")";
-  return out.str();
+  auto id_of = [](PyObject* o) {
+    return std::to_string(reinterpret_cast<uintptr_t>(o));
+  };
+  std::string out = "expected the object " + repr_for_message(obj_.ptr()) +
+      " (id " + id_of(obj_.ptr()) + "), got " + repr_for_message(value) +
+      " (id " + id_of(value) + ")";
+  return out;
 }
 
 // --- EQUALS_MATCH
@@ -429,10 +435,12 @@ std::string TensorMatch::mismatch(PyObject* value) const {
           bool_for_message(tensor.requires_grad()));
     }
     if (tensor.layout() != layout_) {
-      std::ostringstream expected, got;
-      expected << layout_;
-      got << tensor.layout();
-      return expected_got("layout ", expected.str(), got.str());
+      return expected_got(
+          "layout ",
+          repr_for_message(
+              reinterpret_cast<PyObject*>(torch::getTHPLayout(layout_))),
+          repr_for_message(reinterpret_cast<PyObject*>(
+              torch::getTHPLayout(tensor.layout()))));
     }
     if (!same_ints(tensor.sym_sizes(), sizes_)) {
       return expected_got(
