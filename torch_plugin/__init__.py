@@ -16,16 +16,19 @@ from collections.abc import Callable
 from typing import Union
 
 from . import config
-from .backends.registry import list_backends, lookup_backend, register_backend
+from .backends.registry import (
+    BackendCompilerFailed,
+    list_backends,
+    lookup_backend,
+    register_backend,
+)
 from .capture import CaptureError, stats
 from .capture.eval_frame import OptimizeContext, OptimizedModule, callback_for, disable, reset
 
 __version__ = "0.1.0"
 
 
-def optimize(
-    backend: str | Callable = "inductor", *, nopython: bool = False
-) -> OptimizeContext:
+def optimize(backend: str | Callable = "inductor", *, nopython: bool = False) -> OptimizeContext:
     """Capture frames run under the returned context into FX graphs compiled by ``backend``.
 
     Args:
@@ -49,6 +52,7 @@ def optimize(
 
 
 __all__ = [
+    "BackendCompilerFailed",
     "CaptureError",
     "OptimizeContext",
     "OptimizedModule",

@@ -71,6 +71,12 @@ class ConvertFrame:
 
         code = frame.f_code
         reason = skip_reason(code)
+        if (
+            reason is None
+            and code.co_filename.startswith("<")
+            and str(frame.f_globals.get("__name__", "")).startswith(("torch.", "torch_plugin."))
+        ):
+            reason = "PyTorch internals (generated code, e.g. dataclass __init__)"
         if reason is not None:
             log.debug("skipping %s (%s): %s", code.co_qualname, code.co_filename, reason)
             seen_code_objects.add(code)
@@ -137,7 +143,7 @@ class ConvertFrame:
         guard = build_guard_tree(output.guards)
         t1 = time.perf_counter()
         stats.translate_time_s += t1 - t0
-        graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), {len(gm.graph.nodes)} nodes"
+        graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
         compiled = call_backend(
             self.backend,
             gm,

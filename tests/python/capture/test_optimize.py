@@ -233,7 +233,9 @@ def test_module_containers_are_inlined():
         def __init__(self):
             super().__init__()
             self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
-            self.heads = torch.nn.ModuleDict({"a": torch.nn.Linear(4, 2), "b": torch.nn.Linear(4, 3)})
+            self.heads = torch.nn.ModuleDict(
+                {"a": torch.nn.Linear(4, 2), "b": torch.nn.Linear(4, 3)}
+            )
             self.seq = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(4, 4))
 
         def forward(self, x):
@@ -337,3 +339,39 @@ def test_unknown_backend_and_bad_type():
         torch_plugin.optimize("no-such-backend")
     with pytest.raises(TypeError):
         torch_plugin.optimize(42)
+
+
+def test_cache_size_limit_warns_once_and_runs_unmodified(monkeypatch):
+    monkeypatch.setattr(torch_plugin.config, "cache_size_limit", 2)
+
+    def f(x):
+        return x * 2
+
+    opt = torch_plugin.optimize("eager")(f)
+    with pytest.warns(UserWarning, match="cache_size_limit=2") as record:
+        for n in range(1, 6):
+            x = torch.randn(n)
+            torch.testing.assert_close(opt(x), x * 2)
+    assert len([w for w in record if "cache_size_limit" in str(w.message)]) == 1
+    assert torch_plugin.stats.graphs_compiled == 2
+
+
+def test_backend_error_names_backend_and_function():
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("boom")
+
+    opt = torch_plugin.optimize(broken_backend)(cos_sin)
+    with pytest.raises(torch_plugin.BackendCompilerFailed, match="broken_backend.*cos_sin"):
+        opt(torch.randn(2), torch.randn(2))
+
+
+def test_suppress_errors_falls_back_to_eager(monkeypatch):
+    monkeypatch.setattr(torch_plugin.config, "suppress_errors", True)
+
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("boom")
+
+    opt = torch_plugin.optimize(broken_backend)(cos_sin)
+    x, y = torch.randn(3), torch.randn(3)
+    with pytest.warns(UserWarning, match="boom"):
+        torch.testing.assert_close(opt(x, y), cos_sin(x, y))
