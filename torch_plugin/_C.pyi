@@ -28,8 +28,9 @@ frame that thread starts. For each frame it:
    on every path; the transformed call's result or exception is returned to the caller.
 """
 
+from collections.abc import Callable, Sequence
 from types import CodeType, FunctionType
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 class FrameInfo:
     """What the callback sees of a frame about to run (a snapshot; holds references)."""
@@ -38,16 +39,16 @@ class FrameInfo:
     f_globals: dict[str, Any]
     f_builtins: dict[str, Any]
     f_func: FunctionType
-    closure: Optional[tuple]  # f_func.__closure__ (cells), or None
+    closure: tuple | None  # f_func.__closure__ (cells), or None
     f_locals: dict[str, Any]  # argument names -> values, then free-variable names -> cell contents
     arg_values: list[Any]  # localsplus[0:nargs], in slot order
 
-def set_eval_frame_callback(callback: Optional[Callable[[FrameInfo], Any]]) -> Optional[Callable]:
+def set_eval_frame_callback(callback: Callable[[FrameInfo], Any] | None) -> Callable | None:
     """Set this thread's callback (None turns capture off for this thread); return the
     previous one. The PEP 523 function is installed while at least one thread has a
     callback set and removed when none has."""
 
-def get_eval_frame_callback() -> Optional[Callable]: ...
+def get_eval_frame_callback() -> Callable | None: ...
 def is_hook_installed() -> bool: ...
 def disable_wrapper(fn: Callable) -> Callable:
     """Return a callable that calls ``fn`` with this thread's hook inactive (frames started
@@ -59,7 +60,7 @@ def skip_code(code: CodeType) -> None:
 def reset_code(code: CodeType) -> None:
     """Drop a code object's cache entries and its skip mark."""
 
-def cache_entries(code: CodeType) -> list[tuple[CodeType, "RootGuardManager"]]:
+def cache_entries(code: CodeType) -> list[tuple[CodeType, RootGuardManager]]:
     """The (transformed code, guard) entries of a code object, most recently used first."""
 
 def is_code_skipped(code: CodeType) -> bool: ...
@@ -69,9 +70,9 @@ class GuardManager:
     (its *source*, e.g. ``L['self'].layer1[0].weight``), the leaf checks on that value, and
     child accessors. Checks run in the order added; children after leaves."""
 
-    def attr(self, name: str) -> "GuardManager":
+    def attr(self, name: str) -> GuardManager:
         """Child for ``getattr(value, name)`` (created once; the same node is returned again)."""
-    def item(self, key: Any) -> "GuardManager":
+    def item(self, key: Any) -> GuardManager:
         """Child for ``value[key]`` (tuple/list index or dict key; created once)."""
     def add_type_match(self, type: type, description: str) -> None: ...
     def add_id_match(self, obj: Any, description: str) -> None:
@@ -97,8 +98,12 @@ class RootGuardManager(GuardManager):
         """Child for the contents of ``f_func.__closure__[index]``."""
     def add_global_state_match(self) -> None:
         """Record the current global state (grad mode, for now) and pass only while it is the same."""
-    def check(self, arg_values: Sequence[Any], f_globals: dict, f_builtins: dict, closure: Optional[tuple]) -> bool:
+    def check(
+        self, arg_values: Sequence[Any], f_globals: dict, f_builtins: dict, closure: tuple | None
+    ) -> bool:
         """Evaluate the tree (the same code the hook runs). A check that raises fails."""
-    def failure_reason(self, arg_values: Sequence[Any], f_globals: dict, f_builtins: dict, closure: Optional[tuple]) -> Optional[str]:
+    def failure_reason(
+        self, arg_values: Sequence[Any], f_globals: dict, f_builtins: dict, closure: tuple | None
+    ) -> str | None:
         """Description of the first failing check and the value found, or None if all pass."""
     def num_checks(self) -> int: ...

@@ -46,9 +46,7 @@ class VariableTracker:
     def var_getattr(self, tx, name: str) -> VariableTracker:
         unimplemented(f"attribute {name!r} of {self}")
 
-    def call_function(
-        self, tx, args: Sequence[VariableTracker], kwargs: dict
-    ) -> VariableTracker:
+    def call_function(self, tx, args: Sequence[VariableTracker], kwargs: dict) -> VariableTracker:
         unimplemented(f"call of {self}")
 
     def call_method(self, tx, name: str, args: Sequence[VariableTracker], kwargs: dict):

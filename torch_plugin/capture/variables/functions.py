@@ -24,9 +24,7 @@ from .lists import TupleVariable
 class CellVariable(VariableTracker):
     """A closure cell; ``contents`` is None while the cell is empty."""
 
-    def __init__(
-        self, contents: VariableTracker | None = None, source_bound: bool = False
-    ) -> None:
+    def __init__(self, contents: VariableTracker | None = None, source_bound: bool = False) -> None:
         super().__init__()
         self.contents = contents
         # True for cells of real function objects: writing them is a side effect.
