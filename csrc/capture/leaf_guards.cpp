@@ -56,9 +56,10 @@ bool same_ints(
   return true;
 }
 
-// Built with std::to_string, not std::ostringstream: on the GPU machine's
-// toolchain (GCC 13, Python 3.12, PyTorch 2.11 wheel) inserting an integer into
-// an ostringstream from this module crashed in std::num_put (seen 2026-11-22).
+// Built with std::to_string. (An ostringstream here once crashed in
+// std::num_put on the GPU machine: its /opt/gcc toolchain linked a private
+// static libstdc++ into the module. CMakeLists.txt now links torch's shared
+// libstdc++, which fixes iostreams too.)
 std::string ints_for_message(const std::vector<int64_t>& values) {
   std::string out = "[";
   for (size_t i = 0; i < values.size(); ++i) {
