@@ -14,6 +14,8 @@ Flags:
   running the graph eagerly, with a warning, instead of raising.
 - :data:`cache_size_limit` (8): most compiled entries kept per code object; past it the
   frame runs without compiling.
+- :data:`graph_breaks` (True): break the graph where capture cannot continue, and resume
+  capture after the instruction; when False the frame runs unmodified.
 - :data:`verbose` (False): more detail in log messages (backend compile times, tracebacks
   of frames that were not captured).
 """
@@ -28,6 +30,12 @@ cache_size_limit: int = 8
 """Most compiled entries (one per distinct set of guards) kept for one code object. When a
 guard fails and the limit is reached, the frame runs unmodified from then on, and a message
 says so once. Read by the capture layer (``torch_plugin.capture``)."""
+
+graph_breaks: bool = True
+"""When capture cannot continue at an instruction of a frame, compile the graph captured so
+far, run that instruction with CPython and resume capture after it (a *graph break*). When
+False, such a frame runs unmodified. Read by ``torch_plugin.capture.convert_frame``.
+Tested in ``tests/python/capture/test_graph_breaks.py``."""
 
 verbose: bool = False
 """Say more in torch_plugin's log messages: each backend compile (backend, graph, number of

@@ -67,6 +67,12 @@ class CodeGen:
             self._emit("PRECALL", nargs)
         self._emit("CALL", nargs)
 
+    def store_fast(self, name: str) -> None:
+        self._emit("STORE_FAST", name)
+
+    def push_null(self) -> None:
+        self._emit("PUSH_NULL")
+
 
 def nargs_of(code: types.CodeType) -> int:
     """Number of argument slots: positional, keyword-only, *args and **kwargs."""

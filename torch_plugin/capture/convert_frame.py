@@ -21,6 +21,7 @@ import torch.fx
 from .. import config
 from .bytecode_emission import make_transformed_code
 from .exc import Unsupported
+from .graph_break import compile_graph_break
 from .guards import build_guard_tree
 from .output_graph import OutputGraph
 from .output_structure import flatten_output, rebuild
@@ -41,6 +42,7 @@ class CaptureStats:
     translate_time_s: float = 0.0
     backend_compile_time_s: float = 0.0
     failures: list = dataclasses.field(default_factory=list)  # (qualname, reason, location)
+    graph_breaks: list = dataclasses.field(default_factory=list)  # (qualname, reason, location)
 
     def reset(self) -> None:
         fresh = CaptureStats()
@@ -106,20 +108,43 @@ class ConvertFrame:
         try:
             return self._convert(frame)
         except Unsupported as e:
-            stats.frames_failed += 1
-            stats.failures.append(
-                (code.co_qualname, e.reason, str(e.location) if e.location else None)
-            )
             if self.nopython:
+                stats.frames_failed += 1
+                stats.failures.append(
+                    (code.co_qualname, e.reason, str(e.location) if e.location else None)
+                )
                 raise CaptureError(
                     f"torch_plugin cannot capture {code.co_qualname} as one graph: {e}"
                 ) from None
-            log.info(
-                "not capturing %s: %s", code.co_qualname, e, exc_info=e if config.verbose else None
-            )
-            return None
+            first = e
+        if first.root_index is not None and config.graph_breaks:
+            try:
+                result = self._convert(frame, break_at=first.root_index)
+            except Unsupported as e:
+                log.info("no graph break possible in %s: %s", code.co_qualname, e.reason)
+            else:
+                stats.graph_breaks.append(
+                    (
+                        code.co_qualname,
+                        first.reason,
+                        str(first.location) if first.location else None,
+                    )
+                )
+                log.info("graph break in %s: %s", code.co_qualname, first)
+                return result
+        stats.frames_failed += 1
+        stats.failures.append(
+            (code.co_qualname, first.reason, str(first.location) if first.location else None)
+        )
+        log.info(
+            "not capturing %s: %s",
+            code.co_qualname,
+            first,
+            exc_info=first if config.verbose else None,
+        )
+        return None
 
-    def _convert(self, frame):
+    def _convert(self, frame, break_at: int | None = None):
         from torch_plugin import _C
         from torch_plugin.backends.registry import call_backend
 
@@ -127,8 +152,18 @@ class ConvertFrame:
         t0 = time.perf_counter()
         output = OutputGraph(code.co_name)
         try:
-            tx = InstructionTranslator(frame, output)
+            tx = InstructionTranslator(frame, output, stop_at=break_at)
             result = tx.run()
+            if result is None:  # stopped before instruction break_at: a graph break
+                output.check_global_state()
+                transformed = compile_graph_break(
+                    tx,
+                    output,
+                    break_at,
+                    lambda tensors: self._compile_partial(output, code, tensors, t0),
+                )
+                stats.frames_captured += 1
+                return transformed, build_guard_tree(output.guards)
             output.check_side_effects()
             tensors: list = []
             spec = flatten_output(result, tensors)
@@ -162,3 +197,30 @@ class ConvertFrame:
         stats.frames_captured += 1
         stats.graphs_compiled += 1
         return transformed, guard
+
+    def _compile_partial(self, output, code, tensors, t0: float):
+        """Compile the graph captured before a break, returning ``tensors`` as a tuple;
+        None when the graph has no operation (nothing to run)."""
+        from torch_plugin import _C
+        from torch_plugin.backends.registry import call_backend
+
+        if not any(
+            n.op in ("call_function", "call_method", "call_module") for n in output.graph.nodes
+        ):
+            return None
+        output.graph.output(tuple(t.node for t in tensors))
+        gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
+        t1 = time.perf_counter()
+        stats.translate_time_s += t1 - t0
+        graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), part before a graph break"
+        compiled = call_backend(
+            self.backend,
+            gm,
+            list(output.example_inputs),
+            backend_name=self.backend_name,
+            graph_name=graph_name,
+        )
+        stats.backend_compile_time_s += time.perf_counter() - t1
+        stats.graphs_compiled += 1
+        log.debug("captured %s (before a graph break):\n%s", code.co_qualname, gm.code)
+        return _C.disable_wrapper(compiled)

@@ -42,6 +42,9 @@ class Unsupported(Exception):
         super().__init__(reason)
         self.reason = reason
         self.location = location
+        # Index (in dis.get_instructions order) of the captured frame's own instruction that
+        # was running when this was raised: where a graph break would go.
+        self.root_index: int | None = None
 
     def __str__(self) -> str:
         if self.location is None:

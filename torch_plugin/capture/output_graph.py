@@ -251,6 +251,9 @@ class OutputGraph:
                 unimplemented(
                     f"attribute {name!r} of {type(obj).__name__} changed by the captured code (side effect)"
                 )
+        self.check_global_state()
+
+    def check_global_state(self) -> None:
         if torch.is_grad_enabled() != self._grad_enabled_at_start:
             unimplemented("the captured code changes grad mode without restoring it (side effect)")
 

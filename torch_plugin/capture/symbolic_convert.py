@@ -109,6 +109,8 @@ class InstructionTranslatorBase:
         self.lineno = code.co_firstlineno
         self.yielded: list[VariableTracker] | None = None
         self.globals_source = None
+        self.parent: Optional[InstructionTranslatorBase] = None
+        self.stop_at: Optional[int] = None
 
     # --- locations ------------------------------------------------------------------------
     def location(self) -> UserSourceLocation:
@@ -118,10 +120,14 @@ class InstructionTranslatorBase:
         return str(self.location())
 
     # --- the loop -------------------------------------------------------------------------
-    def run(self) -> VariableTracker:
+    def run(self) -> Optional[VariableTracker]:
+        """Interpret until RETURN_VALUE (its value is returned) or, for the captured frame,
+        until instruction ``stop_at`` is reached (None is returned; the state is kept)."""
         count = 0
         try:
             while True:
+                if self.ip == self.stop_at:
+                    return None
                 inst = self.instructions[self.ip]
                 self.ip += 1
                 self.current_inst = inst
@@ -140,6 +146,8 @@ class InstructionTranslatorBase:
                 except Unsupported as e:
                     if e.location is None:
                         e.location = self.location()
+                    if self.parent is None and e.root_index is None:
+                        e.root_index = self.ip - 1
                     raise
                 except _Return:
                     raise
@@ -148,9 +156,12 @@ class InstructionTranslatorBase:
                         "recursion too deep while capturing", self.location()
                     ) from None
                 except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
-                    raise Unsupported(
+                    err = Unsupported(
                         f"{type(e).__name__} while capturing {inst.opname}: {e}", self.location()
-                    ) from e
+                    )
+                    if self.parent is None:
+                        err.root_index = self.ip - 1
+                    raise err from e
         except _Return as r:
             return r.value
 
@@ -902,10 +913,10 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
 class InstructionTranslator(InstructionTranslatorBase):
     """The captured frame. Its arguments, globals and closure are the graph's inputs."""
 
-    def __init__(self, frame, output: OutputGraph) -> None:
+    def __init__(self, frame, output: OutputGraph, stop_at: Optional[int] = None) -> None:
         code = frame.f_code
         super().__init__(code, frame.f_globals, frame.f_builtins, {}, {}, output)
-        self.parent = None
+        self.stop_at = stop_at
         nargs = code.co_argcount + code.co_kwonlyargcount
         nargs += bool(code.co_flags & inspect.CO_VARARGS) + bool(
             code.co_flags & inspect.CO_VARKEYWORDS

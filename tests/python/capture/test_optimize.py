@@ -266,7 +266,9 @@ def test_is_compiling_is_true_while_captured():
     torch.testing.assert_close(f(x), x - 1)
 
 
-def test_data_dependent_branch_runs_unmodified():
+def test_data_dependent_branch_runs_unmodified_without_graph_breaks(monkeypatch):
+    monkeypatch.setattr(torch_plugin.config, "graph_breaks", False)
+
     def f(x):
         if x.sum() > 0:
             return x * 2
@@ -280,7 +282,9 @@ def test_data_dependent_branch_runs_unmodified():
     assert torch_plugin.stats.failures and "data-dependent" in torch_plugin.stats.failures[0][1]
 
 
-def test_print_runs_unmodified(capsys):
+def test_print_runs_unmodified_without_graph_breaks(capsys, monkeypatch):
+    monkeypatch.setattr(torch_plugin.config, "graph_breaks", False)
+
     def f(x):
         print("hello")
         return x + 1

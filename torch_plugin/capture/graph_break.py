@@ -1,0 +1,571 @@
+"""Graph breaks: compile the graph so far, run one instruction natively, resume after it.
+
+:func:`compile_graph_break` is called with a translator stopped *before* instruction ``i``
+(the instruction capture could not handle, or the root-frame CALL whose callee could not be
+inlined). It emits the frame's transformed code:
+
+1. call the compiled graph (when it has any operation) and keep its outputs;
+2. replay recorded side effects (attribute writes on real objects);
+3. rebuild the Python values on the stack from graph outputs, sources and constants;
+4. run instruction ``i`` itself (a call, an operator, a data-dependent jump, ...);
+5. store the stack in temporaries and call the resume function for the next instruction
+   (both targets for a conditional jump) with the stack values and the live locals, and
+   return its result.
+
+:class:`Reconstructor` is the bytecode side of step 3: it rebuilds any variable the
+translator can model as a real value, each mutable container exactly once (aliasing kept).
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+import types
+from typing import Any
+
+import bytecode as bc
+
+from .bytecode_emission import CodeGen, nargs_of
+from .exc import Unsupported, unimplemented
+from .resume_execution import ResumeSpec, live_locals, resume_code
+from .variables.base import BoundMethodVariable, VariableTracker
+from .variables.constant import ConstantMethodVariable, ConstantVariable
+from .variables.dicts import ConstDictVariable, DictViewVariable
+from .variables.functions import UserMethodVariable
+from .variables.lists import ListIteratorVariable, ListVariable, NamedTupleVariable, TupleVariable
+from .variables.tensor import TensorMethodVariable, TensorVariable
+
+PY312 = sys.version_info >= (3, 12)
+_COND_JUMPS = {
+    "POP_JUMP_IF_TRUE": "IF_TRUE",
+    "POP_JUMP_IF_FALSE": "IF_FALSE",
+    "POP_JUMP_IF_NONE": "IF_NONE",
+    "POP_JUMP_IF_NOT_NONE": "IF_NOT_NONE",
+    "POP_JUMP_FORWARD_IF_TRUE": "IF_TRUE",
+    "POP_JUMP_FORWARD_IF_FALSE": "IF_FALSE",
+    "POP_JUMP_FORWARD_IF_NONE": "IF_NONE",
+    "POP_JUMP_FORWARD_IF_NOT_NONE": "IF_NOT_NONE",
+    "POP_JUMP_BACKWARD_IF_TRUE": "IF_TRUE",
+    "POP_JUMP_BACKWARD_IF_FALSE": "IF_FALSE",
+    "POP_JUMP_BACKWARD_IF_NONE": "IF_NONE",
+    "POP_JUMP_BACKWARD_IF_NOT_NONE": "IF_NOT_NONE",
+}
+# Instructions whose native run may push NULL or that end/enter frames: never break there.
+_NOT_BREAKABLE = {
+    "LOAD_ATTR",
+    "LOAD_METHOD",
+    "LOAD_GLOBAL",
+    "LOAD_SUPER_ATTR",
+    "RETURN_VALUE",
+    "RETURN_CONST",
+    "YIELD_VALUE",
+    "RETURN_GENERATOR",
+    "FOR_ITER",
+    "GET_ITER",
+    "JUMP_IF_TRUE_OR_POP",
+    "JUMP_IF_FALSE_OR_POP",
+    "SEND",
+    "RAISE_VARARGS",
+    "RERAISE",
+    "PUSH_EXC_INFO",
+    "POP_EXCEPT",
+    "WITH_EXCEPT_START",
+    "CHECK_EXC_MATCH",
+    "LOAD_FAST",
+    "STORE_FAST",
+    "DELETE_FAST",
+    "MAKE_CELL",
+    "COPY_FREE_VARS",
+    "RESUME",
+    "KW_NAMES",
+    "PRECALL",
+    "LOAD_ASSERTION_ERROR",
+    "LOAD_FAST_AND_CLEAR",
+}
+
+
+def _covered_by_exception_table(code: types.CodeType, offset: int) -> bool:
+    return any(e.start <= offset < e.end for e in dis._parse_exception_table(code))  # noqa: SLF001
+
+
+def check_breakable(code: types.CodeType, inst: dis.Instruction) -> None:
+    """Raise Unsupported when a graph break at ``inst`` cannot keep Python semantics."""
+    if inst.opname in _NOT_BREAKABLE:
+        unimplemented(f"cannot graph-break at {inst.opname}")
+    if _covered_by_exception_table(code, inst.offset):
+        unimplemented("graph break inside a try/with block (the frame runs unmodified)")
+
+
+class Reconstructor:
+    """Emits bytecode that rebuilds variables as real Python values."""
+
+    def __init__(self, gen: CodeGen, graph_out: str | None, output_index: dict[int, int]) -> None:
+        self.gen = gen
+        self.graph_out = graph_out
+        self.output_index = output_index  # id(fx node) -> position in the graph's outputs
+        self.temps: dict[int, str] = {}
+
+    def _emit(self, name: str, arg: Any = bc.UNSET) -> None:
+        self.gen._emit(name, arg)
+
+    def prepare(self, var: VariableTracker) -> None:
+        """Rebuild mutable containers once, into temporaries, so every use shares them."""
+        for child in _children(var):
+            self.prepare(child)
+        if (
+            isinstance(var, (ListVariable, ConstDictVariable))
+            and var.source is None
+            and id(var) not in self.temps
+        ):
+            self._build(var)
+            name = f"__tp_v{len(self.temps)}"
+            self.gen.store_fast(name)
+            self.temps[id(var)] = name
+
+    def __call__(self, var: VariableTracker) -> None:
+        if id(var) in self.temps:
+            self.gen.load_fast(self.temps[id(var)])
+            return
+        self._build(var)
+
+    def _build(self, var: VariableTracker) -> None:
+        gen = self.gen
+        if isinstance(var, TensorVariable):
+            pos = self.output_index.get(id(var.node))
+            if pos is not None:
+                gen.load_fast(self.graph_out)
+                gen.load_const(pos)
+                gen.binary_subscr()
+            elif var.source is not None:
+                var.source.reconstruct(gen)
+            else:
+                unimplemented(f"cannot rebuild {var}")
+            return
+        if isinstance(var, ConstantVariable):
+            gen.load_const(var.value)
+            return
+        if var.source is not None and not isinstance(var, (ListVariable, ConstDictVariable)):
+            var.source.reconstruct(gen)
+            return
+        if isinstance(var, ListIteratorVariable):
+            for item in var.items[var.index :]:
+                self(item)
+            self._emit("BUILD_LIST", len(var.items) - var.index)
+            return
+        if isinstance(var, NamedTupleVariable):
+            self.call_helper(
+                _make_namedtuple, [ConstantVariable(var.tuple_cls), TupleVariable(var.items)]
+            )
+            return
+        if isinstance(var, TupleVariable):
+            for item in var.items:
+                self(item)
+            self._emit("BUILD_TUPLE", len(var.items))
+            return
+        if isinstance(var, ListVariable):
+            for item in var.items:
+                self(item)
+            self._emit("BUILD_LIST", len(var.items))
+            return
+        if isinstance(var, ConstDictVariable):
+            if var.user_cls is not dict:
+                unimplemented(f"cannot rebuild a {var.user_cls.__name__}")
+            for key, value in var.items.items():
+                gen.load_const(key)
+                self(value)
+            self._emit("BUILD_MAP", len(var.items))
+            return
+        if isinstance(var, DictViewVariable):
+            self.call_helper(_dict_view, [var.dict_var, ConstantVariable(var.kind)])
+            return
+        if isinstance(var, TensorMethodVariable):
+            self(var.tensor)
+            gen.load_attr(var.name)
+            return
+        if isinstance(var, (BoundMethodVariable,)):
+            self(var.obj)
+            gen.load_attr(var.name)
+            return
+        if isinstance(var, ConstantMethodVariable):
+            self(var.obj)
+            gen.load_attr(var.name)
+            return
+        if isinstance(var, UserMethodVariable):
+            self.call_helper(types.MethodType, [_Real(var.fn), var.obj])
+            return
+        from .variables.model_output import ModelOutputVariable
+
+        if isinstance(var, ModelOutputVariable):
+            keys = tuple(var.fields)
+            self.call_helper(
+                _make_model_output,
+                [
+                    ConstantVariable(var.cls),
+                    ConstantVariable(keys),
+                    TupleVariable(list(var.fields.values())),
+                ],
+            )
+            return
+        if _is_real_stable(var):
+            gen.load_object(var.as_python_constant(), "obj")
+            return
+        unimplemented(f"cannot rebuild {var} after a graph break")
+
+    def call_helper(self, fn: Any, args: list[VariableTracker]) -> None:
+        gen = self.gen
+        gen.load_global(gen.install_global(fn, "helper"), push_null=True)
+        for a in args:
+            if isinstance(a, _Real):
+                gen.load_object(a.value, "obj")
+            else:
+                self(a)
+        gen.call(len(args))
+
+
+class _Real(VariableTracker):
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.value = value
+
+
+def _children(var: VariableTracker) -> list[VariableTracker]:
+    if isinstance(var, (TupleVariable, ListVariable)):
+        return list(var.items)
+    if isinstance(var, ConstDictVariable):
+        return list(var.items.values())
+    if isinstance(var, ListIteratorVariable):
+        return list(var.items[var.index :])
+    if isinstance(var, (TensorMethodVariable,)):
+        return [var.tensor]
+    if isinstance(var, (BoundMethodVariable, ConstantMethodVariable)):
+        return [var.obj]
+    if isinstance(var, UserMethodVariable):
+        return [var.obj]
+    if isinstance(var, DictViewVariable):
+        return [var.dict_var]
+    from .variables.model_output import ModelOutputVariable
+
+    if isinstance(var, ModelOutputVariable):
+        return list(var.fields.values())
+    return []
+
+
+def _is_real_stable(var: VariableTracker) -> bool:
+    from .variables.builtin import BuiltinVariable
+    from .variables.functions import UserFunctionVariable
+    from .variables.nn_module import NNModuleVariable
+    from .variables.torch import TorchFunctionVariable
+    from .variables.user_defined import (
+        PythonModuleVariable,
+        UserDefinedClassVariable,
+        UserDefinedObjectVariable,
+    )
+
+    return (
+        isinstance(
+            var,
+            (
+                NNModuleVariable,
+                UserDefinedClassVariable,
+                UserDefinedObjectVariable,
+                PythonModuleVariable,
+                BuiltinVariable,
+                TorchFunctionVariable,
+            ),
+        )
+        or type(var) is UserFunctionVariable
+    )
+
+
+def _make_namedtuple(cls, items):
+    return cls(*items) if hasattr(cls, "_fields") else cls(items)
+
+
+def _make_model_output(cls, keys, values):
+    return cls(**dict(zip(keys, values)))
+
+
+def _dict_view(d, kind):
+    return getattr(d, kind)()
+
+
+def tensors_in(var: VariableTracker, out: list[TensorVariable], seen: set[int]) -> None:
+    """Collect the tensor variables ``var`` holds (graph values to output)."""
+    if id(var) in seen:
+        return
+    seen.add(id(var))
+    if isinstance(var, TensorVariable):
+        out.append(var)
+        return
+    for child in _children(var):
+        tensors_in(child, out, seen)
+
+
+def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.CodeType:
+    """The transformed code for a frame that breaks before instruction ``inst_index``.
+
+    ``compile_graph(tensors) -> callable | None`` compiles the graph with those outputs
+    (None when the graph has no operation). Raises Unsupported when the break cannot keep
+    Python semantics; the caller then runs the frame unmodified.
+    """
+    code = tx.code
+    inst = tx.instructions[inst_index]
+    check_breakable(code, inst)
+    stack = list(tx.stack)
+    from .symbolic_convert import NullVariable
+
+    for v in stack:
+        if not isinstance(v, NullVariable):
+            _check_rebuildable(v)
+    jump_kind = _COND_JUMPS.get(inst.opname)
+    if jump_kind is not None:
+        targets = [tx.instructions[inst_index + 1].offset, inst.argval]
+        n_after = len(stack) - 1
+    else:
+        effect = (
+            dis.stack_effect(inst.opcode, inst.arg)
+            if inst.opcode >= dis.HAVE_ARGUMENT
+            else dis.stack_effect(inst.opcode)
+        )
+        if inst.opname == "CALL" and not PY312:
+            effect += dis.stack_effect(dis.opmap["PRECALL"], inst.arg)
+        targets = [tx.instructions[inst_index + 1].offset]
+        n_after = len(stack) + effect
+    if n_after < 0:
+        unimplemented(f"stack underflow computing a graph break at {inst.opname}")
+    live: set[str] = set()
+    for t in targets:
+        live |= live_locals(code, t)
+    local_values: dict[str, VariableTracker] = {}
+    for name in list(code.co_varnames) + [n for n in code.co_cellvars if n not in code.co_varnames]:
+        if name not in live:
+            continue
+        if name in tx.symbolic_locals:
+            local_values[name] = tx.symbolic_locals[name]
+        elif name in tx.cells and tx.cells[name].contents is not None and name in code.co_cellvars:
+            local_values[name] = tx.cells[name].contents
+    for v in local_values.values():
+        _check_rebuildable(v)
+    # Graph outputs: every tensor the rebuilt stack, locals and side effects need.
+    tensors: list[TensorVariable] = []
+    seen: set[int] = set()
+    for v in stack:
+        tensors_in(v, tensors, seen)
+    for v in local_values.values():
+        tensors_in(v, tensors, seen)
+    for _obj, _name, v in output.attr_mutations.values():
+        tensors_in(v, tensors, seen)
+    needed = [t for t in tensors if not (t.node.op == "placeholder" and t.source is not None)]
+    unique: list[TensorVariable] = []
+    index: dict[int, int] = {}
+    for t in needed:
+        if id(t.node) not in index:
+            index[id(t.node)] = len(unique)
+            unique.append(t)
+    compiled = compile_graph(unique)
+
+    gen = CodeGen(code, tx.f_globals, tx.lineno)
+    graph_out = None
+    if compiled is not None:
+        graph_out = "__tp_graph_out"
+        gen.load_global(gen.install_global(compiled, "compiled_fn"), push_null=True)
+        for source in output.input_sources:
+            source.reconstruct(gen)
+        gen.call(len(output.input_sources))
+        gen.store_fast(graph_out)
+    rebuild = Reconstructor(gen, graph_out, index if compiled is not None else {})
+    for v in [*stack, *local_values.values()]:
+        if not isinstance(v, NullVariable):
+            rebuild.prepare(v)
+    for obj, name, v in output.attr_mutations.values():
+        rebuild(v)
+        gen.load_object(obj, "obj")
+        gen._emit("STORE_ATTR", name)
+    stack_kinds: list[str] = []
+    for v in stack:
+        if isinstance(v, NullVariable):
+            gen.push_null()
+            stack_kinds.append("null")
+        else:
+            rebuild(v)
+            stack_kinds.append("iter" if isinstance(v, ListIteratorVariable) else "value")
+    # the instruction itself
+    if jump_kind is not None:
+        other = bc.Label()
+        name = f"POP_JUMP_{jump_kind}" if PY312 else f"POP_JUMP_FORWARD_{jump_kind}"
+        gen._emit(name, other)
+        post_kinds = stack_kinds[:-1]
+        _call_resume(gen, code, rebuild, targets[0], post_kinds, local_values)
+        gen.instrs.append(other)
+        _call_resume(gen, code, rebuild, targets[1], post_kinds, local_values)
+    else:
+        if inst.opname in ("CALL",) and tx.kw_names:
+            gen._emit("KW_NAMES", tuple(tx.kw_names))
+        if inst.opname == "CALL":
+            gen.call(inst.arg)
+        elif inst.opname == "CALL_FUNCTION_EX":
+            gen._emit("CALL_FUNCTION_EX", inst.arg)
+        else:
+            gen.instrs.append(_native_instr(inst, tx.lineno))
+        consumed = len(stack) - _common_prefix(len(stack), n_after, inst)
+        post_kinds = stack_kinds[: len(stack) - consumed] + ["value"] * (
+            n_after - (len(stack) - consumed)
+        )
+        _call_resume(gen, code, rebuild, targets[0], post_kinds, local_values)
+    return _assemble(code, gen)
+
+
+def _common_prefix(n_before: int, n_after: int, inst: dis.Instruction) -> int:
+    """How many stack slots below the instruction's operands it leaves untouched."""
+    popped = _popped(inst)
+    return n_before - popped
+
+
+def _popped(inst: dis.Instruction) -> int:
+    name = inst.opname
+    arg = inst.arg or 0
+    if name == "CALL":
+        return arg + 2
+    if name == "CALL_FUNCTION_EX":
+        return 3 + (arg & 1)  # NULL, callable, args, (kwargs)
+    if name in ("BINARY_OP", "COMPARE_OP", "IS_OP", "CONTAINS_OP", "BINARY_SUBSCR"):
+        return 2
+    if name in (
+        "UNARY_NEGATIVE",
+        "UNARY_NOT",
+        "UNARY_INVERT",
+        "UNARY_POSITIVE",
+        "CALL_INTRINSIC_1",
+        "BEFORE_WITH",
+        "POP_TOP",
+    ):
+        return 1
+    if name in ("STORE_ATTR",):
+        return 2
+    if name in ("STORE_SUBSCR",):
+        return 3
+    if name in ("DELETE_SUBSCR",):
+        return 2
+    if name in ("UNPACK_SEQUENCE", "UNPACK_EX"):
+        return 1
+    if name in ("BUILD_TUPLE", "BUILD_LIST", "BUILD_STRING", "BUILD_SET"):
+        return arg
+    if name == "BUILD_MAP":
+        return 2 * arg
+    if name == "FORMAT_VALUE":
+        return 2 if arg & 0x04 else 1
+    if name in ("STORE_GLOBAL", "STORE_DEREF"):
+        return 1
+    if name in ("BINARY_SLICE",):
+        return 3
+    if name in ("STORE_SLICE",):
+        return 4
+    if name in ("IMPORT_NAME",):
+        return 2
+    if name in ("LIST_APPEND", "LIST_EXTEND", "SET_ADD", "DICT_UPDATE", "DICT_MERGE"):
+        return 1
+    if name == "MAP_ADD":
+        return 2
+    unimplemented(f"graph break at {name} is not supported yet")
+
+
+def _native_instr(inst: dis.Instruction, lineno: int) -> bc.Instr:
+    arg = inst.argval if inst.opcode >= dis.HAVE_ARGUMENT else bc.UNSET
+    if inst.opname in (
+        "BINARY_OP",
+        "UNPACK_SEQUENCE",
+        "BUILD_TUPLE",
+        "BUILD_LIST",
+        "BUILD_MAP",
+        "BUILD_STRING",
+        "BUILD_SET",
+        "FORMAT_VALUE",
+        "IS_OP",
+        "CONTAINS_OP",
+        "LIST_APPEND",
+        "LIST_EXTEND",
+        "SET_ADD",
+        "MAP_ADD",
+        "DICT_UPDATE",
+        "DICT_MERGE",
+        "UNPACK_EX",
+        "CALL_INTRINSIC_1",
+    ):
+        arg = inst.arg
+    if inst.opname == "COMPARE_OP":
+        arg = bc.Compare(inst.arg >> 4 if PY312 else inst.arg)
+    if inst.opname == "STORE_ATTR":
+        arg = inst.argval
+    if inst.opname in ("STORE_DEREF",):
+        arg = bc.CellVar(inst.argval)
+    return bc.Instr(inst.opname, arg, lineno=lineno)
+
+
+def _call_resume(
+    gen: CodeGen, code, rebuild: Reconstructor, target: int, kinds: list[str], local_values: dict
+) -> None:
+    spec = ResumeSpec(target, tuple(kinds), tuple(local_values))
+    rcode = resume_code(code, spec)
+    temps = [f"__tp_s{k}" for k in range(len(kinds))]
+    for name in reversed(temps):
+        gen.store_fast(name)
+    if code.co_freevars:
+        gen.push_null()
+        for name in code.co_freevars:
+            gen._emit("LOAD_CLOSURE", bc.FreeVar(name))
+        gen._emit("BUILD_TUPLE", len(code.co_freevars))
+        gen.load_const(rcode)
+        gen._emit("MAKE_FUNCTION", 0x08)
+    else:
+        fn = types.FunctionType(rcode, gen.f_globals, rcode.co_name)
+        gen.load_global(gen.install_global(fn, "resume"), push_null=True)
+    nargs = 0
+    for name, kind in zip(temps, kinds):
+        if kind == "null":
+            continue
+        gen.load_fast(name)
+        nargs += 1
+    for v in local_values.values():
+        rebuild(v)
+        nargs += 1
+    gen.call(nargs)
+    gen._emit("RETURN_VALUE")
+
+
+def _check_rebuildable(var: VariableTracker) -> None:
+    from .variables.functions import CellVariable, NestedUserFunctionVariable
+    from .variables.torch import GradModeVariable
+
+    if isinstance(var, (NestedUserFunctionVariable, CellVariable, GradModeVariable)):
+        unimplemented(f"cannot rebuild {var} after a graph break")
+    for child in _children(var):
+        _check_rebuildable(child)
+
+
+def _assemble(code: types.CodeType, gen: CodeGen) -> types.CodeType:
+    import inspect
+
+    nargs = nargs_of(code)
+    prologue = []
+    if code.co_freevars:
+        prologue.append(
+            bc.Instr("COPY_FREE_VARS", len(code.co_freevars), lineno=code.co_firstlineno)
+        )
+    prologue.append(bc.Instr("RESUME", 0, lineno=code.co_firstlineno))
+    out = bc.Bytecode(prologue + gen.instrs)
+    out.argcount = nargs
+    out.posonlyargcount = 0
+    out.kwonlyargcount = 0
+    out.argnames = list(code.co_varnames[:nargs])
+    out.name = code.co_name
+    out.qualname = code.co_qualname
+    out.filename = code.co_filename
+    out.first_lineno = code.co_firstlineno
+    out.freevars = list(code.co_freevars)
+    out.cellvars = []
+    flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    out.flags = flags | inspect.CO_OPTIMIZED | inspect.CO_NEWLOCALS
+    try:
+        return out.to_code()
+    except Exception as e:  # a bytecode-assembly failure is a capture failure, not the user's
+        raise Unsupported(f"cannot assemble graph-break code: {e}") from e

@@ -1,0 +1,199 @@
+"""Resume functions: code objects that continue a frame after a graph break.
+
+When capture stops at instruction *i* of a frame, the transformed code runs the graph built so
+far, lets CPython run instruction *i* itself, and then calls a *resume function*: a new code
+object made from the original one whose prologue puts the live stack values back on the stack
+(NULLs and iterators included) and jumps to the instruction after *i* (or to a jump's target).
+It is an ordinary function, so the eval-frame hook captures it in turn.
+
+Key parts: :func:`live_locals` (which locals are read after an offset), :class:`ResumeSpec`
+(the stack layout a resume function expects) and :func:`resume_code` (builds, and caches per
+(code, target, layout), the resume function's code object).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import dis
+import inspect
+import sys
+import types
+
+import bytecode as bc
+
+from .exc import unimplemented
+
+PY312 = sys.version_info >= (3, 12)
+
+_READS = {
+    "LOAD_FAST",
+    "LOAD_FAST_CHECK",
+    "LOAD_FAST_AND_CLEAR",
+    "LOAD_DEREF",
+    "LOAD_CLOSURE",
+    "DELETE_FAST",
+}
+_WRITES = {"STORE_FAST", "STORE_DEREF"}
+_UNCONDITIONAL = {
+    "JUMP_FORWARD",
+    "JUMP_BACKWARD",
+    "JUMP_BACKWARD_NO_INTERRUPT",
+    "JUMP",
+    "JUMP_ABSOLUTE",
+}
+_TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
+
+
+def _successors(instructions: list[dis.Instruction], index: dict[int, int], i: int) -> list[int]:
+    inst = instructions[i]
+    out = []
+    if (
+        inst.opname not in _UNCONDITIONAL
+        and inst.opname not in _TERMINAL
+        and i + 1 < len(instructions)
+    ):
+        out.append(i + 1)
+    if inst.opcode in dis.hasjrel or inst.opcode in dis.hasjabs:
+        target = index.get(inst.argval)
+        if target is not None:
+            out.append(target)
+    return out
+
+
+def live_locals(code: types.CodeType, offset: int) -> set[str]:
+    """Names of locals and cell variables that may be read, before being written, on some
+    path that starts at instruction ``offset`` (exception handlers included)."""
+    instructions = list(dis.get_instructions(code))
+    index = {inst.offset: i for i, inst in enumerate(instructions)}
+    handlers: list[int] = []
+    try:
+        table = dis._parse_exception_table(code)  # noqa: SLF001 - the documented table, parsed
+        handlers = [index[e.target] for e in table if e.target in index]
+    except AttributeError:  # pragma: no cover - every supported version has it
+        pass
+    live_in: list[set[str]] = [set() for _ in instructions]
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(instructions) - 1, -1, -1):
+            inst = instructions[i]
+            out: set[str] = set()
+            for s in _successors(instructions, index, i):
+                out |= live_in[s]
+            for h in handlers:  # conservative: any instruction may raise into any handler
+                out |= live_in[h]
+            name = inst.argval if isinstance(inst.argval, str) else None
+            if inst.opname in _READS and name:
+                new = out | {name}
+            elif inst.opname in _WRITES and name:
+                new = out - {name}
+            else:
+                new = out
+            if new != live_in[i]:
+                live_in[i] = new
+                changed = True
+    start = index.get(offset)
+    if start is None:
+        unimplemented(f"no instruction at offset {offset}")
+    return live_in[start]
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumeSpec:
+    """How a resume function's prologue rebuilds the stack.
+
+    ``stack`` has one entry per stack slot, bottom first: ``"null"`` (push NULL), ``"value"``
+    (the next ``__stack`` argument) or ``"iter"`` (``iter()`` of the next argument, a list).
+    ``argnames`` are the parameters: the ``__stack<k>`` values, then the live locals.
+    """
+
+    target_offset: int
+    stack: tuple[str, ...]
+    locals: tuple[str, ...]
+
+    @property
+    def stack_argnames(self) -> tuple[str, ...]:
+        n = sum(1 for s in self.stack if s != "null")
+        return tuple(f"__stack{k}" for k in range(n))
+
+    @property
+    def argnames(self) -> tuple[str, ...]:
+        return self.stack_argnames + self.locals
+
+
+_cache: dict[tuple, types.CodeType] = {}
+
+
+def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
+    """The resume function for ``code`` continuing at ``spec.target_offset`` (cached)."""
+    key = (code, spec)
+    cached = _cache.get(key)
+    if cached is not None:
+        return cached
+    instructions = [
+        i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")
+    ]
+    abstract = bc.Bytecode.from_code(code)
+    real = [(pos, ins) for pos, ins in enumerate(abstract) if isinstance(ins, bc.Instr)]
+    if len(real) != len(instructions):
+        unimplemented("cannot map instructions for a resume function")
+    target_pos = None
+    for (pos, ins), dis_ins in zip(real, instructions):
+        if ins.name != dis_ins.opname:
+            unimplemented(f"cannot map instruction {dis_ins.opname} for a resume function")
+        if dis_ins.offset == spec.target_offset:
+            target_pos = pos
+    if target_pos is None:
+        unimplemented(f"no instruction at offset {spec.target_offset} for a resume function")
+    lineno = code.co_firstlineno
+    target_label = bc.Label()
+
+    def instr(name, arg=bc.UNSET):
+        return bc.Instr(name, arg, lineno=lineno)
+
+    prologue = []
+    if code.co_freevars:
+        prologue.append(instr("COPY_FREE_VARS", len(code.co_freevars)))
+    for name in code.co_cellvars:
+        prologue.append(instr("MAKE_CELL", bc.CellVar(name)))
+    prologue.append(instr("RESUME", 0))
+    stack_args = iter(spec.stack_argnames)
+    for kind in spec.stack:
+        if kind == "null":
+            prologue.append(instr("PUSH_NULL"))
+        else:
+            prologue.append(instr("LOAD_FAST", next(stack_args)))
+            if kind == "iter":
+                prologue.append(instr("GET_ITER"))
+    prologue.append(instr("JUMP_FORWARD", target_label))
+    body = list(abstract)
+    body.insert(target_pos, target_label)
+    # The original prologue (MAKE_CELL/COPY_FREE_VARS/RESUME) stays in the body, unreachable.
+    out = bc.Bytecode(prologue + body)
+    out.argcount = len(spec.argnames)
+    out.posonlyargcount = 0
+    out.kwonlyargcount = 0
+    cellvars = [n for n in code.co_cellvars]
+    argnames = list(spec.argnames)
+    out.argnames = argnames
+    out.name = f"torch_plugin_resume_in_{code.co_name}"
+    out.qualname = f"{code.co_qualname}.<resume at line {_line_of(code, spec.target_offset)}>"
+    out.filename = code.co_filename
+    out.first_lineno = code.co_firstlineno
+    out.freevars = list(code.co_freevars)
+    out.cellvars = cellvars
+    flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    out.flags = flags
+    result = out.to_code()
+    _cache[key] = result
+    return result
+
+
+def _line_of(code: types.CodeType, offset: int) -> int:
+    line = code.co_firstlineno
+    for start, _, lineno in code.co_lines():
+        if start > offset:
+            break
+        if lineno is not None:
+            line = lineno
+    return line
