@@ -51,6 +51,47 @@ class CaptureStats:
 
 
 stats = CaptureStats()
+
+
+@dataclasses.dataclass
+class CaptureRecord:
+    """What one conversion of a frame produced; passed to every function in :data:`listeners`.
+
+    Attributes:
+        code: the frame's original code object; ``transformed_code`` the code that replaced it.
+        graph: a copy of the captured FX graph module (before the backend ran), or None when
+            the frame broke before any tensor operation.
+        guards: the guards of the new cache entry, in source terms (``L['x'] == 3``).
+        graph_break: (reason, user location) when the frame ended in a graph break, else None.
+        translate_time_s / compile_time_s: seconds in the translator / in the backend.
+    """
+
+    code: types.CodeType
+    transformed_code: types.CodeType | None
+    graph: torch.fx.GraphModule | None
+    guards: list
+    graph_break: tuple | None
+    translate_time_s: float
+    compile_time_s: float
+
+
+# Functions called with each CaptureRecord (explain(), export() and the logs use this).
+listeners: list = []
+
+
+def _snapshot(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm``'s graph over the same attributes (backends may rewrite ``gm``)."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+
+
+def _notify(record: CaptureRecord) -> None:
+    for listener in list(listeners):
+        listener(record)
+
+
 # Code objects that have cache entries or skip marks, so reset() can clear them.
 seen_code_objects: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
 _warned_cache_limit: set = set()
@@ -119,7 +160,7 @@ class ConvertFrame:
             first = e
         if first.root_index is not None and config.graph_breaks:
             try:
-                result = self._convert(frame, break_at=first.root_index)
+                result = self._convert(frame, break_at=first.root_index, break_reason=first)
             except Unsupported as e:
                 log.info("no graph break possible in %s: %s", code.co_qualname, e.reason)
             else:
@@ -144,7 +185,7 @@ class ConvertFrame:
         )
         return None
 
-    def _convert(self, frame, break_at: int | None = None):
+    def _convert(self, frame, break_at: int | None = None, break_reason: Unsupported | None = None):
         from torch_plugin import _C
         from torch_plugin.backends.registry import call_backend
 
@@ -156,14 +197,31 @@ class ConvertFrame:
             result = tx.run()
             if result is None:  # stopped before instruction break_at: a graph break
                 output.check_global_state()
+                partial: dict = {}
                 transformed = compile_graph_break(
                     tx,
                     output,
                     break_at,
-                    lambda tensors: self._compile_partial(output, code, tensors, t0),
+                    lambda tensors: self._compile_partial(output, code, tensors, t0, partial),
                 )
                 stats.frames_captured += 1
-                return transformed, build_guard_tree(output.guards)
+                guard = build_guard_tree(output.guards)
+                if listeners:
+                    _notify(
+                        CaptureRecord(
+                            code,
+                            transformed,
+                            partial.get("graph"),
+                            output.guards.describe(),
+                            (
+                                break_reason.reason,
+                                str(break_reason.location) if break_reason.location else None,
+                            ),
+                            partial.get("translate_time_s", time.perf_counter() - t0),
+                            partial.get("compile_time_s", 0.0),
+                        )
+                    )
+                return transformed, guard
             output.check_side_effects()
             tensors: list = []
             spec = flatten_output(result, tensors)
@@ -179,6 +237,7 @@ class ConvertFrame:
         t1 = time.perf_counter()
         stats.translate_time_s += t1 - t0
         graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+        snapshot = _snapshot(gm) if listeners else None
         compiled = call_backend(
             self.backend,
             gm,
@@ -196,9 +255,21 @@ class ConvertFrame:
         transformed = make_transformed_code(code, frame.f_globals, runner, output.input_sources)
         stats.frames_captured += 1
         stats.graphs_compiled += 1
+        if listeners:
+            _notify(
+                CaptureRecord(
+                    code,
+                    transformed,
+                    snapshot,
+                    output.guards.describe(),
+                    None,
+                    t1 - t0,
+                    time.perf_counter() - t1,
+                )
+            )
         return transformed, guard
 
-    def _compile_partial(self, output, code, tensors, t0: float):
+    def _compile_partial(self, output, code, tensors, t0: float, info: dict):
         """Compile the graph captured before a break, returning ``tensors`` as a tuple;
         None when the graph has no operation (nothing to run)."""
         from torch_plugin import _C
@@ -212,6 +283,9 @@ class ConvertFrame:
         gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
         t1 = time.perf_counter()
         stats.translate_time_s += t1 - t0
+        info["translate_time_s"] = t1 - t0
+        if listeners:
+            info["graph"] = _snapshot(gm)
         graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), part before a graph break"
         compiled = call_backend(
             self.backend,
@@ -221,6 +295,7 @@ class ConvertFrame:
             graph_name=graph_name,
         )
         stats.backend_compile_time_s += time.perf_counter() - t1
+        info["compile_time_s"] = time.perf_counter() - t1
         stats.graphs_compiled += 1
         log.debug("captured %s (before a graph break):\n%s", code.co_qualname, gm.code)
         return _C.disable_wrapper(compiled)
