@@ -4,6 +4,7 @@
 // through an init_<part>(m) function (pybind11 FAQ, "How can I reduce the build
 // time?"). `import torch` first, so that torch's Python types
 // (THPVariableClass, used by tensor guards) exist before any of our code runs.
+// GIL: held (module init). Python objects: none kept here.
 #include <pybind11/pybind11.h>
 
 #include "capture/bindings.h"
