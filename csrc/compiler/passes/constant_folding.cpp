@@ -1,0 +1,67 @@
+// constant_folding.cpp: pass "constant_folding".
+//
+// With freezing on, parameters are constants; a node whose tensor inputs are all
+// constants (a weight's transpose, a dtype conversion, a reshape of a bias) is
+// run once, now, through the dispatcher, and its outputs become constants.
+// Nodes that are not deterministic functions of their inputs (random ops,
+// in-place ops, ops with no tensor input such as aten::empty, whose result we
+// must not share between calls) and outputs that are graph outputs (the caller
+// owns those) are left alone.
+#include "compiler/passes/pass.h"
+#include "runtime/step.h"
+
+namespace torch_plugin::compiler {
+namespace {
+
+bool foldable(const Node* n, const Graph& g) {
+  if (n->body || n->inputs.empty() || n->op.rfind("aten::", 0) != 0) return false;
+  if (n->op.back() == '_' || n->op.find("rand") != std::string::npos ||
+      n->op.find("dropout") != std::string::npos || n->op.find("bernoulli") != std::string::npos)
+    return false;
+  for (const Value* in : n->inputs) {
+    if (in->kind != ValueKind::kConstant) return false;
+  }
+  for (const Value* out : n->outputs) {
+    if (g.is_output(out)) return false;
+  }
+  return true;
+}
+
+bool run(Graph& g, const PassOptions& options) {
+  if (!options.freeze) return false;
+  bool changed = false;
+  for (Node* n : g.nodes()) {
+    if (!foldable(n, g)) continue;
+    runtime::SlotMap slots;
+    runtime::Slots values;
+    for (const Value* in : n->inputs) {
+      if (slots.slot_of.emplace(in->id, static_cast<int>(values.size())).second)
+        values.push_back(in->constant);
+    }
+    for (const Value* out : n->outputs) {
+      slots.slot_of[out->id] = static_cast<int>(values.size());
+      values.emplace_back();
+    }
+    runtime::make_fallback_step(*n, slots)->run(values);
+    for (const Value* out : n->outputs) {
+      const at::Tensor& t = values[slots.slot(out)];
+      if (!t.defined()) continue;
+      // A view would share its input's storage: fold into a tensor of its own.
+      Value* c = g.add_constant(t.clone(at::MemoryFormat::Preserve));
+      g.replace_all_uses(const_cast<Value*>(out), c);
+    }
+    g.erase_node(n);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace
+
+const PassInfo kConstantFolding = {
+    "constant_folding",
+    "Runs deterministic ATen nodes whose inputs are all constants once at compile time "
+    "and replaces their outputs by constants (freezing only).",
+    run};
+
+}  // namespace torch_plugin::compiler

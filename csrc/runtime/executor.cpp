@@ -1,0 +1,117 @@
+// executor.cpp: the plan of a compiled graph and its run loop (see executor.h).
+#include "runtime/executor.h"
+
+#include <ATen/ops/empty_strided.h>
+#include <c10/util/Exception.h>
+
+#include <map>
+#include <sstream>
+#include <unordered_set>
+
+namespace torch_plugin::runtime {
+
+using compiler::Value;
+using compiler::ValueKind;
+
+Executor::Executor(const compiler::Graph& g) {
+  SlotMap slots;
+  auto assign = [&](const Value* v) {
+    if (!slots.slot_of.count(v->id)) slots.slot_of[v->id] = num_slots_++;
+  };
+  for (const Value* v : g.inputs()) {
+    assign(v);
+    input_slots_.push_back(slots.slot(v));
+  }
+  for (const Value* c : g.constants()) {
+    assign(c);
+    constants_.emplace_back(slots.slot(c), c->constant);
+  }
+  std::vector<const compiler::Node*> nodes;
+  for (const auto& n : g.node_list()) {
+    nodes.push_back(n.get());
+    for (const Value* out : n->outputs) assign(out);
+  }
+  for (const Value* out : g.outputs()) {
+    output_slots_.push_back(slots.slot(out));
+    output_specs_.push_back({out->dtype, out->sizes, out->strides});
+  }
+
+  // Liveness: a slot dies after its last user, unless it is a graph output, or a
+  // value something still alive may alias (outputs of ops that may return views
+  // keep their inputs alive until they die themselves).
+  std::unordered_set<int> keep(output_slots_.begin(), output_slots_.end());
+  for (const auto& [slot, t] : constants_) keep.insert(slot);
+  std::vector<int> last_use(num_slots_, -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const Value* in : nodes[i]->inputs) last_use[slots.slot(in)] = static_cast<int>(i);
+  }
+  for (size_t i = nodes.size(); i-- > 0;) {
+    const compiler::Node* n = nodes[i];
+    if (!n->may_alias) continue;
+    int extend = static_cast<int>(i);
+    bool escapes = false;
+    for (const Value* out : n->outputs) {
+      extend = std::max(extend, last_use[slots.slot(out)]);
+      escapes |= keep.count(slots.slot(out)) > 0;
+    }
+    for (const Value* in : n->inputs) {
+      int s = slots.slot(in);
+      last_use[s] = std::max(last_use[s], extend);
+      if (escapes) keep.insert(s);
+    }
+  }
+  free_after_.resize(nodes.size());
+  for (int s = 0; s < num_slots_; ++s) {
+    if (last_use[s] >= 0 && !keep.count(s)) free_after_[last_use[s]].push_back(s);
+  }
+
+  for (const compiler::Node* n : nodes) {
+    std::unique_ptr<Step> step = make_library_step(*n, slots);
+    if (!step) step = make_kernel_step(*n, slots);
+    if (!step) step = make_fallback_step(*n, slots);
+    steps_.push_back(std::move(step));
+  }
+}
+
+std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
+  TORCH_CHECK(inputs.size() == input_slots_.size(), "compiled graph takes ",
+              input_slots_.size(), " inputs, got ", inputs.size());
+  Slots slots(num_slots_);
+  for (size_t i = 0; i < inputs.size(); ++i) slots[input_slots_[i]] = inputs[i];
+  for (const auto& [slot, t] : constants_) slots[slot] = t;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    steps_[i]->run(slots);
+    for (int s : free_after_[i]) slots[s].reset();
+  }
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(output_slots_.size());
+  for (size_t i = 0; i < output_slots_.size(); ++i) {
+    at::Tensor t = slots[output_slots_[i]];
+    const OutputSpec& spec = output_specs_[i];
+    if (t.defined() && t.numel() > 1 && t.strides() != c10::IntArrayRef(spec.strides) &&
+        t.sizes() == c10::IntArrayRef(spec.sizes)) {
+      at::Tensor promised = at::empty_strided(spec.sizes, spec.strides, t.options());
+      promised.copy_(t);
+      t = promised;
+    }
+    outputs.push_back(std::move(t));
+  }
+  return outputs;
+}
+
+std::string Executor::describe() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < steps_.size(); ++i) os << i << ": " << steps_[i]->describe() << "\n";
+  return os.str();
+}
+
+std::vector<std::pair<std::string, int>> Executor::step_counts() const {
+  std::map<std::string, int> counts;
+  for (const auto& s : steps_) {
+    std::string d = s->describe();
+    counts[d.substr(0, d.find(' '))]++;
+  }
+  return {counts.begin(), counts.end()};
+}
+
+}  // namespace torch_plugin::runtime

@@ -1,0 +1,181 @@
+"""Lowering: an ATen FX graph (from AOTAutograd) to the C++ IR (``_C._compiler.Graph``).
+
+Every ``call_function`` node whose target is an ATen ``OpOverload`` becomes one IR node with
+the op's schema-ordered arguments: tensors become IR values, everything else a constant
+(dtype, layout and memory format as their c10 enum value, a device as its string).
+``operator.getitem`` on a multi-output node selects one of the node's outputs. Placeholders
+become graph inputs, or constants when frozen. Types come from each node's ``meta["val"]``
+(FakeTensors): sizes, strides, dtype.
+
+Key parts:
+- :func:`lower`: the lowering; raises :class:`Unsupported` for graphs the IR does not take
+  (symbolic sizes, non-ATen calls, non-CPU tensors), which then run unmodified.
+- :class:`Unsupported`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from torch_plugin import _C
+
+# c10::ScalarType, c10::Layout and c10::MemoryFormat values.
+_DTYPES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+    torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.complex32: 8,
+    torch.complex64: 9, torch.complex128: 10, torch.bool: 11, torch.bfloat16: 15,
+}  # fmt: skip
+_LAYOUTS = {torch.strided: 0, torch.sparse_coo: 1}
+_MEMORY_FORMATS = {
+    torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
+    torch.channels_last_3d: 3,
+}  # fmt: skip
+
+
+class Unsupported(Exception):
+    """The graph uses something the IR does not represent; it runs unmodified instead."""
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    if dtype not in _DTYPES:
+        raise Unsupported(f"dtype {dtype}")
+    return _DTYPES[dtype]
+
+
+def lower(gm: torch.fx.GraphModule, constants: dict[int, torch.Tensor]) -> Any:
+    """``gm`` as an IR graph; ``constants`` maps placeholder positions to frozen tensors."""
+    g = _C._compiler.Graph()
+    env: dict[torch.fx.Node, Any] = {}
+    placeholder_index = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if placeholder_index in constants:
+                env[node] = g.add_constant(constants[placeholder_index])
+            else:
+                t = _tensor_meta(node, node.meta.get("val"))
+                env[node] = g.add_input(dtype_code(t.dtype), _ints(t.shape), _ints(t.stride()))
+            placeholder_index += 1
+        elif node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if not isinstance(value, torch.Tensor):
+                raise Unsupported(f"get_attr {node.target} of type {type(value).__name__}")
+            env[node] = g.add_constant(value)
+        elif node.op == "call_function":
+            env[node] = _lower_call(g, node, env)
+        elif node.op == "output":
+            outputs = []
+            for out in torch.fx.node.map_arg(node.args[0], lambda n: n) or ():
+                if not isinstance(out, torch.fx.Node) or not isinstance(env.get(out), int):
+                    raise Unsupported(f"graph output {out!r} is not a tensor")
+                outputs.append(env[out])
+            g.set_outputs(outputs)
+        else:
+            raise Unsupported(f"FX node kind {node.op}")
+    return g
+
+
+def _lower_call(g: Any, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+    if node.target is operator.getitem:
+        base, index = node.args
+        return env[base][index]
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        raise Unsupported(f"call to {target}")
+    schema = target._schema
+    args = _bind(schema, node.args, node.kwargs, env)
+    val = node.meta.get("val")
+    # One IR output per returned tensor, Tensor[] returns flattened.
+    returns = schema.returns
+    values = [val] if len(returns) == 1 else list(val)
+    flat: list[Any] = []
+    structure: list[Any] = []
+    for ret, v in zip(returns, values):
+        if isinstance(ret.type, torch._C.ListType):
+            structure.append(list(range(len(flat), len(flat) + len(v))))
+            flat.extend(v)
+        elif ret.type.kind() in ("TensorType", "OptionalType"):
+            structure.append(len(flat))
+            flat.append(v)
+        else:
+            raise Unsupported(f"{target} returns {ret.type}")
+    may_alias = any(r.alias_info is not None for r in returns)
+    ns, name = schema.name.split("::")
+    ids = g.add_node(f"{ns}::{name}", schema.overload_name or "default", args, len(flat), may_alias)
+    for i, v in zip(ids, flat):
+        if v is None:
+            g.set_type(i, dtype_code(torch.float32), [0], [1])
+        else:
+            t = _tensor_meta(node, v)
+            g.set_type(i, dtype_code(t.dtype), _ints(t.shape), _ints(t.stride()))
+    resolved = [ids[s] if isinstance(s, int) else [ids[k] for k in s] for s in structure]
+    return resolved[0] if len(returns) == 1 else resolved
+
+
+def _bind(schema: Any, args: Sequence[Any], kwargs: dict[str, Any], env: dict) -> list:
+    """The node's arguments, one ``(kind, payload)`` per schema argument, in order."""
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        if i < len(args) and not arg.kwarg_only:
+            value = args[i]
+        elif arg.name in kwargs:
+            value = kwargs[arg.name]
+        elif arg.has_default_value():
+            value = arg.default_value
+        else:
+            raise Unsupported(f"{schema.name}: argument {arg.name} missing")
+        out.append(_encode(schema.name, arg, value, env))
+    return out
+
+
+def _encode(op: str, arg: Any, value: Any, env: dict) -> tuple[str, Any]:
+    if isinstance(value, torch.fx.Node):
+        lowered = env[value]
+        if not isinstance(lowered, int):
+            raise Unsupported(f"{op}: argument {arg.name} is not a single tensor")
+        return ("t", lowered)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node) for v in value):
+        return ("l", [None if v is None else env[v] for v in value])
+    if isinstance(value, (list, tuple)) and len(value) == 0 and "Tensor" in str(arg.type):
+        return ("l", [])
+    return ("c", _constant(op, arg, value))
+
+
+def _constant(op: str, arg: Any, value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.dtype):
+        return dtype_code(value)
+    if isinstance(value, torch.layout):
+        return _LAYOUTS[value]
+    if isinstance(value, torch.memory_format):
+        return _MEMORY_FORMATS[value]
+    if isinstance(value, torch.device):
+        if value.type != "cpu":
+            raise Unsupported(f"{op}: device {value}")
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_constant(op, arg, v) for v in value]
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise Unsupported(f"{op}: symbolic argument {arg.name}")
+    raise Unsupported(f"{op}: argument {arg.name} of type {type(value).__name__}")
+
+
+def _tensor_meta(node: torch.fx.Node, val: Any) -> torch.Tensor:
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported(f"node {node.name} has no tensor metadata")
+    if val.device.type != "cpu":
+        raise Unsupported(f"node {node.name} is on {val.device} (CPU only for now)")
+    return val
+
+
+def _ints(xs: Sequence[Any]) -> list[int]:
+    out = []
+    for x in xs:
+        if not isinstance(x, int):
+            raise Unsupported(f"symbolic size {x}")
+        out.append(int(x))
+    return out

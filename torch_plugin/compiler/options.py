@@ -1,0 +1,69 @@
+"""Options of the "plugin" compiler, read from the environment when a graph is compiled.
+
+Key parts:
+- :class:`Options`: one field per option, each with its default and its environment variable.
+- :func:`current`: the options now in effect.
+
+| field | environment variable | default | effect |
+|---|---|---|---|
+| ``freeze`` | ``TORCH_PLUGIN_FREEZE`` | ``1`` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding, prepacked weights |
+| ``library_patterns`` | ``TORCH_PLUGIN_LIBRARY_PATTERNS`` | ``1`` | convolutions and matrix products (+epilogue) go to oneDNN |
+| ``fusion`` | ``TORCH_PLUGIN_FUSION`` | ``1`` | pointwise/reduction/norm groups become generated C++ kernels |
+| ``verify`` | ``TORCH_PLUGIN_VERIFY`` | ``0`` | run the IR verifier after every pass |
+| ``dump_dir`` | ``TORCH_PLUGIN_DUMP_DIR`` | unset | write each graph before and after each pass there |
+| ``log_kernels`` | ``TORCH_PLUGIN_LOGS`` contains ``kernels`` | off | print each generated kernel and its fusion group |
+| ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``~/.cache/torch_plugin`` | compiled kernels (.so), keyed by a hash of source, flags and CPU |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    freeze: bool = True
+    library_patterns: bool = True
+    fusion: bool = True
+    verify: bool = False
+    dump_dir: str = ""
+    log_kernels: bool = False
+    cache_dir: str = ""
+
+    def pass_options(self) -> dict[str, object]:
+        """The subset the C++ pipeline reads (csrc/compiler/passes/pass.h, PassOptions)."""
+        return {
+            "library_patterns": self.library_patterns,
+            "fusion": self.fusion,
+            "verify": self.verify,
+            "dump_dir": self.dump_dir,
+            "log_kernels": self.log_kernels,
+            "cache_dir": self.cache_dir,
+        }
+
+
+def current() -> Options:
+    """The options in effect now, from the environment."""
+    dump_dir = os.environ.get("TORCH_PLUGIN_DUMP_DIR", "")
+    if dump_dir:
+        os.makedirs(dump_dir, exist_ok=True)
+    cache_dir = os.environ.get("TORCH_PLUGIN_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "torch_plugin"
+    )
+    return Options(
+        freeze=_flag("TORCH_PLUGIN_FREEZE", True),
+        library_patterns=_flag("TORCH_PLUGIN_LIBRARY_PATTERNS", True),
+        fusion=_flag("TORCH_PLUGIN_FUSION", True),
+        verify=_flag("TORCH_PLUGIN_VERIFY", False),
+        dump_dir=dump_dir,
+        log_kernels="kernels" in os.environ.get("TORCH_PLUGIN_LOGS", "").split(","),
+        cache_dir=cache_dir,
+    )
