@@ -8,10 +8,12 @@
 #include <pybind11/pybind11.h>
 
 #include "capture/bindings.h"
+#include "compiler/bindings.h"
 
 PYBIND11_MODULE(_C, m) {
   m.doc() =
       "torch_plugin's C++ extension: see torch_plugin/_C.pyi for the contract.";
   pybind11::module_::import("torch");
   torch_plugin::capture::init_capture(m);
+  torch_plugin::compiler::init_compiler(m);
 }
