@@ -33,8 +33,9 @@ __all__ = [
 
 def register_builtin_backends() -> None:
     """Register the built-in backends under their names. Called once, by the registry."""
-    from torch_plugin.backends import aot_eager, eager, inductor
+    from torch_plugin.backends import aot_eager, eager, inductor, plugin
 
     register_backend(eager.eager, "eager")
     register_backend(aot_eager.aot_eager, "aot_eager")
     register_backend(inductor.inductor, "inductor")
+    register_backend(plugin.plugin, "plugin")
