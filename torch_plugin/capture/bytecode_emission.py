@@ -41,6 +41,9 @@ class CodeGen:
     def load_free(self, name: str) -> None:
         self._emit("LOAD_DEREF", bc.FreeVar(name))
 
+    def load_closure(self, name: str) -> None:
+        self._emit("LOAD_CLOSURE", bc.FreeVar(name))
+
     def load_global(self, name: str, push_null: bool) -> None:
         self._emit("LOAD_GLOBAL", (push_null, name))
 
@@ -88,7 +91,8 @@ def nargs_of(code: types.CodeType) -> int:
 def make_transformed_code(
     code: types.CodeType, f_globals: dict, compiled_fn: Any, input_sources: list
 ) -> types.CodeType:
-    """Code with ``code``'s argument layout that returns ``compiled_fn(*inputs)``."""
+    """Code with ``code``'s argument layout that returns ``compiled_fn(*inputs)``, where
+    ``inputs`` are loaded from ``input_sources`` (graph inputs, then runtime arguments)."""
     nargs = nargs_of(code)
     gen = CodeGen(code, f_globals, code.co_firstlineno)
     fn_name = gen.install_global(compiled_fn, "compiled_fn")

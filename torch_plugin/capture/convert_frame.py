@@ -222,9 +222,10 @@ class ConvertFrame:
                         )
                     )
                 return transformed, guard
-            output.check_side_effects()
+            output.check_global_state()
             tensors: list = []
-            spec = flatten_output(result, tensors)
+            spec = flatten_output(result, tensors, output)
+            replay = output.side_effects.make_replay(output, tensors)
         finally:
             output.restore_global_state()
         if not any(
@@ -248,11 +249,26 @@ class ConvertFrame:
         stats.backend_compile_time_s += time.perf_counter() - t1
         log.debug("captured %s:\n%s", code.co_qualname, gm.code)
 
-        def run_graph(*inputs):
-            return rebuild(spec, compiled(*inputs))
+        n_inputs = len(output.input_sources)
+        if replay is None and not output.runtime_sources:
+
+            def run_graph(*inputs):
+                return rebuild(spec, compiled(*inputs))
+
+        else:
+
+            def run_graph(*inputs):
+                outs = compiled(*inputs[:n_inputs])
+                args = inputs[n_inputs:]
+                memo: dict = {}
+                if replay is not None:
+                    replay(outs, args, memo)
+                return rebuild(spec, outs, memo, args)
 
         runner = _C.disable_wrapper(run_graph)
-        transformed = make_transformed_code(code, frame.f_globals, runner, output.input_sources)
+        transformed = make_transformed_code(
+            code, frame.f_globals, runner, output.input_sources + output.runtime_sources
+        )
         stats.frames_captured += 1
         stats.graphs_compiled += 1
         if listeners:

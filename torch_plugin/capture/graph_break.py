@@ -104,23 +104,30 @@ class Reconstructor:
         self.graph_out = graph_out
         self.output_index = output_index  # id(fx node) -> position in the graph's outputs
         self.temps: dict[int, str] = {}
+        # (local holding the replay's memo, ids of the containers it built): reused as is
+        self.replayed: tuple[str, set] | None = None
 
     def _emit(self, name: str, arg: Any = bc.UNSET) -> None:
         self.gen._emit(name, arg)
 
     def prepare(self, var: VariableTracker) -> None:
-        """Rebuild mutable containers once, into temporaries, so every use shares them."""
+        """Rebuild mutable containers once, into temporaries, so every use shares them (the
+        side-effect replay's own objects when it built them)."""
         for child in _children(var):
             self.prepare(child)
-        if (
-            isinstance(var, (ListVariable, ConstDictVariable))
-            and var.source is None
-            and id(var) not in self.temps
-        ):
+        if not isinstance(var, (ListVariable, ConstDictVariable)) or var.source is not None:
+            return
+        if id(var) in self.temps:
+            return
+        if self.replayed is not None and id(var) in self.replayed[1]:
+            self.gen.load_fast(self.replayed[0])
+            self.gen.load_const(id(var))
+            self.gen.binary_subscr()
+        else:
             self._build(var)
-            name = f"__tp_v{len(self.temps)}"
-            self.gen.store_fast(name)
-            self.temps[id(var)] = name
+        name = f"__tp_v{len(self.temps)}"
+        self.gen.store_fast(name)
+        self.temps[id(var)] = name
 
     def __call__(self, var: VariableTracker) -> None:
         if id(var) in self.temps:
@@ -144,7 +151,7 @@ class Reconstructor:
         if isinstance(var, ConstantVariable):
             gen.load_const(var.value)
             return
-        if var.source is not None and not isinstance(var, (ListVariable, ConstDictVariable)):
+        if var.source is not None:  # the same object (mutations were replayed on it)
             var.source.reconstruct(gen)
             return
         if isinstance(var, ListIteratorVariable):
@@ -220,6 +227,18 @@ class Reconstructor:
             else:
                 self(a)
         gen.call(len(args))
+
+
+class _ReplayCall:
+    """Calls a side-effect replay with a fresh memo: ``(graph_outputs, runtime_args)``."""
+
+    def __init__(self, replay) -> None:
+        self.replay = replay
+
+    def __call__(self, graph_outputs, args) -> dict:
+        memo: dict = {}
+        self.replay(graph_outputs, args, memo)
+        return memo
 
 
 class _Real(VariableTracker):
@@ -353,16 +372,20 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
         tensors_in(v, tensors, seen)
     for v in local_values.values():
         tensors_in(v, tensors, seen)
-    for _obj, _name, v in output.attr_mutations.values():
-        tensors_in(v, tensors, seen)
+    replay_tensors: list[TensorVariable] = []
+    replay = output.side_effects.make_replay(output, replay_tensors)
     needed = [t for t in tensors if not (t.node.op == "placeholder" and t.source is not None)]
-    unique: list[TensorVariable] = []
+    unique: list[TensorVariable] = list(replay_tensors)  # the replay indexes this prefix
     index: dict[int, int] = {}
+    for pos, t in enumerate(replay_tensors):
+        index.setdefault(id(t.node), pos)
     for t in needed:
         if id(t.node) not in index:
             index[id(t.node)] = len(unique)
             unique.append(t)
     compiled = compile_graph(unique)
+    if compiled is None and replay_tensors:
+        unimplemented("side effects store tensors, but the graph has no operation")
 
     gen = CodeGen(code, tx.f_globals, tx.lineno)
     graph_out = None
@@ -374,13 +397,21 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
         gen.call(len(output.input_sources))
         gen.store_fast(graph_out)
     rebuild = Reconstructor(gen, graph_out, index if compiled is not None else {})
+    if replay is not None:
+        gen.load_global(gen.install_global(_ReplayCall(replay), "replay"), push_null=True)
+        if graph_out is not None:
+            gen.load_fast(graph_out)
+        else:
+            gen.load_const(())
+        for source in output.runtime_sources:
+            source.reconstruct(gen)
+        gen._emit("BUILD_TUPLE", len(output.runtime_sources))
+        gen.call(2)
+        gen.store_fast("__tp_memo")
+        rebuild.replayed = ("__tp_memo", replay.container_ids)
     for v in [*stack, *local_values.values()]:
         if not isinstance(v, NullVariable):
             rebuild.prepare(v)
-    for obj, name, v in output.attr_mutations.values():
-        rebuild(v)
-        gen.load_object(obj, "obj")
-        gen._emit("STORE_ATTR", name)
     stack_kinds: list[str] = []
     for v in stack:
         if isinstance(v, NullVariable):

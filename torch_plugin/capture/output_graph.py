@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .exc import unimplemented
 from .guards import GuardSet
+from .side_effects import SideEffects
 from .sources import Source
 from .variables.base import VariableTracker
 from .variables.tensor import TensorVariable
@@ -44,10 +45,10 @@ class OutputGraph:
         self._inputs_by_source: dict[Source, TensorVariable] = {}
         self._attr_names: dict[int, str] = {}
         self._names: set[str] = set()
-        # Pending attribute writes on real objects: (id(obj), name) -> (obj, name, variable).
-        # Reads in the trace see them; capture succeeds only if each ends as it began
-        # (replaying real side effects after the graph is a later feature).
-        self.attr_mutations: dict[tuple[int, str], tuple[Any, str, VariableTracker]] = {}
+        self.side_effects = SideEffects()
+        # Objects the transformed code loads from their sources and passes to the runner
+        # after the graph inputs (input containers to return or mutate, closure cells).
+        self.runtime_sources: list[Source] = []
         self._grad_enabled_at_start = torch.is_grad_enabled()
         self.grad_mode_changed = False
 
@@ -229,29 +230,11 @@ class OutputGraph:
         torch._C._set_grad_enabled(enabled)
         self.grad_mode_changed = True
 
-    def store_attr(self, obj: Any, name: str, value: VariableTracker) -> None:
-        self.attr_mutations[(id(obj), name)] = (obj, name, value)
-
-    def pending_attr(self, obj: Any, name: str) -> VariableTracker | None:
-        entry = self.attr_mutations.get((id(obj), name))
-        return entry[2] if entry is not None else None
-
-    def check_side_effects(self) -> None:
-        """Raise Unsupported unless every attribute written during the trace ends with the
-        value it had before (so running the graph alone leaves the same state)."""
-        for obj, name, var in self.attr_mutations.values():
-            missing = object()
-            before = getattr(obj, name, missing)
-            if not var.is_python_constant():
-                unimplemented(
-                    f"assignment of {var} to attribute {name!r} of {type(obj).__name__} (side effect)"
-                )
-            after = var.as_python_constant()
-            if not (after is before or (type(after) is type(before) and after == before)):
-                unimplemented(
-                    f"attribute {name!r} of {type(obj).__name__} changed by the captured code (side effect)"
-                )
-        self.check_global_state()
+    def runtime_arg(self, source: Source) -> int:
+        """Index of ``source`` among the runtime arguments (added once)."""
+        if source not in self.runtime_sources:
+            self.runtime_sources.append(source)
+        return self.runtime_sources.index(source)
 
     def check_global_state(self) -> None:
         if torch.is_grad_enabled() != self._grad_enabled_at_start:

@@ -17,8 +17,10 @@ from .variables.lists import ListVariable, NamedTupleVariable, TupleVariable
 from .variables.tensor import TensorVariable
 
 
-def flatten_output(var: VariableTracker, outputs: list[TensorVariable]) -> tuple:
-    """Spec of ``var``; appends its tensors to ``outputs``."""
+def flatten_output(var: VariableTracker, outputs: list[TensorVariable], output_graph=None) -> tuple:
+    """Spec of ``var``; appends its tensors to ``outputs``. Containers from the frame's inputs
+    become ``("arg", k)``: runtime argument ``k`` (loaded from their source by the transformed
+    code, see ``OutputGraph.runtime_arg``), so the caller gets the very same object."""
     from .variables.model_output import ModelOutputVariable
 
     if isinstance(var, TensorVariable):
@@ -26,23 +28,30 @@ def flatten_output(var: VariableTracker, outputs: list[TensorVariable]) -> tuple
         return ("tensor", len(outputs) - 1)
     if isinstance(var, ConstantVariable):
         return ("const", var.value)
+    if getattr(var, "real", None) is not None and output_graph is not None:
+        return ("arg", output_graph.runtime_arg(var.source))
     if isinstance(var, NamedTupleVariable):
-        return ("namedtuple", var.tuple_cls, [flatten_output(v, outputs) for v in var.items])
+        return (
+            "namedtuple",
+            var.tuple_cls,
+            [flatten_output(v, outputs, output_graph) for v in var.items],
+        )
     if isinstance(var, TupleVariable):
-        return ("tuple", [flatten_output(v, outputs) for v in var.items])
+        return ("tuple", [flatten_output(v, outputs, output_graph) for v in var.items])
     if isinstance(var, ListVariable):
-        return ("list", [flatten_output(v, outputs) for v in var.items])
+        return ("list", [flatten_output(v, outputs, output_graph) for v in var.items], id(var))
     if isinstance(var, ConstDictVariable):
         return (
             "dict",
             var.user_cls,
-            [(k, flatten_output(v, outputs)) for k, v in var.items.items()],
+            [(k, flatten_output(v, outputs, output_graph)) for k, v in var.items.items()],
+            id(var),
         )
     if isinstance(var, ModelOutputVariable):
         return (
             "model_output",
             var.cls,
-            [(k, flatten_output(v, outputs)) for k, v in var.fields.items()],
+            [(k, flatten_output(v, outputs, output_graph)) for k, v in var.fields.items()],
         )
     if var.source is not None or _is_stable_object(var):
         try:
@@ -74,24 +83,38 @@ def _is_stable_object(var: VariableTracker) -> bool:
     )
 
 
-def rebuild(spec: tuple, tensors) -> Any:
+def rebuild(spec: tuple, tensors, memo: dict | None = None, args: tuple = ()) -> Any:
+    """The real value for ``spec``; ``memo`` makes each list/dict built once (aliasing kept);
+    ``args`` are the runtime arguments."""
     kind = spec[0]
     if kind == "tensor":
         return tensors[spec[1]]
     if kind == "const":
         return spec[1]
+    if kind == "arg":
+        return args[spec[1]]
+    if memo is None:
+        memo = {}
     if kind == "tuple":
-        return tuple(rebuild(s, tensors) for s in spec[1])
+        return tuple(rebuild(s, tensors, memo, args) for s in spec[1])
     if kind == "list":
-        return [rebuild(s, tensors) for s in spec[1]]
+        if spec[2] in memo:
+            return memo[spec[2]]
+        out = memo[spec[2]] = []
+        out.extend(rebuild(s, tensors, memo, args) for s in spec[1])
+        return out
     if kind == "namedtuple":
         cls = spec[1]
-        values = [rebuild(s, tensors) for s in spec[2]]
+        values = [rebuild(s, tensors, memo, args) for s in spec[2]]
         return cls(values) if not hasattr(cls, "_fields") else cls(*values)
     if kind == "dict":
-        return spec[1]((k, rebuild(s, tensors)) for k, s in spec[2])
+        if spec[3] in memo:
+            return memo[spec[3]]
+        out = memo[spec[3]] = spec[1]()
+        out.update((k, rebuild(s, tensors, memo, args)) for k, s in spec[2])
+        return out
     if kind == "model_output":
-        return spec[1](**{k: rebuild(s, tensors) for k, s in spec[2]})
+        return spec[1](**{k: rebuild(s, tensors, memo, args) for k, s in spec[2]})
     raise AssertionError(f"unknown output spec {kind}")
 
 

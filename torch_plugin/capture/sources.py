@@ -133,3 +133,17 @@ class ObjectSource(Source):
 
     def reconstruct(self, codegen) -> None:
         codegen.load_object(self.obj, self.label)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosureCellSource(Source):
+    """The cell object (not its contents) of the captured frame's free variable ``var_name``.
+    Only loaded by transformed code (to replay ``nonlocal`` writes); never guarded."""
+
+    var_name: str
+
+    def name(self) -> str:
+        return f"cell C[{self.var_name!r}]"
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_closure(self.var_name)

@@ -23,6 +23,8 @@ import operator
 import sys
 import types
 
+import torch
+
 from .exc import Unsupported, UserSourceLocation, unimplemented
 from .output_graph import OutputGraph
 from .sources import ClosureSource, GlobalSource, ItemSource, LocalSource, ObjectSource
@@ -109,8 +111,8 @@ class InstructionTranslatorBase:
         self.lineno = code.co_firstlineno
         self.yielded: list[VariableTracker] | None = None
         self.globals_source = None
-        self.parent: Optional[InstructionTranslatorBase] = None
-        self.stop_at: Optional[int] = None
+        self.parent: InstructionTranslatorBase | None = None
+        self.stop_at: int | None = None
 
     # --- locations ------------------------------------------------------------------------
     def location(self) -> UserSourceLocation:
@@ -120,7 +122,7 @@ class InstructionTranslatorBase:
         return str(self.location())
 
     # --- the loop -------------------------------------------------------------------------
-    def run(self) -> Optional[VariableTracker]:
+    def run(self) -> VariableTracker | None:
         """Interpret until RETURN_VALUE (its value is returned) or, for the captured frame,
         until instruction ``stop_at`` is reached (None is returned; the state is kept)."""
         count = 0
@@ -273,9 +275,9 @@ class InstructionTranslatorBase:
 
         if (
             isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable))
-            and self.output.attr_mutations
+            and self.output.side_effects
         ):
-            pending = self.output.pending_attr(obj.as_python_constant(), name)
+            pending = self.output.side_effects.pending_attr(obj.as_python_constant(), name)
             if pending is not None:
                 return pending
         return obj.var_getattr(self, name)
@@ -284,6 +286,10 @@ class InstructionTranslatorBase:
         return fn.call_function(self, args, kwargs)
 
     def load_global_var(self, name: str) -> VariableTracker:
+        if self.output.side_effects:
+            pending = self.output.side_effects.pending_global(self.f_globals, name)
+            if pending is not None:
+                return pending
         if name in self.f_globals:
             if self.globals_source is None:
                 source = GlobalSource(name)
@@ -433,7 +439,7 @@ class InstructionTranslatorBase:
         self.push(value)
 
     def STORE_GLOBAL(self, inst):
-        unimplemented(f"assignment to global {inst.argval!r} (side effect)")
+        self.output.side_effects.store_global(self.f_globals, inst.argval, self.pop())
 
     def MAKE_CELL(self, inst):
         name = inst.argval
@@ -454,9 +460,19 @@ class InstructionTranslatorBase:
     def STORE_DEREF(self, inst):
         name = inst.argval
         cell = self.cells.setdefault(name, CellVariable())
+        value = self.pop()
         if cell.source_bound:
-            unimplemented(f"assignment to nonlocal {name!r} of a real closure (side effect)")
-        cell.contents = self.pop()
+            if cell.real_cell is None:
+                unimplemented(
+                    f"assignment to nonlocal {name!r} of a closure cell not known at capture"
+                )
+            from .sources import ClosureCellSource
+
+            is_own = self.parent is None and name in self.code.co_freevars
+            self.output.side_effects.store_cell(
+                cell.real_cell, value, ClosureCellSource(name) if is_own else None
+            )
+        cell.contents = value
 
     # --- imports (only of modules already imported: importing has effects) -------------------
     def IMPORT_NAME(self, inst):
@@ -514,12 +530,16 @@ class InstructionTranslatorBase:
 
         obj = self.pop()
         value = self.pop()
-        if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)) and not isinstance(
-            value, TensorVariable
-        ):
-            self.output.store_attr(obj.as_python_constant(), inst.argval, value)
+        if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
+            real = obj.as_python_constant()
+            if isinstance(real, torch.nn.Module) and isinstance(value, TensorVariable):
+                if inst.argval in real._parameters or inst.argval in real._buffers:
+                    unimplemented(
+                        f"assignment to parameter/buffer {inst.argval!r} of {type(real).__name__}"
+                    )
+            self.output.side_effects.store_attr(real, inst.argval, value)
             return
-        unimplemented(f"assignment to attribute {inst.argval!r} of {obj} (side effect)")
+        unimplemented(f"assignment to attribute {inst.argval!r} of {obj}")
 
     def DELETE_ATTR(self, inst):
         unimplemented(f"deletion of attribute {inst.argval!r} (side effect)")
@@ -926,7 +946,10 @@ class InstructionTranslator(InstructionTranslatorBase):
             value = frame.arg_values[slot]
             var = wrap_value(self, value, LocalSource(name, slot))
             if slot >= code.co_argcount + code.co_kwonlyargcount and hasattr(var, "mutable_local"):
-                var.mutable_local = True  # *args / **kwargs are fresh containers made for this call
+                # *args / **kwargs are fresh containers made for this call: local to the frame
+                var.mutable_local = True
+                var.source = None
+                var.__dict__.pop("real", None)
             self.symbolic_locals[name] = var
         closure = frame.closure or ()
         for index, name in enumerate(code.co_freevars):
@@ -935,9 +958,11 @@ class InstructionTranslator(InstructionTranslatorBase):
             except ValueError:
                 self.cells[name] = CellVariable(None, source_bound=True)
                 continue
-            self.cells[name] = CellVariable(
+            cell = CellVariable(
                 wrap_value(self, contents, ClosureSource(name, index)), source_bound=True
             )
+            cell.real_cell = closure[index]
+            self.cells[name] = cell
         for name in code.co_cellvars:
             if name not in self.cells:
                 self.cells[name] = CellVariable(None)

@@ -128,16 +128,22 @@ def wrap_value(tx, value: Any, source: Source | None) -> VariableTracker:
             for i, v in enumerate(value)
         ]
         cls = TupleVariable if type(value) is tuple else ListVariable
-        return cls(items, source=source, mutable_local=source is None and cls is ListVariable)
+        var = cls(items, source=source, mutable_local=source is None and cls is ListVariable)
+        if source is not None and cls is ListVariable:
+            var.real = value  # mutations are recorded and replayed on this object
+        return var
     if type(value) in (dict, collections.OrderedDict) and all(is_immutable(k) for k in value):
         guards.dict_keys_match(source, value)
         items = {
             k: wrap_value(tx, v, ItemSource(source, k) if source else None)
             for k, v in value.items()
         }
-        return ConstDictVariable(
+        var = ConstDictVariable(
             items, source=source, mutable_local=source is None, user_cls=type(value)
         )
+        if source is not None:
+            var.real = value  # mutations are recorded and replayed on this object
+        return var
     if isinstance(value, types.MethodType):
         from ..sources import AttrSource
 

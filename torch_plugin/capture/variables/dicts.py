@@ -73,7 +73,10 @@ class ConstDictVariable(VariableTracker):
             return DictViewVariable(self, "items")
         if name == "copy":
             return ConstDictVariable(self.items, mutable_local=True, user_cls=self.user_cls)
-        if not self.mutable_local:
+        if not self.mutable_local and getattr(self, "real", None) is not None:
+            if name in ("__setitem__", "__delitem__", "pop", "setdefault", "update", "clear"):
+                tx.output.side_effects.mutate_container(self.real, self)
+        elif not self.mutable_local:
             unimplemented(
                 f"dict.{name} on a dict from the frame's inputs (mutation is a side effect)"
             )

@@ -29,6 +29,7 @@ class CellVariable(VariableTracker):
         self.contents = contents
         # True for cells of real function objects: writing them is a side effect.
         self.source_bound = source_bound
+        self.real_cell = None  # the real cell object, when source_bound
 
 
 def bind_args(
@@ -149,6 +150,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
                 value = cell.cell_contents
             except ValueError:
                 cells[name] = CellVariable(None, source_bound=True)
+                cells[name].real_cell = cell
                 continue
             source = None
             if self.source is not None:
@@ -156,6 +158,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
                     ItemSource(AttrSource(self.source, "__closure__"), i), "cell_contents"
                 )
             cells[name] = CellVariable(wrap_value(tx, value, source), source_bound=True)
+            cells[name].real_cell = cell
         return cells
 
     def var_getattr(self, tx, name):

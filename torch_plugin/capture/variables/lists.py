@@ -76,6 +76,9 @@ class BaseListVariable(VariableTracker):
             return ListVariable(list(self.items), mutable_local=True)
         if self.mutable_local and self.python_cls is list:
             return self._mutate(tx, name, args, kwargs)
+        if getattr(self, "real", None) is not None and name in _MUTATORS:
+            tx.output.side_effects.mutate_container(self.real, self)
+            return self._mutate(tx, name, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
     def _mutate(self, tx, name, args, kwargs):
@@ -115,6 +118,19 @@ class BaseListVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.items!r})"
+
+
+_MUTATORS = (
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "clear",
+    "reverse",
+    "__setitem__",
+    "__delitem__",
+    "remove",
+)
 
 
 def contains(tx, items: list[VariableTracker], needle: VariableTracker) -> ConstantVariable:

@@ -1,0 +1,139 @@
+"""Side effects: mutations of real Python state recorded while tracing, replayed after the graph.
+
+While the translator runs, writes to state that outlives the frame are not performed; they
+are recorded here, in program order (of each target's first write), and reads of the same
+target inside the trace see the recorded value. After the compiled graph runs, the
+transformed code replays them with the real values (tensors from the graph's outputs):
+
+- ``setattr``: attribute writes on objects and nn.Modules (``self.cache = y``);
+- ``global``: ``global g; g = ...`` (STORE_GLOBAL);
+- ``cell``: ``nonlocal v; v = ...`` on a real closure cell;
+- ``list`` / ``dict``: in-place mutation of a list or dict that came from the frame's inputs
+  (``out.append(y)``, ``d["k"] = y``), replayed as ``lst[:] = items`` / ``d.clear(); d.update(...)``
+  so the object keeps its identity.
+
+Key class: :class:`SideEffects`; :meth:`SideEffects.make_replay` builds the replay function.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .variables.base import VariableTracker
+
+
+class SideEffects:
+    """The recorded mutations of one capture."""
+
+    def __init__(self) -> None:
+        # key -> (kind, target, name, variable); dict order = order of first write.
+        self._effects: dict[tuple, tuple[str, Any, Any, VariableTracker]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._effects)
+
+    def values(self) -> list[VariableTracker]:
+        return [entry[3] for entry in self._effects.values()]
+
+    def store_attr(self, obj: Any, name: str, value: VariableTracker) -> None:
+        self._effects[("setattr", id(obj), name)] = ("setattr", obj, name, value)
+
+    def pending_attr(self, obj: Any, name: str) -> VariableTracker | None:
+        entry = self._effects.get(("setattr", id(obj), name))
+        return entry[3] if entry is not None else None
+
+    def store_global(self, f_globals: dict, name: str, value: VariableTracker) -> None:
+        self._effects[("global", id(f_globals), name)] = ("global", f_globals, name, value)
+
+    def pending_global(self, f_globals: dict, name: str) -> VariableTracker | None:
+        entry = self._effects.get(("global", id(f_globals), name))
+        return entry[3] if entry is not None else None
+
+    def store_cell(self, cell: Any, value: VariableTracker, source=None) -> None:
+        """A write to a real closure cell. ``source`` (a ClosureCellSource) is given for the
+        captured frame's own cells, which differ between function objects sharing the code."""
+        self._effects[("cell", id(cell))] = (
+            "cell",
+            source if source is not None else cell,
+            None,
+            value,
+        )
+
+    def mutate_container(self, real: Any, var: VariableTracker) -> None:
+        """``var`` (a list/dict variable from the frame's inputs) was mutated in place; the
+        object is reached at run time through ``var.source``."""
+        kind = "list" if isinstance(real, list) else "dict"
+        self._effects.setdefault((kind, id(real)), (kind, var.source, None, var))
+
+    def make_replay(self, output_graph, outputs: list) -> Callable[..., None] | None:
+        """A function ``replay(graph_outputs, runtime_args, memo)`` performing every effect,
+        or None if none. Tensors it needs are appended to ``outputs`` (the graph's outputs);
+        objects reached through sources become runtime arguments of ``output_graph``."""
+        from .output_structure import flatten_output, rebuild
+        from .sources import Source
+
+        if not self._effects:
+            return None
+        plan = []
+        for kind, target, name, var in self._effects.values():
+            if isinstance(target, Source):
+                target = ("arg", output_graph.runtime_arg(target))
+            if kind in ("list", "dict"):
+                items_var = _items_view(var)
+                spec = flatten_output(items_var, outputs, output_graph)
+            else:
+                spec = flatten_output(var, outputs, output_graph)
+            plan.append((kind, target, name, spec))
+
+        def replay(graph_outputs, args, memo) -> None:
+            """Perform the effects; ``memo`` receives every list/dict built (by variable id)."""
+            for kind, target, name, spec in plan:
+                if isinstance(target, tuple) and target[0] == "arg":
+                    target = args[target[1]]
+                value = rebuild(spec, graph_outputs, memo, args)
+                if kind == "setattr":
+                    setattr(target, name, value)
+                elif kind == "global":
+                    target[name] = value
+                elif kind == "cell":
+                    target.cell_contents = value
+                elif kind == "list":
+                    target[:] = value
+                else:
+                    target.clear()
+                    target.update(value)
+
+        replay.container_ids = set()
+        for _kind, _target, _name, spec in plan:
+            _collect_ids(spec, replay.container_ids)
+        return replay
+
+
+def _items_view(var: VariableTracker) -> VariableTracker:
+    """A local copy of a mutated input container's current items (flattened by value)."""
+    from .variables.dicts import ConstDictVariable
+    from .variables.lists import ListVariable
+
+    if isinstance(var, ConstDictVariable):
+        return ConstDictVariable(dict(var.items), mutable_local=True)
+    return ListVariable(list(var.items), mutable_local=True)
+
+
+def _collect_ids(spec: tuple, out: set) -> None:
+    kind = spec[0]
+    if kind == "list":
+        out.add(spec[2])
+        for s in spec[1]:
+            _collect_ids(s, out)
+    elif kind == "dict":
+        out.add(spec[3])
+        for _, s in spec[2]:
+            _collect_ids(s, out)
+    elif kind == "tuple":
+        for s in spec[1]:
+            _collect_ids(s, out)
+    elif kind in ("namedtuple", "model_output"):
+        for s in spec[2]:
+            _collect_ids(
+                s[1] if isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], str) else s, out
+            )
