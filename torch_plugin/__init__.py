@@ -3,7 +3,10 @@
 Public API:
 - :func:`optimize` — capture Python frames into FX graphs and run them through a backend;
 - :func:`disable` — run a function without capture;
+- :func:`export` — capture a whole call as one standalone FX graph (errors on a graph break);
 - :func:`reset` — forget every compiled frame;
+- :func:`explain` — run a function once and report its graphs, graph breaks and guards;
+- :func:`set_logs` — switch the log channels (also ``TORCH_PLUGIN_LOGS``, ``config.logs``);
 - :func:`list_backends`, :func:`lookup_backend`, :func:`register_backend` — the backend registry;
 - :mod:`torch_plugin.config` — flags.
 
@@ -23,7 +26,10 @@ from .backends.registry import (
     register_backend,
 )
 from .capture import CaptureError, stats
+from .export import ExportError, export
 from .capture.eval_frame import OptimizeContext, OptimizedModule, callback_for, disable, reset
+from .explain import ExplainOutput, explain
+from .logs import set_logs
 
 __version__ = "0.1.0"
 
@@ -53,15 +59,20 @@ def optimize(backend: str | Callable = "inductor", *, nopython: bool = False) ->
 
 __all__ = [
     "BackendCompilerFailed",
+    "ExportError",
+    "export",
     "CaptureError",
+    "ExplainOutput",
     "OptimizeContext",
     "OptimizedModule",
     "config",
     "disable",
+    "explain",
     "list_backends",
     "lookup_backend",
     "optimize",
     "register_backend",
     "reset",
+    "set_logs",
     "stats",
 ]

@@ -20,7 +20,7 @@ import torch.fx
 
 from .. import config
 from .bytecode_emission import make_transformed_code
-from .exc import Unsupported
+from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
 from .guards import build_guard_tree
 from .output_graph import OutputGraph
@@ -29,6 +29,9 @@ from .skipfiles import skip_reason
 from .symbolic_convert import InstructionTranslator
 
 log = logging.getLogger("torch_plugin.capture")
+# Log channels that torch_plugin.logs switches on (TORCH_PLUGIN_LOGS=graph_breaks,recompiles).
+graph_breaks_log = logging.getLogger("torch_plugin.graph_breaks")
+recompiles_log = logging.getLogger("torch_plugin.recompiles")
 
 
 @dataclasses.dataclass
@@ -64,6 +67,7 @@ class CaptureRecord:
         guards: the guards of the new cache entry, in source terms (``L['x'] == 3``).
         graph_break: (reason, user location) when the frame ended in a graph break, else None.
         translate_time_s / compile_time_s: seconds in the translator / in the backend.
+        graph_break_location: the user location of the graph break (structured), or None.
     """
 
     code: types.CodeType
@@ -73,6 +77,11 @@ class CaptureRecord:
     graph_break: tuple | None
     translate_time_s: float
     compile_time_s: float
+    # How the graph's outputs become the return value (output_structure spec; None at a
+    # graph break), and whether the entry replays side effects or loads runtime arguments.
+    output_spec: tuple | None = None
+    has_side_effects: bool = False
+    graph_break_location: UserSourceLocation | None = None
 
 
 # Functions called with each CaptureRecord (explain(), export() and the logs use this).
@@ -139,7 +148,7 @@ class ConvertFrame:
                     )
                 return None
             stats.recompiles += 1
-            log.info(
+            recompiles_log.info(
                 "recompiling %s: %s",
                 code.co_qualname,
                 entries[0][1].failure_reason(
@@ -162,7 +171,9 @@ class ConvertFrame:
             try:
                 result = self._convert(frame, break_at=first.root_index, break_reason=first)
             except Unsupported as e:
-                log.info("no graph break possible in %s: %s", code.co_qualname, e.reason)
+                graph_breaks_log.info(
+                    "no graph break possible in %s: %s", code.co_qualname, e.reason
+                )
             else:
                 stats.graph_breaks.append(
                     (
@@ -171,13 +182,13 @@ class ConvertFrame:
                         str(first.location) if first.location else None,
                     )
                 )
-                log.info("graph break in %s: %s", code.co_qualname, first)
+                graph_breaks_log.info("graph break in %s: %s", code.co_qualname, first)
                 return result
         stats.frames_failed += 1
         stats.failures.append(
             (code.co_qualname, first.reason, str(first.location) if first.location else None)
         )
-        log.info(
+        graph_breaks_log.info(
             "not capturing %s: %s",
             code.co_qualname,
             first,
@@ -219,6 +230,7 @@ class ConvertFrame:
                             ),
                             partial.get("translate_time_s", time.perf_counter() - t0),
                             partial.get("compile_time_s", 0.0),
+                            break_reason.location,
                         )
                     )
                 return transformed, guard
@@ -281,6 +293,8 @@ class ConvertFrame:
                     None,
                     t1 - t0,
                     time.perf_counter() - t1,
+                    spec,
+                    replay is not None or bool(output.runtime_sources),
                 )
             )
         return transformed, guard

@@ -1,0 +1,90 @@
+"""torch_plugin.export: one standalone FX graph for a whole call, checked against eager."""
+
+import collections
+import io
+
+import pytest
+import torch
+
+import torch_plugin
+
+torchvision = pytest.importorskip("torchvision")
+
+Pair = collections.namedtuple("Pair", "first second")
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torch_plugin.reset()
+    yield
+    torch_plugin.reset()
+
+
+def bar(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+def test_export_raises_on_graph_break_with_reason_and_line():
+    with pytest.raises(
+        torch_plugin.CaptureError, match=r"data-dependent(.|\n)*test_export.py(.|\n)*b.sum\(\) < 0"
+    ):
+        torch_plugin.export(bar, torch.randn(3), torch.randn(3))
+
+
+def test_export_keeps_input_and_output_structure():
+    def f(inp, scale=2):
+        return {"s": inp["x"] * scale, "pair": Pair(inp["y"][0] + 1, [inp["y"][1].relu(), 3])}
+
+    inp = {"x": torch.randn(2), "y": (torch.randn(2), torch.randn(2))}
+    gm, guards = torch_plugin.export(f, inp, scale=3)
+    assert any("L['inp']['x']" in g for g in guards)
+    new = {"x": torch.randn(2), "y": (torch.randn(2), torch.randn(2))}
+    got, want = gm(new, scale=3), f(new, scale=3)
+    assert isinstance(got["pair"], Pair) and got["pair"].second[1] == 3
+    torch.testing.assert_close(got["s"], want["s"])
+    torch.testing.assert_close(got["pair"].first, want["pair"].first)
+    torch.testing.assert_close(got["pair"].second[0], want["pair"].second[0])
+
+
+def test_export_resnet18_matches_eager_and_round_trips(tmp_path):
+    model = torchvision.models.resnet18(weights=None).eval()
+    gm, _ = torch_plugin.export(model, torch.randn(1, 3, 64, 64))
+    assert isinstance(gm, torch.fx.GraphModule)
+    assert {n for n, _ in model.named_parameters()} and sum(1 for _ in gm.parameters()) == sum(
+        1 for _ in model.parameters()
+    )
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x), model(x))
+        path = tmp_path / "resnet18_export.pt"
+        torch.save(gm, path)
+        loaded = torch.load(path, weights_only=False)
+        torch.testing.assert_close(loaded(x), model(x))
+
+
+def test_exported_graph_runs_without_hook():
+    from torch_plugin import _C
+
+    def f(x):
+        return torch.sin(x) * 2
+
+    gm, _ = torch_plugin.export(f, torch.randn(4))
+    assert _C.get_eval_frame_callback() is None
+    x = torch.randn(4)
+    torch.testing.assert_close(gm(x), f(x))
+    buf = io.BytesIO()
+    torch.save(gm, buf)
+    buf.seek(0)
+    torch.testing.assert_close(torch.load(buf, weights_only=False)(x), f(x))
+
+
+def test_export_rejects_side_effects():
+    def f(x, out):
+        out.append(x * 2)
+        return x + 1
+
+    with pytest.raises(torch_plugin.ExportError, match="mutates state"):
+        torch_plugin.export(f, torch.randn(2), [])
