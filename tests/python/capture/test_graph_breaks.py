@@ -206,3 +206,85 @@ def test_nopython_raises_on_bar():
     opt = torch_plugin.optimize("eager", nopython=True)(bar)
     with pytest.raises(torch_plugin.CaptureError, match="data-dependent"):
         opt(torch.randn(3), torch.randn(3))
+
+
+def test_bool_of_tensor_and_logging_call(caplog):
+    import logging
+
+    logger = logging.getLogger("user.model")
+
+    def f(x):
+        y = x * 3
+        logger.warning("seen %d elements", y.numel())
+        if bool(y.mean() > 0):
+            return y - 1
+        return y + 1
+
+    opt = torch_plugin.optimize("eager")(f)
+    for sign in (1, -1):
+        x = torch.rand(4) * sign + 0.01 * sign
+        with caplog.at_level(logging.WARNING, logger="user.model"):
+            torch.testing.assert_close(opt(x), f(x))
+    assert any("seen 4 elements" in r.getMessage() for r in caplog.records)
+    assert torch_plugin.stats.graph_breaks
+
+
+class Recorder:
+    def __init__(self):
+        self.events = []
+
+    def __enter__(self):
+        self.events.append("enter")
+        return self
+
+    def __exit__(self, *exc):
+        self.events.append("exit")
+        return False
+
+
+def test_user_context_manager_keeps_semantics():
+    def f(x, rec):
+        y = x + 1
+        with rec:
+            y = y * 2
+        return y - 1
+
+    rec_opt, rec_eager = Recorder(), Recorder()
+    x = torch.randn(3)
+    torch.testing.assert_close(torch_plugin.optimize("eager")(f)(x, rec_opt), f(x, rec_eager))
+    assert rec_opt.events == rec_eager.events == ["enter", "exit"]
+
+
+def test_break_in_submodule_forward():
+    class Inner(torch.nn.Module):
+        def forward(self, x):
+            if x.max() > 0:
+                return x * 2
+            return x
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(self.lin(x)) + 1
+
+    m = Outer()
+    om = torch_plugin.optimize("eager")(m)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        torch.testing.assert_close(om(x), m(x))
+    assert torch_plugin.stats.graph_breaks
+
+
+def test_unsupported_bytecode_breaks_and_stays_correct():
+    def f(x):
+        y = x.cos()
+        s = {int(v) for v in range(3)}  # set comprehension: not modelled, runs in CPython
+        return y * len(s)
+
+    opt = torch_plugin.optimize("eager")(f)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), f(x))
