@@ -18,7 +18,12 @@ Flags:
   capture after the instruction; when False the frame runs unmodified.
 - :data:`verbose` (False): more detail in log messages (backend compile times, tracebacks
   of frames that were not captured).
+- :data:`logs` (``()``, or what ``TORCH_PLUGIN_LOGS`` says): the log channels printed to
+  stderr; assigning it switches them at once.
 """
+
+import sys
+import types
 
 suppress_errors: bool = False
 """When a backend raises while compiling a graph, warn and run that graph eagerly (its FX
@@ -44,3 +49,27 @@ each "not capturing ..." message from the capture layer. Messages go to the
 ``torch_plugin.*`` loggers at INFO level, so they show once logging is configured for it,
 e.g. ``logging.basicConfig(level=logging.INFO)``. The backend part is tested in
 ``tests/python/backends/test_registry.py``."""
+
+logs: tuple = ()
+"""The log channels printed to stderr, as a tuple of names from
+``torch_plugin.logs.CHANNELS``: ``graph_breaks``, ``recompiles``, ``guards``, ``bytecode``,
+``graph``. Set at import from the ``TORCH_PLUGIN_LOGS`` environment variable
+(``TORCH_PLUGIN_LOGS=graph_breaks,recompiles``, or ``all``). Unlike the other flags,
+assigning it acts at once: ``config.logs = "graph_breaks,guards"`` (a comma-separated string
+or a list of names) calls :func:`torch_plugin.set_logs`, which stores the normalized tuple
+here. Tested in ``tests/python/test_logs.py``."""
+
+
+class _ConfigModule(types.ModuleType):
+    """This module's class: assigning ``logs`` goes through :func:`torch_plugin.set_logs`."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "logs":
+            from .logs import set_logs
+
+            set_logs(value)  # validates, switches handlers, stores the tuple in this module
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _ConfigModule

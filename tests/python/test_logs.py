@@ -1,0 +1,220 @@
+"""torch_plugin.logs: channels from TORCH_PLUGIN_LOGS, set_logs and config.logs, printed to stderr."""
+
+import inspect
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_plugin
+from torch_plugin import config
+from torch_plugin.capture.convert_frame import listeners
+from torch_plugin.logs import CHANNELS, log_record, logger_for, parse_spec, set_logs
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    saved = config.logs
+    set_logs()
+    torch_plugin.reset()
+    yield
+    torch_plugin.reset()
+    set_logs(saved)
+
+
+def bar(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+BREAK_LINE = inspect.getsourcelines(bar)[1] + 2  # `if b.sum() < 0:`
+
+
+def run_bar(*shapes):
+    opt = torch_plugin.optimize("eager")(bar)
+    for shape in shapes or [(4,)]:
+        opt(torch.randn(shape), torch.randn(shape))
+
+
+def test_parse_spec():
+    assert parse_spec("graph_breaks,guards") == ("graph_breaks", "guards")
+    assert parse_spec(" guards , graph_breaks ") == ("graph_breaks", "guards")  # CHANNELS order
+    assert parse_spec("all") == parse_spec("+all") == CHANNELS
+    assert parse_spec("all,-bytecode") == tuple(c for c in CHANNELS if c != "bytecode")
+    assert parse_spec("+graph") == ("graph",)
+    assert parse_spec(["recompiles", "graph"]) == ("recompiles", "graph")
+    assert parse_spec("") == parse_spec(None) == ()
+    with pytest.raises(ValueError, match="unknown torch_plugin log channel 'graphs'"):
+        parse_spec("graphs")
+
+
+def test_set_logs_forms_and_config():
+    set_logs("graph_breaks")
+    assert config.logs == ("graph_breaks",)
+    set_logs(graph=True, recompiles=True)
+    assert config.logs == ("recompiles", "graph")
+    set_logs("all", bytecode=False)
+    assert "bytecode" not in config.logs and len(config.logs) == len(CHANNELS) - 1
+    set_logs()
+    assert config.logs == ()
+    with pytest.raises(ValueError, match="unknown"):
+        set_logs(bogus=True)
+    with pytest.raises(ValueError, match="unknown"):
+        config.logs = "nope"
+    assert config.logs == ()
+
+
+def test_graph_breaks_channel(capsys):
+    set_logs("graph_breaks")
+    run_bar()
+    err = capsys.readouterr().err
+    assert "[torch_plugin.graph_breaks] graph break in bar: data-dependent branch" in err
+    assert f'File "{__file__}", line {BREAK_LINE}, in bar' in err
+    assert "if b.sum() < 0:" in err
+    for other in ("guards", "recompiles", "bytecode", "graph]"):
+        assert f"[torch_plugin.{other}" not in err
+
+
+def test_frame_not_captured_goes_to_graph_breaks(capsys, monkeypatch):
+    monkeypatch.setattr(config, "graph_breaks", False)
+    set_logs("graph_breaks")
+    run_bar()
+    err = capsys.readouterr().err
+    assert "[torch_plugin.graph_breaks] not capturing bar: data-dependent" in err
+    assert f"line {BREAK_LINE}, in bar" in err
+
+
+def test_guards_channel(capsys):
+    set_logs("guards")
+    run_bar((5,))
+    err = capsys.readouterr().err
+    assert f"[torch_plugin.guards] guards of a new entry for bar ({__file__}:" in err
+    assert "L['a']: tensor dtype=torch.float32, device=cpu, size=[5]" in err
+    assert "guards of a new entry for bar.<resume at line" in err
+    assert "graph break in" not in err
+
+
+def test_recompiles_channel(capsys):
+    set_logs("recompiles")
+    run_bar((4,))
+    assert "recompil" not in capsys.readouterr().err  # the first call compiles, no recompile
+    run_bar((7,))
+    err = capsys.readouterr().err
+    assert "[torch_plugin.recompiles] recompiling bar: L['a']" in err
+    assert "expected size [4], got [7]" in err
+
+
+def test_bytecode_channel(capsys):
+    set_logs("bytecode")
+    run_bar()
+    err = capsys.readouterr().err
+    assert f"[torch_plugin.bytecode] original bytecode of bar ({__file__}:" in err
+    assert "transformed bytecode of bar" in err
+    assert "original bytecode of bar.<resume at line" in err
+    original = err.split("original bytecode of bar (")[1].split("[torch_plugin.")[0]
+    transformed = err.split("transformed bytecode of bar (")[1].split("[torch_plugin.")[0]
+    # the original computes torch.abs itself; the transformed one calls the compiled graph
+    assert "(abs)" in original and "(abs)" not in transformed
+    assert "LOAD_FAST" in original and "LOAD_FAST" in transformed
+
+
+def test_graph_channel(capsys):
+    set_logs("graph")
+    run_bar()
+    err = capsys.readouterr().err
+    assert "[torch_plugin.graph] FX graph of bar" in err and "part before a graph break" in err
+    assert "torch.abs(l_a)" in err
+    assert "FX graph of bar.<resume at line" in err
+    assert "f32[4]" in err  # shapes are shown
+
+
+def test_off_means_silent_and_restored(capsys):
+    set_logs("all")
+    assert log_record in listeners
+    assert logger_for("graph_breaks").propagate is False
+    set_logs()
+    assert log_record not in listeners
+    for channel in CHANNELS:
+        logger = logger_for(channel)
+        assert logger.propagate is True and logger.level == logging.NOTSET
+        assert logger.handlers == []
+    run_bar()
+    assert "[torch_plugin." not in capsys.readouterr().err
+
+
+def test_record_listener_only_for_record_channels():
+    set_logs("graph_breaks,recompiles")
+    assert log_record not in listeners
+    set_logs("graph_breaks,guards")
+    assert log_record in listeners
+
+
+def test_config_assignment_switches_at_once(capsys):
+    config.logs = "graph_breaks,guards"
+    assert config.logs == ("graph_breaks", "guards")
+    run_bar()
+    err = capsys.readouterr().err
+    assert "[torch_plugin.graph_breaks]" in err and "[torch_plugin.guards]" in err
+    config.logs = ()
+    torch_plugin.reset()
+    run_bar()
+    assert "[torch_plugin." not in capsys.readouterr().err
+
+
+def test_set_logs_is_exported():
+    assert torch_plugin.set_logs is set_logs
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import torch, torch_plugin
+
+    def f(x):
+        y = x + 1
+        if y.sum() > 0:
+            y = y * 2
+        return y
+
+    print("logs:", ",".join(torch_plugin.config.logs))
+    torch_plugin.optimize("eager")(f)(torch.ones(3))
+    """
+)
+
+
+def run_script(tmp_path, env_value: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "script.py"  # a file, so the logs can show source lines
+    script.write_text(SCRIPT)
+    env = dict(os.environ, TORCH_PLUGIN_LOGS=env_value)
+    root = os.path.dirname(os.path.dirname(torch_plugin.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, str(script)],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_environment_variable_read_at_import(tmp_path):
+    proc = run_script(tmp_path, "graph_breaks,graph")
+    assert proc.returncode == 0, proc.stderr
+    assert "logs: graph_breaks,graph" in proc.stdout
+    assert "[torch_plugin.graph_breaks] graph break in f" in proc.stderr
+    assert "if y.sum() > 0:" in proc.stderr
+    assert "[torch_plugin.graph] FX graph of f" in proc.stderr
+    assert "[torch_plugin.guards]" not in proc.stderr
+
+
+def test_bad_environment_variable_warns_and_imports(tmp_path):
+    proc = run_script(tmp_path, "graph_breaks,nonsense")
+    assert proc.returncode == 0, proc.stderr
+    assert "logs: \n" in proc.stdout
+    assert "TORCH_PLUGIN_LOGS='graph_breaks,nonsense' ignored" in proc.stderr

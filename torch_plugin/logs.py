@@ -1,0 +1,189 @@
+"""Log channels: human-readable logs of what capture does, printed to stderr.
+
+Channels (each is the logger ``torch_plugin.<channel>``):
+
+- ``graph_breaks``: each graph break, and each frame that could not be captured at all,
+  with the reason and the user's file, line and source text (emitted by
+  ``torch_plugin.capture.convert_frame``);
+- ``recompiles``: each recompile of a frame, with the guard that failed (emitted by
+  ``convert_frame``);
+- ``guards``: the guards of each new cache entry;
+- ``bytecode``: the original and the transformed bytecode (``dis``) of each converted frame;
+- ``graph``: the code of each captured FX graph, with shapes and the user's source lines.
+
+The last three are written from a :data:`torch_plugin.capture.convert_frame.listeners`
+function, registered only while one of them is on.
+
+Switch channels with the ``TORCH_PLUGIN_LOGS`` environment variable, read at import
+(``TORCH_PLUGIN_LOGS=graph_breaks,recompiles``; ``all`` or ``+all`` for every channel;
+``-name`` leaves one out, as in ``all,-bytecode``), with :func:`set_logs`, or by assigning
+``torch_plugin.config.logs``. A channel that is on has its own stderr handler and does not
+propagate to the root logger (so nothing is printed twice); a channel that is off is left to
+the ``logging`` configuration of the program.
+
+Key names: :data:`CHANNELS`, :func:`set_logs`, :func:`parse_spec`, :data:`ENV_VAR`.
+"""
+
+from __future__ import annotations
+
+import dis
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Iterable
+
+from . import config
+from .capture import convert_frame
+
+ENV_VAR = "TORCH_PLUGIN_LOGS"
+CHANNELS: tuple[str, ...] = ("graph_breaks", "recompiles", "guards", "bytecode", "graph")
+# Channels written from CaptureRecords (the others are logged by convert_frame directly).
+_RECORD_CHANNELS = ("guards", "bytecode", "graph")
+
+_handlers: dict[str, logging.Handler] = {}
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of each record (so redirection and
+    pytest's capture see the output)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def logger_for(channel: str) -> logging.Logger:
+    """The logger of one channel (``torch_plugin.<channel>``)."""
+    return logging.getLogger(f"torch_plugin.{channel}")
+
+
+def parse_spec(spec: str | Iterable[str] | None) -> tuple[str, ...]:
+    """The channels named by ``spec``, in :data:`CHANNELS` order.
+
+    ``spec`` is a comma-separated string (``"graph_breaks,guards"``; ``"all"``/``"+all"`` for
+    every channel; ``"-bytecode"`` removes one; ``"+graph"`` is the same as ``"graph"``; spaces
+    are ignored), an iterable of such names, or None/``""`` for no channel.
+
+    Raises:
+        ValueError: an unknown channel name (the message lists the known ones).
+    """
+    if spec is None:
+        return ()
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    on: set[str] = set()
+    for item in items:
+        name = str(item).strip()
+        if not name:
+            continue
+        remove = name.startswith("-")
+        name = name.lstrip("+-").strip()
+        names = set(CHANNELS) if name == "all" else {name}
+        unknown = names - set(CHANNELS)
+        if unknown:
+            raise ValueError(
+                f"unknown torch_plugin log channel {min(unknown)!r}; "
+                f"known: {', '.join(CHANNELS)}, all"
+            )
+        on = on - names if remove else on | names
+    return tuple(c for c in CHANNELS if c in on)
+
+
+def set_logs(channels: str | Iterable[str] | None = None, **flags: bool) -> None:
+    """Switch log channels on and off; the channels not named are switched off.
+
+    Examples::
+
+        torch_plugin.set_logs("graph_breaks,recompiles")
+        torch_plugin.set_logs(graph_breaks=True, graph=True)
+        torch_plugin.set_logs("all", bytecode=False)
+        torch_plugin.set_logs()                           # all off
+
+    Args:
+        channels: a spec as :func:`parse_spec` reads it.
+        flags: ``channel=True`` adds a channel, ``channel=False`` removes one.
+
+    The result is stored in ``torch_plugin.config.logs`` (a tuple of channel names).
+
+    Raises:
+        ValueError: an unknown channel name.
+    """
+    on = set(parse_spec(channels))
+    for name, value in flags.items():
+        if name not in CHANNELS:
+            raise ValueError(
+                f"unknown torch_plugin log channel {name!r}; known: {', '.join(CHANNELS)}"
+            )
+        on = on | {name} if value else on - {name}
+    enabled = tuple(c for c in CHANNELS if c in on)
+    for channel in CHANNELS:
+        logger = logger_for(channel)
+        handler = _handlers.get(channel)
+        if channel in on and handler is None:
+            handler = _StderrHandler()
+            handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+            _handlers[channel] = handler
+            logger.addHandler(handler)
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+        elif channel not in on and handler is not None:
+            logger.removeHandler(handler)
+            del _handlers[channel]
+            logger.setLevel(logging.NOTSET)
+            logger.propagate = True
+    wants_records = any(c in on for c in _RECORD_CHANNELS)
+    if wants_records and log_record not in convert_frame.listeners:
+        convert_frame.listeners.append(log_record)
+    elif not wants_records and log_record in convert_frame.listeners:
+        convert_frame.listeners.remove(log_record)
+    vars(config)["logs"] = enabled  # not config.logs = ...: that would call set_logs again
+
+
+def _where(code) -> str:
+    return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+
+def log_record(record: convert_frame.CaptureRecord) -> None:
+    """Write one converted frame to the ``guards``, ``bytecode`` and ``graph`` channels
+    (the listener that :func:`set_logs` registers)."""
+    where = _where(record.code)
+    if "guards" in _handlers:
+        lines = [f"  {g}" for g in record.guards] or ["  (none)"]
+        logger_for("guards").info("guards of a new entry for %s:\n%s", where, "\n".join(lines))
+    if "bytecode" in _handlers:
+        bytecode_log = logger_for("bytecode")
+        bytecode_log.info("original bytecode of %s:\n%s", where, dis.Bytecode(record.code).dis())
+        if record.transformed_code is not None:
+            bytecode_log.info(
+                "transformed bytecode of %s:\n%s",
+                where,
+                dis.Bytecode(record.transformed_code).dis(),
+            )
+    if "graph" in _handlers and record.graph is not None:
+        part = ", part before a graph break" if record.graph_break is not None else ""
+        logger_for("graph").info(
+            "FX graph of %s%s:\n%s",
+            where,
+            part,
+            record.graph.print_readable(print_output=False).rstrip(),
+        )
+
+
+def _set_logs_from_env() -> None:
+    spec = os.environ.get(ENV_VAR, "")
+    if not spec.strip():
+        return
+    try:
+        set_logs(spec)
+    except ValueError as e:
+        warnings.warn(f"{ENV_VAR}={spec!r} ignored: {e}", stacklevel=2)
+
+
+_set_logs_from_env()
