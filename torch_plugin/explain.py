@@ -27,6 +27,9 @@ import torch.fx
 from .capture import convert_frame
 from .capture.exc import UserSourceLocation
 
+# The reason capture gives for a frame with nothing to capture: such frames are harmless
+# (plain Python), so the report lists them in one line instead of as problems.
+NO_TENSOR_OPS = "no tensor operations to capture"
 _LOCATION = re.compile(
     r'File "(?P<file>.*)", line (?P<line>\d+), in (?P<fn>[^\n]*)(?:\n(?P<src>.*))?'
 )
@@ -144,7 +147,8 @@ class ExplainOutput:
         graph_break_count: number of graph breaks (``len(break_reasons)``).
         break_reasons: each graph break, with the reason and the user's file, line and source.
         not_captured: frames that ran without being captured at all (no graph break was
-            possible there), with the reason; they are not counted as graph breaks.
+            possible there), with the reason; they are not counted as graph breaks. Frames
+            with no tensor operation at all (reason :data:`NO_TENSOR_OPS`) are among them.
         op_count: total number of operations over all graphs.
         ops_per_graph: for each graph, the targets of its operation nodes (functions such
             as ``torch.abs`` or ``operator.add``, method names such as ``"sum"``, submodule
@@ -198,11 +202,13 @@ def _op_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
 
 def format_report(out: ExplainOutput) -> str:
     """The readable report that ``str(explain_output)`` returns."""
+    problems = [br for br in out.not_captured if br.reason != NO_TENSOR_OPS]
+    plain = [br.frame for br in out.not_captured if br.reason == NO_TENSOR_OPS]
     counts = [
         _plural(out.graph_count, "graph"),
         _plural(out.graph_break_count, "graph break"),
         _plural(out.op_count, "op"),
-        f"{_plural(len(out.not_captured), 'frame')} not captured",
+        f"{_plural(len(problems), 'frame')} not captured",
     ]
     lines = [f"torch_plugin.explain: {', '.join(counts)}", f"Compile time: {out.compile_times}"]
     if out.break_reasons:
@@ -213,14 +219,16 @@ def format_report(out: ExplainOutput) -> str:
                 lines.append(f'     File "{br.filename}", line {br.lineno}, in {br.function}')
                 if br.source_line:
                     lines.append(f"       {br.source_line}")
-    if out.not_captured:
+    if problems:
         lines += ["", "Frames not captured (they ran without compiling):"]
-        for i, br in enumerate(out.not_captured, 1):
+        for i, br in enumerate(problems, 1):
             lines.append(f"  {i}. {br.frame}: not captured: {br.reason}")
             if br.filename is not None:
                 lines.append(f'     File "{br.filename}", line {br.lineno}, in {br.function}')
                 if br.source_line:
                     lines.append(f"       {br.source_line}")
+    if plain:
+        lines += ["", f"Frames with no tensor operations (ran as plain Python): {', '.join(plain)}"]
     lines += ["", "Frames converted:"]
     if not out.frames:
         lines.append("  (none: no frame with tensor operations was captured)")

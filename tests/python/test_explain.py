@@ -9,7 +9,7 @@ import torch
 import torch_plugin
 from torch_plugin.capture.convert_frame import listeners
 from torch_plugin.capture.exc import UserSourceLocation
-from torch_plugin.explain import BreakReason, ExplainOutput
+from torch_plugin.explain import NO_TENSOR_OPS, BreakReason, ExplainOutput
 
 
 @pytest.fixture(autouse=True)
@@ -188,6 +188,20 @@ def test_frames_not_captured_are_reported(monkeypatch):
     assert nc.lineno == line_of(bar, "if b.sum() < 0:")
     assert nc.source_line == "if b.sum() < 0:"
     assert "bar: not captured: data-dependent" in str(out)
+
+
+def test_frames_without_tensor_operations_are_listed_as_plain_python():
+    def no_tensors(n):
+        return n + 1
+
+    out = torch_plugin.explain(no_tensors, 3)
+    assert out.graph_count == 0
+    assert [(nc.frame, nc.reason) for nc in out.not_captured] == [
+        (no_tensors.__qualname__, NO_TENSOR_OPS)
+    ]
+    text = str(out)
+    assert "0 frames not captured" in text
+    assert f"ran as plain Python): {no_tensors.__qualname__}" in text
 
 
 def test_fresh_state_and_restored_after():
