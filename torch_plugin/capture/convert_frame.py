@@ -20,6 +20,7 @@ import torch.fx
 
 from .. import config
 from .bytecode_emission import make_transformed_code
+from ..backends.registry import BackendCompilerFailed
 from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
 from .guards import build_guard_tree
@@ -157,6 +158,8 @@ class ConvertFrame:
             )
         try:
             return self._convert(frame)
+        except (BackendCompilerFailed, CaptureError):
+            raise
         except Unsupported as e:
             if self.nopython:
                 stats.frames_failed += 1
@@ -197,6 +200,19 @@ class ConvertFrame:
         return None
 
     def _convert(self, frame, break_at: int | None = None, break_reason: Unsupported | None = None):
+        try:
+            return self._convert_impl(frame, break_at, break_reason)
+        except (Unsupported, BackendCompilerFailed, CaptureError):
+            raise
+        except Exception as e:  # a translator bug must not break the user's program
+            log.warning(
+                "torch_plugin: internal error while capturing %s; it runs unmodified",
+                frame.f_code.co_qualname,
+                exc_info=True,
+            )
+            raise Unsupported(f"internal error in the translator: {type(e).__name__}: {e}") from e
+
+    def _convert_impl(self, frame, break_at, break_reason):
         from torch_plugin import _C
         from torch_plugin.backends.registry import call_backend
 

@@ -356,8 +356,9 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
     for t in targets:
         live |= live_locals(code, t)
     local_values: dict[str, VariableTracker] = {}
+    first_arg = code.co_varnames[0] if code.co_argcount else None
     for name in list(code.co_varnames) + [n for n in code.co_cellvars if n not in code.co_varnames]:
-        if name not in live:
+        if name not in live and name != first_arg:  # the first argument: for super()
             continue
         if name in tx.symbolic_locals:
             local_values[name] = tx.symbolic_locals[name]
@@ -383,6 +384,8 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
         if id(t.node) not in index:
             index[id(t.node)] = len(unique)
             unique.append(t)
+    if not output.input_sources and not output.side_effects and not _has_ops(output):
+        unimplemented("no tensor operation or tensor input before the break (runs unmodified)")
     compiled = compile_graph(unique)
     if compiled is None and replay_tensors:
         unimplemented("side effects store tensors, but the graph has no operation")
@@ -535,7 +538,9 @@ def _native_instr(inst: dis.Instruction, lineno: int) -> bc.Instr:
 def _call_resume(
     gen: CodeGen, code, rebuild: Reconstructor, target: int, kinds: list[str], local_values: dict
 ) -> None:
-    spec = ResumeSpec(target, tuple(kinds), tuple(local_values))
+    names = tuple(local_values)
+    lead = bool(names) and code.co_argcount > 0 and names[0] == code.co_varnames[0]
+    spec = ResumeSpec(target, tuple(kinds), names, lead)
     rcode = resume_code(code, spec)
     temps = [f"__tp_s{k}" for k in range(len(kinds))]
     for name in reversed(temps):
@@ -551,16 +556,24 @@ def _call_resume(
         fn = types.FunctionType(rcode, gen.f_globals, rcode.co_name)
         gen.load_global(gen.install_global(fn, "resume"), push_null=True)
     nargs = 0
+    values = list(local_values.values())
+    if lead:
+        rebuild(values.pop(0))
+        nargs += 1
     for name, kind in zip(temps, kinds):
         if kind == "null":
             continue
         gen.load_fast(name)
         nargs += 1
-    for v in local_values.values():
+    for v in values:
         rebuild(v)
         nargs += 1
     gen.call(nargs)
     gen._emit("RETURN_VALUE")
+
+
+def _has_ops(output) -> bool:
+    return any(n.op in ("call_function", "call_method", "call_module") for n in output.graph.nodes)
 
 
 def _check_rebuildable(var: VariableTracker) -> None:

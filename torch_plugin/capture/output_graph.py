@@ -23,6 +23,7 @@ from .guards import GuardSet
 from .side_effects import SideEffects
 from .sources import Source
 from .variables.base import VariableTracker
+from .variables.constant import ConstantVariable, is_immutable
 from .variables.tensor import TensorVariable
 
 
@@ -143,8 +144,12 @@ class OutputGraph:
                 return value.python_cls(self._to_args(v, fake) for v in value.items)
             if isinstance(value, ConstDictVariable):
                 return {k: self._to_args(v, fake) for k, v in value.items.items()}
+            if isinstance(value, ConstantVariable):
+                return value.value
             if value.is_python_constant():
-                return value.as_python_constant()
+                const = value.as_python_constant()
+                if is_immutable(const):
+                    return const
             unimplemented(f"argument {value} to a torch operation")
         return value
 

@@ -110,6 +110,9 @@ class ResumeSpec:
     target_offset: int
     stack: tuple[str, ...]
     locals: tuple[str, ...]
+    # True when locals[0] is the original first argument: it then comes first, because
+    # zero-argument super() reads the frame's first local.
+    lead: bool = False
 
     @property
     def stack_argnames(self) -> tuple[str, ...]:
@@ -118,6 +121,8 @@ class ResumeSpec:
 
     @property
     def argnames(self) -> tuple[str, ...]:
+        if self.lead:
+            return self.locals[:1] + self.stack_argnames + self.locals[1:]
         return self.stack_argnames + self.locals
 
 
@@ -176,7 +181,8 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
     cellvars = [n for n in code.co_cellvars]
     argnames = list(spec.argnames)
     out.argnames = argnames
-    out.name = f"torch_plugin_resume_in_{code.co_name}"
+    base = code.co_name.removeprefix("torch_plugin_resume_in_")
+    out.name = f"torch_plugin_resume_in_{base}"
     out.qualname = f"{code.co_qualname}.<resume at line {_line_of(code, spec.target_offset)}>"
     out.filename = code.co_filename
     out.first_lineno = code.co_firstlineno

@@ -174,15 +174,22 @@ class NNModuleVariable(VariableTracker):
         if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)):
             if isinstance(key, slice):
                 unimplemented("slicing a Sequential/ModuleList")
-            n = len(m)
+            names = (
+                list(m._modules)
+                if not isinstance(m, torch.nn.ParameterList)
+                else [str(i) for i in range(len(m))]
+            )
+            n = len(names)
             if not -n <= key < n:
                 unimplemented(f"{type(m).__name__} index {key} out of range")
-            return self.var_getattr(tx, str(key % n))
+            return self.var_getattr(tx, names[key % n])
         unimplemented(f"indexing {type(m).__name__}")
 
     def unpack_var_sequence(self, tx):
         m = self.module
-        if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)):
+        if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList)):
+            return [self.var_getattr(tx, name) for name in m._modules]
+        if isinstance(m, torch.nn.ParameterList):
             return [self.var_getattr(tx, str(i)) for i in range(len(m))]
         if isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return [ConstantVariable(k) for k in m.keys()]

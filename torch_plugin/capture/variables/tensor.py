@@ -97,9 +97,8 @@ class TensorVariable(VariableTracker):
             unimplemented("reading tensor.grad")
         if name == "data":
             return tx.output.call_method(tx, "detach", [self], {})
-        if name in _DATA_METHODS:
-            unimplemented(f"Tensor.{name}() reads tensor data into Python")
         if hasattr(torch.Tensor, name) and callable(getattr(torch.Tensor, name)):
+            # data methods (item, tolist, numpy) fail when called: a graph break at the call
             return TensorMethodVariable(self, name)
         unimplemented(f"Tensor attribute {name!r}")
 
