@@ -260,19 +260,18 @@ bool validate_entry(PyObject* result, PyCodeObject* code) {
   }
   auto* t = reinterpret_cast<PyCodeObject*>(new_code);
   int nargs = compat::code_nargs(code);
+  // Positional-only parameters are fine: every argument is passed by position.
   if (t->co_argcount != nargs || t->co_kwonlyargcount != 0 ||
-      t->co_posonlyargcount != 0 ||
       (t->co_flags & (CO_VARARGS | CO_VARKEYWORDS)) != 0) {
     PyErr_Format(
         PyExc_TypeError,
         "%s: transformed code for %U must take exactly %d plain positional parameters "
-        "(the frame's argument slots); got argcount %d, posonlyargcount %d, "
+        "(the frame's argument slots); got argcount %d, "
         "kwonlyargcount %d, *args %s, **kwargs %s",
         prefix,
         code->co_qualname,
         nargs,
         t->co_argcount,
-        t->co_posonlyargcount,
         t->co_kwonlyargcount,
         (t->co_flags & CO_VARARGS) ? "yes" : "no",
         (t->co_flags & CO_VARKEYWORDS) ? "yes" : "no");

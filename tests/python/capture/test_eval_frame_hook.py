@@ -402,7 +402,7 @@ def test_varargs_kwargs_kwonly_and_defaults():
     def original(a, /, b, c=3, *rest, d, e=5, **extra):
         raise AssertionError("not run")
 
-    def transformed(a, b, c, d, e, rest, extra):
+    def transformed(a, /, b, c, d, e, rest, extra):  # positional-only is allowed
         return (a, b, c, d, e, rest, extra)
 
     cb = Compiler().add(original, transformed)
