@@ -9,6 +9,7 @@
 #include "compiler/ir.h"
 #include "compiler/passes/pipeline.h"
 #include "compiler/verifier.h"
+#include "ops/library_ops.h"
 #include "runtime/executor.h"
 
 #include <pybind11/stl.h>
@@ -133,6 +134,8 @@ PassOptions to_options(const py::dict& d) {
 }  // namespace
 
 void init_compiler(py::module_& parent) {
+  ops::link_library_ops();
+  ops::link_library_ops_cpu();
   py::module_ m = parent.def_submodule("_compiler", "the 'plugin' compiler: IR, passes, executor");
   py::class_<GraphBuilder>(m, "Graph")
       .def(py::init<>())
@@ -169,6 +172,11 @@ void init_compiler(py::module_& parent) {
            })
       .def("describe", &runtime::Executor::describe)
       .def("step_counts", &runtime::Executor::step_counts);
+#ifdef TORCH_PLUGIN_HAVE_ONEDNN
+  m.attr("has_onednn") = true;
+#else
+  m.attr("has_onednn") = false;
+#endif
   m.def("pass_names", [] {
     std::vector<std::string> names;
     for (const PassInfo* p : pipeline()) names.push_back(p->name);

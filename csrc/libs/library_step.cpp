@@ -1,5 +1,118 @@
-// library_step.cpp: placeholder.
+// library_step.cpp: executor steps for library nodes (torch_plugin::conv_pointwise,
+// torch_plugin::linear_pointwise), which the library_patterns pass creates.
+//
+// With oneDNN: a primitive built once, weights prepacked, per run one execute().
+// Without oneDNN (or for a node it cannot take), nullptr: the executor then
+// calls the node's torch_plugin:: op through the dispatcher (csrc/ops).
 #include "runtime/step.h"
+
+#ifdef TORCH_PLUGIN_HAVE_ONEDNN
+#include "libs/onednn.h"
+
+#include <ATen/ops/empty.h>
+#endif
+
 namespace torch_plugin::runtime {
+
+#ifdef TORCH_PLUGIN_HAVE_ONEDNN
+namespace {
+
+using compiler::Node;
+
+libs::Epilogue epilogue_of(const Node& n, size_t residual_arg, size_t act_arg) {
+  libs::Epilogue e;
+  e.residual = n.tensor_arg(residual_arg) != nullptr;
+  e.activation = std::get<std::string>(n.const_arg(act_arg));
+  e.alpha = static_cast<float>(std::get<double>(n.const_arg(act_arg + 1)));
+  e.beta = static_cast<float>(std::get<double>(n.const_arg(act_arg + 2)));
+  return e;
+}
+
+const float* data_or_null(const compiler::Value* v) {
+  return v ? v->constant.data_ptr<float>() : nullptr;
+}
+
+class ConvStep final : public Step {
+ public:
+  ConvStep(const Node& n, const SlotMap& slots)
+      : conv_(n.tensor_arg(0)->sizes, n.outputs[0]->sizes,
+              n.tensor_arg(1)->constant.contiguous().data_ptr<float>(),
+              n.tensor_arg(1)->sizes, data_or_null(n.tensor_arg(2)),
+              std::get<std::vector<int64_t>>(n.const_arg(4)),
+              std::get<std::vector<int64_t>>(n.const_arg(5)),
+              std::get<std::vector<int64_t>>(n.const_arg(6)), std::get<int64_t>(n.const_arg(7)),
+              epilogue_of(n, 3, 8)),
+        in_(slots.slot(n.tensor_arg(0))),
+        residual_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
+        out_(slots.slot(n.outputs[0])),
+        out_sizes_(n.outputs[0]->sizes) {}
+
+  void run(Slots& s) const override {
+    constexpr auto cl = at::MemoryFormat::ChannelsLast;
+    at::Tensor x = s[in_].contiguous(cl);
+    at::Tensor y = at::empty(out_sizes_, x.options().memory_format(cl));
+    at::Tensor r = residual_ >= 0 ? s[residual_].contiguous(cl) : at::Tensor();
+    conv_.execute(x.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
+                  y.data_ptr<float>());
+    s[out_] = std::move(y);
+  }
+  std::string describe() const override { return "onednn conv_pointwise " + conv_.implementation(); }
+
+ private:
+  libs::OneDnnConv conv_;
+  int in_, residual_, out_;
+  std::vector<int64_t> out_sizes_;
+};
+
+class LinearStep final : public Step {
+ public:
+  LinearStep(const Node& n, const SlotMap& slots)
+      : linear_(n.tensor_arg(0)->sizes[0], n.tensor_arg(1)->sizes[0], n.tensor_arg(1)->sizes[1],
+                n.tensor_arg(1)->constant.contiguous().data_ptr<float>(),
+                data_or_null(n.tensor_arg(2)), epilogue_of(n, 3, 4)),
+        in_(slots.slot(n.tensor_arg(0))),
+        residual_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
+        out_(slots.slot(n.outputs[0])),
+        out_sizes_(n.outputs[0]->sizes) {}
+
+  void run(Slots& s) const override {
+    at::Tensor x = s[in_].contiguous();
+    at::Tensor y = at::empty(out_sizes_, x.options());
+    at::Tensor r = residual_ >= 0 ? s[residual_].contiguous() : at::Tensor();
+    linear_.execute(x.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
+                    y.data_ptr<float>());
+    s[out_] = std::move(y);
+  }
+  std::string describe() const override {
+    return "onednn linear_pointwise " + linear_.implementation();
+  }
+
+ private:
+  libs::OneDnnLinear linear_;
+  int in_, residual_, out_;
+  std::vector<int64_t> out_sizes_;
+};
+
+bool takes(const Node& n) {
+  for (const compiler::Value* v : n.inputs) {
+    if (v->dtype != c10::ScalarType::Float) return false;
+  }
+  const compiler::Value* w = n.tensor_arg(1);
+  return w && w->kind == compiler::ValueKind::kConstant;
+}
+
+}  // namespace
+
+std::unique_ptr<Step> make_library_step(const compiler::Node& node, const SlotMap& slots) {
+  if (node.op == "torch_plugin::conv_pointwise" && takes(node))
+    return std::make_unique<ConvStep>(node, slots);
+  if (node.op == "torch_plugin::linear_pointwise" && takes(node) &&
+      node.tensor_arg(0)->sizes.size() == 2)
+    return std::make_unique<LinearStep>(node, slots);
+  return nullptr;
+}
+#else
 std::unique_ptr<Step> make_library_step(const compiler::Node&, const SlotMap&) { return nullptr; }
+#endif
+
 }  // namespace torch_plugin::runtime

@@ -1,11 +1,206 @@
-// library_patterns.cpp: pass "library_patterns" (placeholder; see below).
+// library_patterns.cpp: pass "library_patterns".
+//
+// Rewrites convolutions and matrix products with constant weights (freezing)
+// into library nodes, then grows each library node's epilogue. The rules are
+// data: kRules lists them in the order they are tried, each with the rewrite it
+// does. A library node's schema (csrc/ops/library_ops.cpp):
+//   conv_pointwise(x, w, b?, residual?, stride, padding, dilation, groups,
+//                  activation, alpha, beta)
+//   linear_pointwise(x, w, b?, residual?, activation, alpha, beta)
+// Their outputs: conv_pointwise writes channels_last (oneDNN's fast layout);
+// the propagate_strides pass then updates the strides downstream.
 #include "compiler/passes/pass.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Logging.h>
 
 namespace torch_plugin::compiler {
 namespace {
-bool run(Graph&, const PassOptions&) { return false; }
+
+bool is_const(const Value* v) { return v && v->kind == ValueKind::kConstant; }
+bool single_use(const Value* v, const Graph& g) { return v->uses.size() == 1 && !g.is_output(v); }
+bool is_library(const Node* n) {
+  return n->op == "torch_plugin::conv_pointwise" || n->op == "torch_plugin::linear_pointwise";
+}
+size_t activation_arg(const Node* lib) { return lib->op == "torch_plugin::conv_pointwise" ? 8 : 4; }
+
+Node* make_library_node(Graph& g, const std::string& op, Node* before, Value* x, Value* w,
+                        Value* b, std::vector<Arg> middle, const Value* like) {
+  std::vector<Value*> inputs = {x, w};
+  std::vector<Arg> args = {Arg::tensor(0), Arg::tensor(1)};
+  if (b) {
+    inputs.push_back(b);
+    args.push_back(Arg::tensor(2));
+  } else {
+    args.push_back(Arg::constant(std::monostate{}));
+  }
+  args.push_back(Arg::constant(std::monostate{}));  // residual
+  for (Arg& a : middle) args.push_back(std::move(a));
+  args.push_back(Arg::constant(std::string()));
+  args.push_back(Arg::constant(0.0));
+  args.push_back(Arg::constant(0.0));
+  Node* n = g.create_node(op, "default", inputs, args, 1, before);
+  Graph::set_type(n->outputs[0], like->dtype, like->sizes, like->strides, like->device);
+  return n;
+}
+
+// convolution(x, W, b) [2-d, fp32, W and b constant, not transposed] => conv_pointwise(x, W, b)
+bool conv_to_library(Graph& g, Node* n) {
+  if (n->op != "aten::convolution") return false;
+  Value* x = n->tensor_arg(0);
+  Value* w = n->tensor_arg(1);
+  Value* b = n->tensor_arg(2);
+  if (!is_const(w) || (b && !is_const(b)) || w->sizes.size() != 4 ||
+      std::get<bool>(n->const_arg(6)) || x->dtype != at::kFloat)
+    return false;
+  Value* y = n->outputs[0];
+  Node* lib = make_library_node(
+      g, "torch_plugin::conv_pointwise", n, x, w, b,
+      {Arg::constant(n->const_arg(3)), Arg::constant(n->const_arg(4)),
+       Arg::constant(n->const_arg(5)), Arg::constant(n->const_arg(8))},
+      y);
+  Value* out = lib->outputs[0];
+  const auto& s = out->sizes;  // channels_last strides
+  out->strides = {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+  g.replace_all_uses(y, out);
+  g.erase_node(n);
+  return true;
+}
+
+// addmm(b, x, Wt) [Wt constant [K, N], fp32] => linear_pointwise(x, Wt^T, b)
+// mm(x, Wt)       [Wt constant [K, N], fp32] => linear_pointwise(x, Wt^T, None)
+bool matmul_to_library(Graph& g, Node* n) {
+  bool addmm = n->op == "aten::addmm";
+  if (!addmm && n->op != "aten::mm") return false;
+  Value* b = addmm ? n->tensor_arg(0) : nullptr;
+  Value* x = n->tensor_arg(addmm ? 1 : 0);
+  Value* wt = n->tensor_arg(addmm ? 2 : 1);
+  if (!x || !is_const(wt) || x->dtype != at::kFloat || (addmm && (!is_const(b) || b->sizes.size() > 1)))
+    return false;
+  if (addmm) {
+    for (size_t i = 3; i < 5 && i < n->args.size(); ++i) {  // beta, alpha
+      const AttrValue& v = n->const_arg(i);
+      double s = std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) : std::get<double>(v);
+      if (s != 1.0) return false;
+    }
+  }
+  Value* w = g.add_constant(wt->constant.t().contiguous());
+  Value* bias = b;
+  if (b && b->sizes.size() == 0) bias = g.add_constant(b->constant.expand({wt->sizes[1]}).contiguous());
+  Node* lib = make_library_node(g, "torch_plugin::linear_pointwise", n, x, w, bias, {}, n->outputs[0]);
+  g.replace_all_uses(n->outputs[0], lib->outputs[0]);
+  g.erase_node(n);
+  return true;
+}
+
+// add(lib(...), r) or add(r, lib(...)) [lib has no residual and no activation yet,
+// single use, r has the output's sizes and dtype, alpha 1] => lib(..., residual=r)
+bool fuse_residual_add(Graph& g, Node* n) {
+  if (n->op != "aten::add" || n->overload != "Tensor") return false;
+  for (int side = 0; side < 2; ++side) {
+    Value* y = n->tensor_arg(side);
+    Value* r = n->tensor_arg(1 - side);
+    if (!y || !r || !y->producer || !is_library(y->producer) || !single_use(y, g)) continue;
+    Node* lib = y->producer;
+    if (lib->tensor_arg(3) || !std::get<std::string>(lib->const_arg(activation_arg(lib))).empty())
+      continue;
+    const AttrValue& alpha = n->const_arg(2);
+    if (std::holds_alternative<int64_t>(alpha) ? std::get<int64_t>(alpha) != 1
+                                               : std::get<double>(alpha) != 1.0)
+      continue;
+    if (r->sizes != y->sizes || r->dtype != y->dtype || r == y) continue;
+    // r must be computed before lib runs: move lib down to the add.
+    std::vector<Value*> inputs = lib->inputs;
+    std::vector<Arg> args = lib->args;
+    inputs.push_back(r);
+    args[3] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
+    Node* fused = g.create_node(lib->op, lib->overload, inputs, args, 1, n);
+    Value* out = n->outputs[0];
+    Graph::set_type(fused->outputs[0], y->dtype, y->sizes, y->strides, y->device);
+    g.replace_all_uses(out, fused->outputs[0]);
+    g.erase_node(n);
+    g.erase_node(lib);
+    return true;
+  }
+  return false;
+}
+
+// relu|silu|gelu|sigmoid|tanh|hardswish|hardtanh|clamp(lib(...)) [single use, no
+// activation yet] => lib(..., activation); also through one view of a 2-d linear.
+bool fuse_activation(Graph& g, Node* n) {
+  static const std::map<std::string, std::string> kActivations = {
+      {"aten::relu", "relu"},       {"aten::silu", "silu"},         {"aten::gelu", "gelu"},
+      {"aten::sigmoid", "sigmoid"}, {"aten::tanh", "tanh"},         {"aten::hardswish", "hardswish"},
+      {"aten::hardtanh", "clamp"},  {"aten::clamp", "clamp"},
+  };
+  auto it = kActivations.find(n->op);
+  if (it == kActivations.end()) return false;
+  Value* y = n->tensor_arg(0);
+  if (!y || !y->producer || !single_use(y, g)) return false;
+  Node* view = nullptr;
+  Node* lib = y->producer;
+  if ((lib->op == "aten::view" || lib->op == "aten::_unsafe_view") && lib->inputs.size() == 1 &&
+      lib->inputs[0]->producer && single_use(lib->inputs[0], g)) {
+    view = lib;
+    lib = lib->inputs[0]->producer;
+  }
+  if (!is_library(lib)) return false;
+  size_t act = activation_arg(lib);
+  if (!std::get<std::string>(lib->const_arg(act)).empty()) return false;
+  std::string name = it->second;
+  double alpha = 0, beta = 0;
+  if (name == "gelu" && std::get<std::string>(n->const_arg(1)) == "tanh") name = "gelu_tanh";
+  if (name == "clamp") {
+    auto num = [](const AttrValue& v, double dflt) {
+      if (std::holds_alternative<int64_t>(v)) return static_cast<double>(std::get<int64_t>(v));
+      if (std::holds_alternative<double>(v)) return std::get<double>(v);
+      return dflt;
+    };
+    alpha = num(n->const_arg(1), -3.4e38);
+    beta = num(n->const_arg(2), 3.4e38);
+  }
+  lib->args[act] = Arg::constant(name);
+  lib->args[act + 1] = Arg::constant(alpha);
+  lib->args[act + 2] = Arg::constant(beta);
+  g.replace_all_uses(n->outputs[0], view ? view->outputs[0] : lib->outputs[0]);
+  g.erase_node(n);
+  return true;
+}
+
+struct Rule {
+  const char* name;
+  bool (*apply)(Graph& g, Node* n);
+};
+
+// Tried in this order on every node until none applies.
+const Rule kRules[] = {
+    {"conv_to_library", conv_to_library},
+    {"matmul_to_library", matmul_to_library},
+    {"fuse_residual_add", fuse_residual_add},
+    {"fuse_activation", fuse_activation},
+};
+
+bool run(Graph& g, const PassOptions& options) {
+  if (!options.library_patterns) return false;
+  bool changed = false;
+  for (const Rule& rule : kRules) {
+    for (Node* n : g.nodes()) {
+      if (n->owner != &g) continue;
+      if (rule.apply(g, n)) {
+        changed = true;
+        VLOG(1) << "library_patterns: rule " << rule.name << " fired";
+      }
+    }
+  }
+  return changed;
+}
+
 }  // namespace
 
-const PassInfo kLibraryPatterns = {"library_patterns", "Not yet implemented.", run};
+const PassInfo kLibraryPatterns = {
+    "library_patterns",
+    "Convolutions and matrix products with constant weights become oneDNN library nodes; "
+    "a following residual add and activation join them as post-ops.",
+    run};
 
 }  // namespace torch_plugin::compiler

@@ -33,6 +33,7 @@ extern const PassInfo kDeadCodeElimination;
 extern const PassInfo kConstantFolding;
 extern const PassInfo kFoldConvBatchNorm;
 extern const PassInfo kLibraryPatterns;
+extern const PassInfo kPropagateStrides;
 extern const PassInfo kFusion;
 
 }  // namespace torch_plugin::compiler

@@ -18,7 +18,8 @@ namespace torch_plugin::compiler {
 const std::vector<const PassInfo*>& pipeline() {
   static const std::vector<const PassInfo*> passes = {
       &kDeadCodeElimination, &kFoldConvBatchNorm, &kConstantFolding,
-      &kLibraryPatterns,     &kFusion,            &kDeadCodeElimination,
+      &kLibraryPatterns,     &kPropagateStrides,  &kFusion,
+      &kDeadCodeElimination,
   };
   return passes;
 }

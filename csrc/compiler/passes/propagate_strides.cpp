@@ -1,0 +1,62 @@
+// propagate_strides.cpp: pass "propagate_strides".
+//
+// After a pass changed a value's strides (library_patterns makes convolution
+// outputs channels_last), the strides recorded for the ATen nodes downstream
+// are stale. This pass reruns each ATen node on Meta tensors of its inputs'
+// current sizes and strides (through the dispatcher, as the executor would run
+// it) and records the output strides the real kernel will produce. Nodes
+// without a Meta kernel keep their strides; fused groups and library nodes
+// set their own.
+#include "compiler/passes/pass.h"
+#include "runtime/step.h"
+
+#include <ATen/ops/empty_strided.h>
+
+namespace torch_plugin::compiler {
+namespace {
+
+bool run(Graph& g, const PassOptions& options) {
+  if (!options.library_patterns) return false;
+  bool changed = false;
+  for (Node* n : g.nodes()) {
+    if (n->op.rfind("aten::", 0) != 0 || n->body) continue;
+    bool any_input_changed = false;
+    runtime::SlotMap slots;
+    runtime::Slots values;
+    for (const Value* in : n->inputs) {
+      if (!slots.slot_of.emplace(in->id, static_cast<int>(values.size())).second) continue;
+      values.push_back(at::empty_strided(in->sizes, in->strides,
+                                         at::TensorOptions().dtype(in->dtype).device(at::kMeta)));
+      any_input_changed |= !in->is_contiguous();
+    }
+    if (!any_input_changed) continue;
+    for (const Value* out : n->outputs) {
+      slots.slot_of[out->id] = static_cast<int>(values.size());
+      values.emplace_back();
+    }
+    try {
+      runtime::make_fallback_step(*n, slots)->run(values);
+    } catch (const c10::Error&) {
+      continue;  // no Meta kernel
+    }
+    for (Value* out : n->outputs) {
+      const at::Tensor& t = values[slots.slot(out)];
+      if (!t.defined() || t.sizes().vec() != out->sizes) continue;
+      if (t.strides().vec() != out->strides) {
+        out->strides = t.strides().vec();
+        changed = true;
+      }
+    }
+  }
+  return changed;
+}
+
+}  // namespace
+
+const PassInfo kPropagateStrides = {
+    "propagate_strides",
+    "Recomputes the output strides of ATen nodes whose inputs are no longer contiguous, by "
+    "running them on Meta tensors.",
+    run};
+
+}  // namespace torch_plugin::compiler

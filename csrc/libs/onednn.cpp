@@ -1,0 +1,200 @@
+// onednn.cpp: oneDNN convolution and matmul with post-ops (see onednn.h).
+#include "libs/onednn.h"
+
+#include <dnnl.hpp>
+
+#include <stdexcept>
+
+namespace torch_plugin::libs {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+void append_eltwise(dnnl::post_ops& ops, dnnl::algorithm alg, float alpha, float beta) {
+#if DNNL_VERSION_MAJOR >= 3
+  ops.append_eltwise(alg, alpha, beta);
+#else
+  ops.append_eltwise(1.f, alg, alpha, beta);
+#endif
+}
+
+dnnl::primitive_attr make_attr(const Epilogue& e, const memory::desc& residual_md) {
+  dnnl::post_ops ops;
+  if (e.residual) ops.append_binary(dnnl::algorithm::binary_add, residual_md);
+  const std::string& a = e.activation;
+  if (a == "relu") append_eltwise(ops, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  else if (a == "silu") append_eltwise(ops, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
+  else if (a == "gelu") append_eltwise(ops, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
+  else if (a == "gelu_tanh") append_eltwise(ops, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+  else if (a == "sigmoid") append_eltwise(ops, dnnl::algorithm::eltwise_logistic, 0.f, 0.f);
+  else if (a == "tanh") append_eltwise(ops, dnnl::algorithm::eltwise_tanh, 0.f, 0.f);
+  else if (a == "hardswish") append_eltwise(ops, dnnl::algorithm::eltwise_hardswish, 1.f / 6.f, 0.5f);
+  else if (a == "clamp") append_eltwise(ops, dnnl::algorithm::eltwise_clip, e.alpha, e.beta);
+  else if (!a.empty()) throw std::invalid_argument("oneDNN epilogue: unknown activation '" + a + "'");
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+memory::dims dims(const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+
+// Reorders `src` (user layout) into a new memory of `desc`, once.
+memory prepack(const memory::desc& user_md, const float* data, const memory::desc& desc) {
+  memory user(user_md, engine(), const_cast<float*>(data));
+  memory packed(desc, engine());
+  dnnl::stream s(engine());
+  dnnl::reorder(user, packed).execute(s, user, packed);
+  s.wait();
+  return packed;
+}
+
+std::string impl_name(const dnnl::primitive_desc_base& pd) {
+  return pd.impl_info_str();
+}
+
+}  // namespace
+
+struct OneDnnConv::Impl {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  memory weights;
+  memory bias;
+  bool has_bias = false;
+  bool residual = false;
+  memory::desc src_md, dst_md;
+};
+
+OneDnnConv::OneDnnConv(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                       const float* weight, const std::vector<int64_t>& ws, const float* bias,
+                       std::vector<int64_t> stride, std::vector<int64_t> padding,
+                       std::vector<int64_t> dilation, int64_t groups, Epilogue epilogue)
+    : impl_(std::make_unique<Impl>()) {
+  if (in.size() != 4 || out.size() != 4 || ws.size() != 4)
+    throw std::invalid_argument("oneDNN convolution: 2-d only, got input of rank " +
+                                std::to_string(in.size()));
+  Impl& p = *impl_;
+  p.residual = epilogue.residual;
+  p.src_md = memory::desc(dims(in), dt::f32, tag::nhwc);
+  p.dst_md = memory::desc(dims(out), dt::f32, tag::nhwc);
+  memory::dims w_dims, w_any_dims;
+  memory::desc w_user;
+  if (groups == 1) {
+    w_dims = dims(ws);
+    w_user = memory::desc(w_dims, dt::f32, tag::oihw);
+  } else {
+    w_dims = {groups, ws[0] / groups, ws[1], ws[2], ws[3]};
+    w_user = memory::desc(w_dims, dt::f32, tag::goihw);
+  }
+  memory::desc w_any(w_dims, dt::f32, tag::any);
+  memory::desc b_md({out[1]}, dt::f32, tag::x);
+  memory::dims dil = {dilation[0] - 1, dilation[1] - 1};
+  memory::dims pad_l = {padding[0], padding[1]};
+  memory::dims pad_r;
+  for (int i = 0; i < 2; ++i) {
+    int64_t k = (ws[2 + i] - 1) * dilation[i] + 1;
+    pad_r.push_back((out[2 + i] - 1) * stride[i] + k - in[2 + i] - padding[i]);
+  }
+  p.has_bias = bias != nullptr;
+  dnnl::primitive_attr attr = make_attr(epilogue, p.dst_md);
+  const memory::desc& bias_md = p.has_bias ? b_md : memory::desc();
+#if DNNL_VERSION_MAJOR >= 3
+  p.pd = dnnl::convolution_forward::primitive_desc(
+      engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, p.src_md,
+      w_any, bias_md, p.dst_md, dims(stride), dil, pad_l, pad_r, attr);
+#else
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                       dnnl::algorithm::convolution_direct, p.src_md, w_any,
+                                       bias_md, p.dst_md, dims(stride), dil, pad_l, pad_r);
+  p.pd = dnnl::convolution_forward::primitive_desc(desc, attr, engine());
+#endif
+  p.prim = dnnl::convolution_forward(p.pd);
+  p.weights = prepack(w_user, weight, p.pd.weights_desc());
+  if (p.has_bias) p.bias = prepack(b_md, bias, p.pd.bias_desc());
+}
+
+OneDnnConv::~OneDnnConv() = default;
+
+void OneDnnConv::execute(const float* input, const float* residual, float* output) const {
+  const Impl& p = *impl_;
+  memory src(p.src_md, engine(), const_cast<float*>(input));
+  memory dst(p.dst_md, engine(), output);
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, dst}};
+  if (p.has_bias) args[DNNL_ARG_BIAS] = p.bias;
+  if (p.residual) {
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
+        memory(p.dst_md, engine(), const_cast<float*>(residual));
+  }
+  dnnl::stream s(engine());
+  p.prim.execute(s, args);
+  s.wait();
+}
+
+std::string OneDnnConv::implementation() const { return impl_name(impl_->pd); }
+
+struct OneDnnLinear::Impl {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  memory weights;
+  memory bias;
+  bool has_bias = false;
+  bool residual = false;
+  int64_t m = 0, n = 0, k = 0;
+  memory::desc src_md, dst_md;
+};
+
+OneDnnLinear::OneDnnLinear(int64_t m, int64_t n, int64_t k, const float* weight,
+                           const float* bias, Epilogue epilogue)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& p = *impl_;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.residual = epilogue.residual;
+  p.src_md = memory::desc({m, p.k}, dt::f32, tag::ab);
+  p.dst_md = memory::desc({m, p.n}, dt::f32, tag::ab);
+  memory::desc w_user({p.k, p.n}, dt::f32, tag::ba);
+  memory::desc w_any({p.k, p.n}, dt::f32, tag::any);
+  memory::desc b_md({1, p.n}, dt::f32, tag::ab);
+  p.has_bias = bias != nullptr;
+  dnnl::primitive_attr attr = make_attr(epilogue, p.dst_md);
+  const memory::desc& bias_md = p.has_bias ? b_md : memory::desc();
+#if DNNL_VERSION_MAJOR >= 3
+  p.pd = dnnl::matmul::primitive_desc(engine(), p.src_md, w_any, bias_md, p.dst_md, attr);
+#else
+  dnnl::matmul::desc desc(p.src_md, w_any, bias_md, p.dst_md);
+  p.pd = dnnl::matmul::primitive_desc(desc, attr, engine());
+#endif
+  p.prim = dnnl::matmul(p.pd);
+  p.weights = prepack(w_user, weight, p.pd.weights_desc());
+  if (p.has_bias) p.bias = prepack(b_md, bias, p.pd.bias_desc());
+}
+
+OneDnnLinear::~OneDnnLinear() = default;
+
+void OneDnnLinear::execute(const float* input, const float* residual, float* output) const {
+  const Impl& p = *impl_;
+  memory src(p.src_md, engine(), const_cast<float*>(input));
+  memory dst(p.dst_md, engine(), output);
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, dst}};
+  if (p.has_bias) args[DNNL_ARG_BIAS] = p.bias;
+  if (p.residual) {
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
+        memory(p.dst_md, engine(), const_cast<float*>(residual));
+  }
+  dnnl::stream s(engine());
+  p.prim.execute(s, args);
+  s.wait();
+}
+
+std::string OneDnnLinear::implementation() const { return impl_name(impl_->pd); }
+
+}  // namespace torch_plugin::libs

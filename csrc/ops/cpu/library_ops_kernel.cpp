@@ -1,0 +1,56 @@
+// library_ops_kernel.cpp: CPU kernels of conv_pointwise and linear_pointwise,
+// composed of ATen ops. They are the reference and the path without oneDNN;
+// compiled graphs run these nodes as prepacked oneDNN primitives (csrc/libs).
+#include "ops/library_ops.h"
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+namespace torch_plugin::ops {
+
+at::Tensor apply_activation(const at::Tensor& y, c10::string_view a, double alpha, double beta) {
+  if (a.empty()) return y;
+  if (a == "relu") return at::relu(y);
+  if (a == "silu") return at::silu(y);
+  if (a == "gelu") return at::gelu(y);
+  if (a == "gelu_tanh") return at::gelu(y, "tanh");
+  if (a == "sigmoid") return at::sigmoid(y);
+  if (a == "tanh") return at::tanh(y);
+  if (a == "hardswish") return at::hardswish(y);
+  if (a == "clamp") return at::clamp(y, alpha, beta);
+  TORCH_CHECK(false, "unknown activation '", a, "'; expected relu, silu, gelu, gelu_tanh, ",
+              "sigmoid, tanh, hardswish or clamp");
+}
+
+namespace {
+
+at::Tensor conv_pointwise_cpu(const at::Tensor& x, const at::Tensor& w,
+                              const std::optional<at::Tensor>& b,
+                              const std::optional<at::Tensor>& residual, at::IntArrayRef stride,
+                              at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                              c10::string_view activation, double alpha, double beta) {
+  at::Tensor y = at::convolution(x, w, b, stride, padding, dilation, false, {0, 0}, groups);
+  if (residual) y = y + *residual;
+  return apply_activation(y, activation, alpha, beta)
+      .contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+at::Tensor linear_pointwise_cpu(const at::Tensor& x, const at::Tensor& w,
+                                const std::optional<at::Tensor>& b,
+                                const std::optional<at::Tensor>& residual,
+                                c10::string_view activation, double alpha, double beta) {
+  at::Tensor y = at::linear(x, w, b);
+  if (residual) y = y + *residual;
+  return apply_activation(y, activation, alpha, beta);
+}
+
+}  // namespace
+
+void link_library_ops_cpu() {}
+
+}  // namespace torch_plugin::ops
+
+TORCH_LIBRARY_IMPL(torch_plugin, CPU, m) {
+  m.impl("conv_pointwise", torch_plugin::ops::conv_pointwise_cpu);
+  m.impl("linear_pointwise", torch_plugin::ops::linear_pointwise_cpu);
+}

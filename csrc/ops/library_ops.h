@@ -1,0 +1,17 @@
+// library_ops.h: the torch_plugin:: operator library (see library_ops.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace torch_plugin::ops {
+
+// Referenced by init_compiler so that the linker keeps the registrations of
+// library_ops.cpp and cpu/library_ops_kernel.cpp from the static library.
+void link_library_ops();
+void link_library_ops_cpu();
+
+// act(y) for the activation names of the library ops (reference, ATen).
+at::Tensor apply_activation(const at::Tensor& y, c10::string_view activation, double alpha,
+                            double beta);
+
+}  // namespace torch_plugin::ops

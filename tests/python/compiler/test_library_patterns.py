@@ -1,0 +1,66 @@
+"""library_patterns: convolutions and linears with constant weights become oneDNN nodes with
+their residual add and activation as post-ops; results match eager."""
+
+import pytest
+import torch
+
+from torch_plugin import _C
+
+pytestmark = pytest.mark.skipif(not _C._compiler.has_onednn, reason="built without oneDNN")
+
+
+class ConvBlock(torch.nn.Module):
+    def __init__(self, act: torch.nn.Module):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(5, 8, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, stride=1, padding=1, groups=2, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(8)
+        self.act = act
+
+    def forward(self, x):
+        y = self.act(self.bn1(self.conv1(x)))
+        return self.act(self.bn2(self.conv2(y)) + y)
+
+
+@pytest.mark.parametrize(
+    "act", [torch.nn.ReLU(), torch.nn.SiLU(), torch.nn.GELU(), torch.nn.Hardtanh(-1.0, 2.0)]
+)
+def test_conv_bn_residual_activation(act, compile_plugin, assert_close):
+    torch.manual_seed(0)
+    model = ConvBlock(act).eval()
+    for bn in (model.bn1, model.bn2):  # non-trivial running statistics
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 5, 9, 11)
+    with torch.no_grad():
+        c = compile_plugin(torch.fx.symbolic_trace(model), x)
+        for _ in range(2):
+            x = torch.randn(2, 5, 9, 11)
+            assert_close(c(x), model(x))
+
+
+def test_linear_gelu_3d_input(compile_plugin, assert_close):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    model.eval()
+    x = torch.randn(3, 7, 16)
+    with torch.no_grad():
+        c = compile_plugin(torch.fx.symbolic_trace(model), x)
+        x = torch.randn(3, 7, 16)
+        assert_close(c(x), model(x))
+
+
+def test_schema_ops_match_reference():
+    x, w, b = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4)
+    r = torch.randn(2, 4, 8, 8)
+    got = torch.ops.torch_plugin.conv_pointwise(x, w, b, r, [1, 1], [1, 1], [1, 1], 1, "relu", 0.0, 0.0)
+    want = torch.relu(torch.nn.functional.conv2d(x, w, b, padding=1) + r)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    meta = torch.ops.torch_plugin.conv_pointwise(
+        x.to("meta"), w.to("meta"), None, None, [2, 2], [1, 1], [1, 1], 1, "", 0.0, 0.0
+    )
+    assert meta.shape == (2, 4, 4, 4)
+    a, wl = torch.randn(5, 8), torch.randn(6, 8)
+    lin = torch.ops.torch_plugin.linear_pointwise(a, wl, None, None, "silu", 0.0, 0.0)
+    torch.testing.assert_close(lin, torch.nn.functional.silu(a @ wl.T))
