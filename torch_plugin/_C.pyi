@@ -54,6 +54,9 @@ def disable_wrapper(fn: Callable) -> Callable:
     """Return a callable that calls ``fn`` with this thread's hook inactive (frames started
     inside run unmodified), then restores the previous state, also when ``fn`` raises."""
 
+def code_nargs(code: CodeType) -> int:
+    """Argument slots of ``code``: positional (incl. positional-only), keyword-only, *args, **kwargs."""
+
 def skip_code(code: CodeType) -> None:
     """Mark a code object so the hook always runs it unmodified."""
 
@@ -69,6 +72,8 @@ class GuardManager:
     """A node of a guard tree: the value reached by a chain of accessors from the frame
     (its *source*, e.g. ``L['self'].layer1[0].weight``), the leaf checks on that value, and
     child accessors. Checks run in the order added; children after leaves."""
+
+    source: str  # the source this node stands for, e.g. "L['x'].weight"
 
     def attr(self, name: str) -> GuardManager:
         """Child for ``getattr(value, name)`` (created once; the same node is returned again)."""
@@ -94,6 +99,8 @@ class RootGuardManager(GuardManager):
         """Child for argument slot ``slot`` (``localsplus[slot]``, slot < nargs)."""
     def global_(self, name: str) -> GuardManager:
         """Child for global ``name`` (frame globals, then builtins)."""
+    def object_(self, obj: Any, name: str) -> GuardManager:
+        """Child for a fixed object (strong reference), e.g. an inlined function's module globals."""
     def closure(self, index: int, name: str) -> GuardManager:
         """Child for the contents of ``f_func.__closure__[index]``."""
     def add_global_state_match(self) -> None:
