@@ -178,8 +178,8 @@ def _plural(n: int, word: str) -> str:
 
 
 def op_name(node: torch.fx.Node) -> str:
-    """A short readable name for an operation node (``torch.abs``, ``operator.add``,
-    ``Tensor.sum``, ``self.layer1 (Linear)``)."""
+    """A short readable name for an operation node: ``torch.abs``, ``add`` (for
+    ``operator.add``), ``Tensor.sum``, ``layer1 (Linear)``."""
     target = node.target
     if node.op == "call_method":
         return f"Tensor.{target}"
@@ -200,6 +200,13 @@ def _op_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
 
 
+def _location_lines(br: BreakReason) -> list[str]:
+    if br.filename is None:
+        return []
+    lines = [f'     File "{br.filename}", line {br.lineno}, in {br.function}']
+    return lines + [f"       {br.source_line}"] if br.source_line else lines
+
+
 def format_report(out: ExplainOutput) -> str:
     """The readable report that ``str(explain_output)`` returns."""
     problems = [br for br in out.not_captured if br.reason != NO_TENSOR_OPS]
@@ -215,18 +222,12 @@ def format_report(out: ExplainOutput) -> str:
         lines += ["", "Graph breaks:"]
         for i, br in enumerate(out.break_reasons, 1):
             lines.append(f"  {i}. {br.reason}   [in {br.frame}]")
-            if br.filename is not None:
-                lines.append(f'     File "{br.filename}", line {br.lineno}, in {br.function}')
-                if br.source_line:
-                    lines.append(f"       {br.source_line}")
+            lines += _location_lines(br)
     if problems:
         lines += ["", "Frames not captured (they ran without compiling):"]
         for i, br in enumerate(problems, 1):
             lines.append(f"  {i}. {br.frame}: not captured: {br.reason}")
-            if br.filename is not None:
-                lines.append(f'     File "{br.filename}", line {br.lineno}, in {br.function}')
-                if br.source_line:
-                    lines.append(f"       {br.source_line}")
+            lines += _location_lines(br)
     if plain:
         lines += ["", f"Frames with no tensor operations (ran as plain Python): {', '.join(plain)}"]
     lines += ["", "Frames converted:"]

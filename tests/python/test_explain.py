@@ -99,7 +99,7 @@ def test_compile_times_sum_the_frames():
 
 
 def test_report_text():
-    out = torch_plugin.explain(bar, torch.randn(4), torch.randn(4))
+    out = torch_plugin.explain(bar, torch.randn(4), torch.rand(4) + 0.1)  # b >= 0: 6 ops
     text = str(out)
     lineno = line_of(bar, "if b.sum() < 0:")
     assert "2 graphs, 1 graph break, 6 ops" in text
