@@ -16,7 +16,6 @@ See README.md and docs/ for usage.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Union
 
 from . import config
 from .backends.registry import (
@@ -26,9 +25,9 @@ from .backends.registry import (
     register_backend,
 )
 from .capture import CaptureError, stats
-from .export import ExportError, export
 from .capture.eval_frame import OptimizeContext, OptimizedModule, callback_for, disable, reset
 from .explain import ExplainOutput, explain
+from .export import ExportError, export
 from .logs import set_logs
 
 __version__ = "0.1.0"
@@ -59,15 +58,15 @@ def optimize(backend: str | Callable = "inductor", *, nopython: bool = False) ->
 
 __all__ = [
     "BackendCompilerFailed",
-    "ExportError",
-    "export",
     "CaptureError",
     "ExplainOutput",
+    "ExportError",
     "OptimizeContext",
     "OptimizedModule",
     "config",
     "disable",
     "explain",
+    "export",
     "list_backends",
     "lookup_backend",
     "optimize",
