@@ -9,7 +9,7 @@ import torch
 import torch_plugin
 from torch_plugin.capture.convert_frame import listeners
 from torch_plugin.capture.exc import UserSourceLocation
-from torch_plugin.explain import NO_TENSOR_OPS, BreakReason, ExplainOutput
+from torch_plugin.explain import NO_TENSOR_OPS, BreakReason, ExplainOutput, op_name
 
 
 @pytest.fixture(autouse=True)
@@ -246,3 +246,17 @@ def test_break_reason_from_location_text_and_object():
     assert from_text.location == f"{__file__}:{loc.lineno}"
     unknown = BreakReason.from_capture("why", "bar", None)
     assert unknown.filename is None and "location unknown" in str(unknown)
+
+
+def test_op_names_in_the_report():
+    class Small(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return torch.relu(self.linear(x)).sum() + 1
+
+    gm = torch.fx.symbolic_trace(Small())
+    names = [op_name(n) for n in gm.graph.nodes if n.op.startswith("call_")]
+    assert names == ["linear (Linear)", "torch.relu", "Tensor.sum", "add"]
