@@ -271,7 +271,7 @@ def _children(var: VariableTracker) -> list[VariableTracker]:
 
 def _is_real_stable(var: VariableTracker) -> bool:
     from .variables.builtin import BuiltinVariable
-    from .variables.functions import UserFunctionVariable
+    from .variables.functions import DisabledFunctionVariable, UserFunctionVariable
     from .variables.nn_module import NNModuleVariable
     from .variables.torch import TorchFunctionVariable
     from .variables.user_defined import (
@@ -290,6 +290,7 @@ def _is_real_stable(var: VariableTracker) -> bool:
                 PythonModuleVariable,
                 BuiltinVariable,
                 TorchFunctionVariable,
+                DisabledFunctionVariable,
             ),
         )
         or type(var) is UserFunctionVariable

@@ -24,7 +24,16 @@ _PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 _STDLIB_DIRS = tuple(
     {os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")}
 )
-_SKIP_PACKAGES = ("_pytest", "pytest", "pluggy", "numpy", "IPython", "typing_extensions", "tqdm")
+_SKIP_PACKAGES = (
+    "_pytest",
+    "pytest",
+    "pluggy",
+    "numpy",
+    "scipy",
+    "IPython",
+    "typing_extensions",
+    "tqdm",
+)
 _SKIP_PACKAGE_DIRS: tuple[str, ...] = ()
 
 

@@ -116,7 +116,8 @@ class InstructionTranslatorBase:
 
     # --- locations ------------------------------------------------------------------------
     def location(self) -> UserSourceLocation:
-        return UserSourceLocation(self.code.co_filename, self.lineno, self.code.co_name)
+        name = self.code.co_name.removeprefix("torch_plugin_resume_in_")
+        return UserSourceLocation(self.code.co_filename, self.lineno, name)
 
     def current_location_text(self) -> str:
         return str(self.location())
@@ -141,9 +142,9 @@ class InstructionTranslatorBase:
                 if count > MAX_INSTRUCTIONS:
                     unimplemented("too many instructions interpreted (unbounded loop?)")
                 handler = getattr(self, inst.opname, None)
-                if handler is None:
-                    unimplemented(f"bytecode {inst.opname} is not supported yet")
                 try:
+                    if handler is None:
+                        unimplemented(f"bytecode {inst.opname} is not supported yet")
                     handler(inst)
                 except Unsupported as e:
                     if e.location is None:

@@ -29,7 +29,7 @@ def test_importing_backend_modules_registers_nothing():
         "import torch_plugin.backends.eager, torch_plugin.backends.aot_eager, "
         "torch_plugin.backends.inductor\n"
         "assert r._BACKENDS == {}, r._BACKENDS\n"
-        "assert r.list_backends() == ['aot_eager', 'eager', 'inductor'], r.list_backends()\n"
+        "assert {'aot_eager', 'eager', 'inductor'} <= set(r.list_backends()), r.list_backends()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

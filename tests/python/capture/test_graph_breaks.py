@@ -288,3 +288,24 @@ def test_unsupported_bytecode_breaks_and_stays_correct():
     opt = torch_plugin.optimize("eager")(f)
     x = torch.randn(3)
     torch.testing.assert_close(opt(x), f(x))
+
+
+def test_disabled_function_is_a_graph_break():
+    calls = []
+
+    @torch_plugin.disable
+    def side(t):
+        calls.append(t.shape)
+        return t + 1
+
+    def f(x):
+        y = x * 2
+        z = side(y)
+        return z * 3
+
+    opt = torch_plugin.optimize("eager")(f)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), (x * 2 + 1) * 3)
+    assert calls == [torch.Size([3])]
+    assert torch_plugin.stats.graphs_compiled == 2
+    assert "torch_plugin.disable" in torch_plugin.stats.graph_breaks[0][1]

@@ -200,9 +200,9 @@ def _wrap_callable(tx, value, source) -> VariableTracker:
     if orig is not None:  # a function wrapped by torch_plugin.optimize: inline the original
         return wrap_value(tx, orig, None)
     if getattr(value, "_torchplugin_disabled", False):
-        from ..exc import unimplemented
+        from .functions import DisabledFunctionVariable
 
-        unimplemented(f"call to {value.__qualname__}, wrapped by torch_plugin.disable")
+        return DisabledFunctionVariable(value, source)
     if _is_torch_callable(value):
         return TorchFunctionVariable(value, source)
     if isinstance(value, types.FunctionType):

@@ -242,3 +242,23 @@ class PartialVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         return self.func.call_function(tx, [*self.args, *args], {**self.keywords, **kwargs})
+
+
+class DisabledFunctionVariable(VariableTracker):
+    """A function wrapped by ``torch_plugin.disable``: calling it is a graph break (it runs in
+    CPython, with capture off)."""
+
+    def __init__(self, fn, source=None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def as_python_constant(self):
+        return self.fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented(
+            f"call to {getattr(self.fn, '__qualname__', self.fn)}, wrapped by torch_plugin.disable"
+        )
