@@ -51,9 +51,9 @@ class UserDefinedObjectVariable(VariableTracker):
     def truthiness(self, tx) -> bool:
         cls = type(self.value)
         if hasattr(cls, "__bool__") or hasattr(cls, "__len__"):
-            if self.source is None:
-                unimplemented(f"truth value of {cls.__name__} object")
-        return bool(self.value)
+            # The answer may change between calls and no guard covers it: let CPython decide.
+            unimplemented(f"truth value of a {cls.__name__} object (defines __bool__/__len__)")
+        return True
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from .builder import wrap_value
