@@ -11,6 +11,7 @@
 #include "compiler/verifier.h"
 #include "ops/library_ops.h"
 #include "runtime/executor.h"
+#include "runtime/kernel_cache.h"
 
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -128,6 +129,8 @@ PassOptions to_options(const py::dict& d) {
   if (d.contains("fusion")) o.fusion = d["fusion"].cast<bool>();
   if (d.contains("verify")) o.verify = d["verify"].cast<bool>();
   if (d.contains("dump_dir")) o.dump_dir = d["dump_dir"].cast<std::string>();
+  if (d.contains("log_kernels")) o.log_kernels = d["log_kernels"].cast<bool>();
+  if (d.contains("cache_dir")) runtime::set_kernel_cache_dir(d["cache_dir"].cast<std::string>());
   return o;
 }
 
@@ -177,6 +180,11 @@ void init_compiler(py::module_& parent) {
 #else
   m.attr("has_onednn") = false;
 #endif
+  m.def("kernel_cache_stats", [] {
+    auto s = runtime::kernel_cache_stats();
+    return py::dict(py::arg("compiled") = s.compiled, py::arg("disk_hits") = s.disk_hits,
+                    py::arg("memory_hits") = s.memory_hits);
+  });
   m.def("pass_names", [] {
     std::vector<std::string> names;
     for (const PassInfo* p : pipeline()) names.push_back(p->name);

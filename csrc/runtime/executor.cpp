@@ -1,6 +1,8 @@
 // executor.cpp: the plan of a compiled graph and its run loop (see executor.h).
 #include "runtime/executor.h"
 
+#include "runtime/kernel_cache.h"
+
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
 
@@ -64,6 +66,13 @@ Executor::Executor(const compiler::Graph& g) {
   for (int s = 0; s < num_slots_; ++s) {
     if (last_use[s] >= 0 && !keep.count(s)) free_after_[last_use[s]].push_back(s);
   }
+
+  // Compile every generated kernel of the graph first, in parallel.
+  std::vector<std::string> sources;
+  for (const compiler::Node* n : nodes) {
+    if (n->op == "torch_plugin::fused") sources.push_back(n->str_attr("source", ""));
+  }
+  if (!sources.empty()) load_kernels(sources);
 
   for (const compiler::Node* n : nodes) {
     std::unique_ptr<Step> step = make_library_step(*n, slots);

@@ -19,6 +19,7 @@ struct PassOptions {
   bool fusion = true;           // fusion: pointwise/reduction groups to generated kernels
   bool verify = false;          // run the verifier after every pass (TORCH_PLUGIN_VERIFY=1)
   std::string dump_dir;         // write the graph before/after each pass here (empty: off)
+  bool log_kernels = false;     // fusion: print each generated kernel (TORCH_PLUGIN_LOGS=kernels)
 };
 
 struct PassInfo {

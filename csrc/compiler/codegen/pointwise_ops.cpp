@@ -1,0 +1,79 @@
+// pointwise_ops.cpp: ATen pointwise op -> C++ expression, one table entry per op.
+//
+// Each entry: the op's qualified name and a template in which $0, $1, ... stand
+// for the expressions of schema arguments 0, 1, ...; arithmetic in float.
+// Semantics follow ATen's CPU kernels (e.g. gelu uses erf, relu propagates NaN
+// like max would not: we use x > 0 ? x : 0 only where ATen does the same).
+#include "compiler/codegen/pointwise_ops.h"
+
+#include <map>
+
+namespace torch_plugin::compiler {
+namespace {
+
+// op -> template. alpha of add/sub is argument 2.
+const std::map<std::string, std::string>& table() {
+  static const std::map<std::string, std::string> t = {
+      {"aten::add.Tensor", "($0 + $2 * $1)"},
+      {"aten::add.Scalar", "($0 + $2 * $1)"},
+      {"aten::sub.Tensor", "($0 - $2 * $1)"},
+      {"aten::sub.Scalar", "($0 - $2 * $1)"},
+      {"aten::rsub.Scalar", "($1 - $2 * $0)"},
+      {"aten::mul.Tensor", "($0 * $1)"},
+      {"aten::mul.Scalar", "($0 * $1)"},
+      {"aten::div.Tensor", "($0 / $1)"},
+      {"aten::div.Scalar", "($0 / $1)"},
+      {"aten::neg", "(-$0)"},
+      {"aten::relu", "std::max($0, 0.0f)"},
+      {"aten::sigmoid", "(1.0f / (1.0f + std::exp(-$0)))"},
+      {"aten::silu", "($0 / (1.0f + std::exp(-$0)))"},
+      {"aten::tanh", "std::tanh($0)"},
+      {"aten::exp", "std::exp($0)"},
+      {"aten::log", "std::log($0)"},
+      {"aten::sqrt", "std::sqrt($0)"},
+      {"aten::rsqrt", "(1.0f / std::sqrt($0))"},
+      {"aten::abs", "std::fabs($0)"},
+      {"aten::erf", "std::erf($0)"},
+      {"aten::reciprocal", "(1.0f / $0)"},
+      {"aten::pow.Tensor_Scalar", "std::pow($0, (float)$1)"},
+      {"aten::maximum", "std::max($0, $1)"},
+      {"aten::minimum", "std::min($0, $1)"},
+      {"aten::clamp_min", "std::max($0, (float)$1)"},
+      {"aten::clamp_max", "std::min($0, (float)$1)"},
+      {"aten::hardtanh", "std::min(std::max($0, (float)$1), (float)$2)"},
+      {"aten::hardswish", "($0 * std::min(std::max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
+      {"aten::hardsigmoid", "(std::min(std::max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
+      {"aten::gelu", "(0.5f * $0 * (1.0f + std::erf($0 * 0.70710678118654752f)))"},
+  };
+  return t;
+}
+
+}  // namespace
+
+bool is_fusible_pointwise(const Node& n) { return table().count(n.qualified_name()) > 0; }
+
+std::optional<std::string> pointwise_expression(const Node& n,
+                                                const std::vector<std::string>& operands) {
+  auto it = table().find(n.qualified_name());
+  if (it == table().end()) return std::nullopt;
+  if (n.op == "aten::gelu" && std::get<std::string>(n.const_arg(1)) != "none") return std::nullopt;
+  if (n.op == "aten::clamp_min" || n.op == "aten::clamp_max" || n.op == "aten::hardtanh") {
+    for (size_t i = 1; i < n.args.size(); ++i) {
+      if (std::holds_alternative<std::monostate>(n.args[i].value)) return std::nullopt;
+    }
+  }
+  std::string out;
+  const std::string& t = it->second;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == '$' && i + 1 < t.size() && isdigit(t[i + 1])) {
+      size_t k = t[++i] - '0';
+      if (k >= operands.size()) return std::nullopt;
+      out += operands[k];
+    } else {
+      out += t[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace torch_plugin::compiler
