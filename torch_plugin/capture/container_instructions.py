@@ -1,0 +1,175 @@
+"""Opcode handlers for subscripts, slices and building/unpacking containers.
+
+Key class: :class:`ContainerInstructions`, a mixin of
+:class:`~torch_plugin.capture.symbolic_convert.InstructionTranslatorBase` (one handler per
+opcode, named after it: BINARY_SUBSCR, BUILD_TUPLE, DICT_MERGE, UNPACK_EX, ...). Kept apart from
+the interpreter loop so each file stays one concept.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from .exc import unimplemented
+from .variables.base import VariableTracker
+from .variables.builder import wrap_constant_or_object
+from .variables.constant import ConstantVariable
+from .variables.dicts import ConstDictVariable
+from .variables.lists import BaseListVariable, ListVariable, TupleVariable
+from .variables.nn_module import NNModuleVariable
+from .variables.tensor import TensorVariable
+
+
+class ContainerInstructions:
+    """Handlers for container and subscript opcodes (mixed into the translator)."""
+
+    # --- subscripts -----------------------------------------------------------------------
+    def getitem(self, obj: VariableTracker, key: VariableTracker) -> VariableTracker:
+        if isinstance(obj, TensorVariable):
+            return self.output.call_function(self, operator.getitem, [obj, key], {})
+        if isinstance(obj, BaseListVariable):
+            return obj.getitem(self, key)
+        if isinstance(obj, ConstDictVariable):
+            return obj.call_method(self, "__getitem__", [key], {})
+        if isinstance(obj, NNModuleVariable):
+            return obj.getitem(self, key)
+        if isinstance(obj, ConstantVariable) and key.is_python_constant():
+            return wrap_constant_or_object(obj.value[key.as_python_constant()])
+        return obj.call_method(self, "__getitem__", [key], {})
+
+    def BINARY_SUBSCR(self, inst):
+        key = self.pop()
+        obj = self.pop()
+        self.push(self.getitem(obj, key))
+
+    def BINARY_SLICE(self, inst):  # 3.12
+        end = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        self.push(self.getitem(obj, self._slice([start, end])))
+
+    def STORE_SUBSCR(self, inst):
+        key = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        self._setitem(obj, key, value)
+
+    def STORE_SLICE(self, inst):  # 3.12
+        end = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        self._setitem(obj, self._slice([start, end]), value)
+
+    def _setitem(self, obj, key, value):
+        if isinstance(obj, TensorVariable):
+            self.output.call_function(self, operator.setitem, [obj, key, value], {})
+        else:
+            obj.call_method(self, "__setitem__", [key, value], {})
+
+    def DELETE_SUBSCR(self, inst):
+        key = self.pop()
+        obj = self.pop()
+        obj.call_method(self, "__delitem__", [key], {})
+
+    def _slice(self, parts):
+        if all(p.is_python_constant() for p in parts):
+            return ConstantVariable(slice(*[p.as_python_constant() for p in parts]))
+        unimplemented("slice with non-constant bounds")
+
+    def BUILD_SLICE(self, inst):
+        self.push(self._slice(self.popn(inst.arg)))
+
+    # --- building containers --------------------------------------------------------------
+    def BUILD_TUPLE(self, inst):
+        self.push(TupleVariable(self.popn(inst.arg)))
+
+    def BUILD_LIST(self, inst):
+        self.push(ListVariable(self.popn(inst.arg), mutable_local=True))
+
+    def BUILD_SET(self, inst):
+        items = self.popn(inst.arg)
+        if all(i.is_python_constant() for i in items):
+            self.push(ConstantVariable(frozenset(i.as_python_constant() for i in items)))
+            return
+        unimplemented("set of non-constant values")
+
+    def BUILD_MAP(self, inst):
+        flat = self.popn(2 * inst.arg)
+        items = {}
+        for k, v in zip(flat[::2], flat[1::2]):
+            items[k.as_python_constant()] = v
+        self.push(ConstDictVariable(items, mutable_local=True))
+
+    def BUILD_CONST_KEY_MAP(self, inst):
+        keys = self.pop().as_python_constant()
+        values = self.popn(inst.arg)
+        self.push(ConstDictVariable(dict(zip(keys, values)), mutable_local=True))
+
+    def BUILD_STRING(self, inst):
+        parts = self.popn(inst.arg)
+        self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
+
+    def FORMAT_VALUE(self, inst):
+        flags = inst.arg
+        spec = self.pop().as_python_constant() if flags & 0x04 else ""
+        value = self.pop()
+        if not value.is_python_constant():
+            unimplemented(f"f-string formatting of {value}")
+        v = value.as_python_constant()
+        conv = flags & 0x03
+        v = {0: v, 1: str(v), 2: repr(v), 3: ascii(v)}[conv]
+        self.push(ConstantVariable(format(v, spec)))
+
+    def LIST_APPEND(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "append", [v], {})
+
+    def LIST_EXTEND(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "extend", [v], {})
+
+    def LIST_TO_TUPLE(self, inst):
+        self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
+
+    def SET_ADD(self, inst):
+        unimplemented("set comprehension")
+
+    def MAP_ADD(self, inst):
+        v = self.pop()
+        k = self.pop()
+        self.stack[-inst.arg].call_method(self, "__setitem__", [k, v], {})
+
+    def DICT_UPDATE(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [v], {})
+
+    def DICT_MERGE(self, inst):
+        v = self.pop()
+        target = self.stack[-inst.arg]
+        if isinstance(v, ConstDictVariable):
+            for k in v.items:
+                if k in target.items:
+                    unimplemented(f"got multiple values for keyword argument {k!r}")
+        target.call_method(self, "update", [v], {})
+
+    def UNPACK_SEQUENCE(self, inst):
+        items = self.pop().unpack_var_sequence(self)
+        if len(items) != inst.arg:
+            unimplemented(f"cannot unpack {len(items)} values into {inst.arg}")
+        for item in reversed(items):
+            self.push(item)
+
+    def UNPACK_EX(self, inst):
+        items = self.pop().unpack_var_sequence(self)
+        before, after = inst.arg & 0xFF, inst.arg >> 8
+        if len(items) < before + after:
+            unimplemented("not enough values to unpack")
+        middle = items[before : len(items) - after]
+        result = (
+            items[:before]
+            + [ListVariable(middle, mutable_local=True)]
+            + items[len(items) - after :]
+        )
+        for item in reversed(result):
+            self.push(item)
