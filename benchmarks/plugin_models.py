@@ -1,0 +1,154 @@
+"""Benchmark: eager vs optimize("inductor") vs optimize("plugin") on real models, CPU.
+
+Models (random weights): torchvision resnet18, resnet50, mobilenet_v3_large, vit_b_16
+(224x224 images) and HF BERT / GPT-2 (small configs, 128 tokens), at each batch size of
+``--batches``. For every (model, batch, backend) it runs two child processes sharing one
+fresh pair of cache directories (Inductor's and plugin's): the first measures the cold
+compile (empty caches), the second the warm compile (disk caches filled) and the median
+latency. "compile s" is the first call's time minus one steady-state call. All rows are
+measured side by side in one run and printed as a markdown table, with the command line,
+versions and thread count.
+
+    python3 benchmarks/plugin_models.py [--models resnet18,resnet50] [--batches 1,8]
+        [--runs 20] [--front optimize|torch.compile] [--json PATH]
+
+``--front torch.compile`` uses torch.compile (Dynamo) as the capture front instead of
+torch_plugin.optimize, to measure the backends alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODELS = ["resnet18", "resnet50", "mobilenet_v3_large", "vit_b_16", "bert", "gpt2"]
+
+
+def build(name: str, batch: int):
+    import torch
+
+    torch.manual_seed(0)
+    if name in ("bert", "gpt2"):
+        import transformers
+
+        if name == "bert":
+            cfg = transformers.BertConfig(hidden_size=256, num_hidden_layers=4,
+                                          num_attention_heads=4, intermediate_size=1024)
+            model = transformers.BertModel(cfg)
+        else:
+            cfg = transformers.GPT2Config(n_embd=256, n_layer=4, n_head=4)
+            model = transformers.GPT2Model(cfg)
+        x = torch.randint(0, 1000, (batch, 128))
+    else:
+        import torchvision
+
+        model = getattr(torchvision.models, name)(weights=None)
+        x = torch.randn(batch, 3, 224, 224)
+    return model.eval(), x
+
+
+def child(args: argparse.Namespace) -> None:
+    """One measurement in this process; prints one JSON line."""
+    import torch
+
+    model, x = build(args.model, args.batch)
+    fn = model
+    if args.backend != "eager":
+        if args.front == "torch.compile":
+            if args.backend == "plugin":
+                from torch_plugin.backends.plugin import plugin as backend
+            else:
+                backend = "inductor"
+            fn = torch.compile(model, backend=backend)
+        else:
+            import torch_plugin
+
+            fn = torch_plugin.optimize(args.backend)(model)
+    with torch.no_grad():
+        start = time.perf_counter()
+        fn(x)
+        first = time.perf_counter() - start
+        for _ in range(2):
+            fn(x)
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            fn(x)
+            times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    print(json.dumps({"first_s": first, "compile_s": max(first - median, 0.0), "median_ms": median * 1e3}))
+
+
+def run_child(model: str, batch: int, backend: str, env: dict, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--child", "--model", model, "--batch", str(batch),
+           "--backend", backend, "--runs", str(args.runs), "--front", args.front]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--batches", default="1,8")
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--front", default="optimize", choices=["optimize", "torch.compile"])
+    p.add_argument("--json")
+    p.add_argument("--child", action="store_true")
+    p.add_argument("--model")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--backend")
+    args = p.parse_args()
+    if args.child:
+        child(args)
+        return
+    import torch
+
+    print(f"$ python3 {' '.join(shlex.quote(a) for a in sys.argv)}")
+    print(f"Python {platform.python_version()}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    print()
+    print("| model | batch | eager ms | inductor ms | plugin ms | plugin/inductor | plugin speedup "
+          "| inductor cold s | plugin cold s | cold ratio | inductor warm s | plugin warm s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for model in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            row: dict = {"model": model, "batch": batch}
+            row["eager"] = run_child(model, batch, "eager", dict(os.environ), args)
+            for backend in ("inductor", "plugin"):
+                with tempfile.TemporaryDirectory() as d:
+                    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "inductor"),
+                               TORCH_PLUGIN_CACHE_DIR=os.path.join(d, "plugin"))
+                    row[backend + "_cold"] = run_child(model, batch, backend, env, args)
+                    row[backend] = run_child(model, batch, backend, env, args)
+            rows.append(row)
+
+            def g(key: str, field: str) -> float | None:
+                return row[key].get(field)
+
+            def f(v: float | None, fmt: str = "{:.2f}") -> str:
+                return "error" if v is None else fmt.format(v)
+
+            e, i, pl = g("eager", "median_ms"), g("inductor", "median_ms"), g("plugin", "median_ms")
+            ic, pc = g("inductor_cold", "compile_s"), g("plugin_cold", "compile_s")
+            print(f"| {model} | {batch} | {f(e)} | {f(i)} | {f(pl)} "
+                  f"| {f(pl / i if pl and i else None)} | {f(e / pl if e and pl else None)}x "
+                  f"| {f(ic, '{:.1f}')} | {f(pc, '{:.1f}')} | {f(pc / ic if pc and ic else None)} "
+                  f"| {f(g('inductor', 'compile_s'))} | {f(g('plugin', 'compile_s'))} |", flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
