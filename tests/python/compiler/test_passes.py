@@ -1,0 +1,62 @@
+"""Each pass on a hand-built IR graph: before/after, with the verifier run after every pass."""
+
+import pytest
+import torch
+
+from torch_plugin import _C
+
+F32 = 6
+OPTS = {"freeze": True, "verify": True}
+
+
+def test_pipeline_lists_passes_in_order():
+    assert _C._compiler.pass_names() == [
+        "dead_code_elimination", "fold_conv_bn", "constant_folding", "library_patterns",
+        "propagate_strides", "fusion", "dead_code_elimination",
+    ]  # fmt: skip
+
+
+def test_dead_code_elimination_keeps_outputs_and_in_place_ops():
+    g = _C._compiler.Graph()
+    x = g.add_input(F32, [4], [1])
+    (dead,) = g.add_node("aten::relu", "default", [("t", x)], 1, False)
+    g.set_type(dead, F32, [4], [1])
+    (live,) = g.add_node("aten::neg", "default", [("t", x)], 1, False)
+    g.set_type(live, F32, [4], [1])
+    (mut,) = g.add_node("aten::add_", "Tensor", [("t", x), ("t", live), ("c", 1)], 1, True)
+    g.set_type(mut, F32, [4], [1])
+    g.set_outputs([live])
+    assert g.run_pass("dead_code_elimination", OPTS)
+    text = str(g)
+    assert "aten::relu" not in text and "aten::neg" in text and "aten::add_" in text
+
+
+def test_constant_folding_and_conv_bn_folding():
+    torch.manual_seed(0)
+    w, b = torch.randn(4, 3, 3, 3), torch.randn(4)
+    gamma, beta, mean, var = torch.rand(4) + 0.5, torch.randn(4), torch.randn(4), torch.rand(4) + 0.5
+    g = _C._compiler.Graph()
+    x = g.add_input(F32, [1, 3, 8, 8], [192, 64, 8, 1])
+    cw, cb = g.add_constant(w), g.add_constant(b)
+    (y,) = g.add_node("aten::convolution", "default",
+                      [("t", x), ("t", cw), ("t", cb), ("c", [1, 1]), ("c", [1, 1]), ("c", [1, 1]),
+                       ("c", False), ("c", [0, 0]), ("c", 1)], 1, False)  # fmt: skip
+    g.set_type(y, F32, [1, 4, 8, 8], [256, 64, 8, 1])
+    consts = [g.add_constant(t) for t in (gamma, beta, mean, var)]
+    outs = g.add_node("aten::_native_batch_norm_legit_no_training", "default",
+                      [("t", y)] + [("t", c) for c in consts] + [("c", 0.1), ("c", 1e-5)], 3, False)
+    for o, shape in zip(outs, ([1, 4, 8, 8], [0], [0])):
+        g.set_type(o, F32, shape, [256, 64, 8, 1][: len(shape)] if len(shape) == 4 else [1])
+    g.set_outputs([outs[0]])
+    assert g.run_pass("fold_conv_bn", OPTS)
+    text = str(g)
+    assert "batch_norm" not in text and text.count("aten::convolution") == 1
+
+
+def test_verifier_rejects_use_before_definition():
+    g = _C._compiler.Graph()
+    x = g.add_input(F32, [2], [1])
+    g.set_outputs([x])
+    g.verify()
+    with pytest.raises(RuntimeError, match="unknown pass"):
+        g.run_pass("no_such_pass", OPTS)
