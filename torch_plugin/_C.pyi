@@ -17,8 +17,14 @@ frame that thread starts. For each frame it:
    tree passes on the frame's arguments, globals and closure;
 3. on a miss calls ``callback(frame)`` with the hook disabled on this thread. ``frame`` is a
    :class:`FrameInfo`. The callback returns ``None`` (mark the code object skipped; run
-   the frame unmodified) or ``(code, guard)`` (a new entry, put first, then run). If the
-   callback raises, the exception propagates to the frame's caller and the frame is not run.
+   the frame unmodified), :data:`RUN_ONLY` (keep the code object's entries but never call
+   the callback for it again: a miss runs the frame unmodified; used past
+   ``config.cache_size_limit``) or ``(code, guard)`` (a new entry, put first, then run). If
+   the callback raises, the exception propagates to the frame's caller and the frame is not
+   run. One thread at a time runs a callback: a thread that misses while another compiles
+   waits (GIL released), then looks the cache up again before calling its own.
+   When the thread's callback is :data:`RUN_ONLY`, step 2 takes entries made by any
+   callback and a miss runs the frame unmodified without calling Python.
 4. runs an entry's transformed code: a function object is made from the transformed code
    with the frame's globals, closure, name and qualname, and called with the frame's
    argument slots ``localsplus[0:nargs]`` as positional arguments, where ``nargs`` counts
@@ -49,6 +55,12 @@ def set_eval_frame_callback(callback: Callable[[FrameInfo], Any] | None) -> Call
     callback set and removed when none has."""
 
 def get_eval_frame_callback() -> Callable | None: ...
+
+RUN_ONLY: Callable[..., None]
+"""Sentinel callback (a builtin returning None): as a thread's callback, run cached entries
+made by any callback and never compile; returned by a callback, that code object keeps its
+entries and never compiles again."""
+
 def is_hook_installed() -> bool: ...
 def disable_wrapper(fn: Callable) -> Callable:
     """Return a callable that calls ``fn`` with this thread's hook inactive (frames started
@@ -67,6 +79,8 @@ def cache_entries(code: CodeType) -> list[tuple[CodeType, RootGuardManager]]:
     """The (transformed code, guard) entries of a code object, most recently used first."""
 
 def is_code_skipped(code: CodeType) -> bool: ...
+def is_code_run_only(code: CodeType) -> bool:
+    """Whether the callback returned RUN_ONLY for this code object."""
 
 class GuardManager:
     """A node of a guard tree: the value reached by a chain of accessors from the frame
@@ -74,6 +88,11 @@ class GuardManager:
     child accessors. Checks run in the order added; children after leaves."""
 
     source: str  # the source this node stands for, e.g. "L['x'].weight"
+
+    def leaf_order(self) -> list[str]:
+        """This node's leaf descriptions in evaluation order (most-failed first)."""
+    def child_order(self) -> list[str]:
+        """This node's children's sources in evaluation order (most-failed first)."""
 
     def attr(self, name: str) -> GuardManager:
         """Child for ``getattr(value, name)`` (created once; the same node is returned again)."""
@@ -104,7 +123,16 @@ class RootGuardManager(GuardManager):
     def closure(self, index: int, name: str) -> GuardManager:
         """Child for the contents of ``f_func.__closure__[index]``."""
     def add_global_state_match(self) -> None:
-        """Record the current global state (grad mode, for now) and pass only while it is the same."""
+        """Record the current global state and pass only while it is the same: grad mode,
+        autocast enabled/dtype (cpu, cuda), default dtype, deterministic algorithms (and
+        warn-only), torch.backends.cudnn enabled/benchmark/deterministic/allow_tf32,
+        torch.backends.cuda.matmul allow_tf32/fp16 and bf16 reduced-precision reduction/
+        allow_fp16_accumulation, and the float32 matmul precision."""
+    def last_failure(self) -> str | None:
+        """Description of the check that failed in the last failed evaluation by the hook or
+        :meth:`check` (None after a pass)."""
+    def failures(self) -> int:
+        """How many evaluations failed."""
     def check(
         self, arg_values: Sequence[Any], f_globals: dict, f_builtins: dict, closure: tuple | None
     ) -> bool:
@@ -112,5 +140,6 @@ class RootGuardManager(GuardManager):
     def failure_reason(
         self, arg_values: Sequence[Any], f_globals: dict, f_builtins: dict, closure: tuple | None
     ) -> str | None:
-        """Description of the first failing check and the value found, or None if all pass."""
+        """The first failing check in source terms and the value found, e.g.
+        ``"L['x'].size()[0] == 8 failed: got 16 (expected size [8], got [16])"``, or None."""
     def num_checks(self) -> int: ...

@@ -5,6 +5,7 @@ Public API:
 - :func:`disable` — run a function without capture;
 - :func:`export` — capture a whole call as one standalone FX graph (errors on a graph break);
 - :func:`reset` — forget every compiled frame;
+- :func:`run` — run with the compiled frames only, never compiling (serving);
 - :func:`explain` — run a function once and report its graphs, graph breaks and guards;
 - :func:`set_logs` — switch the log channels (also ``TORCH_PLUGIN_LOGS``, ``config.logs``);
 - :func:`list_backends`, :func:`lookup_backend`, :func:`register_backend` — the backend registry;
@@ -25,7 +26,14 @@ from .backends.registry import (
     register_backend,
 )
 from .capture import CaptureError, stats
-from .capture.eval_frame import OptimizeContext, OptimizedModule, callback_for, disable, reset
+from .capture.eval_frame import (
+    OptimizeContext,
+    OptimizedModule,
+    callback_for,
+    disable,
+    reset,
+    run,
+)
 from .explain import ExplainOutput, explain
 from .export import ExportError, export
 from .logs import set_logs
@@ -72,6 +80,7 @@ __all__ = [
     "optimize",
     "register_backend",
     "reset",
+    "run",
     "set_logs",
     "stats",
 ]

@@ -60,6 +60,14 @@ FrameValues frame_values_from_python(
   return values;
 }
 
+py::list to_list(const std::vector<std::string>& items) {
+  py::list out;
+  for (const std::string& item : items) {
+    out.append(py::str(item));
+  }
+  return out;
+}
+
 void bind_frame_info(py::module_& m) {
   py::class_<FrameInfo>(
       m,
@@ -78,14 +86,36 @@ void bind_frame_info(py::module_& m) {
       });
 }
 
+// set_eval_frame_callback as a METH_O builtin: optimize()'s wrapper calls it
+// twice per call, and pybind11's argument handling costs more than the work.
+PyObject* set_eval_frame_callback_o(PyObject* /*module*/, PyObject* callback) {
+  try {
+    return set_eval_frame_callback(callback).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  }
+  return nullptr;
+}
+
+PyMethodDef set_eval_frame_callback_def = {
+    "set_eval_frame_callback",
+    &set_eval_frame_callback_o,
+    METH_O,
+    "set_eval_frame_callback(callback, /)\n--\n\n"
+    "Set this thread's callback (None turns capture off for this thread); "
+    "return the previous one."};
+
 void bind_hook(py::module_& m) {
-  m.def(
-      "set_eval_frame_callback",
-      &set_eval_frame_callback,
-      py::arg("callback"),
-      "Set this thread's callback (None turns capture off for this thread); return the "
-      "previous one.");
+  PyObject* setter = PyCFunction_NewEx(
+      &set_eval_frame_callback_def, nullptr, m.attr("__name__").ptr());
+  if (setter == nullptr) {
+    throw py::error_already_set();
+  }
+  m.add_object("set_eval_frame_callback", py::reinterpret_steal<py::object>(setter));
   m.def("get_eval_frame_callback", &get_eval_frame_callback);
+  m.attr("RUN_ONLY") = run_only_callback();
   m.def("is_hook_installed", &is_hook_installed);
   m.def(
       "disable_wrapper",
@@ -139,6 +169,15 @@ void bind_cache(py::module_& m) {
         return extra != nullptr && extra->skip;
       },
       py::arg("code"));
+  m.def(
+      "is_code_run_only",
+      [](py::handle code) {
+        ExtraState* extra = get_extra_state(as_code(code, "is_code_run_only"));
+        return extra != nullptr && extra->run_only;
+      },
+      py::arg("code"),
+      "Whether the code object runs its cache entries only (the callback "
+      "returned RUN_ONLY for it).");
 }
 
 void bind_guards(py::module_& m) {
@@ -208,6 +247,12 @@ void bind_guards(py::module_& m) {
           py::arg("description"),
           py::arg("check_strides") = true)
       .def("num_checks", &GuardManager::num_checks)
+      .def(
+          "leaf_order",
+          [](const GuardManager& self) { return to_list(self.leaf_order()); })
+      .def(
+          "child_order",
+          [](const GuardManager& self) { return to_list(self.child_order()); })
       .def("__repr__", [](const GuardManager& self) {
         return "<GuardManager " + self.source() + ">";
       });
@@ -238,6 +283,13 @@ void bind_guards(py::module_& m) {
           py::arg("name"),
           node)
       .def("add_global_state_match", &RootGuardManager::add_global_state_match)
+      .def(
+          "last_failure",
+          [](const RootGuardManager& self) -> py::object {
+            std::optional<std::string> what = self.last_failure();
+            return what ? py::object(py::str(*what)) : py::object(py::none());
+          })
+      .def("failures", &RootGuardManager::failures)
       .def(
           "check",
           [](const RootGuardManager& self,

@@ -14,6 +14,7 @@
 // frame (3.11 and 3.12) with no Python code in between.
 #include "capture/eval_frame.h"
 
+#include <pythread.h>
 #include <structmember.h>
 
 #include <algorithm>
@@ -51,6 +52,12 @@ bool hook_installed = false;
 compat::EvalFrameFn previous_eval = nullptr; // chained evaluator
 PyObject* cleanup_placeholder = nullptr; // STRONG, lives for the process
 PyTypeObject* disabled_callable_type = nullptr; // STRONG
+// The RUN_ONLY sentinel (a builtin function returning None), STRONG.
+PyObject* run_only_sentinel = nullptr;
+// Held by the thread whose callback is compiling (one compile at a time, so
+// two threads never translate the same frame at once and the second one
+// finds the first one's entry). Waited for with the GIL released.
+PyThread_type_lock compile_lock = nullptr;
 
 class BusyScope {
  public:
@@ -144,16 +151,18 @@ PyObject* run_entry(
 // --- cache lookup
 // -------------------------------------------------------------------
 
-// Index of the first entry made by `callback` whose guards pass, or -1. An
-// entry list changed by code the guards ran counts as a miss (never a stale
-// hit).
+// Index of the first entry made by `callback` (any callback when nullptr)
+// whose guards pass, or -1. An entry list changed by code the guards ran counts
+// as a miss (never a stale hit). The global state is read once for all
+// entries.
 Py_ssize_t lookup(
     ExtraState& extra,
     PyObject* callback,
     const FrameValues& values) {
+  GlobalStateMatch::Memo shared_global_state;
   for (size_t i = 0; i < extra.entries.size(); ++i) {
     const CacheEntry& entry = extra.entries[i];
-    if (entry.callback.ptr() != callback) {
+    if (callback != nullptr && entry.callback.ptr() != callback) {
       continue;
     }
     RootGuardManager* root = entry.root;
@@ -320,19 +329,57 @@ PyObject* compile_frame(
     ThreadCaptureState& state) {
   PyObject* callback = Py_NewRef(state.callback);
   PyObject* result = nullptr;
+  bool found_after_wait = false; // another thread's entry or mark applies
+  Py_ssize_t hit = -1;
   {
     BusyScope busy(state);
-    PyObject* info = make_frame_info(code, function, values);
-    if (info != nullptr) {
-      result = PyObject_CallOneArg(callback, info);
-      Py_DECREF(info);
+    if (!PyThread_acquire_lock(compile_lock, NOWAIT_LOCK)) {
+      // Another thread is compiling: wait, then look again, since it may
+      // have just made the entry this frame needs (or marked the code).
+      Py_BEGIN_ALLOW_THREADS;
+      PyThread_acquire_lock(compile_lock, WAIT_LOCK);
+      Py_END_ALLOW_THREADS;
+      ExtraState* extra = get_extra_state(code);
+      if (extra != nullptr && !extra->skip && !extra->entries.empty()) {
+        hit = lookup(*extra, callback, values);
+      }
+      found_after_wait =
+          extra != nullptr && (extra->skip || extra->run_only || hit >= 0);
     }
+    if (!found_after_wait) {
+      PyObject* info = make_frame_info(code, function, values);
+      if (info != nullptr) {
+        result = PyObject_CallOneArg(callback, info);
+        Py_DECREF(info);
+      }
+    }
+    PyThread_release_lock(compile_lock);
+  }
+  if (found_after_wait) {
+    Py_DECREF(callback);
+    ExtraState* extra = get_extra_state(code);
+    if (hit < 0 || extra == nullptr ||
+        static_cast<size_t>(hit) >= extra->entries.size()) {
+      return run_unmodified(tstate, frame, 0);
+    }
+    move_entry_to_front(*extra, static_cast<size_t>(hit));
+    return run_entry(tstate, frame, extra->entries.front(), function, values);
   }
   if (result == nullptr) {
     Py_DECREF(callback);
     return finish_frame(tstate, frame, nullptr);
   }
   ExtraState* extra = nullptr;
+  if (result == run_only_sentinel) {
+    Py_DECREF(result);
+    Py_DECREF(callback);
+    extra = get_or_create_extra_state(code);
+    if (extra == nullptr) {
+      return finish_frame(tstate, frame, nullptr);
+    }
+    extra->run_only = true;
+    return run_unmodified(tstate, frame, 0);
+  }
   if (result == Py_None) {
     Py_DECREF(result);
     Py_DECREF(callback);
@@ -395,11 +442,13 @@ PyObject* eval_frame_hook(
   values.builtins = compat::frame_builtins(frame);
   values.closure = PyFunction_GET_CLOSURE(function); // cells not copied in yet
 
+  // Run-only: entries made by any callback; a miss runs the frame unmodified.
+  bool run_only_mode = state.callback == run_only_sentinel;
   if (extra != nullptr && !extra->entries.empty()) {
     Py_ssize_t hit = -1;
     {
       BusyScope busy(state); // guards may run Python (properties, __eq__)
-      hit = lookup(*extra, state.callback, values);
+      hit = lookup(*extra, run_only_mode ? nullptr : state.callback, values);
     }
     if (hit >= 0) {
       move_entry_to_front(*extra, static_cast<size_t>(hit));
@@ -408,6 +457,9 @@ PyObject* eval_frame_hook(
     if (state.callback == nullptr) { // a guard's code turned capture off
       return run_unmodified(tstate, frame, throwflag);
     }
+  }
+  if (run_only_mode || (extra != nullptr && extra->run_only)) {
+    return run_unmodified(tstate, frame, throwflag);
   }
   return compile_frame(tstate, frame, code, function, values, state);
 }
@@ -568,9 +620,34 @@ PyType_Spec disabled_spec = {
     disabled_slots,
 };
 
+PyObject* run_only_call(PyObject* /*self*/, PyObject* /*args*/) {
+  Py_RETURN_NONE;
+}
+
+PyMethodDef run_only_def = {
+    "RUN_ONLY",
+    reinterpret_cast<PyCFunction>(&run_only_call),
+    METH_VARARGS | METH_KEYWORDS,
+    "torch_plugin._C.RUN_ONLY: as a thread's eval-frame callback, run cached "
+    "entries (made by any callback) and never compile; returned by a callback, "
+    "the frame's code object does the same from then on. Calling it returns "
+    "None."};
+
 } // namespace
 
 void init_eval_frame() {
+  if (compile_lock == nullptr) {
+    compile_lock = PyThread_allocate_lock();
+    if (compile_lock == nullptr) {
+      throw py::error_already_set();
+    }
+  }
+  if (run_only_sentinel == nullptr) {
+    run_only_sentinel = PyCFunction_New(&run_only_def, nullptr);
+    if (run_only_sentinel == nullptr) {
+      throw py::error_already_set();
+    }
+  }
   if (previous_eval == nullptr) {
     previous_eval = compat::default_eval_frame_function();
   }
@@ -612,6 +689,10 @@ py::object set_eval_frame_callback(py::handle callback) {
 py::object get_eval_frame_callback() {
   PyObject* callback = tls_state.callback;
   return callback ? py::reinterpret_borrow<py::object>(callback) : py::none();
+}
+
+py::object run_only_callback() {
+  return py::reinterpret_borrow<py::object>(run_only_sentinel);
 }
 
 bool is_hook_installed() {

@@ -44,6 +44,12 @@ pybind11::object set_eval_frame_callback(pybind11::handle callback);
 
 pybind11::object get_eval_frame_callback();
 
+// The RUN_ONLY sentinel: set as a thread's callback, the hook runs cached
+// entries made by any callback and runs a miss unmodified without calling
+// Python; returned by a callback for a frame, that code object keeps its
+// entries but never compiles again.
+pybind11::object run_only_callback();
+
 // Whether torch_plugin's function is the interpreter's frame evaluator now.
 bool is_hook_installed();
 

@@ -70,6 +70,7 @@ void reset_extra_state(PyCodeObject* code) {
   std::vector<CacheEntry> dropped;
   dropped.swap(extra->entries);
   extra->skip = false;
+  extra->run_only = false;
   // `dropped` dies here; its decrefs may run Python code that touches `extra`.
 }
 

@@ -46,6 +46,10 @@ struct CacheEntry {
 struct ExtraState {
   std::vector<CacheEntry> entries; // most recently used first
   bool skip = false; // run every frame of this code object unmodified
+  // Use the entries, never compile: a miss runs the frame unmodified without
+  // calling the callback (set when the callback returns RUN_ONLY, e.g. at
+  // config.cache_size_limit).
+  bool run_only = false;
 };
 
 // Requests the co_extra slot; call once from module init. Throws on failure.
@@ -65,7 +69,7 @@ void add_entry_front(ExtraState& extra, CacheEntry entry);
 // Moves entries[index] to the front (most recently used).
 void move_entry_to_front(ExtraState& extra, size_t index);
 
-// Drops the entries and the skip mark. Entries are destroyed after the state is
+// Drops the entries and the skip and run-only marks. Entries are destroyed after the state is
 // updated, so code run by their destructors sees a consistent (empty) state.
 void reset_extra_state(PyCodeObject* code);
 

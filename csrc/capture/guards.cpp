@@ -1,5 +1,11 @@
 // guards.cpp: guard tree evaluation and the accessor kinds (see guards.h for
 // ownership: accessors return NEW references; FrameValues borrows; GIL held).
+//
+// CPython facts (public cpython/ headers, 3.11 and 3.12): `_PyType_Lookup`
+// returns a BORROWED attribute from a type's MRO without raising and without
+// creating objects (it uses the type attribute cache); `_PyObject_GetDictPtr`
+// returns the address of an instance's __dict__ slot (3.11/3.12 materialize a
+// managed dict there on first use, once per object).
 #include "capture/guards.h"
 
 #include <utility>
@@ -133,15 +139,119 @@ class ObjectAccessor : public GuardAccessor {
 // --- child accessors: read from the parent value
 // --------------------------------
 
+// What the nn.Module attribute fast path needs: torch.nn.Module, its
+// __getattr__, object.__getattribute__, and the interned names of the three
+// dicts Module.__getattr__ searches. STRONG references, kept for the process.
+struct ModuleFacts {
+  PyTypeObject* module_type = nullptr;
+  PyObject* module_getattr = nullptr;
+  PyObject* object_getattribute = nullptr;
+  PyObject* getattr_name = nullptr;
+  PyObject* getattribute_name = nullptr;
+  PyObject* dict_names[3] = {nullptr, nullptr, nullptr};
+  // Item reads on module containers (see ItemAccessor).
+  PyObject* getitem_name = nullptr;
+  PyObject* modulelist_getitem = nullptr;
+  PyObject* sequential_getitem = nullptr;
+  PyObject* moduledict_getitem = nullptr;
+};
+
+// The instance __dict__ of `obj` (BORROWED), or nullptr (no error set).
+PyObject* instance_dict(PyObject* obj) {
+  PyObject** dictptr = _PyObject_GetDictPtr(obj);
+  PyObject* dict = dictptr ? *dictptr : nullptr;
+  return dict != nullptr && PyDict_CheckExact(dict) ? dict : nullptr;
+}
+
+// Loaded on first use (building a tree, GIL held); nullptr if torch.nn cannot
+// be imported (then every attribute read uses getattr).
+const ModuleFacts* module_facts() {
+  static ModuleFacts facts;
+  static bool loaded = false;
+  if (loaded) {
+    return facts.module_type ? &facts : nullptr;
+  }
+  loaded = true;
+  PyObject* nn = PyImport_ImportModule("torch.nn");
+  PyObject* module = nn ? PyObject_GetAttrString(nn, "Module") : nullptr;
+  Py_XDECREF(nn);
+  if (module == nullptr || !PyType_Check(module)) {
+    PyErr_Clear();
+    Py_XDECREF(module);
+    return nullptr;
+  }
+  facts.getattr_name = PyUnicode_InternFromString("__getattr__");
+  facts.getattribute_name = PyUnicode_InternFromString("__getattribute__");
+  const char* names[3] = {"_parameters", "_buffers", "_modules"};
+  for (int i = 0; i < 3; ++i) {
+    facts.dict_names[i] = PyUnicode_InternFromString(names[i]);
+  }
+  auto* type = reinterpret_cast<PyTypeObject*>(module);
+  facts.module_getattr = Py_XNewRef(_PyType_Lookup(type, facts.getattr_name));
+  facts.object_getattribute =
+      Py_XNewRef(_PyType_Lookup(&PyBaseObject_Type, facts.getattribute_name));
+  if (facts.module_getattr == nullptr || facts.object_getattribute == nullptr) {
+    PyErr_Clear();
+    Py_DECREF(module);
+    return nullptr;
+  }
+  facts.getitem_name = PyUnicode_InternFromString("__getitem__");
+  const char* containers[3] = {"ModuleList", "Sequential", "ModuleDict"};
+  PyObject** getitems[3] = {
+      &facts.modulelist_getitem,
+      &facts.sequential_getitem,
+      &facts.moduledict_getitem};
+  PyObject* nn_again = PyImport_ImportModule("torch.nn");
+  for (int i = 0; nn_again != nullptr && i < 3; ++i) {
+    PyObject* cls = PyObject_GetAttrString(nn_again, containers[i]);
+    if (cls != nullptr && PyType_Check(cls)) {
+      *getitems[i] = Py_XNewRef(_PyType_Lookup(
+          reinterpret_cast<PyTypeObject*>(cls), facts.getitem_name));
+    }
+    Py_XDECREF(cls);
+  }
+  Py_XDECREF(nn_again);
+  PyErr_Clear();
+  facts.module_type = type; // keeps the reference from GetAttrString
+  return &facts;
+}
+
+// getattr(obj, name). For an nn.Module whose class neither overrides
+// __getattribute__/__getattr__ nor defines `name`, the value is what
+// Module.__getattr__ would find: the instance dict, then `_parameters`,
+// `_buffers`, `_modules` (in that order). Those are read directly, with no
+// Python code run and no AttributeError created on the way; anything else
+// goes through PyObject_GetAttr.
 class AttrAccessor : public GuardAccessor {
  public:
   AttrAccessor(const std::string& parent_source, const std::string& name)
       : GuardAccessor(parent_source + "." + name),
         name_(interned(name)),
-        name_text_(name) {}
+        name_text_(name),
+        facts_(module_facts()) {}
 
   PyObject* access(PyObject* parent, const FrameValues& /*frame*/)
       const override {
+    if (facts_ != nullptr && plain_module_type(Py_TYPE(parent))) {
+      if (PyObject* dict = instance_dict(parent)) {
+        PyObject* value = PyDict_GetItemWithError(dict, name_.ptr());
+        if (value != nullptr) {
+          return Py_NewRef(value);
+        }
+        for (PyObject* key : facts_->dict_names) {
+          PyObject* sub = PyDict_GetItemWithError(dict, key);
+          if (sub != nullptr && PyDict_CheckExact(sub)) {
+            PyObject* found = PyDict_GetItemWithError(sub, name_.ptr());
+            if (found != nullptr) {
+              return Py_NewRef(found);
+            }
+          }
+        }
+        if (PyErr_Occurred()) {
+          return nullptr;
+        }
+      }
+    }
     return PyObject_GetAttr(parent, name_.ptr());
   }
 
@@ -154,20 +264,53 @@ class AttrAccessor : public GuardAccessor {
   }
 
  private:
+  // True when `type` is an nn.Module subclass on which getattr(obj, name_)
+  // ends in Module.__getattr__ unless the instance dict has the name. Cached
+  // per type version (a class change gives the type a new version tag).
+  bool plain_module_type(PyTypeObject* type) const {
+    if (type == cached_type_ && type->tp_version_tag == cached_version_ &&
+        (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+      return cached_plain_;
+    }
+    bool plain = PyType_IsSubtype(type, facts_->module_type) &&
+        _PyType_Lookup(type, facts_->getattr_name) == facts_->module_getattr &&
+        _PyType_Lookup(type, facts_->getattribute_name) ==
+            facts_->object_getattribute &&
+        _PyType_Lookup(type, name_.ptr()) == nullptr;
+    cached_type_ = type;
+    cached_version_ = type->tp_version_tag;
+    cached_plain_ = plain;
+    return plain;
+  }
+
   py::object name_;
   std::string name_text_;
+  const ModuleFacts* facts_;
+  mutable PyTypeObject* cached_type_ = nullptr; // compared by address only
+  mutable unsigned int cached_version_ = 0;
+  mutable bool cached_plain_ = false;
 };
 
 class ItemAccessor : public GuardAccessor {
  public:
   ItemAccessor(const std::string& parent_source, py::handle key)
       : GuardAccessor(parent_source + "[" + repr_for_message(key.ptr()) + "]"),
-        key_(py::reinterpret_borrow<py::object>(key)) {
+        key_(py::reinterpret_borrow<py::object>(key)),
+        facts_(module_facts()) {
     if (PyLong_CheckExact(key.ptr())) {
       index_ = PyLong_AsSsize_t(key.ptr());
       if (index_ == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         index_ = kNoIndex;
+      }
+      if (index_ >= 0 && index_ != kNoIndex) {
+        // ModuleList keys its _modules by str(index).
+        PyObject* text = PyUnicode_FromFormat("%zd", index_);
+        if (text == nullptr) {
+          throw py::error_already_set();
+        }
+        PyUnicode_InternInPlace(&text);
+        index_text_ = py::reinterpret_steal<py::object>(text);
       }
     }
   }
@@ -190,11 +333,90 @@ class ItemAccessor : public GuardAccessor {
     if (PyDict_CheckExact(parent)) {
       return Py_XNewRef(PyDict_GetItemWithError(parent, key_.ptr()));
     }
+    if (facts_ != nullptr) {
+      if (PyObject* found = module_container_item(parent)) {
+        return Py_NewRef(found);
+      }
+      if (PyErr_Occurred()) {
+        return nullptr;
+      }
+    }
     return PyObject_GetItem(parent, key_.ptr());
   }
 
   std::string what() const override {
     return "item " + repr_for_message(key_.ptr());
+  }
+
+  enum class Container { kNone, kModuleList, kSequential, kModuleDict };
+
+  // torch.nn.ModuleList / Sequential / ModuleDict (or a subclass keeping
+  // their __getitem__): the item, read from `_modules` the way their
+  // __getitem__ does, without running it. BORROWED, or nullptr (then the
+  // caller uses PyObject_GetItem; an error is set only if a dict read raised).
+  PyObject* module_container_item(PyObject* parent) const {
+    Container kind = container_kind(Py_TYPE(parent));
+    if (kind == Container::kNone) {
+      return nullptr;
+    }
+    PyObject* dict = instance_dict(parent);
+    PyObject* modules = dict == nullptr
+        ? nullptr
+        : PyDict_GetItemWithError(dict, facts_->dict_names[2]);
+    if (modules == nullptr || !PyDict_CheckExact(modules)) {
+      return nullptr;
+    }
+    if (kind == Container::kModuleDict) {
+      return PyUnicode_CheckExact(key_.ptr())
+          ? PyDict_GetItemWithError(modules, key_.ptr())
+          : nullptr;
+    }
+    if (index_ == kNoIndex) {
+      return nullptr;
+    }
+    Py_ssize_t size = PyDict_GET_SIZE(modules);
+    Py_ssize_t i = index_ < 0 ? index_ + size : index_;
+    if (i < 0 || i >= size) {
+      return nullptr; // out of range: let __getitem__ raise
+    }
+    if (kind == Container::kModuleList) {
+      // self._modules[str(index)]; negative indices take the slow path.
+      return index_ >= 0 ? PyDict_GetItemWithError(modules, index_text_.ptr())
+                         : nullptr;
+    }
+    // Sequential: the i-th value of _modules.
+    Py_ssize_t pos = 0;
+    PyObject* value = nullptr;
+    for (Py_ssize_t n = 0; PyDict_Next(modules, &pos, nullptr, &value); ++n) {
+      if (n == i) {
+        return value;
+      }
+    }
+    return nullptr;
+  }
+
+  Container container_kind(PyTypeObject* type) const {
+    if (type == cached_type_ && type->tp_version_tag == cached_version_ &&
+        (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+      return cached_kind_;
+    }
+    Container kind = Container::kNone;
+    if (PyType_IsSubtype(type, facts_->module_type)) {
+      PyObject* getitem = _PyType_Lookup(type, facts_->getitem_name);
+      if (getitem == nullptr) {
+        kind = Container::kNone;
+      } else if (getitem == facts_->modulelist_getitem) {
+        kind = Container::kModuleList;
+      } else if (getitem == facts_->sequential_getitem) {
+        kind = Container::kSequential;
+      } else if (getitem == facts_->moduledict_getitem) {
+        kind = Container::kModuleDict;
+      }
+    }
+    cached_type_ = type;
+    cached_version_ = type->tp_version_tag;
+    cached_kind_ = kind;
+    return kind;
   }
 
   // Same key: same type and equal (so 1 and True stay distinct).
@@ -213,6 +435,11 @@ class ItemAccessor : public GuardAccessor {
   static constexpr Py_ssize_t kNoIndex = PY_SSIZE_T_MIN;
   py::object key_;
   Py_ssize_t index_ = kNoIndex;
+  py::object index_text_; // str(index_) for index_ >= 0
+  const ModuleFacts* facts_;
+  mutable PyTypeObject* cached_type_ = nullptr; // compared by address only
+  mutable unsigned int cached_version_ = 0;
+  mutable Container cached_kind_ = Container::kNone;
 };
 
 } // namespace
@@ -233,13 +460,58 @@ GuardManager::~GuardManager() = default;
 template <typename A, typename Match, typename Make>
 GuardManager& GuardManager::child_for(Match match, Make make) {
   for (const auto& accessor : accessors_) {
-    if (auto* typed = dynamic_cast<A*>(accessor.get());
+    if (auto* typed = dynamic_cast<A*>(accessor.item.get());
         typed && match(*typed)) {
       return typed->child();
     }
   }
-  accessors_.push_back(make());
-  return accessors_.back()->child();
+  accessors_.push_back({make(), 0});
+  return accessors_.back().item->child();
+}
+
+namespace {
+
+// The check that failed deepest in the current evaluation on this thread
+// (the first one recorded wins); RootGuardManager::check copies it.
+thread_local const LeafGuard* tls_failed_leaf = nullptr;
+thread_local const GuardManager* tls_failed_read = nullptr;
+
+void record_failure(const LeafGuard* leaf, const GuardManager* unread) {
+  if (tls_failed_leaf == nullptr && tls_failed_read == nullptr) {
+    tls_failed_leaf = leaf;
+    tls_failed_read = unread;
+  }
+}
+
+// Counts evaluations of one node in progress (see count_failure).
+class Evaluating {
+ public:
+  explicit Evaluating(int& n) : n_(n) {
+    ++n_;
+  }
+  ~Evaluating() {
+    --n_;
+  }
+  Evaluating(const Evaluating&) = delete;
+  Evaluating& operator=(const Evaluating&) = delete;
+
+ private:
+  int& n_;
+};
+
+} // namespace
+
+template <typename T>
+void GuardManager::count_failure(std::vector<Counted<T>>& items, size_t i)
+    const {
+  ++items[i].fails;
+  if (evaluating_ != 1) {
+    return;
+  }
+  while (i > 0 && items[i - 1].fails < items[i].fails) {
+    std::swap(items[i - 1], items[i]);
+    --i;
+  }
 }
 
 GuardManager& GuardManager::attr(const std::string& name) {
@@ -270,24 +542,34 @@ void GuardManager::add_leaf_guard(std::unique_ptr<LeafGuard> guard) {
         "the root of a guard tree has no value to check: add '" +
         guard->description() + "' to a child (local(), global_(), closure())");
   }
-  leaves_.push_back(std::move(guard));
+  leaves_.push_back({std::move(guard), 0});
 }
 
 bool GuardManager::check(PyObject* value, const FrameValues& frame) const {
-  for (const auto& leaf : leaves_) {
+  Evaluating evaluating(evaluating_);
+  // Indices, not iterators: the vectors are only reordered (never resized)
+  // during evaluation, and only by the sole evaluation of this node.
+  for (size_t i = 0; i < leaves_.size(); ++i) {
+    const LeafGuard* leaf = leaves_[i].item.get();
     if (!leaf->check(value)) {
+      record_failure(leaf, nullptr);
+      count_failure(leaves_, i);
       return false;
     }
   }
-  for (const auto& accessor : accessors_) {
+  for (size_t i = 0; i < accessors_.size(); ++i) {
+    const GuardAccessor* accessor = accessors_[i].item.get();
     PyObject* child_value = accessor->access(value, frame);
     if (child_value == nullptr) {
       PyErr_Clear();
+      record_failure(nullptr, &accessor->child());
+      count_failure(accessors_, i);
       return false;
     }
     bool ok = accessor->child().check(child_value, frame);
     Py_DECREF(child_value);
     if (!ok) {
+      count_failure(accessors_, i);
       return false;
     }
   }
@@ -297,12 +579,15 @@ bool GuardManager::check(PyObject* value, const FrameValues& frame) const {
 std::optional<std::string> GuardManager::failure_reason(
     PyObject* value,
     const FrameValues& frame) const {
-  for (const auto& leaf : leaves_) {
+  Evaluating evaluating(evaluating_);
+  for (size_t i = 0; i < leaves_.size(); ++i) {
+    const LeafGuard* leaf = leaves_[i].item.get();
     if (!leaf->check(value)) {
-      return leaf->description() + ": " + leaf->mismatch(value);
+      return leaf->explain_failure(value, source_);
     }
   }
-  for (const auto& accessor : accessors_) {
+  for (size_t i = 0; i < accessors_.size(); ++i) {
+    const GuardAccessor* accessor = accessors_[i].item.get();
     PyObject* child_value = accessor->access(value, frame);
     if (child_value == nullptr) {
       std::string error = take_error_for_message();
@@ -325,9 +610,25 @@ std::optional<std::string> GuardManager::failure_reason(
 size_t GuardManager::num_checks() const {
   size_t n = leaves_.size();
   for (const auto& accessor : accessors_) {
-    n += accessor->child().num_checks();
+    n += accessor.item->child().num_checks();
   }
   return n;
+}
+
+std::vector<std::string> GuardManager::leaf_order() const {
+  std::vector<std::string> out;
+  for (const auto& leaf : leaves_) {
+    out.push_back(leaf.item->description());
+  }
+  return out;
+}
+
+std::vector<std::string> GuardManager::child_order() const {
+  std::vector<std::string> out;
+  for (const auto& accessor : accessors_) {
+    out.push_back(accessor.item->child().source());
+  }
+  return out;
 }
 
 // --- RootGuardManager
@@ -368,6 +669,26 @@ GuardManager& RootGuardManager::object(
   return child_for<ObjectAccessor>(
       [&](const ObjectAccessor& a) { return a.object() == obj.ptr(); },
       [&] { return std::make_unique<ObjectAccessor>(obj, name); });
+}
+
+bool RootGuardManager::check(const FrameValues& frame) const {
+  tls_failed_leaf = nullptr;
+  tls_failed_read = nullptr;
+  bool pass = GuardManager::check(nullptr, frame);
+  last_failed_leaf_ = pass ? nullptr : tls_failed_leaf;
+  last_failed_read_ = pass ? nullptr : tls_failed_read;
+  failures_ += pass ? 0 : 1;
+  return pass;
+}
+
+std::optional<std::string> RootGuardManager::last_failure() const {
+  if (last_failed_leaf_ != nullptr) {
+    return last_failed_leaf_->description();
+  }
+  if (last_failed_read_ != nullptr) {
+    return last_failed_read_->source() + ": could not be read";
+  }
+  return std::nullopt;
 }
 
 void RootGuardManager::add_global_state_match() {

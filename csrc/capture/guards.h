@@ -18,13 +18,21 @@
 // Errors: `check` never raises and leaves no Python exception set: a read that
 // raises, or a leaf that raises, makes the check fail. The tree creates no
 // Python objects while checking, except what getattr/getitem on user objects
-// return. Building the tree (attr, item, add_*) throws pybind11 exceptions on
-// misuse.
+// return: attribute reads on nn.Modules go to the instance dict and
+// `_parameters` / `_buffers` / `_modules` directly, without running
+// Module.__getattr__ (see AttrAccessor in guards.cpp). Building the tree
+// (attr, item, add_*) throws pybind11 exceptions on misuse.
+//
+// Order: a node runs its leaves, then its children, each most-failed first: a
+// leaf or child that fails is moved ahead of those that failed less often, so
+// the check most likely to fail runs first next time (order of addition
+// otherwise). The last failing check is remembered (last_failure()).
 #pragma once
 
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +113,11 @@ class GuardManager {
   // Leaf guards in this subtree.
   size_t num_checks() const;
 
+  // Leaf descriptions in evaluation order (this node only), for tests.
+  std::vector<std::string> leaf_order() const;
+  // Child sources in evaluation order (this node only), for tests.
+  std::vector<std::string> child_order() const;
+
  protected:
   // The child reached through an accessor of type A for which match(A&) holds;
   // make() creates the accessor when there is none.
@@ -112,10 +125,24 @@ class GuardManager {
   GuardManager& child_for(Match match, Make make);
 
  private:
+  template <typename T>
+  struct Counted {
+    std::unique_ptr<T> item;
+    uint64_t fails = 0;
+  };
+  // Counts a failure of items[i] and moves it ahead of items that failed less
+  // often, unless another evaluation of this node is in progress (a guard's
+  // Python code checking the same tree, or another thread while the GIL was
+  // released), which is iterating over the same vector.
+  template <typename T>
+  void count_failure(std::vector<Counted<T>>& items, size_t i) const;
+
   std::string source_;
   bool has_value_;
-  std::vector<std::unique_ptr<LeafGuard>> leaves_;
-  std::vector<std::unique_ptr<GuardAccessor>> accessors_;
+  // Mutable: evaluation reorders them (most-failed first).
+  mutable std::vector<Counted<LeafGuard>> leaves_;
+  mutable std::vector<Counted<GuardAccessor>> accessors_;
+  mutable int evaluating_ = 0; // evaluations of this node in progress
 };
 
 // The root of one cache entry's guard tree. It has no value of its own: its
@@ -139,12 +166,25 @@ class RootGuardManager : public GuardManager {
   // holds.
   void add_global_state_match();
 
-  bool check(const FrameValues& frame) const {
-    return GuardManager::check(nullptr, frame);
-  }
+  // Evaluates the tree on a frame; remembers the failing check.
+  bool check(const FrameValues& frame) const;
   std::optional<std::string> failure_reason(const FrameValues& frame) const {
     return GuardManager::failure_reason(nullptr, frame);
   }
+
+  // The check that failed in the last failed check() ("L['x'] tensor ..." as
+  // given when it was added, or "<source>: could not be read"), or nullopt
+  // when the last check passed or none ran.
+  std::optional<std::string> last_failure() const;
+  // Number of check() calls that failed.
+  uint64_t failures() const {
+    return failures_;
+  }
+
+ private:
+  mutable const LeafGuard* last_failed_leaf_ = nullptr;
+  mutable const GuardManager* last_failed_read_ = nullptr;
+  mutable uint64_t failures_ = 0;
 };
 
 } // namespace torch_plugin::capture

@@ -3,7 +3,10 @@
 // except the objects a guard remembers, which it holds strongly; GIL held).
 #include "capture/leaf_guards.h"
 
+#include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/DynamicTypes.h>
@@ -166,6 +169,12 @@ std::string take_error_for_message() {
 LeafGuard::LeafGuard(std::string description)
     : description_(std::move(description)) {}
 
+std::string LeafGuard::explain_failure(
+    PyObject* value,
+    const std::string& /*source*/) const {
+  return description_ + ": " + mismatch(value);
+}
+
 // --- TYPE_MATCH
 // ----------------------------------------------------------------
 
@@ -181,6 +190,14 @@ TypeMatch::TypeMatch(py::handle type, std::string description)
 
 bool TypeMatch::check(PyObject* value) const {
   return reinterpret_cast<PyObject*>(Py_TYPE(value)) == type_.ptr();
+}
+
+std::string TypeMatch::explain_failure(
+    PyObject* value,
+    const std::string& source) const {
+  return "type(" + source + ") is " +
+      type_name_for_message(reinterpret_cast<PyTypeObject*>(type_.ptr())) +
+      " failed: got " + type_name_for_message(Py_TYPE(value));
 }
 
 std::string TypeMatch::mismatch(PyObject* value) const {
@@ -199,6 +216,12 @@ IdMatch::IdMatch(py::handle obj, std::string description)
 
 bool IdMatch::check(PyObject* value) const {
   return value == obj_.ptr();
+}
+
+std::string IdMatch::explain_failure(
+    PyObject* value,
+    const std::string& source) const {
+  return source + " is <the object seen at capture> failed: " + mismatch(value);
 }
 
 std::string IdMatch::mismatch(PyObject* value) const {
@@ -230,6 +253,21 @@ bool EqualsMatch::check(PyObject* value) const {
   return equal == 1;
 }
 
+std::string EqualsMatch::explain_failure(
+    PyObject* value,
+    const std::string& source) const {
+  std::string got = Py_TYPE(value) == Py_TYPE(expected_.ptr())
+      ? repr_for_message(value)
+      : repr_for_message(value) + " of type " +
+          type_name_for_message(Py_TYPE(value));
+  if (Py_TYPE(value) == Py_TYPE(expected_.ptr()) &&
+      PyObject_RichCompareBool(value, expected_.ptr(), Py_EQ) < 0) {
+    got += " (== raised " + take_error_for_message() + ")";
+  }
+  return source + " == " + repr_for_message(expected_.ptr()) +
+      " failed: got " + got;
+}
+
 std::string EqualsMatch::mismatch(PyObject* value) const {
   if (Py_TYPE(value) != Py_TYPE(expected_.ptr())) {
     return expected_got(
@@ -257,6 +295,15 @@ bool LenMatch::check(PyObject* value) const {
     return false;
   }
   return n == n_;
+}
+
+std::string LenMatch::explain_failure(
+    PyObject* value,
+    const std::string& source) const {
+  Py_ssize_t n = PyObject_Size(value);
+  std::string got = n < 0 ? "len() raised " + take_error_for_message()
+                          : std::to_string(n);
+  return "len(" + source + ") == " + std::to_string(n_) + " failed: got " + got;
 }
 
 std::string LenMatch::mismatch(PyObject* value) const {
@@ -406,6 +453,66 @@ bool TensorMatch::check(PyObject* value) const {
   }
 }
 
+std::string TensorMatch::explain_failure(
+    PyObject* value,
+    const std::string& source) const {
+  if (reinterpret_cast<PyObject*>(Py_TYPE(value)) != type_.ptr()) {
+    return "type(" + source + ") is " +
+        type_name_for_message(reinterpret_cast<PyTypeObject*>(type_.ptr())) +
+        " failed: got " + type_name_for_message(Py_TYPE(value));
+  }
+  std::string detail = " (" + mismatch(value) + ")";
+  try {
+    const at::Tensor& tensor = THPVariable_Unpack(value);
+    auto failed = [&](const std::string& check, const std::string& got) {
+      return source + check + " failed: got " + got + detail;
+    };
+    if (tensor.scalar_type() != dtype_) {
+      return failed(
+          ".dtype == " + dtype_for_message(dtype_),
+          dtype_for_message(tensor.scalar_type()));
+    }
+    if (tensor.device() != device_) {
+      return failed(
+          ".device == '" + device_.str() + "'",
+          "'" + tensor.device().str() + "'");
+    }
+    if (tensor.requires_grad() != requires_grad_) {
+      return failed(
+          ".requires_grad == " + bool_for_message(requires_grad_),
+          bool_for_message(tensor.requires_grad()));
+    }
+    std::optional<std::vector<int64_t>> sizes = concrete(tensor.sym_sizes());
+    if (sizes && sizes->size() != sizes_.size()) {
+      return failed(
+          ".dim() == " + std::to_string(sizes_.size()),
+          std::to_string(sizes->size()));
+    }
+    for (size_t i = 0; sizes && i < sizes_.size(); ++i) {
+      if ((*sizes)[i] != sizes_[i]) {
+        return failed(
+            ".size()[" + std::to_string(i) +
+                "] == " + std::to_string(sizes_[i]),
+            std::to_string((*sizes)[i]));
+      }
+    }
+    std::optional<std::vector<int64_t>> strides =
+        check_strides_ ? concrete(tensor.sym_strides()) : std::nullopt;
+    for (size_t i = 0; strides && i < strides_.size() && i < strides->size();
+         ++i) {
+      if ((*strides)[i] != strides_[i]) {
+        return failed(
+            ".stride()[" + std::to_string(i) +
+                "] == " + std::to_string(strides_[i]),
+            std::to_string((*strides)[i]));
+      }
+    }
+  } catch (const std::exception&) {
+    // Fall through to the general text.
+  }
+  return source + " tensor check failed: " + mismatch(value);
+}
+
 std::string TensorMatch::mismatch(PyObject* value) const {
   if (reinterpret_cast<PyObject*>(Py_TYPE(value)) != type_.ptr()) {
     return expected_got(
@@ -464,20 +571,166 @@ std::string TensorMatch::mismatch(PyObject* value) const {
 // --- GLOBAL_STATE
 // --------------------------------------------------------------
 
+namespace {
+
+enum class FieldKind { kBool, kDtype, kMatmulPrecision, kReduction };
+
+constexpr FieldKind kFieldKinds[GlobalState::kNumFields] = {
+    FieldKind::kBool, // grad mode
+    FieldKind::kDtype, // default dtype
+    FieldKind::kBool, // autocast cpu
+    FieldKind::kDtype, // autocast cpu dtype
+    FieldKind::kBool, // autocast cuda
+    FieldKind::kDtype, // autocast cuda dtype
+    FieldKind::kBool, // deterministic
+    FieldKind::kBool, // deterministic warn only
+    FieldKind::kBool, // cudnn enabled
+    FieldKind::kBool, // cudnn benchmark
+    FieldKind::kBool, // cudnn deterministic
+    FieldKind::kBool, // cudnn allow_tf32
+    FieldKind::kBool, // cublas allow_tf32
+    FieldKind::kReduction, // fp16 reduction
+    FieldKind::kReduction, // bf16 reduction
+    FieldKind::kMatmulPrecision,
+    FieldKind::kBool, // fp16 accumulation
+};
+
+// Set while a GlobalStateMatch::Memo is alive on this thread.
+thread_local int tls_memo_depth = 0;
+thread_local bool tls_memo_valid = false;
+thread_local GlobalState tls_memo_state;
+
+} // namespace
+
+const char* const GlobalState::kNames[GlobalState::kNumFields] = {
+    "torch.is_grad_enabled()",
+    "torch.get_default_dtype()",
+    "torch.is_autocast_enabled('cpu')",
+    "torch.get_autocast_dtype('cpu')",
+    "torch.is_autocast_enabled('cuda')",
+    "torch.get_autocast_dtype('cuda')",
+    "torch.are_deterministic_algorithms_enabled()",
+    "torch.is_deterministic_algorithms_warn_only_enabled()",
+    "torch.backends.cudnn.enabled",
+    "torch.backends.cudnn.benchmark",
+    "torch.backends.cudnn.deterministic",
+    "torch.backends.cudnn.allow_tf32",
+    "torch.backends.cuda.matmul.allow_tf32",
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+    "torch.get_float32_matmul_precision()",
+    "torch.backends.cuda.matmul.allow_fp16_accumulation",
+};
+
+GlobalState GlobalState::current() {
+  at::Context& ctx = at::globalContext();
+  GlobalState s;
+  int64_t* f = s.fields;
+  f[0] = at::GradMode::is_enabled();
+  f[1] = static_cast<int64_t>(c10::get_default_dtype_as_scalartype());
+  f[2] = at::autocast::is_autocast_enabled(at::kCPU);
+  f[3] = static_cast<int64_t>(at::autocast::get_autocast_dtype(at::kCPU));
+  f[4] = at::autocast::is_autocast_enabled(at::kCUDA);
+  f[5] = static_cast<int64_t>(at::autocast::get_autocast_dtype(at::kCUDA));
+  f[6] = ctx.deterministicAlgorithms();
+  f[7] = ctx.deterministicAlgorithmsWarnOnly();
+  f[8] = ctx.userEnabledCuDNN();
+  f[9] = ctx.benchmarkCuDNN();
+  f[10] = ctx.deterministicCuDNN();
+  f[11] = ctx.allowTF32CuDNN();
+  f[12] = ctx.allowTF32CuBLAS();
+  f[13] = static_cast<int64_t>(ctx.allowFP16ReductionCuBLAS());
+  f[14] = static_cast<int64_t>(ctx.allowBF16ReductionCuBLAS());
+  f[15] = static_cast<int64_t>(ctx.float32MatmulPrecision());
+  f[16] = ctx.allowFP16AccumulationCuBLAS();
+  return s;
+}
+
+bool GlobalState::operator==(const GlobalState& other) const {
+  return first_difference(other) < 0;
+}
+
+int GlobalState::first_difference(const GlobalState& other) const {
+  for (int i = 0; i < kNumFields; ++i) {
+    if (fields[i] != other.fields[i]) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+std::string GlobalState::field_text(int i) const {
+  int64_t v = fields[i];
+  switch (kFieldKinds[i]) {
+    case FieldKind::kBool:
+      return bool_for_message(v != 0);
+    case FieldKind::kDtype:
+      return dtype_for_message(static_cast<c10::ScalarType>(v));
+    case FieldKind::kMatmulPrecision:
+      return v == 0 ? "'highest'" : v == 1 ? "'high'" : "'medium'";
+    case FieldKind::kReduction:
+      return v == 0 ? "True" : v == 1 ? "False" : "False (split-K off)";
+  }
+  return std::to_string(v);
+}
+
+GlobalStateMatch::Memo::Memo() {
+  if (tls_memo_depth++ == 0) {
+    tls_memo_valid = false;
+  }
+}
+
+GlobalStateMatch::Memo::~Memo() {
+  if (--tls_memo_depth == 0) {
+    tls_memo_valid = false;
+  }
+}
+
 GlobalStateMatch::GlobalStateMatch(std::string description)
-    : LeafGuard(std::move(description)),
-      grad_mode_enabled_(at::GradMode::is_enabled()) {}
+    : LeafGuard(std::move(description)), expected_(GlobalState::current()) {}
 
 bool GlobalStateMatch::check(PyObject* /*value*/) const {
-  return at::GradMode::is_enabled() == grad_mode_enabled_;
+  try {
+    if (tls_memo_depth == 0) {
+      return GlobalState::current() == expected_;
+    }
+    if (!tls_memo_valid) {
+      tls_memo_state = GlobalState::current();
+      tls_memo_valid = true;
+    }
+    return tls_memo_state == expected_;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 std::string GlobalStateMatch::mismatch(PyObject* /*value*/) const {
-  auto mode = [](bool enabled) {
-    return enabled ? "enabled" : "disabled";
-  };
-  return std::string("expected grad mode ") + mode(grad_mode_enabled_) +
-      ", got " + mode(at::GradMode::is_enabled());
+  GlobalState now = GlobalState::current();
+  int i = expected_.first_difference(now);
+  if (i < 0) {
+    return "no mismatch found on a second look";
+  }
+  if (i == 0) {
+    auto mode = [](int64_t enabled) {
+      return enabled ? "enabled" : "disabled";
+    };
+    return std::string("expected grad mode ") + mode(expected_.fields[0]) +
+        ", got " + mode(now.fields[0]);
+  }
+  return std::string("expected ") + GlobalState::kNames[i] + " " +
+      expected_.field_text(i) + ", got " + now.field_text(i);
+}
+
+std::string GlobalStateMatch::explain_failure(
+    PyObject* /*value*/,
+    const std::string& /*source*/) const {
+  GlobalState now = GlobalState::current();
+  int i = expected_.first_difference(now);
+  if (i < 0) {
+    return "global state: no mismatch found on a second look";
+  }
+  return std::string(GlobalState::kNames[i]) + " == " +
+      expected_.field_text(i) + " failed: got " + now.field_text(i);
 }
 
 } // namespace torch_plugin::capture

@@ -18,7 +18,9 @@
 // Sources: CPython's object protocol (PyObject_RichCompareBool, PyObject_Size,
 // PyDict_Next); libtorch for tensors (THPVariable_Unpack in
 // torch/csrc/autograd/python_variable.h, at::Tensor's metadata, the TLS
-// dispatch key modifiers in c10/core/impl/LocalDispatchKeySet.h); at::GradMode.
+// dispatch key modifiers in c10/core/impl/LocalDispatchKeySet.h); for global
+// state at::GradMode, at::autocast (ATen/autocast_mode.h), c10's default dtype
+// and at::globalContext() (ATen/Context.h: the flags behind torch.backends).
 #pragma once
 
 #include <Python.h>
@@ -49,6 +51,13 @@ class LeafGuard {
   // Why check(value) failed, e.g. "expected size [4, 8], got [16, 8]".
   virtual std::string mismatch(PyObject* value) const = 0;
 
+  // The failed check in source terms, for failure_reason and the recompile
+  // log: "L['x'].size()[0] == 8 failed: got 16 (...)". `source` is the printed
+  // source of the value. Defaults to "<description>: <mismatch>".
+  virtual std::string explain_failure(
+      PyObject* value,
+      const std::string& source) const;
+
   // Guards on global state take no value; every other guard needs one.
   virtual bool needs_value() const {
     return true;
@@ -69,6 +78,8 @@ class TypeMatch : public LeafGuard {
   TypeMatch(pybind11::handle type, std::string description);
   bool check(PyObject* value) const override;
   std::string mismatch(PyObject* value) const override;
+  std::string explain_failure(PyObject* value, const std::string& source)
+      const override;
 
  private:
   pybind11::object type_;
@@ -80,6 +91,8 @@ class IdMatch : public LeafGuard {
   IdMatch(pybind11::handle obj, std::string description);
   bool check(PyObject* value) const override;
   std::string mismatch(PyObject* value) const override;
+  std::string explain_failure(PyObject* value, const std::string& source)
+      const override;
 
  private:
   pybind11::object obj_;
@@ -91,6 +104,8 @@ class EqualsMatch : public LeafGuard {
   EqualsMatch(pybind11::handle expected, std::string description);
   bool check(PyObject* value) const override;
   std::string mismatch(PyObject* value) const override;
+  std::string explain_failure(PyObject* value, const std::string& source)
+      const override;
 
  private:
   pybind11::object expected_;
@@ -102,6 +117,8 @@ class LenMatch : public LeafGuard {
   LenMatch(Py_ssize_t n, std::string description);
   bool check(PyObject* value) const override;
   std::string mismatch(PyObject* value) const override;
+  std::string explain_failure(PyObject* value, const std::string& source)
+      const override;
 
  private:
   Py_ssize_t n_;
@@ -132,6 +149,8 @@ class TensorMatch : public LeafGuard {
       bool check_strides);
   bool check(PyObject* value) const override;
   std::string mismatch(PyObject* value) const override;
+  std::string explain_failure(PyObject* value, const std::string& source)
+      const override;
 
  private:
   pybind11::object type_;
@@ -145,19 +164,62 @@ class TensorMatch : public LeafGuard {
   bool check_strides_;
 };
 
-// GLOBAL_STATE: the thread's global state equals the state when the guard was
-// made. Covers grad mode for now.
+// The global (process or thread) state that changes what a captured graph
+// computes. Every field is read from C++ without calling Python.
+struct GlobalState {
+  // One entry per field; kNames[i] is how Python spells field i.
+  static constexpr int kNumFields = 17;
+  static const char* const kNames[kNumFields];
+
+  int64_t fields[kNumFields] = {};
+
+  // The state now, on this thread.
+  static GlobalState current();
+  bool operator==(const GlobalState& other) const;
+  bool operator!=(const GlobalState& other) const {
+    return !(*this == other);
+  }
+  // Index of the first field that differs from `other`, or -1.
+  int first_difference(const GlobalState& other) const;
+  // Field `i`'s value as Python prints it ("True", "torch.float16", "'high'").
+  std::string field_text(int i) const;
+};
+
+// GLOBAL_STATE: the global state equals the state when the guard was made:
+// grad mode; autocast enabled and dtype for CPU and CUDA; the default dtype;
+// deterministic algorithms (and warn-only); torch.backends.cudnn enabled,
+// benchmark, deterministic and allow_tf32; torch.backends.cuda.matmul
+// allow_tf32 and the fp16/bf16 reduced-precision reductions; the float32
+// matmul precision; torch.backends.cuda.matmul.allow_fp16_accumulation.
+//
+// While a lookup evaluates several entries of one code object, the current
+// state is read once and shared (GlobalStateMatch::Memo).
 class GlobalStateMatch : public LeafGuard {
  public:
   explicit GlobalStateMatch(std::string description);
   bool check(PyObject* value) const override;
   std::string mismatch(PyObject* value) const override;
+  std::string explain_failure(PyObject* value, const std::string& source)
+      const override;
   bool needs_value() const override {
     return false;
   }
+  const GlobalState& expected() const {
+    return expected_;
+  }
+
+  // While a Memo lives on this thread, check() reads the current state once
+  // (shared by every GlobalStateMatch checked meanwhile). Nestable.
+  class Memo {
+   public:
+    Memo();
+    ~Memo();
+    Memo(const Memo&) = delete;
+    Memo& operator=(const Memo&) = delete;
+  };
 
  private:
-  bool grad_mode_enabled_;
+  GlobalState expected_;
 };
 
 // Text for messages: repr(obj) cut to `limit` characters, or a placeholder when

@@ -142,19 +142,21 @@ class ConvertFrame:
                     _warned_cache_limit.add(code)
                     warnings.warn(
                         f"torch_plugin: {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}) reached "
-                        f"config.cache_size_limit={config.cache_size_limit} compiled entries; it now runs without "
-                        "compiling. Last guard failure: "
+                        f"config.cache_size_limit={config.cache_size_limit} compiled entries; from now on "
+                        "a call that matches none of them runs without compiling. Last guard failure: "
                         f"{entries[0][1].failure_reason(frame.arg_values, frame.f_globals, frame.f_builtins, frame.closure)}",
                         stacklevel=2,
                     )
-                return None
+                return _C.RUN_ONLY  # keep using the entries; never compile this code again
             stats.recompiles += 1
             recompiles_log.info(
-                "recompiling %s: %s",
+                "recompiling %s: %s (%d compiled entries, config.cache_size_limit=%d)",
                 code.co_qualname,
                 entries[0][1].failure_reason(
                     frame.arg_values, frame.f_globals, frame.f_builtins, frame.closure
                 ),
+                len(entries),
+                config.cache_size_limit,
             )
         try:
             return self._convert(frame)

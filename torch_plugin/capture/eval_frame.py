@@ -1,4 +1,4 @@
-"""Turning capture on and off: ``optimize``, ``disable``, ``reset``.
+"""Turning capture on and off: ``optimize``, ``disable``, ``run``, ``reset``.
 
 Key classes: :class:`OptimizeContext` (what ``optimize(...)`` returns: a decorator, a
 wrapper for functions and nn.Modules, and a context manager) and :class:`OptimizedModule`
@@ -17,6 +17,13 @@ import torch
 from .convert_frame import ConvertFrame, seen_code_objects, stats
 
 _callbacks: dict = {}
+
+# PyTorch 2.11: FakeTensorMode calls torch._C._ensureCUDADeviceGuardSet() when CUDA is not
+# available; if the first such call happens on a thread that then exits, the next call
+# (any thread) crashes on a dangling device-guard object. Calling it here, on the importing
+# thread, makes the first call one that outlives the translator's threads.
+if not torch.cuda.is_available():
+    torch._C._ensureCUDADeviceGuardSet()
 
 
 def callback_for(backend: str | Callable, nopython: bool) -> ConvertFrame:
@@ -153,6 +160,20 @@ def disable(fn: Callable) -> Callable:
 
     disabled._torchplugin_disabled = True
     return disabled
+
+
+def run(fn: Any = None) -> Any:
+    """Run ``fn`` (a function or nn.Module) with the compiled entries made so far, never
+    compiling: a frame whose guards pass runs its compiled code; any other frame runs
+    unmodified, without calling into the translator (for serving after warm-up).
+
+    With no argument, returns a context (decorator or ``with`` block) that does the same.
+    Entries made by any backend are used.
+    """
+    from torch_plugin import _C
+
+    ctx = OptimizeContext(_C.RUN_ONLY)
+    return ctx if fn is None else ctx(fn)
 
 
 def reset() -> None:

@@ -6,7 +6,9 @@ which the eval-frame hook evaluates on every later call before reusing the entry
 
 Guard kinds (one method each on :class:`GuardSet`): ``TYPE_MATCH``, ``ID_MATCH``,
 ``EQUALS_MATCH``, ``LEN_MATCH``, ``DICT_KEYS_MATCH``, ``TENSOR_MATCH``, ``NN_MODULE``
-(identity plus ``training``) and the global state (grad mode).
+(identity, ``training`` and the identity of its parameters and buffers) and the global
+state (grad mode, autocast, default dtype, deterministic algorithms, the ``torch.backends``
+flags that change results; one C++ check, see csrc/capture/leaf_guards.h).
 """
 
 from __future__ import annotations
@@ -96,9 +98,13 @@ class GuardSet:
         self._add(source, "TENSOR_MATCH", value)
 
     def nn_module(self, source: Source | None, module: torch.nn.Module) -> None:
+        """Identity and ``training`` of the module, and the identity of its own parameters
+        and buffers (a graph may reach them through ``call_module``, not only ``get_attr``)."""
         self._add(source, "ID_MATCH", module)
         if source is not None:
             self._add(AttrSource(source, "training"), "EQUALS_MATCH", module.training)
+            for name, value in (*module._parameters.items(), *module._buffers.items()):
+                self._add(AttrSource(source, name), "ID_MATCH", value)
 
     def describe(self) -> list[str]:
         return [g.describe() for g in self._guards.values()]
@@ -109,7 +115,7 @@ def build_guard_tree(guards: GuardSet):
 
     Each source becomes a path of accessors from the root (argument slot, global,
     closure cell, then attributes and items); nodes are shared between guards with a
-    common prefix. The grad-mode global-state check is always added.
+    common prefix. The global-state check is always added.
     """
     from torch_plugin import _C
 

@@ -107,7 +107,7 @@ TEST_F(GuardTreeTest, LocalSlots) {
   EXPECT_EQ(reason(root, frame({get("1"), get("2")})), std::nullopt);
   EXPECT_EQ(
       reason(root, frame({get("1"), get("3")})),
-      "L['y'] == 2: expected 2, got 3");
+      "L['y'] == 2 failed: got 3");
   EXPECT_EQ(
       reason(root, frame({get("1")})), "L['y']: argument slot 1 is not set");
 }
@@ -150,15 +150,15 @@ TEST_F(GuardTreeTest, AttributesItemsAndTensors) {
   py::exec("model.layers[1].weight = torch.zeros(16, 8)", scope_);
   EXPECT_EQ(
       reason(root, frame({get("model")})),
-      "L['self'].layers[1].weight tensor: expected size [4, 8], got [16, 8]");
+      "L['self'].layers[1].weight.size()[0] == 4 failed: got 16 (expected size [4, 8], got [16, 8])");
   py::exec(
       "model.layers[1].weight = torch.zeros(4, 8); model.layers.pop()", scope_);
   EXPECT_EQ(
       reason(root, frame({get("model")})),
-      "len(L['self'].layers): expected len 2, got 1");
+      "len(L['self'].layers) == 2 failed: got 1");
   EXPECT_EQ(
       reason(root, frame({get("1")})),
-      "L['self'] type: expected type Model, got int");
+      "type(L['self']) is Model failed: got int");
 }
 
 TEST_F(GuardTreeTest, ReadErrorsFailTheCheck) {
@@ -208,7 +208,7 @@ TEST_F(GuardTreeTest, ItemAccessOnOtherContainers) {
   EXPECT_EQ(
       reason(root, frame({get("range(4)")})), std::nullopt); // __getitem__
   EXPECT_EQ(
-      reason(root, frame({get("[1, 2, 4]")})), "t[-1]: expected 3, got 4");
+      reason(root, frame({get("[1, 2, 4]")})), "L['t'][-1] == 3 failed: got 4");
   EXPECT_EQ(reason(root, frame({get("[]")})), "L['t'][-1]: item -1 is not set");
 }
 
@@ -222,7 +222,7 @@ TEST_F(GuardTreeTest, GlobalsThenBuiltins) {
       std::make_unique<IdMatch>(get("len"), "G['len']"));
   EXPECT_EQ(reason(root, frame({})), std::nullopt);
   py::exec("g['W'] = 4", scope_);
-  EXPECT_EQ(reason(root, frame({})), "G['W']: expected 3, got 4");
+  EXPECT_EQ(reason(root, frame({})), "G['W'] == 3 failed: got 4");
   py::exec("g['W'] = 3; del b['B']", scope_);
   EXPECT_EQ(reason(root, frame({})), "G['B']: global 'B' is not set");
 }
@@ -251,7 +251,7 @@ TEST_F(GuardTreeTest, FixedObjects) {
       .add_leaf_guard(std::make_unique<EqualsMatch>(get("3"), "M['g']['W']"));
   EXPECT_EQ(reason(root, frame({})), std::nullopt);
   py::exec("g['W'] = 5", scope_);
-  EXPECT_EQ(reason(root, frame({})), "M['g']['W']: expected 3, got 5");
+  EXPECT_EQ(reason(root, frame({})), "M['g']['W'] == 3 failed: got 5");
 }
 
 TEST_F(GuardTreeTest, LeavesRunBeforeChildrenInOrder) {
@@ -263,8 +263,8 @@ TEST_F(GuardTreeTest, LeavesRunBeforeChildrenInOrder) {
   x.add_leaf_guard(std::make_unique<EqualsMatch>(get("1"), "second leaf"));
   EXPECT_EQ(
       reason(root, frame({get("'s'")})),
-      "first leaf: expected type int, got str");
-  EXPECT_EQ(reason(root, frame({get("2")})), "second leaf: expected 1, got 2");
+      "type(L['x']) is int failed: got str");
+  EXPECT_EQ(reason(root, frame({get("2")})), "L['x'] == 1 failed: got 2");
   EXPECT_EQ(reason(root, frame({get("1")})), std::nullopt);
 }
 
@@ -277,7 +277,7 @@ TEST_F(GuardTreeTest, GlobalStateOnTheRoot) {
     at::AutoGradMode no_grad(false);
     EXPECT_EQ(
         reason(root, frame({})),
-        "global state: expected grad mode enabled, got disabled");
+        "torch.is_grad_enabled() == True failed: got False");
   }
 }
 
@@ -289,4 +289,115 @@ TEST_F(GuardTreeTest, RootHasNoValue) {
   EXPECT_THROW(root.attr("x"), py::type_error);
   EXPECT_THROW(root.item(get("0")), py::type_error);
   EXPECT_THROW(root.local(-1, "L['x']"), py::value_error);
+}
+
+// --- issue 4: nn.Module attribute reads, most-failed-first order, failure record
+
+class ModuleAccessTest : public GuardTreeTest {
+ protected:
+  void SetUp() override {
+    GuardTreeTest::SetUp();
+    py::exec(
+        R"(
+import torch.nn as nn
+reads = []
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.register_buffer("shift", torch.zeros(2))
+        self.scale = 3
+
+class Shadowed(Net):
+    @property
+    def fc(self):
+        return "property wins"
+
+class CustomGetattr(Net):
+    def __getattr__(self, name):
+        reads.append(name)
+        return super().__getattr__(name)
+
+class Counting(nn.Module):
+    pass
+
+net = Net()
+shadowed = Shadowed.__new__(Shadowed)
+nn.Module.__init__(shadowed)
+shadowed._modules["fc"] = nn.Linear(2, 2)
+custom = CustomGetattr()
+)",
+        scope_);
+  }
+
+  // getattr through the accessor: the node for `name` under argument slot 0.
+  py::object read(const py::object& obj, const std::string& name) {
+    RootGuardManager root;
+    GuardManager& node = root.local(0, "L['m']").attr(name);
+    py::object seen;
+    struct Capture : LeafGuard {
+      py::object* out;
+      explicit Capture(py::object* o) : LeafGuard("capture"), out(o) {}
+      bool check(PyObject* v) const override {
+        *out = py::reinterpret_borrow<py::object>(v);
+        return true;
+      }
+      std::string mismatch(PyObject*) const override {
+        return "";
+      }
+    };
+    node.add_leaf_guard(std::make_unique<Capture>(&seen));
+    EXPECT_TRUE(root.check(frame({obj})));
+    EXPECT_FALSE(PyErr_Occurred());
+    return seen;
+  }
+};
+
+TEST_F(ModuleAccessTest, ReadsParametersBuffersModulesAndDictLikeGetattr) {
+  py::object net = get("net");
+  EXPECT_TRUE(read(net, "fc").is(get("net.fc")));
+  EXPECT_TRUE(read(get("net.fc"), "weight").is(get("net.fc.weight")));
+  EXPECT_TRUE(read(net, "shift").is(get("net.shift")));
+  EXPECT_TRUE(read(net, "scale").is(get("net.scale")));
+  EXPECT_TRUE(read(net, "training").is(get("True")));
+  // A class attribute (here a property) wins over _modules, as in getattr.
+  EXPECT_EQ(read(get("shadowed"), "fc").cast<std::string>(), "property wins");
+  // A class with its own __getattr__ goes through it.
+  size_t before = get("reads").cast<py::list>().size();
+  EXPECT_TRUE(read(get("custom"), "fc").is(get("custom.fc")));
+  EXPECT_EQ(get("reads").cast<py::list>().size(), before + 2); // ours, eval
+}
+
+TEST_F(ModuleAccessTest, MissingAttributeFailsTheCheckWithoutAnError) {
+  RootGuardManager root;
+  root.local(0, "L['m']").attr("nope").add_leaf_guard(
+      std::make_unique<TypeMatch>(get("int"), "type(L['m'].nope) is int"));
+  EXPECT_FALSE(root.check(frame({get("net")})));
+  EXPECT_FALSE(PyErr_Occurred());
+  EXPECT_EQ(*root.last_failure(), "L['m'].nope: could not be read");
+  std::optional<std::string> why = root.failure_reason(frame({get("net")}));
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("has no attribute 'nope'"), std::string::npos) << *why;
+}
+
+TEST_F(GuardTreeTest, MostFailedChecksMoveFirst) {
+  RootGuardManager root;
+  GuardManager& x = root.local(0, "L['x']");
+  x.add_leaf_guard(std::make_unique<TypeMatch>(get("int"), "type"));
+  x.add_leaf_guard(std::make_unique<EqualsMatch>(get("1"), "equals 1"));
+  root.local(1, "L['y']").add_leaf_guard(
+      std::make_unique<EqualsMatch>(get("2"), "equals 2"));
+  EXPECT_EQ(x.leaf_order(), (std::vector<std::string>{"type", "equals 1"}));
+  EXPECT_FALSE(root.check(frame({get("5"), get("2")})));
+  EXPECT_EQ(*root.last_failure(), "equals 1");
+  EXPECT_EQ(x.leaf_order(), (std::vector<std::string>{"equals 1", "type"}));
+  EXPECT_FALSE(root.check(frame({get("1"), get("3")})));
+  EXPECT_FALSE(root.check(frame({get("1"), get("3")})));
+  // L['y'] failed twice, L['x'] once: L['y'] is checked first now.
+  EXPECT_EQ(
+      root.child_order(), (std::vector<std::string>{"L['y']", "L['x']"}));
+  EXPECT_TRUE(root.check(frame({get("1"), get("2")})));
+  EXPECT_EQ(root.last_failure(), std::nullopt);
+  EXPECT_EQ(root.failures(), 3u);
 }

@@ -5,6 +5,9 @@
 #include "capture/leaf_guards.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <pybind11/embed.h>
@@ -204,4 +207,70 @@ TEST(MessageText, ReprIsCutAndSafe) {
   py::object bad = eval("type('R', (), {'__repr__': lambda self: 1 / 0})()");
   EXPECT_EQ(repr_for_message(bad.ptr()), "<R object (repr failed)>");
   EXPECT_FALSE(PyErr_Occurred());
+}
+
+// --- issue 4: the whole global state, explained in source terms
+
+TEST(GlobalStateMatch, EveryFieldIsCompared) {
+  GlobalState now = GlobalState::current();
+  EXPECT_EQ(now, GlobalState::current());
+  for (int i = 0; i < GlobalState::kNumFields; ++i) {
+    GlobalState changed = now;
+    changed.fields[i] ^= 1;
+    EXPECT_EQ(now.first_difference(changed), i) << GlobalState::kNames[i];
+  }
+}
+
+TEST(GlobalStateMatch, FlagsAndDtypesInSourceTerms) {
+  GlobalStateMatch guard("global state");
+  at::Context& ctx = at::globalContext();
+  bool tf32 = ctx.allowTF32CuBLAS();
+  ctx.setAllowTF32CuBLAS(!tf32);
+  EXPECT_FALSE(guard.check(nullptr));
+  EXPECT_EQ(
+      guard.explain_failure(nullptr, "<frame>"),
+      std::string("torch.backends.cuda.matmul.allow_tf32 == ") +
+          (tf32 ? "True failed: got False" : "False failed: got True"));
+  ctx.setAllowTF32CuBLAS(tf32);
+  EXPECT_TRUE(guard.check(nullptr));
+
+  c10::ScalarType saved = c10::get_default_dtype_as_scalartype();
+  c10::set_default_dtype(caffe2::TypeMeta::Make<double>());
+  EXPECT_FALSE(guard.check(nullptr));
+  EXPECT_EQ(
+      guard.explain_failure(nullptr, "<frame>"),
+      "torch.get_default_dtype() == torch.float32 failed: got torch.float64");
+  c10::set_default_dtype(c10::scalarTypeToTypeMeta(saved));
+  EXPECT_TRUE(guard.check(nullptr));
+
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  EXPECT_FALSE(guard.check(nullptr));
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  {
+    GlobalStateMatch::Memo memo; // the state is read once while it lives
+    EXPECT_TRUE(guard.check(nullptr));
+    at::AutoGradMode no_grad(false);
+    EXPECT_TRUE(guard.check(nullptr)); // memoized
+  }
+  {
+    at::AutoGradMode no_grad(false);
+    EXPECT_FALSE(guard.check(nullptr));
+  }
+}
+
+TEST(TensorMatch, ExplainsTheFirstFailingPropertyInSourceTerms) {
+  TensorMatch guard(wrap(at::zeros({8, 4})), "L['x'] tensor", true);
+  EXPECT_EQ(
+      guard.explain_failure(wrap(at::zeros({16, 4})).ptr(), "L['x']"),
+      "L['x'].size()[0] == 8 failed: got 16 (expected size [8, 4], got [16, 4])");
+  EXPECT_EQ(
+      guard
+          .explain_failure(
+              wrap(at::zeros({8, 4}, at::kDouble)).ptr(), "L['x']")
+          .rfind("L['x'].dtype == torch.float32 failed: got torch.float64", 0),
+      0u);
+  EXPECT_EQ(
+      guard.explain_failure(wrap(at::zeros({4, 8}).t()).ptr(), "L['x']")
+          .rfind("L['x'].stride()[0] == 4 failed: got 1", 0),
+      0u);
 }

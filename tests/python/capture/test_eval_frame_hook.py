@@ -873,3 +873,112 @@ def test_thread_exiting_with_a_callback_releases_it():
     gc.collect()
     assert not C.is_hook_installed()
     assert ref() is None
+
+
+# --- concurrency and raising guards (issue 4) -----------------------------------------
+
+
+def test_threads_wait_for_a_compile_and_reuse_its_entry():
+    """Two threads miss on the same frame while one compiles: the second waits (GIL
+    released) and then finds the first one's entry instead of compiling again."""
+    import time
+
+    def original(x):
+        return ("original", x)
+
+    def transformed(x):
+        return ("transformed", x)
+
+    started = threading.Event()
+
+    class SlowCompiler(Compiler):
+        def __call__(self, frame):
+            started.set()
+            time.sleep(0.2)  # the other thread misses meanwhile
+            return super().__call__(frame)
+
+    cb = SlowCompiler(keep_frames=False).add(original, transformed)
+    results: list = []
+
+    def worker(i):
+        with capturing(cb):
+            if i == 1:
+                started.wait()
+            results.append(original(i))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [("transformed", 0), ("transformed", 1)]
+    assert len(cb.calls) == 1
+    assert len(C.cache_entries(original.__code__)) == 1
+
+
+def test_optimized_function_in_many_threads_is_correct():
+    import torch_plugin
+
+    def g(x):
+        return torch.sin(x) * 2 + x
+
+    torch_plugin.reset()
+    opt = torch_plugin.optimize("eager")(g)
+    errors: list = []
+
+    def worker(seed):
+        try:
+            gen = torch.Generator().manual_seed(seed)
+            for i in range(30):
+                x = torch.randn(1 + (seed + i) % 3, generator=gen)
+                torch.testing.assert_close(opt(x), g(x))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors, errors
+        assert len(C.cache_entries(g.__code__)) == 3  # one per size, none twice
+    finally:
+        torch_plugin.reset()
+
+
+def test_raising_eq_fails_the_guard_not_the_call():
+    class Key:
+        def __init__(self, tag):
+            self.tag = tag
+
+        def __eq__(self, other):
+            if self is other:
+                return True
+            raise ValueError("no comparing keys")
+
+        __hash__ = object.__hash__
+
+    def original(k):
+        return "original"
+
+    def transformed(k):
+        return "transformed"
+
+    first = Key(1)
+
+    def guard(frame):
+        root = C.RootGuardManager()
+        root.local(0, "L['k']").add_type_match(Key, "type(L['k']) is Key")
+        root.local(0, "L['k']").add_equals_match(frame.arg_values[0], "L['k'] == <Key>")
+        return root
+
+    cb = Compiler().add(original, transformed, guard)
+    with capturing(cb):
+        assert original(first) == "transformed"
+        assert original(Key(2)) == "transformed"  # __eq__ raised: guard failed, recompiled
+        assert original(first) == "transformed"
+    assert len(cb.calls) == 2
+    older = C.cache_entries(original.__code__)[1][1]
+    assert "no comparing keys" in older.failure_reason([Key(3)], {}, {}, None)
+    assert sys.exc_info() == (None, None, None)
