@@ -92,6 +92,9 @@ def check_same(name: str, variants: dict[str, Callable], args: tuple) -> None:
 
 
 def git_commit() -> str:
+    """The checkout's commit (or $TORCH_PLUGIN_COMMIT where the copy has no .git)."""
+    if os.environ.get("TORCH_PLUGIN_COMMIT"):
+        return os.environ["TORCH_PLUGIN_COMMIT"]
     try:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         return subprocess.run(
