@@ -401,3 +401,53 @@ TEST_F(GuardTreeTest, MostFailedChecksMoveFirst) {
   EXPECT_EQ(root.last_failure(), std::nullopt);
   EXPECT_EQ(root.failures(), 3u);
 }
+
+TEST_F(ModuleAccessTest, ContainerItemsReadLikeTheirGetitem) {
+  py::exec(
+      R"(
+mlist = nn.ModuleList([nn.ReLU(), nn.Tanh(), nn.Sigmoid()])
+seq = nn.Sequential(nn.ReLU(), nn.Tanh())
+mdict = nn.ModuleDict({"a": nn.ReLU(), "b": nn.Tanh()})
+odd = nn.ModuleList([nn.ReLU(), nn.Tanh()])
+odd._modules = {"1": odd._modules["1"], "0": odd._modules["0"]}  # str keys, not order
+
+class MyList(nn.ModuleList):
+    def __getitem__(self, i):
+        return "custom"
+
+mine = MyList([nn.ReLU()])
+)",
+      scope_);
+  auto item = [&](const char* obj, const char* key) {
+    RootGuardManager root;
+    GuardManager& node = root.local(0, "L['m']").item(get(key));
+    py::object seen;
+    struct Capture : LeafGuard {
+      py::object* out;
+      explicit Capture(py::object* o) : LeafGuard("capture"), out(o) {}
+      bool check(PyObject* v) const override {
+        *out = py::reinterpret_borrow<py::object>(v);
+        return true;
+      }
+      std::string mismatch(PyObject*) const override {
+        return "";
+      }
+    };
+    node.add_leaf_guard(std::make_unique<Capture>(&seen));
+    bool ok = root.check(frame({get(obj)}));
+    EXPECT_FALSE(PyErr_Occurred());
+    return ok ? seen : py::object();
+  };
+  for (const char* expr : {"mlist[1]", "mlist[-1]", "seq[0]", "seq[-1]",
+                           "mdict['b']", "odd[0]", "odd[1]", "mine[0]"}) {
+    std::string text(expr);
+    size_t open = text.find('[');
+    std::string obj = text.substr(0, open);
+    std::string key = text.substr(open + 1, text.size() - open - 2);
+    py::object got = item(obj.c_str(), key.c_str());
+    ASSERT_TRUE(got) << expr;
+    EXPECT_TRUE(got.equal(get(expr))) << expr;
+  }
+  EXPECT_FALSE(item("mlist", "3")); // out of range: IndexError fails the check
+  EXPECT_FALSE(item("mdict", "'zz'"));
+}

@@ -367,3 +367,42 @@ def test_most_failed_check_moves_first():
     assert not root.check([1, 3], {}, {}, None)
     assert root.child_order() == ["L['b']", "L['a']"]
     assert root.last_failure() == "L['b'] == 2"
+
+
+class Stack(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(3))
+        self.head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(2, 1))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def test_module_guards_run_no_python_code():
+    """Attribute and container reads on nn.Modules bypass Module.__getattr__ and the
+    containers' __getitem__ (the guard tree reads their dicts directly)."""
+    import builtins
+    import sys
+
+    net = Stack().eval()
+    f = Recompiles(net)
+    f(torch.randn(4, 2), recompiles=0)
+    (_, root), *_ = _C.cache_entries(Stack.forward.__code__)
+    assert root.num_checks() > 10
+    calls: list = []
+
+    def profiler(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_qualname)
+
+    args = [net, torch.randn(4, 2)]
+    sys.setprofile(profiler)
+    try:
+        passed = root.check(args, globals(), builtins.__dict__, None)
+    finally:
+        sys.setprofile(None)
+    assert passed
+    assert calls == []
