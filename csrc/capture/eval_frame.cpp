@@ -6,7 +6,10 @@
 // anything taken out of an entry to be used across a call into Python is first
 // given a local STRONG reference, because Python code (guards, the callback,
 // transformed code) may change or drop the entry list meanwhile.
-// GIL: held throughout; the per-thread state is a C++ thread_local.
+// GIL: held throughout, except while waiting for the compile lock (a
+// PyThread lock, acquired without the GIL so the compiling thread can finish);
+// the per-thread state is a C++ thread_local. RUN_ONLY is a STRONG, immortal
+// builtin-function object compared by address.
 //
 // CPython facts: frame layout and the per-version frame cleanup are in
 // frame_compat.h; PyObject_Vectorcall on a Python function goes straight to

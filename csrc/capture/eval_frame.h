@@ -1,8 +1,11 @@
 // eval_frame.h: the PEP 523 frame-evaluation hook and its per-thread callback.
 //
 // Owns: installing/removing the hook, each thread's callback and "busy" state,
-// the skip rules, cache lookup on the hook path, calling the callback on a
-// miss, running an entry's transformed code, and disable_wrapper. Does not own
+// the skip rules, cache lookup on the hook path, the compile lock (one thread
+// runs a callback at a time; the others wait with the GIL released and look
+// the cache up again), calling the callback on a miss, run-only mode (the
+// RUN_ONLY sentinel), running an entry's transformed code, and
+// disable_wrapper. Does not own
 // the cache layout (extra_state.h), guard evaluation (guards.h) or CPython's
 // frame internals (frame_compat.h).
 //
