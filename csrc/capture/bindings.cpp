@@ -113,7 +113,8 @@ void bind_hook(py::module_& m) {
   if (setter == nullptr) {
     throw py::error_already_set();
   }
-  m.add_object("set_eval_frame_callback", py::reinterpret_steal<py::object>(setter));
+  m.add_object(
+      "set_eval_frame_callback", py::reinterpret_steal<py::object>(setter));
   m.def("get_eval_frame_callback", &get_eval_frame_callback);
   m.attr("RUN_ONLY") = run_only_callback();
   m.def("is_hook_installed", &is_hook_installed);

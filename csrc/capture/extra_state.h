@@ -69,8 +69,9 @@ void add_entry_front(ExtraState& extra, CacheEntry entry);
 // Moves entries[index] to the front (most recently used).
 void move_entry_to_front(ExtraState& extra, size_t index);
 
-// Drops the entries and the skip and run-only marks. Entries are destroyed after the state is
-// updated, so code run by their destructors sees a consistent (empty) state.
+// Drops the entries and the skip and run-only marks. Entries are destroyed
+// after the state is updated, so code run by their destructors sees a
+// consistent (empty) state.
 void reset_extra_state(PyCodeObject* code);
 
 } // namespace torch_plugin::capture

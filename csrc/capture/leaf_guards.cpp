@@ -218,9 +218,8 @@ bool IdMatch::check(PyObject* value) const {
   return value == obj_.ptr();
 }
 
-std::string IdMatch::explain_failure(
-    PyObject* value,
-    const std::string& source) const {
+std::string IdMatch::explain_failure(PyObject* value, const std::string& source)
+    const {
   return source + " is <the object seen at capture> failed: " + mismatch(value);
 }
 
@@ -264,8 +263,8 @@ std::string EqualsMatch::explain_failure(
       PyObject_RichCompareBool(value, expected_.ptr(), Py_EQ) < 0) {
     got += " (== raised " + take_error_for_message() + ")";
   }
-  return source + " == " + repr_for_message(expected_.ptr()) +
-      " failed: got " + got;
+  return source + " == " + repr_for_message(expected_.ptr()) + " failed: got " +
+      got;
 }
 
 std::string EqualsMatch::mismatch(PyObject* value) const {
@@ -301,8 +300,8 @@ std::string LenMatch::explain_failure(
     PyObject* value,
     const std::string& source) const {
   Py_ssize_t n = PyObject_Size(value);
-  std::string got = n < 0 ? "len() raised " + take_error_for_message()
-                          : std::to_string(n);
+  std::string got =
+      n < 0 ? "len() raised " + take_error_for_message() : std::to_string(n);
   return "len(" + source + ") == " + std::to_string(n_) + " failed: got " + got;
 }
 
@@ -729,8 +728,8 @@ std::string GlobalStateMatch::explain_failure(
   if (i < 0) {
     return "global state: no mismatch found on a second look";
   }
-  return std::string(GlobalState::kNames[i]) + " == " +
-      expected_.field_text(i) + " failed: got " + now.field_text(i);
+  return std::string(GlobalState::kNames[i]) +
+      " == " + expected_.field_text(i) + " failed: got " + now.field_text(i);
 }
 
 } // namespace torch_plugin::capture

@@ -106,8 +106,7 @@ TEST_F(GuardTreeTest, LocalSlots) {
       .add_leaf_guard(std::make_unique<EqualsMatch>(get("2"), "L['y'] == 2"));
   EXPECT_EQ(reason(root, frame({get("1"), get("2")})), std::nullopt);
   EXPECT_EQ(
-      reason(root, frame({get("1"), get("3")})),
-      "L['y'] == 2 failed: got 3");
+      reason(root, frame({get("1"), get("3")})), "L['y'] == 2 failed: got 3");
   EXPECT_EQ(
       reason(root, frame({get("1")})), "L['y']: argument slot 1 is not set");
 }
@@ -262,8 +261,7 @@ TEST_F(GuardTreeTest, LeavesRunBeforeChildrenInOrder) {
   x.add_leaf_guard(std::make_unique<TypeMatch>(get("int"), "first leaf"));
   x.add_leaf_guard(std::make_unique<EqualsMatch>(get("1"), "second leaf"));
   EXPECT_EQ(
-      reason(root, frame({get("'s'")})),
-      "type(L['x']) is int failed: got str");
+      reason(root, frame({get("'s'")})), "type(L['x']) is int failed: got str");
   EXPECT_EQ(reason(root, frame({get("2")})), "L['x'] == 1 failed: got 2");
   EXPECT_EQ(reason(root, frame({get("1")})), std::nullopt);
 }
@@ -291,7 +289,8 @@ TEST_F(GuardTreeTest, RootHasNoValue) {
   EXPECT_THROW(root.local(-1, "L['x']"), py::value_error);
 }
 
-// --- issue 4: nn.Module attribute reads, most-failed-first order, failure record
+// --- issue 4: nn.Module attribute reads, most-failed-first order, failure
+// record
 
 class ModuleAccessTest : public GuardTreeTest {
  protected:
@@ -371,8 +370,10 @@ TEST_F(ModuleAccessTest, ReadsParametersBuffersModulesAndDictLikeGetattr) {
 
 TEST_F(ModuleAccessTest, MissingAttributeFailsTheCheckWithoutAnError) {
   RootGuardManager root;
-  root.local(0, "L['m']").attr("nope").add_leaf_guard(
-      std::make_unique<TypeMatch>(get("int"), "type(L['m'].nope) is int"));
+  root.local(0, "L['m']")
+      .attr("nope")
+      .add_leaf_guard(
+          std::make_unique<TypeMatch>(get("int"), "type(L['m'].nope) is int"));
   EXPECT_FALSE(root.check(frame({get("net")})));
   EXPECT_FALSE(PyErr_Occurred());
   EXPECT_EQ(*root.last_failure(), "L['m'].nope: could not be read");
@@ -386,8 +387,8 @@ TEST_F(GuardTreeTest, MostFailedChecksMoveFirst) {
   GuardManager& x = root.local(0, "L['x']");
   x.add_leaf_guard(std::make_unique<TypeMatch>(get("int"), "type"));
   x.add_leaf_guard(std::make_unique<EqualsMatch>(get("1"), "equals 1"));
-  root.local(1, "L['y']").add_leaf_guard(
-      std::make_unique<EqualsMatch>(get("2"), "equals 2"));
+  root.local(1, "L['y']")
+      .add_leaf_guard(std::make_unique<EqualsMatch>(get("2"), "equals 2"));
   EXPECT_EQ(x.leaf_order(), (std::vector<std::string>{"type", "equals 1"}));
   EXPECT_FALSE(root.check(frame({get("5"), get("2")})));
   EXPECT_EQ(*root.last_failure(), "equals 1");
@@ -395,8 +396,7 @@ TEST_F(GuardTreeTest, MostFailedChecksMoveFirst) {
   EXPECT_FALSE(root.check(frame({get("1"), get("3")})));
   EXPECT_FALSE(root.check(frame({get("1"), get("3")})));
   // L['y'] failed twice, L['x'] once: L['y'] is checked first now.
-  EXPECT_EQ(
-      root.child_order(), (std::vector<std::string>{"L['y']", "L['x']"}));
+  EXPECT_EQ(root.child_order(), (std::vector<std::string>{"L['y']", "L['x']"}));
   EXPECT_TRUE(root.check(frame({get("1"), get("2")})));
   EXPECT_EQ(root.last_failure(), std::nullopt);
   EXPECT_EQ(root.failures(), 3u);
@@ -438,8 +438,15 @@ mine = MyList([nn.ReLU()])
     EXPECT_FALSE(PyErr_Occurred());
     return ok ? seen : py::object();
   };
-  for (const char* expr : {"mlist[1]", "mlist[-1]", "seq[0]", "seq[-1]",
-                           "mdict['b']", "odd[0]", "odd[1]", "mine[0]"}) {
+  for (const char* expr :
+       {"mlist[1]",
+        "mlist[-1]",
+        "seq[0]",
+        "seq[-1]",
+        "mdict['b']",
+        "odd[0]",
+        "odd[1]",
+        "mine[0]"}) {
     std::string text(expr);
     size_t open = text.find('[');
     std::string obj = text.substr(0, open);

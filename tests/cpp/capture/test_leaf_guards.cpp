@@ -265,8 +265,7 @@ TEST(TensorMatch, ExplainsTheFirstFailingPropertyInSourceTerms) {
       "L['x'].size()[0] == 8 failed: got 16 (expected size [8, 4], got [16, 4])");
   EXPECT_EQ(
       guard
-          .explain_failure(
-              wrap(at::zeros({8, 4}, at::kDouble)).ptr(), "L['x']")
+          .explain_failure(wrap(at::zeros({8, 4}, at::kDouble)).ptr(), "L['x']")
           .rfind("L['x'].dtype == torch.float32 failed: got torch.float64", 0),
       0u);
   EXPECT_EQ(
