@@ -21,13 +21,21 @@ def _reset():
 
 def _resnet18():
     torch.manual_seed(0)
-    return torchvision.models.resnet18(weights=None).eval(), lambda: (torch.randn(2, 3, 64, 64),), {}
+    return (
+        torchvision.models.resnet18(weights=None).eval(),
+        lambda: (torch.randn(2, 3, 64, 64),),
+        {},
+    )
 
 
 def _bert():
     torch.manual_seed(0)
     cfg = transformers.BertConfig(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=500
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=500,
     )
     model = transformers.BertModel(cfg).eval()
 
@@ -54,7 +62,9 @@ def test_model_one_graph_matches_eager(make, backend):
     with torch.no_grad():
         for _ in range(2):
             inputs = make_inputs()
-            args, kwargs = inputs if isinstance(inputs[-1], dict) and len(inputs) == 2 else (inputs, {})
+            args, kwargs = (
+                inputs if isinstance(inputs[-1], dict) and len(inputs) == 2 else (inputs, {})
+            )
             got, want = om(*args, **kwargs), model(*args, **kwargs)
             assert type(got) is type(want)
             for g, w in zip(_outputs(got), _outputs(want)):
