@@ -93,20 +93,26 @@ def make_transformed_code(
 ) -> types.CodeType:
     """Code with ``code``'s argument layout that returns ``compiled_fn(*inputs)``, where
     ``inputs`` are loaded from ``input_sources`` (graph inputs, then runtime arguments)."""
-    nargs = nargs_of(code)
     gen = CodeGen(code, f_globals, code.co_firstlineno)
     fn_name = gen.install_global(compiled_fn, "compiled_fn")
+    gen.load_global(fn_name, push_null=True)
+    for source in input_sources:
+        source.reconstruct(gen)
+    gen.call(len(input_sources))
+    gen._emit("RETURN_VALUE")
+    return assemble(code, gen)
+
+
+def assemble(code: types.CodeType, gen: CodeGen) -> types.CodeType:
+    """A code object with ``code``'s argument slots as plain positional parameters, its free
+    variables (copied in by COPY_FREE_VARS), name, file and first line, and ``gen``'s body."""
+    nargs = nargs_of(code)
     prologue = []
     if code.co_freevars:
         prologue.append(
             bc.Instr("COPY_FREE_VARS", len(code.co_freevars), lineno=code.co_firstlineno)
         )
     prologue.append(bc.Instr("RESUME", 0, lineno=code.co_firstlineno))
-    gen.load_global(fn_name, push_null=True)
-    for source in input_sources:
-        source.reconstruct(gen)
-    gen.call(len(input_sources))
-    gen._emit("RETURN_VALUE")
     out = bc.Bytecode(prologue + gen.instrs)
     out.argcount = nargs
     out.posonlyargcount = 0

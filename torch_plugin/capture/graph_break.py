@@ -25,7 +25,7 @@ from typing import Any
 
 import bytecode as bc
 
-from .bytecode_emission import CodeGen, nargs_of
+from .bytecode_emission import CodeGen, assemble
 from .exc import Unsupported, unimplemented
 from .resume_execution import ResumeSpec, live_locals, resume_code
 from .variables.base import BoundMethodVariable, VariableTracker
@@ -588,29 +588,7 @@ def _check_rebuildable(var: VariableTracker) -> None:
 
 
 def _assemble(code: types.CodeType, gen: CodeGen) -> types.CodeType:
-    import inspect
-
-    nargs = nargs_of(code)
-    prologue = []
-    if code.co_freevars:
-        prologue.append(
-            bc.Instr("COPY_FREE_VARS", len(code.co_freevars), lineno=code.co_firstlineno)
-        )
-    prologue.append(bc.Instr("RESUME", 0, lineno=code.co_firstlineno))
-    out = bc.Bytecode(prologue + gen.instrs)
-    out.argcount = nargs
-    out.posonlyargcount = 0
-    out.kwonlyargcount = 0
-    out.argnames = list(code.co_varnames[:nargs])
-    out.name = code.co_name
-    out.qualname = code.co_qualname
-    out.filename = code.co_filename
-    out.first_lineno = code.co_firstlineno
-    out.freevars = list(code.co_freevars)
-    out.cellvars = []
-    flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
-    out.flags = flags | inspect.CO_OPTIMIZED | inspect.CO_NEWLOCALS
     try:
-        return out.to_code()
+        return assemble(code, gen)
     except Exception as e:  # a bytecode-assembly failure is a capture failure, not the user's
         raise Unsupported(f"cannot assemble graph-break code: {e}") from e
