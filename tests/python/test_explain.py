@@ -12,11 +12,7 @@ from torch_plugin.capture.exc import UserSourceLocation
 from torch_plugin.explain import NO_TENSOR_OPS, BreakReason, ExplainOutput, op_name
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    torch_plugin.reset()
-    yield
-    torch_plugin.reset()
+pytestmark = pytest.mark.usefixtures("fresh_capture")
 
 
 def bar(a, b):

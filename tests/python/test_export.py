@@ -13,11 +13,7 @@ torchvision = pytest.importorskip("torchvision")
 Pair = collections.namedtuple("Pair", "first second")
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    torch_plugin.reset()
-    yield
-    torch_plugin.reset()
+pytestmark = pytest.mark.usefixtures("fresh_capture")
 
 
 def bar(a, b):

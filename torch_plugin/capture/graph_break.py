@@ -442,18 +442,12 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
             gen._emit("CALL_FUNCTION_EX", inst.arg)
         else:
             gen.instrs.append(_native_instr(inst, tx.lineno))
-        consumed = len(stack) - _common_prefix(len(stack), n_after, inst)
+        consumed = _popped(inst)
         post_kinds = stack_kinds[: len(stack) - consumed] + ["value"] * (
             n_after - (len(stack) - consumed)
         )
         _call_resume(gen, code, rebuild, targets[0], post_kinds, local_values)
     return _assemble(code, gen)
-
-
-def _common_prefix(n_before: int, n_after: int, inst: dis.Instruction) -> int:
-    """How many stack slots below the instruction's operands it leaves untouched."""
-    popped = _popped(inst)
-    return n_before - popped
 
 
 def _popped(inst: dis.Instruction) -> int:

@@ -10,11 +10,7 @@ import torch
 import torch_plugin
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    torch_plugin.reset()
-    yield
-    torch_plugin.reset()
+pytestmark = pytest.mark.usefixtures("fresh_capture")
 
 
 def bar(a, b):

@@ -1,7 +1,5 @@
 """Side effects of captured code are replayed after the graph, in program order, so the state a
-user can observe afterwards equals eager's (compared against an eager run on copies)."""
-
-import copy
+user can observe afterwards equals eager's (compared against the eager result)."""
 
 import pytest
 import torch
@@ -9,19 +7,7 @@ import torch
 import torch_plugin
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    torch_plugin.reset()
-    yield
-    torch_plugin.reset()
-
-
-def _run_both(fn, make_state):
-    """Run fn eagerly and optimized on two identical states; return both (result, state)."""
-    s_eager, s_opt = make_state(), make_state()
-    r_eager = fn(*s_eager)
-    r_opt = torch_plugin.optimize("eager")(fn)(*s_opt)
-    return (r_eager, s_eager), (r_opt, s_opt)
+pytestmark = pytest.mark.usefixtures("fresh_capture")
 
 
 def test_list_append_on_input_list_keeps_identity():

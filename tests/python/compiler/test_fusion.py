@@ -26,7 +26,11 @@ def silu_chain(x, y, b):
     [
         lambda: (torch.randn(33, 65), torch.randn(33, 65), torch.randn(65)),
         lambda: (torch.randn(65, 33).t(), torch.randn(33, 65), torch.randn(33, 1)),
-        lambda: (torch.randn(2, 7, 9, 3).permute(0, 3, 1, 2), torch.randn(2, 3, 7, 9), torch.randn(3, 1, 1)),
+        lambda: (
+            torch.randn(2, 7, 9, 3).permute(0, 3, 1, 2),
+            torch.randn(2, 3, 7, 9),
+            torch.randn(3, 1, 1),
+        ),
         lambda: (torch.randn(300, 257), torch.randn(257), torch.randn(())),
     ],
 )

@@ -54,7 +54,9 @@ def test_linear_gelu_3d_input(compile_plugin, assert_close):
 def test_schema_ops_match_reference():
     x, w, b = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4)
     r = torch.randn(2, 4, 8, 8)
-    got = torch.ops.torch_plugin.conv_pointwise(x, w, b, r, [1, 1], [1, 1], [1, 1], 1, "relu", 0.0, 0.0)
+    got = torch.ops.torch_plugin.conv_pointwise(
+        x, w, b, r, [1, 1], [1, 1], [1, 1], 1, "relu", 0.0, 0.0
+    )
     want = torch.relu(torch.nn.functional.conv2d(x, w, b, padding=1) + r)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     meta = torch.ops.torch_plugin.conv_pointwise(

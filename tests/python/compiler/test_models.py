@@ -22,11 +22,18 @@ def _hf(kind):
     def make():
         torch.manual_seed(0)
         if kind == "bert":
-            cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                          intermediate_size=128, vocab_size=500)
+            cfg = transformers.BertConfig(
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=128,
+                vocab_size=500,
+            )
             model = transformers.BertModel(cfg).eval()
         else:
-            cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=500, n_positions=64)
+            cfg = transformers.GPT2Config(
+                n_embd=64, n_layer=2, n_head=4, vocab_size=500, n_positions=64
+            )
             model = transformers.GPT2Model(cfg).eval()
         return model, lambda: (torch.randint(0, 500, (2, 16)),)
 

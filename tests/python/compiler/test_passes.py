@@ -34,7 +34,12 @@ def test_dead_code_elimination_keeps_outputs_and_in_place_ops():
 def test_constant_folding_and_conv_bn_folding():
     torch.manual_seed(0)
     w, b = torch.randn(4, 3, 3, 3), torch.randn(4)
-    gamma, beta, mean, var = torch.rand(4) + 0.5, torch.randn(4), torch.randn(4), torch.rand(4) + 0.5
+    gamma, beta, mean, var = (
+        torch.rand(4) + 0.5,
+        torch.randn(4),
+        torch.randn(4),
+        torch.rand(4) + 0.5,
+    )
     g = _C._compiler.Graph()
     x = g.add_input(F32, [1, 3, 8, 8], [192, 64, 8, 1])
     cw, cb = g.add_constant(w), g.add_constant(b)
@@ -43,8 +48,13 @@ def test_constant_folding_and_conv_bn_folding():
                        ("c", False), ("c", [0, 0]), ("c", 1)], 1, False)  # fmt: skip
     g.set_type(y, F32, [1, 4, 8, 8], [256, 64, 8, 1])
     consts = [g.add_constant(t) for t in (gamma, beta, mean, var)]
-    outs = g.add_node("aten::_native_batch_norm_legit_no_training", "default",
-                      [("t", y)] + [("t", c) for c in consts] + [("c", 0.1), ("c", 1e-5)], 3, False)
+    outs = g.add_node(
+        "aten::_native_batch_norm_legit_no_training",
+        "default",
+        [("t", y)] + [("t", c) for c in consts] + [("c", 0.1), ("c", 1e-5)],
+        3,
+        False,
+    )
     for o, shape in zip(outs, ([1, 4, 8, 8], [0], [0])):
         g.set_type(o, F32, shape, [256, 64, 8, 1][: len(shape)] if len(shape) == 4 else [1])
     g.set_outputs([outs[0]])

@@ -12,11 +12,7 @@ transformers = pytest.importorskip("transformers")
 TOL = {"eager": 1e-5, "inductor": 1e-3}
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    torch_plugin.reset()
-    yield
-    torch_plugin.reset()
+pytestmark = pytest.mark.usefixtures("fresh_capture")
 
 
 def _resnet18():

@@ -73,6 +73,21 @@ class VariableTracker:
         return f"{type(self).__name__}()"
 
 
+class CallableVariable(VariableTracker):
+    """Base of the kinds that wrap one real callable ``fn`` (builtins, torch functions,
+    disabled functions): the value is known exactly."""
+
+    def __init__(self, fn, source=None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def as_python_constant(self):
+        return self.fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+
 class BoundMethodVariable(VariableTracker):
     """``obj.name`` for a method that the object's variable kind implements in
     ``call_method`` (``lst.append``, ``d.get``, ...)."""

@@ -13,7 +13,7 @@ import math
 import operator
 
 from ..exc import unimplemented
-from .base import VariableTracker
+from .base import CallableVariable
 from .constant import ConstantVariable, is_immutable
 from .dicts import ConstDictVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
@@ -78,18 +78,8 @@ def _consts(args, kwargs):
     }
 
 
-class BuiltinVariable(VariableTracker):
+class BuiltinVariable(CallableVariable):
     """A builtin function or type, or a function of the operator/math modules."""
-
-    def __init__(self, fn, source=None) -> None:
-        super().__init__(source)
-        self.fn = fn
-
-    def as_python_constant(self):
-        return self.fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
 
     def truthiness(self, tx) -> bool:
         return True

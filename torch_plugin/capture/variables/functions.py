@@ -15,7 +15,7 @@ import types
 from typing import Any
 
 from ..exc import unimplemented
-from .base import VariableTracker
+from .base import CallableVariable, VariableTracker
 from .constant import ConstantVariable
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
@@ -244,19 +244,9 @@ class PartialVariable(VariableTracker):
         return self.func.call_function(tx, [*self.args, *args], {**self.keywords, **kwargs})
 
 
-class DisabledFunctionVariable(VariableTracker):
+class DisabledFunctionVariable(CallableVariable):
     """A function wrapped by ``torch_plugin.disable``: calling it is a graph break (it runs in
     CPython, with capture off)."""
-
-    def __init__(self, fn, source=None) -> None:
-        super().__init__(source)
-        self.fn = fn
-
-    def as_python_constant(self):
-        return self.fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
 
     def call_function(self, tx, args, kwargs):
         unimplemented(

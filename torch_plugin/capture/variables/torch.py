@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..exc import unimplemented
-from .base import VariableTracker
+from .base import CallableVariable, VariableTracker
 from .constant import ConstantVariable
 
 # torch functions that report compilation state: libraries take their compile-friendly
@@ -42,18 +42,8 @@ _SIDE_EFFECT_FNS = {
 }
 
 
-class TorchFunctionVariable(VariableTracker):
+class TorchFunctionVariable(CallableVariable):
     """A callable from the torch namespace."""
-
-    def __init__(self, fn, source=None) -> None:
-        super().__init__(source)
-        self.fn = fn
-
-    def as_python_constant(self):
-        return self.fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
 
     def call_function(self, tx, args, kwargs):
         fn = self.fn
