@@ -26,6 +26,7 @@ from .backends.registry import (
     register_backend,
 )
 from .capture import CaptureError, stats
+from .capture.dynamic_shapes import mark_dynamic
 from .capture.eval_frame import (
     OptimizeContext,
     OptimizedModule,
@@ -41,7 +42,9 @@ from .logs import set_logs
 __version__ = "0.1.0"
 
 
-def optimize(backend: str | Callable = "inductor", *, nopython: bool = False) -> OptimizeContext:
+def optimize(
+    backend: str | Callable = "inductor", *, nopython: bool = False, dynamic: bool | None = None
+) -> OptimizeContext:
     """Capture frames run under the returned context into FX graphs compiled by ``backend``.
 
     Args:
@@ -50,6 +53,12 @@ def optimize(backend: str | Callable = "inductor", *, nopython: bool = False) ->
             example_inputs: list[torch.Tensor]) -> Callable``.
         nopython: if True, a frame that cannot be captured raises :class:`CaptureError`
             instead of running unmodified.
+        dynamic: symbolic sizes (dynamic shapes). None (default): *automatic dynamic*: a
+            dimension whose size changes between two compiles of the same code is captured
+            with a symbolic size from then on, so one entry serves all its sizes (>= 2).
+            True: every dimension of every input tensor is symbolic from the first compile.
+            False: always static (each new size compiles again). Dims marked with
+            :func:`mark_dynamic` are symbolic in every mode. See docs/dynamic_shapes.md.
 
     Returns:
         An :class:`OptimizeContext`: use it as a decorator (``@optimize("eager")``), call it
@@ -59,9 +68,12 @@ def optimize(backend: str | Callable = "inductor", *, nopython: bool = False) ->
 
     Raises:
         ValueError: unknown backend name (the message lists the known ones).
-        TypeError: ``backend`` is neither a string nor a callable.
+        TypeError: ``backend`` is neither a string nor a callable, or ``dynamic`` is not
+            None, True or False.
     """
-    return OptimizeContext(callback_for(backend, nopython))
+    if dynamic not in (None, True, False):
+        raise TypeError(f"optimize(dynamic=...) must be None, True or False, got {dynamic!r}")
+    return OptimizeContext(callback_for(backend, nopython, dynamic))
 
 
 __all__ = [
@@ -77,6 +89,7 @@ __all__ = [
     "export",
     "list_backends",
     "lookup_backend",
+    "mark_dynamic",
     "optimize",
     "register_backend",
     "reset",

@@ -7,6 +7,8 @@
 // GIL: held for every call.
 #include "capture/bindings.h"
 
+#include <pybind11/stl.h>
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -240,13 +242,21 @@ void bind_guards(py::module_& m) {
           [](GuardManager& self,
              py::handle example,
              std::string description,
-             bool check_strides) {
+             bool check_strides,
+             std::vector<bool> dynamic_sizes,
+             std::vector<bool> dynamic_strides) {
             self.add_leaf_guard(std::make_unique<TensorMatch>(
-                example, std::move(description), check_strides));
+                example,
+                std::move(description),
+                check_strides,
+                dynamic_sizes,
+                dynamic_strides));
           },
           py::arg("example"),
           py::arg("description"),
-          py::arg("check_strides") = true)
+          py::arg("check_strides") = true,
+          py::arg("dynamic_sizes") = std::vector<bool>{},
+          py::arg("dynamic_strides") = std::vector<bool>{})
       .def("num_checks", &GuardManager::num_checks)
       .def(
           "leaf_order",
@@ -284,6 +294,44 @@ void bind_guards(py::module_& m) {
           py::arg("name"),
           node)
       .def("add_global_state_match", &RootGuardManager::add_global_state_match)
+      .def(
+          "add_shape_symbol",
+          [](RootGuardManager& self,
+             const GuardManager& tensor,
+             bool stride,
+             int64_t dim,
+             std::string name) {
+            return self.shape_guards().add_symbol(
+                tensor, stride, dim, std::move(name));
+          },
+          py::arg("tensor"),
+          py::arg("stride"),
+          py::arg("dim"),
+          py::arg("name"),
+          "Adds a symbol: tensor.size(dim) (or stride(dim)) of the value at "
+          "`tensor`, a node of this tree; returns its index.")
+      .def(
+          "add_shape_check",
+          [](RootGuardManager& self,
+             const std::vector<std::pair<std::string, int64_t>>& program,
+             std::string description) {
+            std::vector<ShapeInstr> instrs;
+            instrs.reserve(program.size());
+            for (const auto& [op, arg] : program) {
+              instrs.push_back({shape_op_from_name(op), arg});
+            }
+            self.shape_guards().add_check(
+                std::move(instrs), std::move(description));
+          },
+          py::arg("program"),
+          py::arg("description"),
+          "Adds a relation between symbols: a program of (op, arg) pairs in "
+          "reverse Polish notation (see csrc/capture/shape_guards.h).")
+      .def(
+          "num_shape_checks",
+          [](RootGuardManager& self) {
+            return self.shape_guards().num_checks();
+          })
       .def(
           "last_failure",
           [](const RootGuardManager& self) -> py::object {

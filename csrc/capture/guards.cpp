@@ -466,7 +466,30 @@ GuardManager& GuardManager::child_for(Match match, Make make) {
     }
   }
   accessors_.push_back({make(), 0});
-  return accessors_.back().item->child();
+  GuardAccessor* accessor = accessors_.back().item.get();
+  GuardManager& child = accessor->child();
+  child.parent_ = this;
+  child.via_ = accessor;
+  return child;
+}
+
+PyObject* GuardManager::read_value(const FrameValues& frame) const {
+  if (via_ == nullptr) {
+    return nullptr;
+  }
+  PyObject* parent_value = nullptr;
+  if (parent_->has_value_) {
+    parent_value = parent_->read_value(frame);
+    if (parent_value == nullptr) {
+      return nullptr;
+    }
+  }
+  PyObject* value = via_->access(parent_value, frame);
+  Py_XDECREF(parent_value);
+  if (value == nullptr) {
+    PyErr_Clear();
+  }
+  return value;
 }
 
 namespace {
@@ -677,11 +700,29 @@ bool RootGuardManager::check(const FrameValues& frame) const {
   bool pass = GuardManager::check(nullptr, frame);
   last_failed_leaf_ = pass ? nullptr : tls_failed_leaf;
   last_failed_read_ = pass ? nullptr : tls_failed_read;
+  last_failed_shape_ = nullptr;
+  if (pass && !shape_guards_.empty()) {
+    pass = shape_guards_.check(frame);
+    last_failed_shape_ = pass ? nullptr : shape_guards_.last_failure();
+  }
   failures_ += pass ? 0 : 1;
   return pass;
 }
 
+std::optional<std::string> RootGuardManager::failure_reason(
+    const FrameValues& frame) const {
+  std::optional<std::string> reason =
+      GuardManager::failure_reason(nullptr, frame);
+  if (!reason && !shape_guards_.empty()) {
+    reason = shape_guards_.failure_reason(frame);
+  }
+  return reason;
+}
+
 std::optional<std::string> RootGuardManager::last_failure() const {
+  if (last_failed_shape_ != nullptr) {
+    return *last_failed_shape_;
+  }
   if (last_failed_leaf_ != nullptr) {
     return last_failed_leaf_->description();
   }

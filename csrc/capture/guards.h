@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "capture/leaf_guards.h"
+#include "capture/shape_guards.h"
 
 namespace torch_plugin::capture {
 
@@ -110,6 +111,11 @@ class GuardManager {
       PyObject* value,
       const FrameValues& frame) const;
 
+  // This node's value read afresh from the frame through the accessors from
+  // the root (NEW reference), or nullptr (error cleared) when a read fails or
+  // this is the root. Used by the shape guards, which read tensors again.
+  PyObject* read_value(const FrameValues& frame) const;
+
   // Leaf guards in this subtree.
   size_t num_checks() const;
 
@@ -139,6 +145,10 @@ class GuardManager {
 
   std::string source_;
   bool has_value_;
+  // The parent node and the accessor that reads this node's value from the
+  // parent's (both nullptr at the root); set when the child is created.
+  const GuardManager* parent_ = nullptr;
+  const GuardAccessor* via_ = nullptr;
   // Mutable: evaluation reorders them (most-failed first).
   mutable std::vector<Counted<LeafGuard>> leaves_;
   mutable std::vector<Counted<GuardAccessor>> accessors_;
@@ -165,12 +175,15 @@ class RootGuardManager : public GuardManager {
   // Records the current global state (grad mode) and passes only while it
   // holds.
   void add_global_state_match();
+  // The entry's shape guards (relations between dynamic sizes), run after
+  // every other check passed.
+  ShapeGuards& shape_guards() {
+    return shape_guards_;
+  }
 
   // Evaluates the tree on a frame; remembers the failing check.
   bool check(const FrameValues& frame) const;
-  std::optional<std::string> failure_reason(const FrameValues& frame) const {
-    return GuardManager::failure_reason(nullptr, frame);
-  }
+  std::optional<std::string> failure_reason(const FrameValues& frame) const;
 
   // The check that failed in the last failed check() ("L['x'] tensor ..." as
   // given when it was added, or "<source>: could not be read"), or nullopt
@@ -182,6 +195,8 @@ class RootGuardManager : public GuardManager {
   }
 
  private:
+  ShapeGuards shape_guards_;
+  mutable const std::string* last_failed_shape_ = nullptr;
   mutable const LeafGuard* last_failed_leaf_ = nullptr;
   mutable const GuardManager* last_failed_read_ = nullptr;
   mutable uint64_t failures_ = 0;

@@ -51,6 +51,9 @@ bool same_ints(
     return false;
   }
   for (size_t i = 0; i < expected.size(); ++i) {
+    if (expected[i] == kAnySize) {
+      continue; // a dynamic dimension: the shape guards check it
+    }
     std::optional<int64_t> v = values[i].maybe_as_int();
     if (!v.has_value() || *v != expected[i]) {
       return false;
@@ -69,7 +72,7 @@ std::string ints_for_message(const std::vector<int64_t>& values) {
     if (i) {
       out += ", ";
     }
-    out += std::to_string(values[i]);
+    out += values[i] == kAnySize ? std::string("*") : std::to_string(values[i]);
   }
   out += "]";
   return out;
@@ -401,7 +404,9 @@ const at::Tensor& example_tensor(py::handle example) {
 TensorMatch::TensorMatch(
     py::handle example,
     std::string description,
-    bool check_strides)
+    bool check_strides,
+    const std::vector<bool>& dynamic_sizes,
+    const std::vector<bool>& dynamic_strides)
     : LeafGuard(std::move(description)),
       type_(py::reinterpret_borrow<py::object>(
           reinterpret_cast<PyObject*>(Py_TYPE(example.ptr())))),
@@ -418,6 +423,17 @@ TensorMatch::TensorMatch(
         "add_tensor_match: the example tensor has symbolic sizes");
   }
   sizes_ = std::move(*sizes);
+  if (dynamic_sizes.size() > sizes_.size() ||
+      dynamic_strides.size() > sizes_.size()) {
+    throw py::value_error(
+        "add_tensor_match: more dynamic-dimension flags than the example's " +
+        std::to_string(sizes_.size()) + " dimensions");
+  }
+  for (size_t i = 0; i < dynamic_sizes.size(); ++i) {
+    if (dynamic_sizes[i]) {
+      sizes_[i] = kAnySize;
+    }
+  }
   if (check_strides_) {
     std::optional<std::vector<int64_t>> strides =
         concrete(tensor.sym_strides());
@@ -426,6 +442,11 @@ TensorMatch::TensorMatch(
           "add_tensor_match: the example tensor has symbolic strides");
     }
     strides_ = std::move(*strides);
+    for (size_t i = 0; i < dynamic_strides.size(); ++i) {
+      if (dynamic_strides[i]) {
+        strides_[i] = kAnySize;
+      }
+    }
   }
 }
 
@@ -488,7 +509,7 @@ std::string TensorMatch::explain_failure(
           std::to_string(sizes->size()));
     }
     for (size_t i = 0; sizes && i < sizes_.size(); ++i) {
-      if ((*sizes)[i] != sizes_[i]) {
+      if (sizes_[i] != kAnySize && (*sizes)[i] != sizes_[i]) {
         return failed(
             ".size()[" + std::to_string(i) +
                 "] == " + std::to_string(sizes_[i]),
@@ -499,7 +520,7 @@ std::string TensorMatch::explain_failure(
         check_strides_ ? concrete(tensor.sym_strides()) : std::nullopt;
     for (size_t i = 0; strides && i < strides_.size() && i < strides->size();
          ++i) {
-      if ((*strides)[i] != strides_[i]) {
+      if (strides_[i] != kAnySize && (*strides)[i] != strides_[i]) {
         return failed(
             ".stride()[" + std::to_string(i) +
                 "] == " + std::to_string(strides_[i]),

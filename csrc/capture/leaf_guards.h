@@ -135,18 +135,28 @@ class DictKeysMatch : public LeafGuard {
   std::vector<pybind11::object> keys_;
 };
 
+// Marks a size or stride TensorMatch does not check (a dynamic dimension,
+// checked by the entry's ShapeGuards instead).
+constexpr int64_t kAnySize = INT64_MIN;
+
 // TENSOR_MATCH: value is a tensor with the example's Python type, dispatch key
 // set (with this thread's TLS include/exclude modifiers applied, as when the
 // example was recorded), dtype, device, requires_grad, sizes and (optionally,
-// strided layouts only) strides.
+// strided layouts only) strides. Sizes and strides flagged dynamic are not
+// compared (only the number of dimensions is); the shape guards
+// (shape_guards.h) hold the relations they must satisfy.
 class TensorMatch : public LeafGuard {
  public:
-  // Throws pybind11::type_error when `example` is not a tensor, and
-  // pybind11::value_error when its sizes are symbolic.
+  // `dynamic_sizes[i]` / `dynamic_strides[i]`: skip size / stride i (missing
+  // entries mean false). Throws pybind11::type_error when `example` is not a
+  // tensor, and pybind11::value_error when its sizes are symbolic or there are
+  // more flags than dimensions.
   TensorMatch(
       pybind11::handle example,
       std::string description,
-      bool check_strides);
+      bool check_strides,
+      const std::vector<bool>& dynamic_sizes = {},
+      const std::vector<bool>& dynamic_strides = {});
   bool check(PyObject* value) const override;
   std::string mismatch(PyObject* value) const override;
   std::string explain_failure(PyObject* value, const std::string& source)

@@ -19,13 +19,15 @@ import torch
 import torch.fx
 
 from .. import config
-from .bytecode_emission import make_transformed_code
 from ..backends.registry import BackendCompilerFailed
+from . import dynamic_shapes
+from .bytecode_emission import make_transformed_code
 from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
 from .guards import build_guard_tree
 from .output_graph import OutputGraph
 from .output_structure import flatten_output, rebuild
+from .shape_guards import ShapeGuardUnsupported
 from .skipfiles import skip_reason
 from .symbolic_convert import InstructionTranslator
 
@@ -114,10 +116,13 @@ class CaptureError(RuntimeError):
 class ConvertFrame:
     """The callback installed by ``optimize(backend)``."""
 
-    def __init__(self, backend, backend_name: str, nopython: bool = False) -> None:
+    def __init__(
+        self, backend, backend_name: str, nopython: bool = False, dynamic: bool | None = None
+    ) -> None:
         self.backend = backend
         self.backend_name = backend_name
         self.nopython = nopython
+        self.dynamic = dynamic
 
     def __call__(self, frame):
         from torch_plugin import _C
@@ -203,7 +208,17 @@ class ConvertFrame:
 
     def _convert(self, frame, break_at: int | None = None, break_reason: Unsupported | None = None):
         try:
-            return self._convert_impl(frame, break_at, break_reason)
+            try:
+                return self._convert_impl(frame, break_at, break_reason)
+            except ShapeGuardUnsupported as e:
+                log.info(
+                    "dynamic shapes: %s needs a shape guard the guard tree cannot evaluate "
+                    "(%s); capturing it with static shapes",
+                    frame.f_code.co_qualname,
+                    e,
+                )
+                dynamic_shapes.force_static(frame.f_code)
+                return self._convert_impl(frame, break_at, break_reason)
         except (Unsupported, BackendCompilerFailed, CaptureError):
             raise
         except Exception as e:  # a translator bug must not break the user's program
@@ -220,7 +235,7 @@ class ConvertFrame:
 
         code = frame.f_code
         t0 = time.perf_counter()
-        output = OutputGraph(code.co_name)
+        output = OutputGraph(code.co_name, dynamic_shapes.DimPolicy(code, self.dynamic))
         try:
             tx = InstructionTranslator(frame, output, stop_at=break_at)
             result = tx.run()
@@ -234,7 +249,7 @@ class ConvertFrame:
                     lambda tensors: self._compile_partial(output, code, tensors, t0, partial),
                 )
                 stats.frames_captured += 1
-                guard = build_guard_tree(output.guards)
+                guard = build_guard_tree(output.guards, output.shape_env, output.shape_bindings)
                 if listeners:
                     _notify(
                         CaptureRecord(
@@ -264,19 +279,24 @@ class ConvertFrame:
             raise Unsupported("no tensor operations to capture")
         output.graph.output(tuple(t.node for t in tensors))
         gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
-        guard = build_guard_tree(output.guards)
+        if not output.has_dynamic_shapes():
+            guard = build_guard_tree(output.guards)  # fails early, before the backend runs
         t1 = time.perf_counter()
         stats.translate_time_s += t1 - t0
         graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
         snapshot = _snapshot(gm) if listeners else None
-        compiled = call_backend(
-            self.backend,
-            gm,
-            list(output.example_inputs),
-            backend_name=self.backend_name,
-            graph_name=graph_name,
-        )
+        with output.backend_context():
+            compiled = call_backend(
+                self.backend,
+                gm,
+                list(output.example_inputs),
+                backend_name=self.backend_name,
+                graph_name=graph_name,
+            )
         stats.backend_compile_time_s += time.perf_counter() - t1
+        if output.has_dynamic_shapes():
+            # After the backend: its decisions about symbolic sizes are guards too.
+            guard = build_guard_tree(output.guards, output.shape_env, output.shape_bindings)
         log.debug("captured %s:\n%s", code.co_qualname, gm.code)
 
         n_inputs = len(output.input_sources)
@@ -335,13 +355,14 @@ class ConvertFrame:
         if listeners:
             info["graph"] = _snapshot(gm)
         graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), part before a graph break"
-        compiled = call_backend(
-            self.backend,
-            gm,
-            list(output.example_inputs),
-            backend_name=self.backend_name,
-            graph_name=graph_name,
-        )
+        with output.backend_context():
+            compiled = call_backend(
+                self.backend,
+                gm,
+                list(output.example_inputs),
+                backend_name=self.backend_name,
+                graph_name=graph_name,
+            )
         stats.backend_compile_time_s += time.perf_counter() - t1
         info["compile_time_s"] = time.perf_counter() - t1
         stats.graphs_compiled += 1

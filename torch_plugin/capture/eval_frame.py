@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from . import dynamic_shapes
 from .convert_frame import ConvertFrame, seen_code_objects, stats
 
 _callbacks: dict = {}
@@ -26,7 +27,9 @@ if not torch.cuda.is_available():
     torch._C._ensureCUDADeviceGuardSet()
 
 
-def callback_for(backend: str | Callable, nopython: bool) -> ConvertFrame:
+def callback_for(
+    backend: str | Callable, nopython: bool, dynamic: bool | None = None
+) -> ConvertFrame:
     """The ConvertFrame for this backend (memoized so cache entries are shared)."""
     from torch_plugin.backends.registry import lookup_backend
 
@@ -36,10 +39,10 @@ def callback_for(backend: str | Callable, nopython: bool) -> ConvertFrame:
         if isinstance(backend, str)
         else getattr(backend, "__name__", type(backend).__name__)
     )
-    key = (backend if isinstance(backend, str) else id(backend), nopython)
+    key = (backend if isinstance(backend, str) else id(backend), nopython, dynamic)
     cb = _callbacks.get(key)
     if cb is None or cb.backend is not compiler:
-        cb = ConvertFrame(compiler, name, nopython)
+        cb = ConvertFrame(compiler, name, nopython, dynamic)
         _callbacks[key] = cb
     return cb
 
@@ -185,3 +188,4 @@ def reset() -> None:
     seen_code_objects.clear()
     _callbacks.clear()
     stats.reset()
+    dynamic_shapes.reset()

@@ -26,6 +26,7 @@ from typing import Any
 import bytecode as bc
 
 from .bytecode_emission import CodeGen, assemble
+from .dynamic_shapes import specialize
 from .exc import Unsupported, unimplemented
 from .resume_execution import ResumeSpec, live_locals, resume_code
 from .variables.base import BoundMethodVariable, VariableTracker
@@ -149,7 +150,7 @@ class Reconstructor:
                 unimplemented(f"cannot rebuild {var}")
             return
         if isinstance(var, ConstantVariable):
-            gen.load_const(var.value)
+            gen.load_const(specialize(var.value))
             return
         if var.source is not None:  # the same object (mutations were replayed on it)
             var.source.reconstruct(gen)

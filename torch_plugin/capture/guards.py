@@ -36,6 +36,8 @@ class Guard:
     source: Source
     kind: str
     arg: Any = None
+    # TENSOR_MATCH with dynamic dims: (sizes, strides) flags of what is not compared.
+    dynamic: tuple | None = None
 
     def describe(self) -> str:
         name = self.source.name()
@@ -51,9 +53,15 @@ class Guard:
             return f"{name}.keys() == {list(self.arg)!r}"
         if self.kind == "TENSOR_MATCH":
             t = self.arg
+            dyn_sizes, dyn_strides = self.dynamic or ((), ())
+
+            def show(values, dynamic):
+                return ["*" if i < len(dynamic) and dynamic[i] else v for i, v in enumerate(values)]
+
             return (
-                f"{name}: tensor dtype={t.dtype}, device={t.device}, size={list(t.shape)}, "
-                f"stride={list(t.stride())}, requires_grad={t.requires_grad}"
+                f"{name}: tensor dtype={t.dtype}, device={t.device}, "
+                f"size={show(list(t.shape), dyn_sizes)}, "
+                f"stride={show(list(t.stride()), dyn_strides)}, requires_grad={t.requires_grad}"
             )
         return f"{self.kind}({name})"
 
@@ -63,6 +71,8 @@ class GuardSet:
 
     def __init__(self) -> None:
         self._guards: dict[tuple, Guard] = {}
+        # Descriptions of the shape guards, set when the tree is built (dynamic dims only).
+        self.shape_checks: list[str] = []
 
     def __len__(self) -> int:
         return len(self._guards)
@@ -97,6 +107,13 @@ class GuardSet:
     def tensor_match(self, source: Source | None, value: torch.Tensor) -> None:
         self._add(source, "TENSOR_MATCH", value)
 
+    def tensor_dynamic(self, source: Source, sizes: list[bool], strides: list[bool]) -> None:
+        """The TENSOR_MATCH of ``source`` skips these sizes / strides (dynamic dims, checked
+        by the shape guards instead)."""
+        guard = self._guards.get((source, "TENSOR_MATCH", None))
+        if guard is not None:
+            guard.dynamic = (list(sizes), list(strides))
+
     def nn_module(self, source: Source | None, module: torch.nn.Module) -> None:
         """Identity and ``training`` of the module, and the identity of its own parameters
         and buffers (a graph may reach them through ``call_module``, not only ``get_attr``)."""
@@ -107,10 +124,10 @@ class GuardSet:
                 self._add(AttrSource(source, name), "ID_MATCH", value)
 
     def describe(self) -> list[str]:
-        return [g.describe() for g in self._guards.values()]
+        return [g.describe() for g in self._guards.values()] + list(self.shape_checks)
 
 
-def build_guard_tree(guards: GuardSet):
+def build_guard_tree(guards: GuardSet, shape_env=None, shape_bindings=()):
     """Compile ``guards`` into a ``torch_plugin._C.RootGuardManager``.
 
     Each source becomes a path of accessors from the root (argument slot, global,
@@ -158,7 +175,12 @@ def build_guard_tree(guards: GuardSet):
         elif guard.kind == "DICT_KEYS_MATCH":
             node.add_dict_keys_match(guard.arg, desc)
         elif guard.kind == "TENSOR_MATCH":
-            node.add_tensor_match(guard.arg, desc, True)
+            sizes, strides = guard.dynamic or ([], [])
+            node.add_tensor_match(guard.arg, desc, True, sizes, strides)
         else:  # pragma: no cover
             raise ValueError(f"unknown guard kind {guard.kind}")
+    if shape_bindings:
+        from .shape_guards import add_shape_guards
+
+        guards.shape_checks = add_shape_guards(root, node_for, shape_env, list(shape_bindings))
     return root

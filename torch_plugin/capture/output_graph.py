@@ -9,17 +9,22 @@ to the backend and returns the callable the transformed bytecode calls.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import re
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from . import dynamic_shapes
 from .exc import unimplemented
 from .guards import GuardSet
+from .shape_guards import Binding
 from .side_effects import SideEffects
 from .sources import Source
 from .variables.base import VariableTracker
@@ -35,12 +40,21 @@ def _sanitize(name: str) -> str:
 class OutputGraph:
     """Graph, inputs, attributes and guards of one capture."""
 
-    def __init__(self, code_name: str) -> None:
+    def __init__(self, code_name: str, dim_policy: dynamic_shapes.DimPolicy | None = None) -> None:
         self.code_name = code_name
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
         self.guards = GuardSet()
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        # Symbolic sizes: data-dependent output shapes and scalar outputs stay unsupported
+        # (they raise, and the translator breaks the graph there), as without a ShapeEnv.
+        self.shape_env = ShapeEnv(allow_dynamic_output_shape_ops=False, allow_scalar_outputs=False)
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=self.shape_env)
+        self.dim_policy = dim_policy or dynamic_shapes.DimPolicy(None, False)
+        # Which input size/stride each symbol stands for (shape_guards.Binding), and the
+        # graph node computing each symbolic expression used as an argument.
+        self.shape_bindings: list[Binding] = []
+        self._sym_nodes: dict = {}
+        self._conv_targets: set | None = None
         self.input_sources: list[Source] = []
         self.example_inputs: list[torch.Tensor] = []
         self._inputs_by_source: dict[Source, TensorVariable] = {}
@@ -66,6 +80,100 @@ class OutputGraph:
     def to_fake(self, t: torch.Tensor) -> torch.Tensor:
         return self.fake_mode.from_tensor(t, static_shapes=True)
 
+    def _to_fake_input(self, t: torch.Tensor, source: Source, node: torch.fx.Node) -> torch.Tensor:
+        """The FakeTensor of graph input ``t``: symbolic sizes in the dims the policy makes
+        dynamic; records the bindings and tells the TENSOR_MATCH guard which sizes and
+        strides it must not compare."""
+        dims = self.dim_policy.dynamic_dims(source.name(), t) if t.dim() else []
+        if not any(dims):
+            return self.to_fake(t)
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+        context = StatelessSymbolicContext(
+            dynamic_sizes=[DimDynamic.DYNAMIC if d else DimDynamic.STATIC for d in dims],
+            constraint_sizes=[None] * len(dims),
+        )
+        fake = self.fake_mode.from_tensor(
+            t, source=_ShapeSource(source.name()), symbolic_context=context
+        )
+        dyn_sizes, dyn_strides = [], []
+        for kind, values, flags in (
+            ("size", fake.size(), dyn_sizes),
+            ("stride", fake.stride(), dyn_strides),
+        ):
+            for dim, v in enumerate(values):
+                symbolic = dynamic_shapes.is_symbolic(v)
+                flags.append(symbolic)
+                if symbolic:
+                    self.shape_bindings.append(Binding(source, kind, dim, v.node.expr))
+                    if kind == "size" and isinstance(v.node.expr, sympy.Symbol):
+                        self._sym_nodes.setdefault(v.node.expr, (node, dim))
+        self.guards.tensor_dynamic(source, dyn_sizes, dyn_strides)
+        return fake
+
+    def has_dynamic_shapes(self) -> bool:
+        return bool(self.shape_bindings)
+
+    def backend_context(self):
+        """Context for the backend compile: with symbolic sizes, a TracingContext holding this
+        capture's FakeTensorMode, so AOTAutograd and Inductor trace with the same symbols
+        (and the guards they add land in this ShapeEnv)."""
+        import contextlib
+
+        if not self.has_dynamic_shapes():
+            return contextlib.nullcontext()
+        from torch._guards import TracingContext, tracing
+
+        return tracing(TracingContext(self.fake_mode))
+
+    def sym_arg(self, value: Any) -> Any:
+        """A symbolic number used as an operation's argument, as a graph value: a node that
+        computes it from the inputs' sizes (``x.size(0)``, sums and products of those), or,
+        for expressions without such a form, its concrete value (which adds a guard)."""
+        import sympy as sp
+
+        if not dynamic_shapes.is_symbolic(value):
+            return dynamic_shapes.specialize(value)
+        if not isinstance(value, torch.SymInt):
+            return dynamic_shapes.specialize(value)
+        expr = self.shape_env.simplify(value.node.expr)
+        node = self._expr_node(expr, sp)
+        return node if node is not None else dynamic_shapes.specialize(value)
+
+    def _expr_node(self, expr, sp):
+        if isinstance(expr, sp.Integer):
+            return int(expr)
+        cached = self._sym_nodes.get(expr)
+        if isinstance(cached, torch.fx.Node):
+            return cached
+        if isinstance(cached, tuple):  # (input placeholder, dim): emit x.size(dim) once
+            placeholder, dim = cached
+            last = self._last_placeholder()
+            with self.graph.inserting_after(last):
+                node = self.graph.call_method("size", (placeholder, dim))
+            node.meta["example_value"] = placeholder.meta["example_value"].size(dim)
+            self._sym_nodes[expr] = node
+            return node
+        from torch.utils._sympy.functions import FloorDiv
+
+        ops = {sp.Add: operator.add, sp.Mul: operator.mul, FloorDiv: operator.floordiv}
+        op = next((f for cls, f in ops.items() if isinstance(expr, cls)), None)
+        if op is None:
+            return None
+        args = [self._expr_node(a, sp) for a in expr.args]
+        if any(a is None for a in args):
+            return None
+        result = args[0]
+        for a in args[1:]:
+            examples = [
+                x.meta["example_value"] if isinstance(x, torch.fx.Node) else x for x in (result, a)
+            ]
+            node = self.graph.call_function(op, (result, a))
+            node.meta["example_value"] = op(*examples)
+            result = node
+        self._sym_nodes[expr] = result
+        return result
+
     # --- graph inputs and attributes ------------------------------------------------------
     def add_graph_input(self, tx, value: torch.Tensor, source: Source | None) -> TensorVariable:
         """A tensor from the frame's inputs becomes a placeholder loaded from ``source``."""
@@ -87,7 +195,7 @@ class OutputGraph:
             else self.graph.inserting_before(None)
         ):
             node = self.graph.placeholder(name)
-        fake = self.to_fake(value)
+        fake = self._to_fake_input(value, source, node)
         node.meta["example_value"] = fake
         var = TensorVariable(node, fake, source)
         self._inputs_by_source[source] = var
@@ -145,11 +253,11 @@ class OutputGraph:
             if isinstance(value, ConstDictVariable):
                 return {k: self._to_args(v, fake) for k, v in value.items.items()}
             if isinstance(value, ConstantVariable):
-                return value.value
+                return self._const_arg(value.value, fake)
             if value.is_python_constant():
                 const = value.as_python_constant()
                 if is_immutable(const):
-                    return const
+                    return self._const_arg(const, fake)
             unimplemented(f"argument {value} to a torch operation")
         return value
 
@@ -161,7 +269,7 @@ class OutputGraph:
         fake_args = tuple(self._to_args(a, True) for a in args)
         fake_kwargs = {k: self._to_args(v, True) for k, v in kwargs.items()}
         try:
-            with self.fake_mode:
+            with self.fake_mode, self._guard_context(target, fake_args):
                 example = run(*fake_args, **fake_kwargs)
         except (
             torch._subclasses.fake_tensor.DataDependentOutputException,
@@ -185,6 +293,44 @@ class OutputGraph:
         node.meta["example_value"] = example
         node.meta["stack_trace"] = tx.current_location_text()
         return self._wrap_result(tx, node, example)
+
+    def _guard_context(self, target, fake_args: tuple):
+        """Convolutions on contiguous input and weight: no guards from the fake kernel.
+
+        FakeTensor's convolution asks ATen which backend the real kernel would pick
+        (``torch._C._select_conv_backend``), only to choose the output's memory format. On
+        CPU that choice reads the batch size (oneDNN from 16 on), so a symbolic batch would
+        get a guard ``s0 < 16`` and a batch sweep would compile three times. For contiguous
+        input and weight every CPU backend returns a contiguous output
+        (``_determine_backend_memory_format`` in ATen's Convolution.cpp), so the decision
+        does not change the graph and need not be guarded.
+        """
+        import contextlib
+
+        if not self.shape_bindings or len(fake_args) < 2:
+            return contextlib.nullcontext()
+        if self._conv_targets is None:
+            F = torch.nn.functional
+            self._conv_targets = {
+                F.conv1d,
+                F.conv2d,
+                F.conv3d,
+                torch.conv1d,
+                torch.conv2d,
+                torch.conv3d,
+                torch.ops.aten.convolution.default,
+            }
+        x, w = fake_args[0], fake_args[1]
+        if (
+            target in self._conv_targets
+            and isinstance(x, torch.Tensor)
+            and isinstance(w, torch.Tensor)
+            and x.device.type == "cpu"
+            and w.is_contiguous()
+            and x.is_contiguous()
+        ):
+            return self.shape_env.suppress_guards()
+        return contextlib.nullcontext()
 
     def _wrap_result(self, tx, node: torch.fx.Node, example: Any) -> VariableTracker:
         from .variables.lists import ListVariable, NamedTupleVariable, TupleVariable
@@ -247,6 +393,36 @@ class OutputGraph:
 
     def restore_global_state(self) -> None:
         torch._C._set_grad_enabled(self._grad_enabled_at_start)
+
+    def _const_arg(self, value: Any, fake: bool) -> Any:
+        """A constant argument; symbolic numbers in it become graph values (see sym_arg)."""
+        if fake:
+            return value
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return self.sym_arg(value)
+        if isinstance(value, (tuple, list)) and any(
+            isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, tuple, list)) for v in value
+        ):
+            items = [self._const_arg(v, fake) for v in value]
+            return type(value)(items) if type(value) in (tuple, list) else tuple(items)
+        if isinstance(value, slice) and any(
+            isinstance(v, torch.SymInt) for v in (value.start, value.stop, value.step)
+        ):
+            return slice(*(self._const_arg(v, fake) for v in (value.start, value.stop, value.step)))
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShapeSource(torch._guards.Source):
+    """Names a graph input for the ShapeEnv (its symbols print as this source's sizes)."""
+
+    source_name: str
+
+    def name(self) -> str:
+        return self.source_name
+
+    def guard_source(self):
+        return torch._guards.GuardSource.LOCAL
 
 
 def _contains_tensor(value: Any) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .dynamic_shapes import specialize
 from .exc import unimplemented
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
@@ -27,7 +28,7 @@ def flatten_output(var: VariableTracker, outputs: list[TensorVariable], output_g
         outputs.append(var)
         return ("tensor", len(outputs) - 1)
     if isinstance(var, ConstantVariable):
-        return ("const", var.value)
+        return ("const", specialize(var.value))
     if getattr(var, "real", None) is not None and output_graph is not None:
         return ("arg", output_graph.runtime_arg(var.source))
     if isinstance(var, NamedTupleVariable):

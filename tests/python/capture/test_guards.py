@@ -340,7 +340,8 @@ def test_cache_size_limit_warns_once_and_keeps_the_entries(monkeypatch):
     def g(x):
         return x * 3
 
-    opt = torch_plugin.optimize("eager")(g)
+    # Static shapes, so that each size is a new entry (dynamic shapes would serve them all).
+    opt = torch_plugin.optimize("eager", dynamic=False)(g)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in (1, 2, 3, 4, 1, 2):

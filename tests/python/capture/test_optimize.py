@@ -347,7 +347,8 @@ def test_cache_size_limit_warns_once_and_runs_unmodified(monkeypatch):
     def f(x):
         return x * 2
 
-    opt = torch_plugin.optimize("eager")(f)
+    # Static shapes, so that each size is a new entry (dynamic shapes would serve them all).
+    opt = torch_plugin.optimize("eager", dynamic=False)(f)
     with pytest.warns(UserWarning, match="cache_size_limit=2") as record:
         for n in range(1, 6):
             x = torch.randn(n)

@@ -38,6 +38,11 @@ _IMMUTABLE_TYPES = (
     enum.Enum,
     frozenset,
     types.CodeType,
+    # Symbolic sizes (dynamic shapes): immutable; a Python use that needs the concrete
+    # value (bool(), int(), range()) adds a ShapeEnv guard.
+    torch.SymInt,
+    torch.SymFloat,
+    torch.SymBool,
 )
 
 

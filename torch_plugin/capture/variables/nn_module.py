@@ -1,8 +1,10 @@
 """nn.Module instances.
 
 Key class: :class:`NNModuleVariable`. Calling a module checks it has no hooks, then either
-records a ``call_module`` node (modules defined by torch.nn: Conv2d, Linear, BatchNorm2d,
-...) or inlines the module's ``forward`` (user modules, Sequential/ModuleList iteration).
+records the functional call its forward amounts to (Linear, Conv*d, LayerNorm, activations:
+:func:`functional_form`), a ``call_module`` node (other modules defined by torch.nn, e.g.
+BatchNorm2d), or inlines the module's ``forward`` (user modules, Sequential/ModuleList
+iteration).
 Parameters and buffers become ``get_attr`` nodes that reference the module's own tensors, so
 in-place updates (optimizer steps, running statistics) stay visible. Every module read is
 guarded on identity and ``training``.
@@ -38,6 +40,48 @@ def is_torch_leaf_module(module: torch.nn.Module) -> bool:
     return cls.__module__.startswith(
         ("torch.nn.modules", "torch.ao.nn", "torch.nn.qat", "torch.nn.intrinsic")
     )
+
+
+def _functional_forms() -> dict:
+    """torch.nn modules whose ``forward`` is one functional call: type -> (function,
+    attributes passed positionally after the input, attributes passed by keyword). Such a
+    call is recorded as that function over the module's attributes (parameters become
+    ``get_attr`` nodes, other attributes guarded constants), as torch.compile's inlining of
+    ``torch.nn`` forwards does: the graph then calls the kernel directly, without
+    ``Module.__call__``. Source: the forward of each class in torch/nn/modules/."""
+    F = torch.nn.functional
+    nn = torch.nn
+    conv = ("weight", "bias", "stride", "padding", "dilation", "groups")
+    return {
+        nn.Linear: (F.linear, ("weight", "bias"), ()),
+        nn.Conv1d: (F.conv1d, conv, ()),
+        nn.Conv2d: (F.conv2d, conv, ()),
+        nn.Conv3d: (F.conv3d, conv, ()),
+        nn.ReLU: (F.relu, ("inplace",), ()),
+        nn.SiLU: (F.silu, ("inplace",), ()),
+        nn.GELU: (F.gelu, (), ("approximate",)),
+        nn.Sigmoid: (torch.sigmoid, (), ()),
+        nn.Tanh: (torch.tanh, (), ()),
+        nn.LayerNorm: (F.layer_norm, ("normalized_shape", "weight", "bias", "eps"), ()),
+        nn.Dropout: (F.dropout, ("p", "training", "inplace"), ()),
+    }
+
+
+_FUNCTIONAL_FORMS: dict | None = None
+
+
+def functional_form(module: torch.nn.Module):
+    """The (function, positional attrs, keyword attrs) that ``module``'s forward amounts to,
+    or None (record a ``call_module`` node instead)."""
+    global _FUNCTIONAL_FORMS
+    if _FUNCTIONAL_FORMS is None:
+        _FUNCTIONAL_FORMS = _functional_forms()
+    form = _FUNCTIONAL_FORMS.get(type(module))
+    if form is None or "forward" in module.__dict__:
+        return None
+    if getattr(module, "padding_mode", "zeros") != "zeros":
+        return None  # Conv*d with reflect/replicate/circular padding pads first
+    return form
 
 
 def _has_hooks(module: torch.nn.Module) -> bool:
@@ -109,6 +153,12 @@ class NNModuleVariable(VariableTracker):
         m = self.module
         if _has_hooks(m):
             unimplemented(f"call of {type(m).__name__} with forward/backward hooks")
+        form = functional_form(m)
+        if form is not None and len(args) == 1 and not kwargs:
+            fn, positional, keywords = form
+            extra = [self.var_getattr(tx, name) for name in positional]
+            kw = {name: self.var_getattr(tx, name) for name in keywords}
+            return tx.output.call_function(tx, fn, [args[0], *extra], kw)
         if (
             is_torch_leaf_module(m)
             and type(m).forward is getattr(type(m), "forward", None)

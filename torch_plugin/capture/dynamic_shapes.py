@@ -1,0 +1,138 @@
+"""Which tensor dimensions are captured with symbolic sizes (dynamic shapes).
+
+A dimension is *dynamic* when the graph is traced with a symbol for its size (PyTorch's
+``ShapeEnv`` and FakeTensor, see ``OutputGraph.add_graph_input``), so one cache entry serves
+every size that satisfies the entry's shape guards. Three things make a dimension dynamic:
+
+- :func:`mark_dynamic` on the tensor (always respected);
+- ``optimize(..., dynamic=True)``: every dimension of every input tensor;
+- *automatic dynamic* (the default, ``dynamic=None``): when a code object is compiled again
+  and an input tensor (by source, e.g. ``L['x']``) has a different size in some dimension
+  than at the previous compile of that code object, that dimension is dynamic from this
+  compile on. So a function called with batch sizes 1, 2, 3, ... compiles for 1 (static),
+  then once more for 2 with a symbolic batch size that serves 3, 4, ... as well.
+  ``dynamic=False`` turns this off (every new size recompiles).
+
+As in PyTorch, sizes 0 and 1 are never symbolic (the ShapeEnv specializes them), and a
+symbolic size is guarded ``>= 2``.
+
+Key parts: :func:`mark_dynamic`, :class:`DimPolicy` (the decision for one capture),
+:func:`specialize` (a symbolic value made concrete, which adds a guard), :func:`reset`.
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+from typing import Any
+
+import torch
+
+# code object -> {source name: sizes at the last compile, None where a size has varied}
+_frame_state: weakref.WeakKeyDictionary[types.CodeType, dict[str, list[int | None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+_MARK_ATTR = "_torchplugin_dynamic_dims"
+# Code objects whose shape guards the guard tree could not evaluate: captured static.
+_static_code: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
+
+
+def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> None:
+    """Capture dimension ``dim`` (or each of a list of dims) of ``t`` with a symbolic size,
+    from the first compile on, so calls with other sizes in that dimension reuse the entry.
+
+    Raises TypeError when ``t`` is not a tensor and IndexError when a dim is out of range.
+    Sizes 0 and 1 stay static even when marked (PyTorch specializes them).
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"mark_dynamic expects a torch.Tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(t, _MARK_ATTR, ()))
+    for d in dims:
+        if not isinstance(d, int) or not -t.dim() <= d < t.dim():
+            raise IndexError(f"mark_dynamic: dim {d!r} is out of range for a {t.dim()}-d tensor")
+        marked.add(d % t.dim())
+    setattr(t, _MARK_ATTR, frozenset(marked))
+
+
+def marked_dims(t: torch.Tensor) -> frozenset:
+    """The dims :func:`mark_dynamic` marked on ``t``."""
+    return getattr(t, _MARK_ATTR, frozenset())
+
+
+class DimPolicy:
+    """Decides, for one capture of ``code``, which dims of each input tensor are dynamic.
+
+    ``dynamic``: None (automatic, the default), True (all dims) or False (only marked dims).
+    Calling :meth:`dynamic_dims` also records the sizes for the next automatic decision.
+    """
+
+    def __init__(self, code: types.CodeType | None, dynamic: bool | None) -> None:
+        self.code = code
+        self.dynamic = dynamic
+
+    def dynamic_dims(self, source_name: str, t: torch.Tensor) -> list[bool]:
+        n = t.dim()
+        if self.code is not None and self.code in _static_code:
+            return [False] * n
+        marked = marked_dims(t)
+        if self.dynamic is True:
+            return [True] * n
+        auto = [False] * n
+        if self.dynamic is None and self.code is not None:
+            state = _frame_state.setdefault(self.code, {})
+            sizes = list(t.shape)
+            prev = state.get(source_name)
+            if prev is None or len(prev) != n:
+                state[source_name] = sizes
+            else:
+                merged = [p if p == s else None for p, s in zip(prev, sizes)]
+                state[source_name] = merged
+                auto = [m is None for m in merged]
+        return [auto[i] or i in marked for i in range(n)]
+
+
+def is_symbolic(value: Any) -> bool:
+    """True for SymInt/SymFloat/SymBool values that are not constants."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_bool, is_concrete_int
+
+    if isinstance(value, torch.SymInt):
+        return not is_concrete_int(value)
+    if isinstance(value, torch.SymBool):
+        return not is_concrete_bool(value)
+    return isinstance(value, torch.SymFloat)
+
+
+def specialize(value: Any) -> Any:
+    """``value`` with every symbolic number replaced by its concrete value at capture time.
+
+    Converting a symbol to a Python number makes the ShapeEnv record a guard (e.g.
+    ``Eq(s0, 8)``), so the entry is only reused for that value: correct, but a new value
+    recompiles. Used where a value must become a Python constant (returned from the frame,
+    stored by a side effect, loaded by reconstructed bytecode).
+    """
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    if isinstance(value, torch.SymFloat):
+        return float(value)
+    if isinstance(value, torch.SymBool):
+        return bool(value)
+    if isinstance(value, torch.Size):
+        return torch.Size([specialize(v) for v in value])
+    if isinstance(value, tuple) and type(value) is tuple:
+        return tuple(specialize(v) for v in value)
+    if isinstance(value, slice):
+        return slice(specialize(value.start), specialize(value.stop), specialize(value.step))
+    return value
+
+
+def force_static(code: types.CodeType) -> None:
+    """Capture ``code`` with static shapes from now on (its shape guards were unsupported)."""
+    _static_code.add(code)
+
+
+def reset() -> None:
+    """Forget the sizes seen by automatic dynamic (called by ``torch_plugin.reset``)."""
+    _frame_state.clear()
+    _static_code.clear()
