@@ -45,10 +45,9 @@ class OutputGraph:
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
         self.guards = GuardSet()
-        # Symbolic sizes: data-dependent output shapes and scalar outputs stay unsupported
-        # (they raise, and the translator breaks the graph there), as without a ShapeEnv.
-        self.shape_env = ShapeEnv(allow_dynamic_output_shape_ops=False, allow_scalar_outputs=False)
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=self.shape_env)
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        # Created with the first dynamic input (see _ensure_shape_env).
+        self.shape_env: ShapeEnv | None = None
         self.dim_policy = dim_policy or dynamic_shapes.DimPolicy(None, False)
         # Which input size/stride each symbol stands for (shape_guards.Binding), and the
         # graph node computing each symbolic expression used as an argument.
@@ -87,6 +86,7 @@ class OutputGraph:
         dims = self.dim_policy.dynamic_dims(source.name(), t) if t.dim() else []
         if not any(dims):
             return self.to_fake(t)
+        self._ensure_shape_env()
         from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
         context = StatelessSymbolicContext(
@@ -110,6 +110,19 @@ class OutputGraph:
                         self._sym_nodes.setdefault(v.node.expr, (node, dim))
         self.guards.tensor_dynamic(source, dyn_sizes, dyn_strides)
         return fake
+
+    def _ensure_shape_env(self) -> None:
+        """Give the FakeTensorMode a ShapeEnv, on the first dynamic input only: a ShapeEnv
+        costs ~20 ms to create (seconds for the first one in a process, which imports
+        more of torch), too much for every static capture. Data-dependent output shapes and
+        scalar outputs stay unsupported (they raise, and the translator breaks the graph
+        there), as without a ShapeEnv."""
+        if self.shape_env is None:
+            self.shape_env = ShapeEnv(
+                allow_dynamic_output_shape_ops=False, allow_scalar_outputs=False
+            )
+            self.fake_mode.shape_env = self.shape_env
+            self.fake_mode.static_shapes = False
 
     def has_dynamic_shapes(self) -> bool:
         return bool(self.shape_bindings)
