@@ -24,3 +24,21 @@ def test_module_with_parameters_matches_eager(mlp):
     out, expected = compiled(x), mlp(x)
     assert type(out["parts"]) is tuple
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+
+
+def test_parameter_updates_and_replacements_are_seen(fresh_capture):
+    """The eager backend caches get_attr tensors on the graph module: an in-place update
+    (optimizer step) must be visible, and a replaced parameter must recompile."""
+    import torch_plugin
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    opt = torch_plugin.optimize("eager")(model)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(opt(x), model(x))
+    sgd = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(x).sum().backward()
+    sgd.step()
+    torch.testing.assert_close(opt(x), model(x))
+    model[0].weight = torch.nn.Parameter(torch.randn(4, 4))
+    torch.testing.assert_close(opt(x), model(x))
+    assert torch_plugin.stats.graphs_compiled == 2
