@@ -297,19 +297,20 @@ void bind_guards(py::module_& m) {
       .def(
           "add_shape_symbol",
           [](RootGuardManager& self,
-             const GuardManager& tensor,
-             bool stride,
+             const GuardManager& node,
+             const std::string& kind,
              int64_t dim,
              std::string name) {
             return self.shape_guards().add_symbol(
-                tensor, stride, dim, std::move(name));
+                node, symbol_kind_from_name(kind), dim, std::move(name));
           },
-          py::arg("tensor"),
-          py::arg("stride"),
+          py::arg("node"),
+          py::arg("kind"),
           py::arg("dim"),
           py::arg("name"),
-          "Adds a symbol: tensor.size(dim) (or stride(dim)) of the value at "
-          "`tensor`, a node of this tree; returns its index.")
+          "Adds a symbol: kind 'size' / 'stride' reads size(dim) / stride(dim) "
+          "of the tensor at `node` (a node of this tree), 'int' the int there; "
+          "returns its index.")
       .def(
           "add_shape_check",
           [](RootGuardManager& self,

@@ -89,16 +89,31 @@ ShapeOp shape_op_from_name(const std::string& name) {
   return it->second;
 }
 
+SymbolKind symbol_kind_from_name(const std::string& name) {
+  if (name == "size") {
+    return SymbolKind::kSize;
+  }
+  if (name == "stride") {
+    return SymbolKind::kStride;
+  }
+  if (name == "int") {
+    return SymbolKind::kInt;
+  }
+  throw py::value_error(
+      "unknown shape symbol kind '" + name +
+      "' (expected 'size', 'stride' or 'int')");
+}
+
 int ShapeGuards::add_symbol(
-    const GuardManager& tensor,
-    bool stride,
+    const GuardManager& node,
+    SymbolKind kind,
     int64_t dim,
     std::string name) {
   if (dim < 0) {
     throw py::value_error(
         "add_shape_symbol: dim must be >= 0, got " + std::to_string(dim));
   }
-  symbols_.push_back({&tensor, stride, dim, std::move(name)});
+  symbols_.push_back({&node, kind, dim, std::move(name)});
   return static_cast<int>(symbols_.size()) - 1;
 }
 
@@ -147,14 +162,34 @@ bool ShapeGuards::read_symbols(
   bool ok = true;
   for (size_t i = 0; i < symbols_.size() && ok; ++i) {
     const Symbol& sym = symbols_[i];
-    if (sym.tensor != last_node) {
+    if (sym.node != last_node) {
       Py_XDECREF(last_value);
-      last_node = sym.tensor;
-      last_value = sym.tensor->read_value(frame);
+      last_node = sym.node;
+      last_value = sym.node->read_value(frame);
+    }
+    if (sym.kind == SymbolKind::kInt) {
+      if (last_value == nullptr || !PyLong_CheckExact(last_value)) {
+        if (error != nullptr) {
+          *error = sym.node->source() + " is not an int";
+        }
+        ok = false;
+        break;
+      }
+      int overflow = 0;
+      long long v = PyLong_AsLongLongAndOverflow(last_value, &overflow);
+      if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+        if (error != nullptr) {
+          *error = sym.node->source() + " does not fit in 64 bits";
+        }
+        ok = false;
+        break;
+      }
+      values[i] = v;
+      continue;
     }
     if (last_value == nullptr || !THPVariable_Check(last_value)) {
       if (error != nullptr) {
-        *error = sym.tensor->source() + " is not a tensor";
+        *error = sym.node->source() + " is not a tensor";
       }
       ok = false;
       break;
@@ -169,7 +204,7 @@ bool ShapeGuards::read_symbols(
         ok = false;
         break;
       }
-      std::optional<int64_t> v = sym.stride
+      std::optional<int64_t> v = sym.kind == SymbolKind::kStride
           ? t.sym_strides()[sym.dim].maybe_as_int()
           : t.sym_sizes()[sym.dim].maybe_as_int();
       if (!v) {

@@ -2,9 +2,9 @@
 // strides of an entry's input tensors that a trace with symbolic sizes relied
 // on (e.g. `2 <= s0`, `Eq(s1, 3*s0)`, `Eq(L['x'].stride()[0], s1)`).
 //
-// Owns: the symbols (each one size or stride of a tensor reached by a node of
-// the guard tree) and the checks, each a small integer program in reverse
-// Polish notation over the symbols and constants. The Python side
+// Owns: the symbols (each one size or stride of a tensor, or an int, reached
+// by a node of the guard tree) and the checks, each a small integer program in
+// reverse Polish notation over the symbols and constants. The Python side
 // (torch_plugin/capture/shape_guards.py) translates PyTorch's ShapeEnv guards
 // (sympy expressions) into these programs.
 //
@@ -51,6 +51,16 @@ enum class ShapeOp : uint8_t {
   kNot,
 };
 
+// What a symbol reads from its node's value.
+enum class SymbolKind : uint8_t {
+  kSize, // tensor.size(dim)
+  kStride, // tensor.stride(dim)
+  kInt, // the value itself, an int (exactly int: bool is not accepted)
+};
+
+// Parses "size", "stride" or "int"; throws pybind11::value_error otherwise.
+SymbolKind symbol_kind_from_name(const std::string& name);
+
 struct ShapeInstr {
   ShapeOp op;
   int64_t arg = 0; // the constant (kConst) or the symbol index (kSymbol)
@@ -63,12 +73,13 @@ ShapeOp shape_op_from_name(const std::string& name);
 
 class ShapeGuards {
  public:
-  // A symbol: `tensor`'s value's size(dim) (or stride(dim)). `tensor` is a node
-  // of the same tree (BORROWED; the tree outlives this object). `name` is
-  // printed in failure reasons, e.g. "L['x'].size()[0]". Returns its index.
+  // A symbol: the size(dim) or stride(dim) of the tensor at `node`, or the
+  // int at `node` (kInt; dim unused). `node` is a node of the same tree
+  // (BORROWED; the tree outlives this object). `name` is printed in failure
+  // reasons, e.g. "L['x'].size()[0]". Returns its index.
   int add_symbol(
-      const GuardManager& tensor,
-      bool stride,
+      const GuardManager& node,
+      SymbolKind kind,
       int64_t dim,
       std::string name);
 
@@ -99,8 +110,8 @@ class ShapeGuards {
 
  private:
   struct Symbol {
-    const GuardManager* tensor;
-    bool stride;
+    const GuardManager* node;
+    SymbolKind kind;
     int64_t dim;
     std::string name;
   };

@@ -9,7 +9,8 @@ every size that satisfies the entry's shape guards. Three things make a dimensio
 - *automatic dynamic* (the default, ``dynamic=None``): when a code object is compiled again
   and an input tensor (by source, e.g. ``L['x']``) has a different size in some dimension
   than at the previous compile of that code object, that dimension is dynamic from this
-  compile on. So a function called with batch sizes 1, 2, 3, ... compiles for 1 (static),
+  compile on. The same holds for int inputs (``L['n']``): an int that changed is a
+  symbolic int from then on (resume functions after a graph break receive sizes as ints). So a function called with batch sizes 1, 2, 3, ... compiles for 1 (static),
   then once more for 2 with a symbolic batch size that serves 3, 4, ... as well.
   ``dynamic=False`` turns this off (every new size recompiles).
 
@@ -91,6 +92,26 @@ class DimPolicy:
                 state[source_name] = merged
                 auto = [m is None for m in merged]
         return [auto[i] or i in marked for i in range(n)]
+
+    def dynamic_int(self, source_name: str, value: int) -> bool:
+        """Whether the int input at ``source_name`` is symbolic: with ``dynamic=True``, or
+        automatically once it had another value at a previous compile of this code (e.g. a
+        batch size passed to a resume function after a graph break)."""
+        if self.code is not None and self.code in _static_code:
+            return False
+        if self.dynamic is True:
+            return True
+        if self.dynamic is False or self.code is None:
+            return False
+        state = _frame_state.setdefault(self.code, {})
+        key = f"int:{source_name}"
+        prev = state.get(key)
+        if prev is None:
+            state[key] = [value]
+            return False
+        if prev[0] is not None and prev[0] != value:
+            state[key] = [None]
+        return state[key][0] is None
 
 
 def is_symbolic(value: Any) -> bool:

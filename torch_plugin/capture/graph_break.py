@@ -24,9 +24,11 @@ import types
 from typing import Any
 
 import bytecode as bc
+import torch
+import torch.fx
 
 from .bytecode_emission import CodeGen, assemble
-from .dynamic_shapes import specialize
+from .dynamic_shapes import is_symbolic, specialize
 from .exc import Unsupported, unimplemented
 from .resume_execution import ResumeSpec, live_locals, resume_code
 from .variables.base import BoundMethodVariable, VariableTracker
@@ -150,7 +152,10 @@ class Reconstructor:
                 unimplemented(f"cannot rebuild {var}")
             return
         if isinstance(var, ConstantVariable):
-            gen.load_const(specialize(var.value))
+            if var.source is not None and is_symbolic(var.value):
+                var.source.reconstruct(gen)  # a symbolic int input: the same value
+            else:
+                self._load_value(var.value)
             return
         if var.source is not None:  # the same object (mutations were replayed on it)
             var.source.reconstruct(gen)
@@ -218,6 +223,29 @@ class Reconstructor:
             gen.load_object(var.as_python_constant(), "obj")
             return
         unimplemented(f"cannot rebuild {var} after a graph break")
+
+    def _load_value(self, value: Any) -> None:
+        """A constant; its symbolic ints come from the graph's outputs (see
+        ``_symbolic_outputs``), so they keep their runtime value without a guard."""
+        gen = self.gen
+        pos = self.output_index.get(id(value)) if isinstance(value, torch.SymInt) else None
+        if pos is not None:
+            gen.load_fast(self.graph_out)
+            gen.load_const(pos)
+            gen.binary_subscr()
+            return
+        if type(value) in (tuple, torch.Size) and any(
+            id(v) in self.output_index for v in _symbolic_ints(value)
+        ):
+            if type(value) is torch.Size:
+                gen.load_global(gen.install_global(torch.Size, "size_cls"), push_null=True)
+            for v in value:
+                self._load_value(v)
+            gen._emit("BUILD_TUPLE", len(value))
+            if type(value) is torch.Size:
+                gen.call(1)
+            return
+        gen.load_const(specialize(value))
 
     def call_helper(self, fn: Any, args: list[VariableTracker]) -> None:
         gen = self.gen
@@ -310,6 +338,49 @@ def _dict_view(d, kind):
     return getattr(d, kind)()
 
 
+def _symbolic_ints(value: Any) -> list:
+    """The symbolic ints in a constant (a SymInt, or a tuple / torch.Size holding some)."""
+    if isinstance(value, torch.SymInt):
+        return [value] if is_symbolic(value) else []
+    if type(value) in (tuple, torch.Size):
+        return [s for v in value for s in _symbolic_ints(v)]
+    return []
+
+
+class _SymOutput:
+    """A graph output computing a symbolic int (``node``), next to the tensor outputs."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+
+
+def _symbolic_outputs(output, values: list[VariableTracker]) -> list[tuple[int, _SymOutput]]:
+    """(id of the SymInt, graph output) for every symbolic int the rebuilt stack and locals
+    hold: passing them out of the graph keeps them symbolic (the resume function receives
+    them as ints, dynamic from its second compile on) instead of specializing them."""
+    found: list[tuple[int, _SymOutput]] = []
+    seen: set[int] = set()
+
+    def visit(var: VariableTracker) -> None:
+        if id(var) in seen:
+            return
+        seen.add(id(var))
+        if isinstance(var, ConstantVariable):
+            if var.source is not None:
+                return  # an input: rebuilt from its source
+            for sym in _symbolic_ints(var.value):
+                node = output.sym_arg(sym)
+                if isinstance(node, torch.fx.Node):
+                    found.append((id(sym), _SymOutput(node)))
+            return
+        for child in _children(var):
+            visit(child)
+
+    for v in values:
+        visit(v)
+    return found
+
+
 def tensors_in(var: VariableTracker, out: list[TensorVariable], seen: set[int]) -> None:
     """Collect the tensor variables ``var`` holds (graph values to output)."""
     if id(var) in seen:
@@ -386,6 +457,13 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
         if id(t.node) not in index:
             index[id(t.node)] = len(unique)
             unique.append(t)
+    if output.has_dynamic_shapes():
+        from .symbolic_convert import NullVariable
+
+        values = [v for v in [*stack, *local_values.values()] if not isinstance(v, NullVariable)]
+        for key, sym_out in _symbolic_outputs(output, values):
+            index[key] = len(unique)
+            unique.append(sym_out)
     if not output.input_sources and not output.side_effects and not _has_ops(output):
         unimplemented("no tensor operation or tensor input before the break (runs unmodified)")
     compiled = compile_graph(unique)

@@ -111,6 +111,24 @@ class OutputGraph:
         self.guards.tensor_dynamic(source, dyn_sizes, dyn_strides)
         return fake
 
+    def dynamic_int_input(self, value: int, source: Source):
+        """A symbolic int for the int input at ``source`` when the policy makes it dynamic
+        (see ``DimPolicy.dynamic_int``), else None. Its graph input (a placeholder) is only
+        added if the graph uses it (``_expr_node``)."""
+        if not self.dim_policy.dynamic_int(source.name(), value):
+            return None
+        self._ensure_shape_env()
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+        sym = self.shape_env.create_unspecified_symint_and_symbol(
+            value, _ShapeSource(source.name()), DimDynamic.DYNAMIC
+        )
+        if not dynamic_shapes.is_symbolic(sym):  # 0 and 1 are specialized
+            return None
+        self.shape_bindings.append(Binding(source, "int", 0, sym.node.expr))
+        self._sym_nodes.setdefault(sym.node.expr, ("int", source, sym))
+        return sym
+
     def _ensure_shape_env(self) -> None:
         """Give the FakeTensorMode a ShapeEnv, on the first dynamic input only: a ShapeEnv
         costs ~20 ms to create (seconds for the first one in a process, which imports
@@ -159,6 +177,21 @@ class OutputGraph:
         cached = self._sym_nodes.get(expr)
         if isinstance(cached, torch.fx.Node):
             return cached
+        if isinstance(cached, tuple) and cached[0] == "int":  # an int input: a placeholder
+            _, source, sym = cached
+            last = self._last_placeholder()
+            name = self._unique(source.name())
+            with (
+                self.graph.inserting_after(last)
+                if last is not None
+                else self.graph.inserting_before(None)
+            ):
+                node = self.graph.placeholder(name)
+            node.meta["example_value"] = sym
+            self.input_sources.append(source)
+            self.example_inputs.append(int(sym.node.hint))
+            self._sym_nodes[expr] = node
+            return node
         if isinstance(cached, tuple):  # (input placeholder, dim): emit x.size(dim) once
             placeholder, dim = cached
             last = self._last_placeholder()
@@ -320,8 +353,10 @@ class OutputGraph:
         """
         import contextlib
 
-        if not self.shape_bindings or len(fake_args) < 2:
+        if not self.shape_bindings:
             return contextlib.nullcontext()
+        if len(fake_args) < 2:
+            return self._symbolic_context()
         if self._conv_targets is None:
             F = torch.nn.functional
             self._conv_targets = {
@@ -342,8 +377,20 @@ class OutputGraph:
             and w.is_contiguous()
             and x.is_contiguous()
         ):
-            return self.shape_env.suppress_guards()
-        return contextlib.nullcontext()
+            stack = contextlib.ExitStack()
+            stack.enter_context(self._symbolic_context())
+            stack.enter_context(self.shape_env.suppress_guards())
+            return stack
+        return self._symbolic_context()
+
+    def _symbolic_context(self):
+        """PyTorch's Python dispatcher, on when sizes are symbolic: composite ops (matmul,
+        ...) then decompose through their symbolic-size-aware Python decompositions instead
+        of C++ code that reads concrete sizes (which would specialize a symbol, e.g.
+        ``Eq(s0, 2)`` from a 4-d ``torch.matmul``). Dynamo does the same while tracing."""
+        from torch._dispatch.python import enable_python_dispatcher
+
+        return enable_python_dispatcher()
 
     def _wrap_result(self, tx, node: torch.fx.Node, example: Any) -> VariableTracker:
         from .variables.lists import ListVariable, NamedTupleVariable, TupleVariable
@@ -427,13 +474,16 @@ class OutputGraph:
 
 @dataclasses.dataclass(frozen=True)
 class _ShapeSource(torch._guards.Source):
-    """Names a graph input for the ShapeEnv (its symbols print as this source's sizes)."""
+    """Names a graph input for the ShapeEnv (its symbols print as this source's sizes).
+    torch 2.11's ``Source`` derives ``name`` from ``_name_template`` (a cached property)."""
 
     source_name: str
 
-    def name(self) -> str:
+    @property
+    def _name_template(self) -> str:
         return self.source_name
 
+    @property
     def guard_source(self):
         return torch._guards.GuardSource.LOCAL
 

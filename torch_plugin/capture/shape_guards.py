@@ -34,7 +34,8 @@ class ShapeGuardUnsupported(Exception):
 
 @dataclasses.dataclass
 class Binding:
-    """``source``'s size(dim) (``kind == "size"``) or stride(dim) equals ``expr``."""
+    """``source``'s size(dim) (``kind == "size"``), stride(dim) (``"stride"``) or, for an
+    int input, its value (``"int"``) equals ``expr``."""
 
     source: Any
     kind: str
@@ -42,6 +43,8 @@ class Binding:
     expr: sympy.Expr
 
     def name(self) -> str:
+        if self.kind == "int":
+            return self.source.name()
         return f"{self.source.name()}.{self.kind}()[{self.dim}]"
 
 
@@ -178,7 +181,7 @@ def add_shape_guards(root, node_for, shape_env, bindings: list[Binding]) -> list
     for rel, text in collect(shape_env, bindings):
         checks.append((_program(rel, symbols), text))
     for b, index in reads:
-        got = root.add_shape_symbol(node_for(b.source), b.kind == "stride", b.dim, b.name())
+        got = root.add_shape_symbol(node_for(b.source), b.kind, b.dim, b.name())
         assert got == index, (got, index)
     for prog, text in checks:
         root.add_shape_check(prog, text)

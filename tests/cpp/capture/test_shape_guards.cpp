@@ -57,9 +57,12 @@ TEST_F(ShapeGuardsTest, ReadsSizesAndStridesAndChecksRelations) {
   RootGuardManager root;
   GuardManager& x = root.local(0, "L['x']");
   GuardManager& y = root.local(1, "L['y']");
-  int s0 = root.shape_guards().add_symbol(x, false, 0, "L['x'].size()[0]");
-  int s1 = root.shape_guards().add_symbol(y, false, 0, "L['y'].size()[0]");
-  int st = root.shape_guards().add_symbol(x, true, 0, "L['x'].stride()[0]");
+  int s0 = root.shape_guards().add_symbol(
+      x, SymbolKind::kSize, 0, "L['x'].size()[0]");
+  int s1 = root.shape_guards().add_symbol(
+      y, SymbolKind::kSize, 0, "L['y'].size()[0]");
+  int st = root.shape_guards().add_symbol(
+      x, SymbolKind::kStride, 0, "L['x'].stride()[0]");
   // 2 <= s0
   root.shape_guards().add_check(
       {op(ShapeOp::kConst, 2), op(ShapeOp::kSymbol, s0), op(ShapeOp::kLe)},
@@ -96,7 +99,8 @@ TEST_F(ShapeGuardsTest, ReadsSizesAndStridesAndChecksRelations) {
 TEST_F(ShapeGuardsTest, NotATensorOrTooFewDimensionsFails) {
   RootGuardManager root;
   GuardManager& x = root.local(0, "L['x']");
-  int s = root.shape_guards().add_symbol(x, false, 1, "L['x'].size()[1]");
+  int s = root.shape_guards().add_symbol(
+      x, SymbolKind::kSize, 1, "L['x'].size()[1]");
   root.shape_guards().add_check(
       {op(ShapeOp::kSymbol, s), op(ShapeOp::kConst, 2), op(ShapeOp::kGe)},
       "L['x'].size()[1] >= 2");
@@ -113,7 +117,8 @@ TEST_F(ShapeGuardsTest, NotATensorOrTooFewDimensionsFails) {
 TEST_F(ShapeGuardsTest, FloorDivAndModFollowPython) {
   RootGuardManager root;
   GuardManager& x = root.local(0, "L['x']");
-  int s = root.shape_guards().add_symbol(x, false, 0, "L['x'].size()[0]");
+  int s = root.shape_guards().add_symbol(
+      x, SymbolKind::kSize, 0, "L['x'].size()[0]");
   // (-s // 4) == -2 holds for s in 5..8 (Python rounds toward -inf).
   root.shape_guards().add_check(
       {op(ShapeOp::kSymbol, s),
@@ -138,10 +143,27 @@ TEST_F(ShapeGuardsTest, FloorDivAndModFollowPython) {
   EXPECT_FALSE(root.check(frame({randn({4})}))); // -4 // 4 == -1
 }
 
+TEST_F(ShapeGuardsTest, IntSymbolsReadExactInts) {
+  RootGuardManager root;
+  GuardManager& n = root.local(0, "L['n']");
+  int s = root.shape_guards().add_symbol(n, SymbolKind::kInt, 0, "L['n']");
+  root.shape_guards().add_check(
+      {op(ShapeOp::kSymbol, s), op(ShapeOp::kConst, 2), op(ShapeOp::kGe)},
+      "2 <= L['n']");
+  EXPECT_TRUE(root.check(frame({py::int_(7)})));
+  EXPECT_FALSE(root.check(frame({py::int_(1)})));
+  EXPECT_FALSE(root.check(frame({py::bool_(true)})));
+  EXPECT_FALSE(root.check(frame({py::float_(3.0)})));
+  EXPECT_FALSE(root.check(frame({py::eval("10 ** 30")})));
+  EXPECT_FALSE(PyErr_Occurred());
+  EXPECT_THROW(symbol_kind_from_name("value"), py::value_error);
+}
+
 TEST_F(ShapeGuardsTest, DivisionByZeroFailsTheCheck) {
   RootGuardManager root;
   GuardManager& x = root.local(0, "L['x']");
-  int s = root.shape_guards().add_symbol(x, false, 0, "L['x'].size()[0]");
+  int s = root.shape_guards().add_symbol(
+      x, SymbolKind::kSize, 0, "L['x'].size()[0]");
   root.shape_guards().add_check(
       {op(ShapeOp::kConst, 8),
        op(ShapeOp::kSymbol, s),
@@ -157,7 +179,7 @@ TEST_F(ShapeGuardsTest, DivisionByZeroFailsTheCheck) {
 TEST_F(ShapeGuardsTest, MalformedProgramsAreRejected) {
   RootGuardManager root;
   GuardManager& x = root.local(0, "L['x']");
-  root.shape_guards().add_symbol(x, false, 0, "L['x'].size()[0]");
+  root.shape_guards().add_symbol(x, SymbolKind::kSize, 0, "L['x'].size()[0]");
   EXPECT_THROW(
       root.shape_guards().add_check({op(ShapeOp::kAdd)}, "pops nothing"),
       py::value_error);

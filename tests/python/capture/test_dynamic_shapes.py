@@ -233,3 +233,40 @@ def test_bert_layer_batch_sweep_compiles_at_most_twice():
             torch.testing.assert_close(opt(h, mask)[0], layer(h, mask)[0], rtol=1e-4, atol=1e-5)
     assert stats.graphs_compiled <= 2
     assert stats.frames_failed == 0
+
+
+@torch_plugin.disable
+def _not_captured(t):
+    return t
+
+
+def test_sizes_stay_symbolic_across_a_graph_break():
+    """A size held in a local across a graph break is passed out of the graph (not
+    specialized), and the resume function takes it as an int that becomes symbolic."""
+
+    def f(x):
+        n = x.size(0)
+        y = x * 2
+        y = _not_captured(y)  # graph break
+        return y.view(n, -1) + n
+
+    opt = torch_plugin.optimize("eager")(f)
+    make = lambda n: (torch.randn(n, 3, 2),)  # noqa: E731
+    run_sweep(opt, f, make, [1, 2])
+    compiled = stats.graphs_compiled
+    run_sweep(opt, f, make, [3, 7, 12, 5])
+    assert stats.graphs_compiled == compiled  # sizes 3.. reuse the entries made at size 2
+    assert stats.graph_breaks
+
+
+def test_int_argument_becomes_symbolic_after_it_changes():
+    def f(x, n):
+        return x.reshape(n, -1) * n
+
+    opt = torch_plugin.optimize("eager")(f)
+    for n in (2, 4, 8, 16):
+        x = torch.randn(n * 6)
+        torch.testing.assert_close(opt(x, n), f(x, n))
+    assert stats.graphs_compiled == 2
+    with pytest.raises(RuntimeError):
+        opt(torch.randn(10), 3)  # as in eager: 10 is not a multiple of 3

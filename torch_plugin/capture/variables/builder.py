@@ -108,6 +108,23 @@ def wrap_value(tx, value: Any, source: Source | None) -> VariableTracker:
     ) or isinstance(value, type):
         guards.id_match(source, value)
         return _wrap_callable(tx, value, source)
+    if type(value) is int and source is not None:
+        symbolic = tx.output.dynamic_int_input(value, source)
+        if symbolic is not None:
+            guards.type_match(source, value)
+            return ConstantVariable(symbolic, source)
+    if (
+        type(value) in (tuple, torch.Size)
+        and source is not None
+        and value
+        and all(type(v) is int for v in value)
+        and tx.output.dim_policy.dynamic is not False
+    ):
+        # A shape passed in (e.g. to a resume function after a graph break): each int is
+        # its own input, so the ones that change become symbolic (see dynamic_int_input).
+        guards.len_match(source, value)
+        items = [wrap_value(tx, v, ItemSource(source, i)) for i, v in enumerate(value)]
+        return ConstantVariable(type(value)(v.as_python_constant() for v in items), source)
     if is_immutable(value):
         if isinstance(value, (type(None), bool, enum.Enum, types.CodeType)):
             guards.id_match(source, value)
