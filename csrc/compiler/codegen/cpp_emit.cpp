@@ -27,10 +27,15 @@ static inline uint16_t tp_store_bf16(float f) {
   return f != f ? static_cast<uint16_t>(0x7fc0u) : static_cast<uint16_t>(rounded);
 }
 static inline float tp_round_bf16(float f) { return tp_load_bf16(tp_store_bf16(f)); }
-// Cephes expf: exp(x) = 2^n * exp(r), r = x - n ln2 in [-ln2/2, ln2/2].
+// Cephes expf: exp(x) = 2^n * exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; 2^n is
+// applied as 2^(n/2) * 2^(n - n/2) so that results near overflow and in the
+// denormal range are right; overflows to inf, underflows to 0, keeps NaN. No
+// branch or select: loops calling it vectorize.
 static inline float tp_exp(float x) {
-  const float c = std::min(std::max(x, -87.3365478515625f), 88.3762626647949f);
-  const float n = std::floor(c * 1.44269504088896341f + 0.5f);
+  const float c = std::min(std::max(x, -104.0f), 88.8f);
+  // n = round(c / ln2) by the 1.5 * 2^23 trick (no floorf call; its bits also give n as int).
+  const float magic = c * 1.44269504088896341f + 12582912.0f;
+  const float n = magic - 12582912.0f;
   const float r = c - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -39,11 +44,16 @@ static inline float tp_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  const float e = y * scale;
-  return x < -87.3365478515625f ? 0.0f : (x > 88.3762626647949f ? INFINITY : (x != x ? x : e));
+  int32_t ni;
+  std::memcpy(&ni, &magic, 4);
+  ni -= 0x4B400000;
+  const int32_t n1 = ni >> 1;
+  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23;
+  const uint32_t b2 = static_cast<uint32_t>(ni - n1 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4);
+  std::memcpy(&s2, &b2, 4);
+  return y * s1 * s2;  // NaN in, NaN out: c, n, r and y are NaN
 }
 static inline float tp_sigmoid(float x) { return 1.0f / (1.0f + tp_exp(-x)); }
 static inline float tp_tanh(float x) {
