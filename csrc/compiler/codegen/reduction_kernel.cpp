@@ -551,7 +551,8 @@ class Generator {
         std::string x;
         {
           std::ostringstream pre;
-          emit_full(t.deps[0], pre, done);
+          if (!terms_[t.deps[0]].outer)
+            emit_full(t.deps[0], pre, done);
           inner << pre.str();
           x = terms_[t.deps[0]].outer ? name_of(t.deps[0])
                                       : "t" + std::to_string(t.deps[0]);

@@ -303,3 +303,31 @@ def test_layer_norm_training_gradients_match(compile_plugin, assert_close):
     assert_close(xs[0].grad, xs[1].grad)
     assert_close(m.norm.weight.grad, m_ref.norm.weight.grad, rtol=1e-4, atol=1e-4)
     assert_close(m.norm.bias.grad, m_ref.norm.bias.grad, rtol=1e-4, atol=1e-4)
+
+
+EDGE_CASES = {
+    "softmax_over_size1_dim": (lambda x: torch.softmax(x * 2, 1), lambda: torch.randn(4, 1, 5)),
+    "sum_over_size1_dim": (
+        lambda x: (x * 2).sum(1, keepdim=True) + 1,
+        lambda: torch.randn(4, 1, 5),
+    ),
+    "one_element": (lambda x: (x * 2).sum() + 1, lambda: torch.randn(1, 1)),
+    "var_of_one_element": (lambda x: (x * 2).var(1), lambda: torch.randn(4, 1)),
+    "layer_norm_2d_shape": (
+        lambda x: F.layer_norm(x * 2, (5, 6)),
+        lambda: torch.randn(3, 5, 6),
+    ),
+    "softmax_all_minus_inf_row": (
+        lambda x: torch.softmax(x + 0, -1),
+        lambda: torch.cat([torch.full((1, 4), float("-inf")), torch.randn(2, 4)]),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_reduction_edge_cases(name, graphs, compile_plugin):
+    fn, make = EDGE_CASES[name]
+    c = compile_plugin(fn, make())
+    assert "kernel fused_" in graphs[0].describe()
+    x = make()
+    torch.testing.assert_close(c(x), fn(x), rtol=1e-4, atol=1e-5, equal_nan=True)
