@@ -208,7 +208,12 @@ class Generator {
         const int e = expr("tp_exp(" + ref(d) + ")", {d});
         const int s = reduce(Kind::kSum, e);
         if (op == "aten::_softmax") {
-          set(n, 0, expr("(" + ref(e) + " / " + ref(s) + ")", {e, s}), "full");
+          // exp(x - max) * (1 / sum), as ATen's vectorized CPU softmax.
+          const int inv = expr("(1.0f / " + ref(s) + ")", {s});
+          set(n,
+              0,
+              expr("(" + ref(e) + " * " + ref(inv) + ")", {e, inv}),
+              "full");
         } else {
           const int ls = expr("std::log(" + ref(s) + ")", {s});
           set(n,
