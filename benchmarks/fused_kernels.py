@@ -17,6 +17,12 @@ side by side in one process: the first call (compile, caches as found) and the m
 ``--runs`` calls after 3 warm-up calls. The machine may be shared: numbers are rough.
 
     python3 benchmarks/fused_kernels.py [--runs 20] [--threads N]
+    python3 benchmarks/fused_kernels.py --single-ops [--runs 20]
+
+``--single-ops``: one reduction/norm op alone, as the generated kernel vs the same graph with
+``TORCH_PLUGIN_FUSION=0`` (an ATen call in the executor) vs eager, on one thread, timed as
+process CPU time (minimum over ``--runs`` calls): robust on a shared, overloaded machine,
+where wall-clock medians only show the scheduler's time slices.
 """
 
 from __future__ import annotations
@@ -67,6 +73,55 @@ def cases() -> dict:
     }
 
 
+def single_op_cases() -> dict:
+    return {
+        "sum(-1) 4096x1024": (lambda x: x.sum(-1), (torch.randn(4096, 1024),)),
+        "sum(0) 4096x1024": (lambda x: x.sum(0), (torch.randn(4096, 1024),)),
+        "mean(2,3) channels_last 8x256x28x28": (
+            lambda x: x.mean((2, 3)),
+            (torch.randn(8, 256, 28, 28).to(memory_format=torch.channels_last),),
+        ),
+        "var(-1) 4096x768": (lambda x: x.var(-1), (torch.randn(4096, 768),)),
+        "layer_norm 4096x768": (
+            lambda x, w, b: F.layer_norm(x, (768,), w, b),
+            (torch.randn(4096, 768), torch.randn(768), torch.randn(768)),
+        ),
+        "log_softmax(-1) 4096x1000": (
+            lambda x: torch.log_softmax(x, -1),
+            (torch.randn(4096, 1000),),
+        ),
+        "sum() 4M": (lambda x: x.sum(), (torch.randn(4 * 1024 * 1024),)),
+    }
+
+
+def cpu_time(fn, args, runs: int) -> float:
+    for _ in range(3):
+        fn(*args)
+    times = []
+    for _ in range(runs):
+        t0 = time.process_time()
+        fn(*args)
+        times.append(time.process_time() - t0)
+    return min(times)
+
+
+def single_ops(runs: int) -> None:
+    torch.set_num_threads(1)  # also the generated kernels' OpenMP (one libgomp per process)
+    print(f"torch {torch.__version__}, 1 thread, process CPU time, min of {runs} runs\n")
+    print("| op | eager ms | plugin, ATen call (fusion off) ms | plugin, generated kernel ms |")
+    print("|---|---|---|---|")
+    with torch.no_grad():
+        for name, (fn, args) in single_op_cases().items():
+            row = [cpu_time(fn, args, runs)]
+            for fusion in ("0", "1"):
+                os.environ["TORCH_PLUGIN_FUSION"] = fusion
+                torch_plugin.reset()
+                opt = torch_plugin.optimize("plugin")(fn)
+                torch.testing.assert_close(opt(*args), fn(*args), rtol=1e-4, atol=1e-3)
+                row.append(cpu_time(opt, args, runs))
+            print(f"| {name} | " + " | ".join(f"{v * 1e3:.3f}" for v in row) + " |")
+
+
 def measure(fn, args, runs: int) -> tuple[float, float]:
     t0 = time.perf_counter()
     fn(*args)
@@ -85,7 +140,11 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--single-ops", action="store_true")
     a = p.parse_args()
+    if a.single_ops:
+        single_ops(a.runs)
+        return
     if a.threads:
         torch.set_num_threads(a.threads)
     print(

@@ -442,28 +442,68 @@ class Generator {
 
   // A loop nest over R (and the vector dim) around `inner`; `reductions` name
   // the accumulators for the simd clause (case A).
+  // A loop nest over R (and the vector dim) around `inner`. Case A (reduced
+  // inner dim): `clauses` are the innermost loop's simd reduction clauses,
+  // `pre` and `post` run around each run of the innermost loop (partial sums,
+  // added to the row's accumulators), and an innermost loop longer than kBlock
+  // runs in blocks of kBlock: a two-level cascade that keeps fp32 sums of long
+  // rows accurate (error ~ eps * (sqrt(kBlock) + sqrt(n / kBlock)) instead of
+  // eps * sqrt(n)).
+  static constexpr int64_t kBlock = 4096;
   void emit_r_loops(
       std::ostream& os,
       const std::string& inner,
-      const std::string& clauses) {
+      const std::string& clauses,
+      const std::string& pre = "",
+      const std::string& post = "") {
     std::string indent = "    ";
-    for (size_t d = 0; d < rdims_.size(); ++d) {
-      if (!has_vec_ && d + 1 == rdims_.size())
-        os << "#pragma omp simd" << clauses << "\n";
+    if (has_vec_ || rdims_.empty()) {
+      for (const LoopDim& d : rdims_) {
+        const std::string r = "r" + std::to_string(&d - rdims_.data());
+        os << indent << "for (int64_t " << r << " = 0; " << r << " < " << d.size
+           << "; ++" << r << ") {\n";
+        indent += "  ";
+      }
+      os << pre;
+      if (has_vec_)
+        os << "#pragma omp simd\n"
+           << indent << "for (int64_t v = 0; v < vn; ++v) {\n";
+      else
+        os << indent << "{\n";
+      os << inner << indent << "}\n" << post;
+      for (size_t d = rdims_.size(); d-- > 0;) {
+        indent.resize(indent.size() - 2);
+        os << indent << "}\n";
+      }
+      return;
+    }
+    const size_t last = rdims_.size() - 1;
+    for (size_t d = 0; d < last; ++d) {
       os << indent << "for (int64_t r" << d << " = 0; r" << d << " < "
          << rdims_[d].size << "; ++r" << d << ") {\n";
       indent += "  ";
     }
-    if (has_vec_) {
-      os << "#pragma omp simd\n"
-         << indent << "for (int64_t v = 0; v < vn; ++v) {\n";
-    } else if (rdims_.empty()) {
-      os << indent << "{\n";
+    const int64_t n = rdims_[last].size;
+    const std::string r = "r" + std::to_string(last);
+    std::string begin = "0", end = std::to_string(n);
+    if (n > kBlock) {
+      os << indent << "for (int64_t blk = 0; blk < " << n
+         << "; blk += " << kBlock << ") {\n";
+      indent += "  ";
+      begin = "blk";
+      end = "std::min<int64_t>(blk + " + std::to_string(kBlock) + ", " +
+          std::to_string(n) + ")";
     }
-    os << inner;
-    if (has_vec_ || rdims_.empty())
+    os << pre << "#pragma omp simd" << clauses << "\n"
+       << indent << "for (int64_t " << r << " = " << begin << "; " << r << " < "
+       << end << "; ++" << r << ") {\n"
+       << inner << indent << "}\n"
+       << post;
+    if (n > kBlock) {
+      indent.resize(indent.size() - 2);
       os << indent << "}\n";
-    for (size_t d = rdims_.size(); d-- > 0;) {
+    }
+    for (size_t d = last; d-- > 0;) {
       indent.resize(indent.size() - 2);
       os << indent << "}\n";
     }
@@ -542,7 +582,7 @@ class Generator {
     }
     emit_outer(0, src);
     for (int s = 1; s <= stages; ++s) {
-      std::ostringstream inner;
+      std::ostringstream inner, pre, post;
       std::set<int> done;
       std::string sums, maxes, nans;
       for (size_t id = 0; id < terms_.size(); ++id) {
@@ -578,8 +618,16 @@ class Generator {
             src << "    int n" << id << " = 0;\n";
         }
         if (t.kind == Kind::kSum) {
-          inner << "        " << av << " += " << x << ";\n";
-          sums += (sums.empty() ? "" : ",") + a;
+          if (has_vec_) {
+            inner << "        " << av << " += " << x << ";\n";
+          } else {
+            // Partial sum of one run of the innermost loop (see emit_r_loops).
+            const std::string ps = "p" + std::to_string(id);
+            inner << "        " << ps << " += " << x << ";\n";
+            pre << "    float " << ps << " = 0.0f;\n";
+            post << "    " << a << " += " << ps << ";\n";
+            sums += (sums.empty() ? "" : ",") + ps;
+          }
         } else {
           const std::string nv =
               "n" + std::to_string(id) + (has_vec_ ? "[v]" : "");
@@ -595,7 +643,7 @@ class Generator {
         clauses += " reduction(+:" + sums + ")";
       if (!maxes.empty())
         clauses += " reduction(max:" + maxes + ") reduction(|:" + nans + ")";
-      emit_r_loops(src, inner.str(), clauses);
+      emit_r_loops(src, inner.str(), clauses, pre.str(), post.str());
       emit_outer(s, src);
     }
     // Final pass: full-level outputs.

@@ -331,3 +331,16 @@ def test_reduction_edge_cases(name, graphs, compile_plugin):
     assert "kernel fused_" in graphs[0].describe()
     x = make()
     torch.testing.assert_close(c(x), fn(x), rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", [(3, 100003), (1 << 22,)], ids=str)
+def test_long_sums_stay_accurate(shape, graphs, compile_plugin):
+    def fn(x):
+        return (x + 1.0).sum(-1)
+
+    c = compile_plugin(fn, torch.randn(shape))
+    assert "kernel fused_" in graphs[0].describe()
+    x = torch.randn(shape)
+    want = (x.double() + 1.0).sum(-1)
+    # fp32 with blocked (two-level) accumulation: within a few fp32 ulps of the sum's size.
+    torch.testing.assert_close(c(x).double(), want, rtol=2e-6, atol=0)
