@@ -581,6 +581,37 @@ class Generator {
           << vec_.size << " - chunk * " << chunk_ << ");\n";
     }
     emit_outer(0, src);
+    // A full-level fp32 output computed from the argument X of a reduction in
+    // the last pass (softmax: exp(x - max) * (1 / sum)) stores X into the
+    // output in that pass and reads it back in the final pass instead of
+    // recomputing it.
+    std::map<int, size_t> cached; // term X -> output index
+    for (size_t i = 0; i < outputs_.size() && stages > 0; ++i) {
+      const auto& [t, full] = outputs_[i];
+      if (!full || terms_[t].outer ||
+          operands_[i].dtype != c10::ScalarType::Float)
+        continue;
+      std::set<int> closure;
+      std::vector<int> work = {t};
+      while (!work.empty()) {
+        int id = work.back();
+        work.pop_back();
+        if (terms_[id].outer || !closure.insert(id).second)
+          continue;
+        for (int d : terms_[id].deps)
+          work.push_back(d);
+      }
+      for (int id : needed_) {
+        const Term& r = terms_[id];
+        if ((r.kind != Kind::kSum && r.kind != Kind::kMax) || r.stage != stages)
+          continue;
+        const int x = r.deps[0];
+        if (x != t && closure.count(x) && !cached.count(x)) {
+          cached[x] = i;
+          break;
+        }
+      }
+    }
     for (int s = 1; s <= stages; ++s) {
       std::ostringstream inner, pre, post;
       std::set<int> done;
@@ -638,6 +669,16 @@ class Generator {
           nans += (nans.empty() ? "" : ",") + ("n" + std::to_string(id));
         }
       }
+      if (s == stages) {
+        for (const auto& [x, i] : cached)
+          inner << "        "
+                << store_stmt(
+                       c10::ScalarType::Float,
+                       operands_[i].ptr,
+                       offset(static_cast<int>(i), true),
+                       "t" + std::to_string(x))
+                << "\n";
+      }
       std::string clauses;
       if (!sums.empty())
         clauses += " reduction(+:" + sums + ")";
@@ -649,6 +690,11 @@ class Generator {
     // Final pass: full-level outputs.
     std::ostringstream inner, outer_stores;
     std::set<int> done;
+    for (const auto& [x, i] : cached) {
+      inner << "        const float t" << x << " = " << operands_[i].ptr << "["
+            << offset(static_cast<int>(i), true) << "];\n";
+      done.insert(x);
+    }
     bool any_full = false;
     for (size_t i = 0; i < outputs_.size(); ++i) {
       const auto& [t, full] = outputs_[i];
