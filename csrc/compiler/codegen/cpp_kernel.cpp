@@ -1,6 +1,8 @@
-// cpp_kernel.cpp: the C++ code generator for pointwise fusion groups (see cpp_kernel.h).
+// cpp_kernel.cpp: the C++ code generator for pointwise fusion groups (see
+// cpp_kernel.h).
 #include "compiler/codegen/cpp_kernel.h"
 
+#include "compiler/codegen/cpp_emit.h"
 #include "compiler/codegen/pointwise_ops.h"
 
 #include <c10/util/Exception.h>
@@ -11,119 +13,139 @@
 #include <unordered_map>
 
 namespace torch_plugin::compiler {
-namespace {
 
-std::string literal(const AttrValue& v) {
-  std::ostringstream os;
-  os.precision(9);
-  if (auto* i = std::get_if<int64_t>(&v)) os << *i << ".0f";
-  else if (auto* d = std::get_if<double>(&v)) os << std::scientific << *d << "f";
-  else if (auto* b = std::get_if<bool>(&v)) os << (*b ? "1.0f" : "0.0f");
-  else TORCH_CHECK(false, "codegen: no literal for ", to_string(v));
-  return os.str();
-}
-
-// Strides of `v` broadcast to `rank` dimensions of `sizes` (0 where broadcast).
-std::vector<int64_t> broadcast_strides(const Value* v, const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> out(sizes.size(), 0);
-  size_t offset = sizes.size() - v->sizes.size();
-  for (size_t i = 0; i < v->sizes.size(); ++i) {
-    out[offset + i] = v->sizes[i] == 1 && sizes[offset + i] != 1 ? 0 : v->strides[i];
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string generate_pointwise_kernel(const Node& group, const std::string& name) {
+std::string generate_pointwise_kernel(
+    const Node& group,
+    const std::string& name) {
   const Graph& body = *group.body;
   const Value* out = group.outputs[0];
   const size_t rank = out->sizes.size();
-  // Operand strides: output first, then inputs, aligned to the output's dims.
-  std::vector<std::vector<int64_t>> strides = {out->strides};
-  for (const Value* in : group.inputs) strides.push_back(broadcast_strides(in, out->sizes));
+  const size_t num_out = group.outputs.size();
+  // Operand strides: outputs first, then inputs, aligned to the first output's
+  // dims (all outputs of a pointwise group have the same sizes).
+  std::vector<std::vector<int64_t>> strides;
+  for (const Value* o : group.outputs) {
+    TORCH_CHECK(
+        o->sizes == out->sizes,
+        "codegen: pointwise group outputs differ in sizes");
+    strides.push_back(o->strides);
+  }
+  for (const Value* in : group.inputs)
+    strides.push_back(broadcast_strides(in->sizes, in->strides, out->sizes));
 
   // Loop order: the output's memory order (largest stride outermost).
   std::vector<size_t> order(rank);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return out->strides[a] > out->strides[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return out->strides[a] > out->strides[b];
+  });
   std::vector<int64_t> sizes;
   std::vector<std::vector<int64_t>> st(strides.size());
   for (size_t d : order) {
-    if (out->sizes[d] == 1) continue;
+    if (out->sizes[d] == 1)
+      continue;
     bool merge = !sizes.empty();
     for (size_t k = 0; merge && k < strides.size(); ++k)
       merge = st[k].back() == strides[k][d] * out->sizes[d];
     if (merge) {
       sizes.back() *= out->sizes[d];
-      for (size_t k = 0; k < strides.size(); ++k) st[k].back() = strides[k][d];
+      for (size_t k = 0; k < strides.size(); ++k)
+        st[k].back() = strides[k][d];
       continue;
     }
     sizes.push_back(out->sizes[d]);
-    for (size_t k = 0; k < strides.size(); ++k) st[k].push_back(strides[k][d]);
+    for (size_t k = 0; k < strides.size(); ++k)
+      st[k].push_back(strides[k][d]);
   }
   if (sizes.empty()) {
     sizes.push_back(1);
-    for (auto& s : st) s.push_back(0);
+    for (auto& s : st)
+      s.push_back(0);
   }
   const size_t loops = sizes.size();
   const int64_t inner = sizes.back();
   int64_t rows = 1;
-  for (size_t i = 0; i + 1 < loops; ++i) rows *= sizes[i];
+  for (size_t i = 0; i + 1 < loops; ++i)
+    rows *= sizes[i];
 
   // Expressions of the body's values.
   std::unordered_map<const Value*, std::string> expr;
   std::ostringstream compute;
   for (size_t i = 0; i < body.inputs().size(); ++i) {
-    expr[body.inputs()[i]] = "in" + std::to_string(i) + "[o" + std::to_string(i + 1) + " + j * " +
-                             std::to_string(st[i + 1].back()) + "]";
+    const size_t k = num_out + i;
+    expr[body.inputs()[i]] = load_expr(
+        group.inputs[i]->dtype,
+        "in" + std::to_string(i),
+        "o" + std::to_string(k) + " + j * " + std::to_string(st[k].back()));
   }
   int tmp = 0;
   for (const auto& owned : body.node_list()) {
     const Node& n = *owned;
     std::vector<std::string> operands;
     for (const Arg& a : n.args) {
-      if (a.kind == Arg::Kind::kTensor) operands.push_back(expr.at(n.inputs[a.inputs[0]]));
-      else if (std::holds_alternative<std::monostate>(a.value) ||
-               std::holds_alternative<std::string>(a.value))
+      if (a.kind == Arg::Kind::kTensor)
+        operands.push_back(expr.at(n.inputs[a.inputs[0]]));
+      else if (
+          std::holds_alternative<std::monostate>(a.value) ||
+          std::holds_alternative<std::string>(a.value))
         operands.push_back("0.0f");
-      else operands.push_back(literal(a.value));
+      else
+        operands.push_back(float_literal(a.value));
     }
     auto e = pointwise_expression(n, operands);
-    TORCH_CHECK(e.has_value(), "codegen: no expression for ", n.qualified_name());
+    TORCH_CHECK(
+        e.has_value(), "codegen: no expression for ", n.qualified_name());
     std::string t = "t" + std::to_string(tmp++);
     compute << "      const float " << t << " = " << *e << ";\n";
     expr[n.outputs[0]] = t;
   }
 
   std::ostringstream src;
-  src << "// fusion group: " << body.num_nodes() << " ops, output f32";
-  for (int64_t s : out->sizes) src << " " << s;
-  src << "\n#include <algorithm>\n#include <cmath>\n#include <cstdint>\n\n";
+  src << "// fusion group: " << body.num_nodes() << " pointwise ops, "
+      << num_out << " output(s) of sizes";
+  for (int64_t s : out->sizes)
+    src << " " << s;
+  src << "\n" << kernel_preamble() << "\n";
   src << "extern \"C\" void " << name << "(void** args) {\n";
-  src << "  float* __restrict out = static_cast<float*>(args[0]);\n";
+  for (size_t i = 0; i < num_out; ++i) {
+    const std::string t = c_type(group.outputs[i]->dtype);
+    src << "  " << t << "* __restrict out" << i << " = static_cast<" << t
+        << "*>(args[" << i << "]);\n";
+  }
   for (size_t i = 0; i < group.inputs.size(); ++i) {
-    src << "  const float* __restrict in" << i << " = static_cast<const float*>(args[" << i + 1
-        << "]);\n";
+    const std::string t = c_type(group.inputs[i]->dtype);
+    src << "  const " << t << "* __restrict in" << i << " = static_cast<const "
+        << t << "*>(args[" << num_out + i << "]);\n";
   }
   src << "#pragma omp parallel for if(" << rows * inner << " > 32768)\n";
   src << "  for (int64_t r = 0; r < " << rows << "; ++r) {\n";
   src << "    int64_t rest = r;\n";
-  for (size_t k = 0; k < strides.size(); ++k) src << "    int64_t o" << k << " = 0;\n";
+  for (size_t k = 0; k < strides.size(); ++k)
+    src << "    int64_t o" << k << " = 0;\n";
   for (size_t d = loops - 1; d-- > 0;) {
-    src << "    { const int64_t i = rest % " << sizes[d] << "; rest /= " << sizes[d] << ";";
+    src << "    { const int64_t i = rest % " << sizes[d]
+        << "; rest /= " << sizes[d] << ";";
     for (size_t k = 0; k < strides.size(); ++k) {
-      if (st[k][d] != 0) src << " o" << k << " += i * " << st[k][d] << ";";
+      if (st[k][d] != 0)
+        src << " o" << k << " += i * " << st[k][d] << ";";
     }
     src << " }\n";
   }
   src << "#pragma omp simd\n";
   src << "    for (int64_t j = 0; j < " << inner << "; ++j) {\n";
   src << compute.str();
-  src << "      out[o0 + j * " << st[0].back() << "] = " << expr.at(body.outputs()[0]) << ";\n";
+  for (size_t i = 0; i < num_out; ++i) {
+    src << "      "
+        << store_stmt(
+               group.outputs[i]->dtype,
+               "out" + std::to_string(i),
+               "o" + std::to_string(i) + " + j * " +
+                   std::to_string(st[i].back()),
+               expr.at(body.outputs()[i]))
+        << "\n";
+  }
   src << "    }\n  }\n}\n";
   return src.str();
 }
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

@@ -8,11 +8,15 @@
 namespace torch_plugin::compiler {
 
 // The source of one kernel `extern "C" void <name>(void** args)` computing the
-// fusion group `group` (a node whose body holds the fused ops): args[0] is the
-// output, args[1..] the group's inputs in order, each with the sizes and
-// strides its IR value has. The loop nest follows the output's memory order,
-// with adjacent dimensions coalesced; the outer loop runs under OpenMP, the
-// inner one is contiguous where the operands are, so the compiler vectorizes it.
-std::string generate_pointwise_kernel(const Node& group, const std::string& name);
+// pointwise fusion group `group` (a node whose body holds the fused ops; its
+// outputs all have the same sizes): args[0..outputs) are the outputs, then the
+// group's inputs in order, each with the sizes, strides and dtype (float32 or
+// bfloat16; computed in fp32) its IR value has. The loop nest follows the
+// output's memory order, with adjacent dimensions coalesced; the outer loop
+// runs under OpenMP, the inner one is contiguous where the operands are, so the
+// compiler vectorizes it.
+std::string generate_pointwise_kernel(
+    const Node& group,
+    const std::string& name);
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

@@ -1,9 +1,13 @@
-// pointwise_ops.cpp: ATen pointwise op -> C++ expression, one table entry per op.
+// pointwise_ops.cpp: ATen pointwise op -> C++ expression, one table entry per
+// op.
 //
 // Each entry: the op's qualified name and a template in which $0, $1, ... stand
 // for the expressions of schema arguments 0, 1, ...; arithmetic in float.
 // Semantics follow ATen's CPU kernels (e.g. gelu uses erf, relu propagates NaN
 // like max would not: we use x > 0 ? x : 0 only where ATen does the same).
+// exp, sigmoid and silu use the preamble's vectorizable tp_exp (cpp_emit.cpp).
+// aten::_to_copy between float32 and bfloat16 is a pointwise op too: to bf16 it
+// rounds (tp_round_bf16), to float it is the identity.
 #include "compiler/codegen/pointwise_ops.h"
 
 #include <map>
@@ -25,10 +29,10 @@ const std::map<std::string, std::string>& table() {
       {"aten::div.Scalar", "($0 / $1)"},
       {"aten::neg", "(-$0)"},
       {"aten::relu", "std::max($0, 0.0f)"},
-      {"aten::sigmoid", "(1.0f / (1.0f + std::exp(-$0)))"},
-      {"aten::silu", "($0 / (1.0f + std::exp(-$0)))"},
+      {"aten::sigmoid", "tp_sigmoid($0)"},
+      {"aten::silu", "($0 * tp_sigmoid($0))"},
       {"aten::tanh", "std::tanh($0)"},
-      {"aten::exp", "std::exp($0)"},
+      {"aten::exp", "tp_exp($0)"},
       {"aten::log", "std::log($0)"},
       {"aten::sqrt", "std::sqrt($0)"},
       {"aten::rsqrt", "(1.0f / std::sqrt($0))"},
@@ -41,25 +45,77 @@ const std::map<std::string, std::string>& table() {
       {"aten::clamp_min", "std::max($0, (float)$1)"},
       {"aten::clamp_max", "std::min($0, (float)$1)"},
       {"aten::hardtanh", "std::min(std::max($0, (float)$1), (float)$2)"},
-      {"aten::hardswish", "($0 * std::min(std::max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
-      {"aten::hardsigmoid", "(std::min(std::max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
-      {"aten::gelu", "(0.5f * $0 * (1.0f + std::erf($0 * 0.70710678118654752f)))"},
+      {"aten::hardswish",
+       "($0 * std::min(std::max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
+      {"aten::hardsigmoid",
+       "(std::min(std::max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
+      {"aten::gelu",
+       "(0.5f * $0 * (1.0f + std::erf($0 * 0.70710678118654752f)))"},
+      {"aten::_to_copy", "$0"},
   };
   return t;
 }
 
-}  // namespace
+// _to_copy is pointwise only as a float32 <-> bfloat16 conversion on the same
+// device and layout (arguments: self, dtype, layout, device, pin_memory,
+// non_blocking, memory_format).
+bool is_dtype_conversion(const Node& n) {
+  if (n.op != "aten::_to_copy" || n.args.size() < 7 || n.outputs.size() != 1)
+    return false;
+  for (size_t i : {2, 3, 4}) {
+    const AttrValue& v = n.args[i].value;
+    if (std::holds_alternative<std::monostate>(v))
+      continue;
+    if (i == 2 && std::get_if<int64_t>(&v) && std::get<int64_t>(v) == 0)
+      continue; // strided
+    if (i == 3 && std::get_if<std::string>(&v) &&
+        std::get<std::string>(v) == "cpu")
+      continue;
+    if (i == 4 && std::get_if<bool>(&v) && !std::get<bool>(v))
+      continue;
+    return false;
+  }
+  return true;
+}
 
-bool is_fusible_pointwise(const Node& n) { return table().count(n.qualified_name()) > 0; }
+} // namespace
 
-std::optional<std::string> pointwise_expression(const Node& n,
-                                                const std::vector<std::string>& operands) {
+bool is_fusible_pointwise(const Node& n) {
+  if (n.op == "aten::_to_copy")
+    return is_dtype_conversion(n);
+  return table().count(n.qualified_name()) > 0;
+}
+
+std::optional<std::string> pointwise_expression(
+    const Node& n,
+    const std::vector<std::string>& operands) {
   auto it = table().find(n.qualified_name());
-  if (it == table().end()) return std::nullopt;
-  if (n.op == "aten::gelu" && std::get<std::string>(n.const_arg(1)) != "none") return std::nullopt;
-  if (n.op == "aten::clamp_min" || n.op == "aten::clamp_max" || n.op == "aten::hardtanh") {
+  if (it == table().end())
+    return std::nullopt;
+  if (n.op == "aten::gelu") {
+    const std::string& approximate = std::get<std::string>(n.const_arg(1));
+    if (approximate == "tanh") {
+      // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as ATen's
+      // GeluType::Tanh.
+      const std::string& x = operands.at(0);
+      return "(0.5f * " + x +
+          " * (1.0f + std::tanh(0.79788456080286535588f * (" + x +
+          " + 0.044715f * " + x + " * " + x + " * " + x + "))))";
+    }
+    if (approximate != "none")
+      return std::nullopt;
+  }
+  if (n.op == "aten::_to_copy") {
+    if (!is_dtype_conversion(n))
+      return std::nullopt;
+    if (n.outputs[0]->dtype == c10::ScalarType::BFloat16)
+      return "tp_round_bf16(" + operands.at(0) + ")";
+  }
+  if (n.op == "aten::clamp_min" || n.op == "aten::clamp_max" ||
+      n.op == "aten::hardtanh") {
     for (size_t i = 1; i < n.args.size(); ++i) {
-      if (std::holds_alternative<std::monostate>(n.args[i].value)) return std::nullopt;
+      if (std::holds_alternative<std::monostate>(n.args[i].value))
+        return std::nullopt;
     }
   }
   std::string out;
@@ -67,7 +123,8 @@ std::optional<std::string> pointwise_expression(const Node& n,
   for (size_t i = 0; i < t.size(); ++i) {
     if (t[i] == '$' && i + 1 < t.size() && isdigit(t[i + 1])) {
       size_t k = t[++i] - '0';
-      if (k >= operands.size()) return std::nullopt;
+      if (k >= operands.size())
+        return std::nullopt;
       out += operands[k];
     } else {
       out += t[i];
@@ -76,4 +133,4 @@ std::optional<std::string> pointwise_expression(const Node& n,
   return out;
 }
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

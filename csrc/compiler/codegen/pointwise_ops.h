@@ -14,9 +14,10 @@ namespace torch_plugin::compiler {
 // (`operands[i]` is the C++ expression for argument i when it is a tensor, or
 // its literal when it is a number). nullopt when the op (or this use of it,
 // e.g. gelu with an unknown approximation) is not in the table.
-std::optional<std::string> pointwise_expression(const Node& n,
-                                                const std::vector<std::string>& operands);
+std::optional<std::string> pointwise_expression(
+    const Node& n,
+    const std::vector<std::string>& operands);
 // Whether `n` is in the table (cheap pre-check for the fusion pass).
 bool is_fusible_pointwise(const Node& n);
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

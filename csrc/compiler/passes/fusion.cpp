@@ -1,128 +1,488 @@
 // fusion.cpp: pass "fusion".
 //
-// Groups chains of pointwise ATen ops (those in codegen/pointwise_ops.cpp) into
-// fusion groups: a node joins the group of an input's producer when that
-// producer is fusible, its output has this node as its only user and the same
-// sizes. Groups are therefore trees with one output, and merging can never
-// create a cycle. Each group of two or more ops becomes one
-// torch_plugin::fused node whose body holds the ops and whose "source" attribute
-// holds the generated C++ kernel (codegen/cpp_kernel.cpp). fp32 only for now;
-// single ops stay ATen calls (already vectorized; nothing to save).
+// Groups fp32/bf16 pointwise ATen ops (codegen/pointwise_ops.cpp), reductions
+// (aten::sum.dim_IntList, mean.dim, amax, var.correction) and row-wise ops
+// (aten::_softmax, _log_softmax, native_layer_norm) into fusion groups, each
+// becoming one torch_plugin::fused node whose body holds the ops and whose
+// "source" attribute holds the generated C++ kernel.
+//
+// A group is either pointwise (all members have the same output sizes) or a
+// reduction group with a domain: sizes F and reduced dims R, shared by all its
+// reductions and row-wise ops (see codegen/reduction_kernel.h). Each member
+// value has a level: "full" (sizes F), "outer" or "outer_keep" (one value per
+// kept index, without or with the reduced dims as size 1). Nodes are visited in
+// graph order; a node joins the group(s) of its operands' producers when:
+//   - pointwise: its sizes are those of its in-group operands at the outer
+//   level
+//     (an epilogue: sum(x) * 2), or F (a prologue, x * y before a sum; or a
+//     consumer of reduced values, x * rsqrt(mean(x^2) + eps)). A non-keepdim
+//     reduced value is broadcast into F only when R are F's leading dims (so
+//     that right-aligned broadcasting lines it up with the kept dims);
+//   - reduction / row-wise op: its input is a full-level value of a pointwise
+//     group of sizes F, or of a reduction group with the same F and R;
+// and no node already visited outside the group uses a member's output (that
+// node runs before the group, so joining would need a value the group makes
+// after it: this also rules out every cycle). Several operand groups merge
+// when their domains agree. A member output used outside the group, or by the
+// graph, becomes an output of the group. Groups with a reduction, and pointwise
+// groups of two or more ops, become kernels; a lone pointwise op stays an ATen
+// call (already vectorized; nothing to save).
 #include "compiler/passes/pass.h"
 
+#include "compiler/codegen/cpp_emit.h"
 #include "compiler/codegen/cpp_kernel.h"
 #include "compiler/codegen/pointwise_ops.h"
+#include "compiler/codegen/reduction_kernel.h"
 
+#include <algorithm>
 #include <iostream>
+#include <optional>
+#include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace torch_plugin::compiler {
 namespace {
 
-bool fusible(const Node* n) {
-  if (n->outputs.size() != 1 || !is_fusible_pointwise(*n)) return false;
-  if (n->outputs[0]->dtype != c10::ScalarType::Float) return false;
-  for (const Value* in : n->inputs) {
-    if (in->dtype != c10::ScalarType::Float) return false;
-  }
-  // Every non-tensor argument must be a number, bool or string (gelu's approximate).
-  for (const Arg& a : n->args) {
-    if (a.kind == Arg::Kind::kTensorList) return false;
-  }
+enum class Level { kFull, kOuter, kOuterKeep };
+
+const char* level_name(Level l) {
+  return l == Level::kFull ? "full"
+                           : (l == Level::kOuter ? "outer" : "outer_keep");
+}
+
+struct Domain {
+  std::vector<int64_t> sizes; // F
+  std::vector<int64_t> reduce; // R, sorted; empty for a pointwise group
+};
+
+struct Group {
+  std::vector<Node*> members;
+  Domain domain;
+  bool alive = true;
+};
+
+bool tensor_dtypes_ok(const Node& n) {
+  for (const Value* v : n.inputs)
+    if (!kernel_dtype(v->dtype))
+      return false;
+  for (const Value* v : n.outputs)
+    if (!kernel_dtype(v->dtype))
+      return false;
+  for (const Arg& a : n.args)
+    if (a.kind == Arg::Kind::kTensorList)
+      return false;
   return true;
 }
 
-Node* make_group(Graph& g, const std::vector<Node*>& members, int index) {
-  Node* root = members.back();
-  std::vector<Value*> inputs;
-  std::unordered_map<const Value*, Value*> inner;  // outer value -> body value
-  auto body = std::make_shared<Graph>();
-  std::unordered_map<const Node*, bool> in_group;
-  for (Node* m : members) in_group[m] = true;
-  for (Node* m : members) {
-    for (Value* in : m->inputs) {
-      if ((in->producer && in_group.count(in->producer)) || inner.count(in)) continue;
-      inputs.push_back(in);
-      inner[in] = body->add_input(in->dtype, in->sizes, in->strides, in->device);
+bool pointwise(const Node& n) {
+  if (n.outputs.size() != 1 || n.inputs.empty() || !is_fusible_pointwise(n) ||
+      !tensor_dtypes_ok(n))
+    return false;
+  std::vector<std::string> dummy(n.args.size(), "x");
+  return pointwise_expression(n, dummy).has_value();
+}
+
+std::optional<std::vector<int64_t>> normalize_dims(
+    const AttrValue& v,
+    size_t rank) {
+  std::set<int64_t> dims;
+  if (std::holds_alternative<std::monostate>(v)) {
+    for (size_t d = 0; d < rank; ++d)
+      dims.insert(static_cast<int64_t>(d));
+  } else if (auto* list = std::get_if<std::vector<int64_t>>(&v)) {
+    if (list->empty())
+      for (size_t d = 0; d < rank; ++d)
+        dims.insert(static_cast<int64_t>(d));
+    for (int64_t d : *list) {
+      if (d < 0)
+        d += static_cast<int64_t>(rank);
+      if (d < 0 || d >= static_cast<int64_t>(rank))
+        return std::nullopt;
+      dims.insert(d);
+    }
+  } else if (auto* one = std::get_if<int64_t>(&v)) {
+    int64_t d = *one < 0 ? *one + static_cast<int64_t>(rank) : *one;
+    if (d < 0 || d >= static_cast<int64_t>(rank))
+      return std::nullopt;
+    dims.insert(d);
+  } else {
+    return std::nullopt;
+  }
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
+// The domain of a reduction or row-wise op, and the levels of its outputs.
+struct ReductionInfo {
+  Domain domain;
+  std::vector<Level> levels;
+};
+
+std::optional<ReductionInfo> reduction_info(const Node& n) {
+  const std::string q = n.qualified_name();
+  static const std::set<std::string> kOps = {
+      "aten::sum.dim_IntList",
+      "aten::mean.dim",
+      "aten::amax",
+      "aten::var.correction",
+      "aten::_softmax",
+      "aten::_log_softmax",
+      "aten::native_layer_norm"};
+  if (!kOps.count(q) || !tensor_dtypes_ok(n) || n.args.empty() ||
+      n.args[0].kind != Arg::Kind::kTensor)
+    return std::nullopt;
+  const Value* x = n.tensor_arg(0);
+  if (x->sizes.empty() || x->numel() == 0)
+    return std::nullopt;
+  const size_t rank = x->sizes.size();
+  ReductionInfo info;
+  info.domain.sizes = x->sizes;
+  auto keepdim_level = [&](size_t arg) {
+    return std::get<bool>(n.const_arg(arg)) ? Level::kOuterKeep : Level::kOuter;
+  };
+  std::optional<std::vector<int64_t>> dims;
+  if (n.op == "aten::sum" || n.op == "aten::mean") {
+    if (!std::holds_alternative<std::monostate>(n.const_arg(3)))
+      return std::nullopt; // dtype
+    dims = normalize_dims(n.const_arg(1), rank);
+    info.levels = {keepdim_level(2)};
+  } else if (n.op == "aten::amax") {
+    dims = normalize_dims(n.const_arg(1), rank);
+    info.levels = {keepdim_level(2)};
+  } else if (n.op == "aten::var") {
+    const AttrValue& c = n.const_arg(2);
+    if (!std::holds_alternative<std::monostate>(c) &&
+        !std::get_if<int64_t>(&c) && !std::get_if<double>(&c))
+      return std::nullopt;
+    dims = normalize_dims(n.const_arg(1), rank);
+    info.levels = {keepdim_level(3)};
+  } else if (n.op == "aten::_softmax" || n.op == "aten::_log_softmax") {
+    if (std::get<bool>(n.const_arg(2)))
+      return std::nullopt; // half_to_float
+    dims = normalize_dims(n.const_arg(1), rank);
+    info.levels = {Level::kFull};
+  } else { // native_layer_norm(input, normalized_shape, weight?, bias?, eps)
+    const auto* shape = std::get_if<std::vector<int64_t>>(&n.const_arg(1));
+    if (!shape || shape->empty() || shape->size() > rank)
+      return std::nullopt;
+    for (size_t i : {2, 3}) {
+      if (n.args[i].kind == Arg::Kind::kConst &&
+          !std::holds_alternative<std::monostate>(n.args[i].value))
+        return std::nullopt;
+    }
+    if (!std::get_if<double>(&n.const_arg(4)))
+      return std::nullopt;
+    std::vector<int64_t> d;
+    for (size_t i = rank - shape->size(); i < rank; ++i)
+      d.push_back(static_cast<int64_t>(i));
+    dims = d;
+    info.levels = {Level::kFull, Level::kOuterKeep, Level::kOuterKeep};
+  }
+  if (!dims)
+    return std::nullopt;
+  info.domain.reduce = *dims;
+  return info;
+}
+
+class Fusion {
+ public:
+  explicit Fusion(Graph& g) : g_(g) {
+    size_t pos = 0;
+    for (const auto& n : g.node_list())
+      pos_[n.get()] = pos++;
+  }
+
+  void group_nodes() {
+    for (Node* n : g_.nodes()) {
+      if (auto info = reduction_info(*n)) {
+        add_reduction(n, *info);
+      } else if (pointwise(*n)) {
+        add_pointwise(n);
+      }
     }
   }
-  for (Node* m : members) {
-    std::vector<Value*> ins;
-    for (Value* in : m->inputs) ins.push_back(inner.at(in));
-    Node* c = body->create_node(m->op, m->overload, ins, m->args, 1);
-    const Value* o = m->outputs[0];
-    Graph::set_type(c->outputs[0], o->dtype, o->sizes, o->strides, o->device);
-    inner[o] = c->outputs[0];
+
+  bool build(const PassOptions& options) {
+    bool changed = false;
+    int index = 0;
+    for (Group& grp : groups_) {
+      if (!grp.alive || grp.members.empty())
+        continue;
+      if (grp.domain.reduce.empty() && grp.members.size() < 2)
+        continue;
+      std::sort(
+          grp.members.begin(),
+          grp.members.end(),
+          [&](const Node* a, const Node* b) { return pos_[a] < pos_[b]; });
+      Node* node = make_group(grp, index++);
+      const bool reduction = !grp.domain.reduce.empty();
+      std::string source = reduction
+          ? generate_reduction_kernel(*node, "kernel")
+          : generate_pointwise_kernel(*node, "kernel");
+      node->attrs["source"] = source;
+      if (options.log_kernels) {
+        std::cerr << "[torch_plugin kernels] "
+                  << std::get<std::string>(node->attrs["name"]) << ":\n"
+                  << node->body->str() << source << std::endl;
+      }
+      changed = true;
+    }
+    return changed;
   }
-  body->set_outputs({inner.at(root->outputs[0])});
-  std::vector<Arg> args;
-  for (size_t i = 0; i < inputs.size(); ++i) args.push_back(Arg::tensor(static_cast<int64_t>(i)));
-  Node* group = g.create_node("torch_plugin::fused", "default", inputs, args, 1, root);
-  const Value* o = root->outputs[0];
-  Graph::set_type(group->outputs[0], o->dtype, o->sizes, o->strides, o->device);
-  group->body = body;
-  group->attrs["name"] = std::string("fused_") + std::to_string(index);
-  g.replace_all_uses(root->outputs[0], group->outputs[0]);
-  for (auto it = members.rbegin(); it != members.rend(); ++it) g.erase_node(*it);
-  return group;
-}
+
+ private:
+  int group_of(const Value* v) const {
+    if (!v->producer)
+      return -1;
+    auto it = group_of_.find(v->producer);
+    return it == group_of_.end() ? -1 : it->second;
+  }
+
+  // No node visited before `n`, outside the groups `u` (and not `n`), uses one
+  // of their members' outputs.
+  bool can_join(const Node* n, const std::vector<int>& u) const {
+    for (int gid : u) {
+      for (const Node* m : groups_[gid].members) {
+        for (const Value* out : m->outputs) {
+          for (const Use& use : out->uses) {
+            if (use.user == n)
+              continue;
+            auto it = group_of_.find(use.user);
+            const bool inside = it != group_of_.end() &&
+                std::find(u.begin(), u.end(), it->second) != u.end();
+            if (!inside && pos_.at(use.user) < pos_.at(n))
+              return false;
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  // The domain of the groups `u` merged, if they agree.
+  std::optional<Domain> merged_domain(const std::vector<int>& u) const {
+    Domain d = groups_[u[0]].domain;
+    for (int gid : u) {
+      const Domain& o = groups_[gid].domain;
+      if (o.sizes != d.sizes)
+        return std::nullopt;
+      if (o.reduce.empty())
+        continue;
+      if (!d.reduce.empty() && d.reduce != o.reduce)
+        return std::nullopt;
+      d.reduce = o.reduce;
+    }
+    return d;
+  }
+
+  // The level of pointwise `n` in a group of domain `d` made of the groups `u`.
+  std::optional<Level> pointwise_level(
+      const Node* n,
+      const Domain& d,
+      const std::vector<int>& u) const {
+    const std::vector<int64_t>& sizes = n->outputs[0]->sizes;
+    if (d.reduce.empty()) {
+      if (sizes != d.sizes)
+        return std::nullopt;
+      return Level::kFull;
+    }
+    std::vector<const Value*> outer;
+    bool any_full = false;
+    for (const Value* in : n->inputs) {
+      int gid = group_of(in);
+      if (gid < 0 || std::find(u.begin(), u.end(), gid) == u.end())
+        continue;
+      Level l = level_.at(in);
+      if (l == Level::kFull)
+        any_full = true;
+      else
+        outer.push_back(in);
+    }
+    if (!any_full && !outer.empty()) {
+      const Level l = level_.at(outer[0]);
+      bool same = true;
+      for (const Value* v : outer)
+        same &= level_.at(v) == l && v->sizes == sizes;
+      if (same)
+        return l;
+    }
+    if (sizes != d.sizes)
+      return std::nullopt;
+    bool leading = true;
+    for (size_t i = 0; i < d.reduce.size(); ++i)
+      leading &= d.reduce[i] == static_cast<int64_t>(i);
+    for (const Value* v : outer) {
+      if (level_.at(v) == Level::kOuter && !leading)
+        return std::nullopt;
+    }
+    return Level::kFull;
+  }
+
+  void join(
+      Node* n,
+      const std::vector<int>& u,
+      const Domain& d,
+      const std::vector<Level>& levels) {
+    int primary = u[0];
+    Group& grp = groups_[primary];
+    for (size_t i = 1; i < u.size(); ++i) {
+      Group& o = groups_[u[i]];
+      for (Node* m : o.members)
+        group_of_[m] = primary;
+      grp.members.insert(grp.members.end(), o.members.begin(), o.members.end());
+      o.members.clear();
+      o.alive = false;
+    }
+    grp.domain = d;
+    grp.members.push_back(n);
+    group_of_[n] = primary;
+    for (size_t i = 0; i < n->outputs.size(); ++i)
+      level_[n->outputs[i]] = levels[i];
+  }
+
+  void start(Node* n, const Domain& d, const std::vector<Level>& levels) {
+    groups_.push_back({{}, d, true});
+    join(n, {static_cast<int>(groups_.size()) - 1}, d, levels);
+  }
+
+  void add_pointwise(Node* n) {
+    std::vector<int> candidates;
+    for (const Value* in : n->inputs) {
+      int gid = group_of(in);
+      if (gid >= 0 &&
+          std::find(candidates.begin(), candidates.end(), gid) ==
+              candidates.end())
+        candidates.push_back(gid);
+    }
+    std::vector<int> u;
+    std::optional<Domain> dom;
+    std::optional<Level> level;
+    for (int gid : candidates) {
+      std::vector<int> trial = u;
+      trial.push_back(gid);
+      auto d = merged_domain(trial);
+      if (!d)
+        continue;
+      auto l = pointwise_level(n, *d, trial);
+      if (!l || !can_join(n, trial))
+        continue;
+      u = trial;
+      dom = d;
+      level = l;
+    }
+    if (u.empty()) {
+      start(n, {n->outputs[0]->sizes, {}}, {Level::kFull});
+    } else {
+      join(n, u, *dom, {*level});
+    }
+  }
+
+  void add_reduction(Node* n, const ReductionInfo& info) {
+    const Value* x = n->tensor_arg(0);
+    int gid = group_of(x);
+    bool others_inside = false;
+    for (size_t i = 1; i < n->inputs.size(); ++i)
+      others_inside |= n->inputs[i] != x && group_of(n->inputs[i]) == gid;
+    if (gid >= 0 && !others_inside && level_.at(x) == Level::kFull) {
+      const Domain& d = groups_[gid].domain;
+      const bool fits = d.sizes == info.domain.sizes &&
+          (d.reduce.empty() || d.reduce == info.domain.reduce);
+      if (fits && can_join(n, {gid})) {
+        join(n, {gid}, info.domain, info.levels);
+        return;
+      }
+    }
+    start(n, info.domain, info.levels);
+  }
+
+  Node* make_group(const Group& grp, int index) {
+    const std::vector<Node*>& members = grp.members;
+    std::unordered_set<const Node*> in_group(members.begin(), members.end());
+    std::vector<Value*> inputs;
+    std::unordered_map<const Value*, Value*> inner; // outer value -> body value
+    auto body = std::make_shared<Graph>();
+    for (Node* m : members) {
+      for (Value* in : m->inputs) {
+        if ((in->producer && in_group.count(in->producer)) || inner.count(in))
+          continue;
+        inputs.push_back(in);
+        inner[in] =
+            body->add_input(in->dtype, in->sizes, in->strides, in->device);
+      }
+    }
+    std::vector<Value*> outputs;
+    std::vector<Value*> body_outputs;
+    for (Node* m : members) {
+      std::vector<Value*> ins;
+      for (Value* in : m->inputs)
+        ins.push_back(inner.at(in));
+      Node* c = body->create_node(
+          m->op, m->overload, ins, m->args, m->outputs.size());
+      c->attrs["level"] = std::string(level_name(level_.at(m->outputs[0])));
+      for (size_t i = 0; i < m->outputs.size(); ++i) {
+        const Value* o = m->outputs[i];
+        Graph::set_type(
+            c->outputs[i], o->dtype, o->sizes, o->strides, o->device);
+        inner[o] = c->outputs[i];
+        bool external = g_.is_output(o);
+        for (const Use& use : o->uses)
+          external |= !in_group.count(use.user);
+        if (external) {
+          outputs.push_back(m->outputs[i]);
+          body_outputs.push_back(c->outputs[i]);
+        }
+      }
+    }
+    body->set_outputs(body_outputs);
+    std::vector<Arg> args;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      args.push_back(Arg::tensor(static_cast<int64_t>(i)));
+    Node* node = g_.create_node(
+        "torch_plugin::fused",
+        "default",
+        inputs,
+        args,
+        outputs.size(),
+        members.back());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const Value* o = outputs[i];
+      Graph::set_type(
+          node->outputs[i], o->dtype, o->sizes, o->strides, o->device);
+    }
+    node->body = body;
+    node->attrs["name"] = std::string("fused_") + std::to_string(index);
+    if (!grp.domain.reduce.empty()) {
+      node->attrs["domain"] = grp.domain.sizes;
+      node->attrs["reduce_dims"] = grp.domain.reduce;
+    }
+    for (size_t i = 0; i < outputs.size(); ++i)
+      g_.replace_all_uses(outputs[i], node->outputs[i]);
+    for (auto it = members.rbegin(); it != members.rend(); ++it)
+      g_.erase_node(*it);
+    return node;
+  }
+
+  Graph& g_;
+  std::unordered_map<const Node*, size_t> pos_;
+  std::unordered_map<const Node*, int> group_of_;
+  std::unordered_map<const Value*, Level> level_;
+  std::vector<Group> groups_;
+};
 
 bool run(Graph& g, const PassOptions& options) {
-  if (!options.fusion) return false;
-  std::unordered_map<const Node*, int> group_of;
-  std::vector<std::vector<Node*>> groups;
-  for (Node* n : g.nodes()) {
-    if (!fusible(n)) continue;
-    int gid = -1;
-    for (Value* in : n->inputs) {
-      Node* p = in->producer;
-      if (!p || !group_of.count(p) || in->uses.size() != 1 || g.is_output(in) ||
-          in->sizes != n->outputs[0]->sizes)
-        continue;
-      int pg = group_of[p];
-      if (gid < 0) {
-        gid = pg;
-        continue;
-      }
-      if (pg == gid) continue;
-      for (Node* m : groups[pg]) group_of[m] = gid;  // merge pg into gid
-      groups[gid].insert(groups[gid].end(), groups[pg].begin(), groups[pg].end());
-      groups[pg].clear();
-    }
-    if (gid < 0) {
-      gid = static_cast<int>(groups.size());
-      groups.emplace_back();
-    }
-    groups[gid].push_back(n);
-    group_of[n] = gid;
-  }
-  // Members in graph order (merges may have interleaved them).
-  std::unordered_map<const Node*, size_t> position;
-  size_t pos = 0;
-  for (const auto& n : g.node_list()) position[n.get()] = pos++;
-  bool changed = false;
-  int index = 0;
-  for (auto& members : groups) {
-    if (members.size() < 2) continue;
-    std::sort(members.begin(), members.end(),
-              [&](const Node* a, const Node* b) { return position[a] < position[b]; });
-    Node* group = make_group(g, members, index++);
-    std::string source = generate_pointwise_kernel(*group, "kernel");
-    group->attrs["source"] = source;
-    if (options.log_kernels) {
-      std::cerr << "[torch_plugin kernels] " << std::get<std::string>(group->attrs["name"])
-                << ":\n" << group->body->str() << source << std::endl;
-    }
-    changed = true;
-  }
-  return changed;
+  if (!options.fusion)
+    return false;
+  Fusion f(g);
+  f.group_nodes();
+  return f.build(options);
 }
 
-}  // namespace
+} // namespace
 
 const PassInfo kFusion = {
     "fusion",
-    "Groups chains of fp32 pointwise ops into fusion groups with generated C++/OpenMP kernels.",
+    "Groups fp32/bf16 pointwise ops, reductions, softmax and layer norms into fusion groups "
+    "with generated C++/OpenMP kernels.",
     run};
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

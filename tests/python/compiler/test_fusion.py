@@ -54,3 +54,104 @@ def test_kernels_cached_on_disk(compile_plugin, assert_close):
     after = _C._compiler.kernel_cache_stats()
     assert after["compiled"] == mid["compiled"]
     assert_close(c(x), g(x))
+
+
+@pytest.fixture(name="graphs")
+def _graphs(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every CompiledGraph built during the test."""
+    from torch_plugin.compiler import compile as compile_mod
+
+    built: list = []
+    init = compile_mod.CompiledGraph.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
+    return built
+
+
+def kernel_steps(graphs: list) -> list[str]:
+    assert len(graphs) == 1
+    return [s for s in graphs[0].describe().splitlines() if "kernel fused_" in s]
+
+
+@pytest.mark.parametrize("fn", [chain, silu_chain])
+def test_bf16_pointwise_chain(fn, graphs, compile_plugin, assert_close):
+    def make():
+        return (
+            torch.randn(33, 65).bfloat16(),
+            torch.randn(65, 33).bfloat16().t(),
+            torch.randn(65).bfloat16(),
+        )
+
+    c = compile_plugin(fn, *make())
+    # One kernel; tanh(b) of the broadcast input alone may stay an ATen call.
+    assert len(kernel_steps(graphs)) == 1
+    for _ in range(2):
+        args = make()
+        got = c(*args)
+        assert got.dtype == torch.bfloat16
+        # fp32 compute from the same bf16 inputs, rounded once: what the kernel does.
+        want = fn(*(a.float() for a in args)).bfloat16()
+        assert_close(got.float(), want.float(), rtol=1.6e-2, atol=1e-2)
+
+
+def test_bf16_store_rounds_to_nearest_even(compile_plugin):
+    def fn(x, y):
+        return (x + y).bfloat16()
+
+    # x + y lands on bf16 rounding ties and near-ties; the kernel must round like c10.
+    x = torch.randn(4099)
+    c = compile_plugin(fn, x, x)
+    x = torch.randn(4099)
+    y = (torch.arange(4099) % 3 - 1).float() * 2.0**-9
+    assert torch.equal(c(x, y), fn(x, y))
+
+
+def test_multi_output_pointwise_group(graphs, compile_plugin, assert_close):
+    def fn(x, y):
+        h = torch.relu(x * y)
+        return h + 1.0, h.sigmoid() * 2.0, h
+
+    def make():
+        return torch.randn(31, 17), torch.randn(17)
+
+    c = compile_plugin(fn, *make())
+    assert len(kernel_steps(graphs)) == 1
+    assert "fallback" not in graphs[0].describe()
+    for _ in range(2):
+        args = make()
+        assert_close(c(*args), fn(*args))
+
+
+def test_gelu_tanh_and_dtype_conversions_fuse(graphs, compile_plugin, assert_close):
+    def fn(x):
+        y = torch.nn.functional.gelu(x.float() * 1.5, approximate="tanh")
+        return y.bfloat16(), y.exp()
+
+    def make():
+        return (torch.randn(9, 70) * 3).bfloat16()
+
+    c = compile_plugin(fn, make())
+    assert len(kernel_steps(graphs)) == 1
+    assert "fallback" not in graphs[0].describe()
+    for _ in range(2):
+        x = make()
+        got, want = c(x), fn(x)
+        assert got[0].dtype == torch.bfloat16
+        assert_close(got[0].float(), want[0].float(), rtol=1e-2, atol=1e-2)
+        assert_close(got[1], want[1])
+
+
+def test_exp_matches_eager_over_its_range(compile_plugin):
+    def fn(x):
+        return torch.exp(x * 1.0) + 0.0
+
+    x = torch.randn(100005)
+    c = compile_plugin(fn, x)
+    x = torch.linspace(-110.0, 95.0, 100000)
+    x = torch.cat([x, torch.tensor([float("-inf"), float("inf"), float("nan"), 0.0, 88.7])])
+    # 2e-6 relative (a few ulp); denormal results (below 1.2e-38) to within 1e-40.
+    torch.testing.assert_close(c(x), fn(x), rtol=2e-6, atol=1e-40, equal_nan=True)

@@ -1,0 +1,133 @@
+// cpp_emit.cpp: shared pieces of generated C++ (see cpp_emit.h).
+#include "compiler/codegen/cpp_emit.h"
+
+#include <c10/util/Exception.h>
+
+#include <sstream>
+
+namespace torch_plugin::compiler {
+
+const std::string& kernel_preamble() {
+  static const std::string s = R"(#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+static inline float tp_load_bf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// Round to nearest-even, as c10::BFloat16 (round_to_nearest_even).
+static inline uint16_t tp_store_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return f != f ? static_cast<uint16_t>(0x7fc0u) : static_cast<uint16_t>(rounded);
+}
+static inline float tp_round_bf16(float f) { return tp_load_bf16(tp_store_bf16(f)); }
+// Cephes expf: exp(x) = 2^n * exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; 2^n is
+// applied as 2^(n/2) * 2^(n - n/2) so that results near overflow and in the
+// denormal range are right; overflows to inf, underflows to 0, keeps NaN. No
+// branch or select: loops calling it vectorize.
+static inline float tp_exp(float x) {
+  const float c = std::min(std::max(x, -104.0f), 88.8f);
+  // n = round(c / ln2) by the 1.5 * 2^23 trick (no floorf call; its bits also give n as int).
+  const float magic = c * 1.44269504088896341f + 12582912.0f;
+  const float n = magic - 12582912.0f;
+  const float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  int32_t ni;
+  std::memcpy(&ni, &magic, 4);
+  ni -= 0x4B400000;
+  const int32_t n1 = ni >> 1;
+  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23;
+  const uint32_t b2 = static_cast<uint32_t>(ni - n1 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4);
+  std::memcpy(&s2, &b2, 4);
+  return y * s1 * s2;  // NaN in, NaN out: c, n, r and y are NaN
+}
+static inline float tp_sigmoid(float x) { return 1.0f / (1.0f + tp_exp(-x)); }
+static inline float tp_tanh(float x) {
+  const float e = tp_exp(-2.0f * std::fabs(x));
+  const float t = (1.0f - e) / (1.0f + e);
+  return std::copysign(t, x);
+}
+)";
+  return s;
+}
+
+bool kernel_dtype(c10::ScalarType t) {
+  return t == c10::ScalarType::Float || t == c10::ScalarType::BFloat16;
+}
+
+std::string c_type(c10::ScalarType t) {
+  TORCH_CHECK(kernel_dtype(t), "codegen: no kernel type for ", t);
+  return t == c10::ScalarType::Float ? "float" : "uint16_t";
+}
+
+std::string load_expr(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset) {
+  std::string e = ptr + "[" + offset + "]";
+  return t == c10::ScalarType::BFloat16 ? "tp_load_bf16(" + e + ")" : e;
+}
+
+std::string store_stmt(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    const std::string& value) {
+  std::string v =
+      t == c10::ScalarType::BFloat16 ? "tp_store_bf16(" + value + ")" : value;
+  return ptr + "[" + offset + "] = " + v + ";";
+}
+
+std::string float_literal(const AttrValue& v) {
+  std::ostringstream os;
+  os.precision(9);
+  if (auto* i = std::get_if<int64_t>(&v))
+    os << *i << ".0f";
+  else if (auto* d = std::get_if<double>(&v)) {
+    if (std::isinf(*d))
+      os << (*d > 0 ? "INFINITY" : "(-INFINITY)");
+    else if (std::isnan(*d))
+      os << "NAN";
+    else
+      os << std::scientific << *d << "f";
+  } else if (auto* b = std::get_if<bool>(&v))
+    os << (*b ? "1.0f" : "0.0f");
+  else
+    TORCH_CHECK(false, "codegen: no literal for ", to_string(v));
+  return os.str();
+}
+
+std::vector<int64_t> broadcast_strides(
+    const std::vector<int64_t>& v_sizes,
+    const std::vector<int64_t>& v_strides,
+    const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> out(sizes.size(), 0);
+  TORCH_CHECK(
+      v_sizes.size() <= sizes.size(),
+      "codegen: cannot broadcast rank ",
+      v_sizes.size(),
+      " to rank ",
+      sizes.size());
+  size_t offset = sizes.size() - v_sizes.size();
+  for (size_t i = 0; i < v_sizes.size(); ++i) {
+    out[offset + i] =
+        v_sizes[i] == 1 && sizes[offset + i] != 1 ? 0 : v_strides[i];
+  }
+  return out;
+}
+
+} // namespace torch_plugin::compiler
