@@ -208,6 +208,8 @@ class _Builder:
     def _fused(self, n: dict[str, Any]) -> None:
         name = n["attrs"].get("name", "fused")
         inputs = [vid for kind, vid in n["args"] if kind == "t"]
+        if "source" not in n["attrs"]:
+            raise NotImplementedError(f"fusion group {name} has no generated source")
         source_attr = f"{name}{_SOURCE_SUFFIX}"
         setattr(self.root, source_attr, n["attrs"]["source"])
         source = self.graph.create_node("get_attr", source_attr)
