@@ -264,3 +264,27 @@ def test_compile_to_graph_module_captures_a_model(tmp_path):
     x = torch.randn(8, 16)
     (got,) = gm(x)
     torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_aten_constants_round_trip():
+    """dtype, memory-format and device constants come back as torch objects; keyword-only
+    arguments stay keywords; defaults are left out."""
+
+    def fn(x):
+        return (
+            x.sum(dim=1, dtype=torch.float64),
+            F.gelu(x, approximate="tanh"),
+            torch.ones_like(x, dtype=torch.int32, device="cpu"),
+            x.unsqueeze(0).contiguous(memory_format=torch.channels_last).relu(),
+        )
+
+    x = torch.randn(3, 5, 7)
+    gm = to_graph_module(compile_graph(make_fx(fn)(x)))
+    code = gm.code
+    assert "dtype = torch.float64" in code and "approximate = 'tanh'" in code, code
+    assert "torch.int32" in code and "device(type='cpu')" in code, code
+    x = torch.randn(3, 5, 7)
+    got, want = gm(x), fn(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w)
