@@ -30,6 +30,7 @@ Key parts:
 
 from __future__ import annotations
 
+import copy
 import operator
 from typing import Any
 
@@ -131,13 +132,15 @@ def compile_to_graph_module(model: Any, *example_inputs: torch.Tensor) -> Plugin
     from torch_plugin.compiler.decompositions import decomposition_table
 
     if isinstance(model, torch.fx.GraphModule):
-        gm = model
+        # Same parameters and submodules, own graph: the caller's module is not rewritten.
+        gm = torch.fx.GraphModule(model, copy.deepcopy(model.graph))
     else:
         from torch_plugin.export import export
 
         gm, _ = export(model, *example_inputs)
-        # export's graph takes and returns pytrees; AOTAutograd wants flat inputs and outputs
-        # (its placeholders already are the flattened arguments, here the example tensors).
+    if isinstance(gm.graph._codegen, torch.fx.graph._PyTreeCodeGen):
+        # An exported graph takes and returns pytrees; AOTAutograd wants flat inputs and
+        # outputs (its placeholders already are the flattened arguments: the tensors).
         gm.graph._codegen = torch.fx.graph.CodeGen()
         gm.recompile()
     flatten_graph_outputs(gm)
