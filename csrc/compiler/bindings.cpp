@@ -6,6 +6,7 @@
 // held everywhere except inside Executor.run's steps, which release it.
 #include "compiler/bindings.h"
 
+#include "compiler/bindings_graph_export.h"
 #include "compiler/ir.h"
 #include "compiler/passes/pipeline.h"
 #include "compiler/verifier.h"
@@ -155,6 +156,7 @@ void init_compiler(py::module_& parent) {
       .def("run_pipeline",
            [](GraphBuilder& b, py::dict options) { run_pipeline(*b.graph, to_options(options)); })
       .def("num_nodes", [](GraphBuilder& b) { return b.graph->num_nodes(); })
+      .def("export", [](GraphBuilder& b) { return export_graph(*b.graph); })
       .def("__str__", [](GraphBuilder& b) { return b.graph->str(); });
 
   py::class_<runtime::Executor, std::shared_ptr<runtime::Executor>>(m, "Executor")

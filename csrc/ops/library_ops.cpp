@@ -1,54 +1,147 @@
 // library_ops.cpp: the torch_plugin operator library — its one TORCH_LIBRARY
-// block (the schemas of every torch_plugin:: op) and the Meta kernels.
+// block (the schemas of every torch_plugin:: op), the Meta kernels of the
+// library ops and the Autograd registrations of all ops.
 //
 // Ops:
-//   conv_pointwise(x, w, b?, residual?, stride, padding, dilation, groups, activation,
-//                  alpha, beta) -> Tensor      act(conv2d(x, w, b) [+ residual])
+//   conv_pointwise(x, w, b?, residual?, stride, padding, dilation, groups,
+//                  activation, alpha, beta) -> Tensor
+//       act(conv2d(x, w, b) [+ residual]); x [N, C, H, W], w [K, C/groups,
+//       R, S], b [K], residual like the output; output [N, K, P, Q] in
+//       channels_last strides (oneDNN's fast layout).
 //   linear_pointwise(x, w, b?, residual?, activation, alpha, beta) -> Tensor
-//                                               act(x @ w.T + b [+ residual])
-// activation: "", "relu", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "hardswish",
-// "clamp" (alpha=min, beta=max). CPU kernels: ops/cpu/library_ops_kernel.cpp (the
-// reference; compiled graphs run oneDNN primitives for these nodes, csrc/libs).
-// These registrations are the project's only static constructors (STYLE.md 11).
+//       act(x @ w.T + b [+ residual]); x [..., K], w [N, K], b [N]; output
+//       [..., N], contiguous.
+//   fused(inputs, source, <signature>, name) -> Tensor[]
+//       one generated kernel; see fused_op.h (Meta: fused_op.cpp, CPU:
+//       cpu/fused_kernel.cpp).
+// activation: "", "relu", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh",
+// "hardswish", "clamp" (alpha=min, beta=max). Any float dtype the ATen ops
+// take. CPU kernels: ops/cpu/library_ops_kernel.cpp (the reference; compiled
+// graphs run oneDNN primitives for these nodes, csrc/libs). The Meta kernels
+// work on symbolic sizes.
+//
+// Autograd: the ops have no derivatives, by design. The "plugin" backend puts
+// them only into graphs that AOTAutograd has already split into forward and
+// backward (the backward is a graph of its own), so inside a compiled model
+// they never see inputs that require grad. For a direct call with such inputs
+// the Autograd key has PyTorch's "not implemented" kernel: the forward runs,
+// and a backward through the op raises an error naming it (never a silently
+// wrong or missing gradient).
+//
+// These registrations are the project's only static constructors (STYLE.md
+// 11).
 #include "ops/library_ops.h"
 
+#include "ops/fused_op.h"
+
 #include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 namespace torch_plugin::ops {
+
+void check_activation(c10::string_view a) {
+  for (const char* name :
+       {"",
+        "relu",
+        "silu",
+        "gelu",
+        "gelu_tanh",
+        "sigmoid",
+        "tanh",
+        "hardswish",
+        "clamp"}) {
+    if (a == name)
+      return;
+  }
+  TORCH_CHECK(
+      false,
+      "unknown activation '",
+      a,
+      "'; expected relu, silu, gelu, gelu_tanh, sigmoid, tanh, hardswish or clamp");
+}
+
 namespace {
 
-at::Tensor conv_pointwise_meta(const at::Tensor& x, const at::Tensor& w,
-                               const std::optional<at::Tensor>& b,
-                               const std::optional<at::Tensor>& residual, at::IntArrayRef stride,
-                               at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-                               c10::string_view activation, double alpha, double beta) {
-  TORCH_CHECK(x.dim() == 4 && w.dim() == 4, "conv_pointwise: expected 4-d input and weight, got ",
-              x.dim(), "-d and ", w.dim(), "-d");
-  std::vector<int64_t> out = {x.size(0), w.size(0)};
+at::Tensor conv_pointwise_meta(
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const std::optional<at::Tensor>& b,
+    const std::optional<at::Tensor>& residual,
+    at::IntArrayRef stride,
+    at::IntArrayRef padding,
+    at::IntArrayRef dilation,
+    int64_t groups,
+    c10::string_view activation,
+    double alpha,
+    double beta) {
+  check_activation(activation);
+  TORCH_CHECK(
+      x.dim() == 4 && w.dim() == 4,
+      "conv_pointwise: expected 4-d input and weight, got ",
+      x.dim(),
+      "-d and ",
+      w.dim(),
+      "-d");
+  TORCH_CHECK(
+      stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
+      "conv_pointwise: stride, padding and dilation must have 2 entries each");
+  std::vector<c10::SymInt> out = {x.sym_size(0), w.sym_size(0)};
   for (int i = 0; i < 2; ++i) {
-    int64_t k = (w.size(2 + i) - 1) * dilation[i] + 1;
-    out.push_back((x.size(2 + i) + 2 * padding[i] - k) / stride[i] + 1);
+    c10::SymInt k = (w.sym_size(2 + i) - 1) * dilation[i] + 1;
+    out.push_back((x.sym_size(2 + i) + 2 * padding[i] - k) / stride[i] + 1);
   }
-  return at::empty(out, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+  return at::empty_symint(
+      out,
+      x.scalar_type(),
+      std::nullopt,
+      x.device(),
+      std::nullopt,
+      at::MemoryFormat::ChannelsLast);
 }
 
-at::Tensor linear_pointwise_meta(const at::Tensor& x, const at::Tensor& w,
-                                 const std::optional<at::Tensor>& b,
-                                 const std::optional<at::Tensor>& residual,
-                                 c10::string_view activation, double alpha, double beta) {
-  TORCH_CHECK(x.size(-1) == w.size(1), "linear_pointwise: input has ", x.size(-1),
-              " features, weight expects ", w.size(1));
-  std::vector<int64_t> out = x.sizes().vec();
-  out.back() = w.size(0);
-  return at::empty(out, x.options());
+at::Tensor linear_pointwise_meta(
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const std::optional<at::Tensor>& b,
+    const std::optional<at::Tensor>& residual,
+    c10::string_view activation,
+    double alpha,
+    double beta) {
+  check_activation(activation);
+  TORCH_CHECK(
+      x.dim() >= 1 && w.dim() == 2,
+      "linear_pointwise: expected an input with at least "
+      "1 dimension and a 2-d weight, got ",
+      x.dim(),
+      "-d and ",
+      w.dim(),
+      "-d");
+  TORCH_CHECK(
+      x.sym_size(-1) == w.sym_size(1),
+      "linear_pointwise: input has ",
+      x.sym_size(-1),
+      " features, weight expects ",
+      w.sym_size(1));
+  std::vector<c10::SymInt> out = x.sym_sizes().vec();
+  out.back() = w.sym_size(0);
+  return at::empty_symint(
+      out,
+      x.scalar_type(),
+      std::nullopt,
+      x.device(),
+      std::nullopt,
+      std::nullopt);
 }
 
-}  // namespace
+} // namespace
 
-void link_library_ops() {}
+void link_library_ops() {
+  link_fused_op();
+  link_fused_op_cpu();
+}
 
-}  // namespace torch_plugin::ops
+} // namespace torch_plugin::ops
 
 TORCH_LIBRARY(torch_plugin, m) {
   m.def(
@@ -58,6 +151,16 @@ TORCH_LIBRARY(torch_plugin, m) {
   m.def(
       "linear_pointwise(Tensor x, Tensor w, Tensor? b, Tensor? residual, str activation, "
       "float alpha, float beta) -> Tensor");
+  m.def(
+      "fused(Tensor[] inputs, str source, int[][] input_sizes, int[][] input_strides, "
+      "ScalarType[] input_dtypes, int[][] output_sizes, int[][] output_strides, "
+      "ScalarType[] output_dtypes, str name=\"fused\") -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(torch_plugin, Autograd, m) {
+  for (const char* op : {"conv_pointwise", "linear_pointwise", "fused"}) {
+    m.impl(op, torch::autograd::autogradNotImplementedFallback());
+  }
 }
 
 TORCH_LIBRARY_IMPL(torch_plugin, Meta, m) {

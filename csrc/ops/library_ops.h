@@ -10,8 +10,15 @@ namespace torch_plugin::ops {
 void link_library_ops();
 void link_library_ops_cpu();
 
-// act(y) for the activation names of the library ops (reference, ATen).
-at::Tensor apply_activation(const at::Tensor& y, c10::string_view activation, double alpha,
-                            double beta);
+// Raises c10::Error unless `activation` is one of the library ops' activation
+// names (library_ops.cpp).
+void check_activation(c10::string_view activation);
 
-}  // namespace torch_plugin::ops
+// act(y) for the activation names of the library ops (reference, ATen).
+at::Tensor apply_activation(
+    const at::Tensor& y,
+    c10::string_view activation,
+    double alpha,
+    double beta);
+
+} // namespace torch_plugin::ops

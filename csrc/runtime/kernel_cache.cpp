@@ -76,8 +76,11 @@ std::string key_of(const std::string& source) {
 std::string dir() {
   std::lock_guard<std::mutex> lock(mu);
   if (cache_dir.empty()) {
+    // Until the compiler sets it: also for kernels of a loaded graph module.
+    const char* env = std::getenv("TORCH_PLUGIN_CACHE_DIR");
     const char* home = std::getenv("HOME");
-    cache_dir = std::string(home ? home : "/tmp") + "/.cache/torch_plugin";
+    cache_dir = env && *env ? std::string(env)
+                            : std::string(home ? home : "/tmp") + "/.cache/torch_plugin";
   }
   return cache_dir;
 }

@@ -42,6 +42,7 @@ class CompiledGraph:
         opts = self.options.pass_options()
         opts["freeze"] = bool(frozen)
         g.run_pipeline(opts)
+        self.ir_graph = g
         self.ir = str(g)
         self.executor = _C._compiler.Executor(g)
         self.num_frozen = len(frozen)
@@ -65,6 +66,14 @@ class CompiledGraph:
     def describe(self) -> str:
         """The executor's steps, one per line."""
         return self.executor.describe()
+
+    @property
+    def graph_module(self) -> torch.fx.GraphModule:
+        """The compiled graph as an FX graph module of ``torch.ops.torch_plugin.*`` and ATen
+        calls (see :mod:`torch_plugin.compiler.fx_artifact`); built on each access."""
+        from torch_plugin.compiler.fx_artifact import to_graph_module
+
+        return to_graph_module(self)
 
 
 def compile_graph(

@@ -8,47 +8,74 @@
 
 namespace torch_plugin::ops {
 
-at::Tensor apply_activation(const at::Tensor& y, c10::string_view a, double alpha, double beta) {
-  if (a.empty()) return y;
-  if (a == "relu") return at::relu(y);
-  if (a == "silu") return at::silu(y);
-  if (a == "gelu") return at::gelu(y);
-  if (a == "gelu_tanh") return at::gelu(y, "tanh");
-  if (a == "sigmoid") return at::sigmoid(y);
-  if (a == "tanh") return at::tanh(y);
-  if (a == "hardswish") return at::hardswish(y);
-  if (a == "clamp") return at::clamp(y, alpha, beta);
-  TORCH_CHECK(false, "unknown activation '", a, "'; expected relu, silu, gelu, gelu_tanh, ",
-              "sigmoid, tanh, hardswish or clamp");
+at::Tensor apply_activation(
+    const at::Tensor& y,
+    c10::string_view a,
+    double alpha,
+    double beta) {
+  if (a.empty())
+    return y;
+  if (a == "relu")
+    return at::relu(y);
+  if (a == "silu")
+    return at::silu(y);
+  if (a == "gelu")
+    return at::gelu(y);
+  if (a == "gelu_tanh")
+    return at::gelu(y, "tanh");
+  if (a == "sigmoid")
+    return at::sigmoid(y);
+  if (a == "tanh")
+    return at::tanh(y);
+  if (a == "hardswish")
+    return at::hardswish(y);
+  if (a == "clamp")
+    return at::clamp(y, alpha, beta);
+  check_activation(a); // raises: `a` is not an activation name
+  TORCH_CHECK(false, "apply_activation: '", a, "' has no reference kernel");
 }
 
 namespace {
 
-at::Tensor conv_pointwise_cpu(const at::Tensor& x, const at::Tensor& w,
-                              const std::optional<at::Tensor>& b,
-                              const std::optional<at::Tensor>& residual, at::IntArrayRef stride,
-                              at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-                              c10::string_view activation, double alpha, double beta) {
-  at::Tensor y = at::convolution(x, w, b, stride, padding, dilation, false, {0, 0}, groups);
-  if (residual) y = y + *residual;
+at::Tensor conv_pointwise_cpu(
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const std::optional<at::Tensor>& b,
+    const std::optional<at::Tensor>& residual,
+    at::IntArrayRef stride,
+    at::IntArrayRef padding,
+    at::IntArrayRef dilation,
+    int64_t groups,
+    c10::string_view activation,
+    double alpha,
+    double beta) {
+  at::Tensor y = at::convolution(
+      x, w, b, stride, padding, dilation, false, {0, 0}, groups);
+  if (residual)
+    y = y + *residual;
   return apply_activation(y, activation, alpha, beta)
       .contiguous(at::MemoryFormat::ChannelsLast);
 }
 
-at::Tensor linear_pointwise_cpu(const at::Tensor& x, const at::Tensor& w,
-                                const std::optional<at::Tensor>& b,
-                                const std::optional<at::Tensor>& residual,
-                                c10::string_view activation, double alpha, double beta) {
+at::Tensor linear_pointwise_cpu(
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const std::optional<at::Tensor>& b,
+    const std::optional<at::Tensor>& residual,
+    c10::string_view activation,
+    double alpha,
+    double beta) {
   at::Tensor y = at::linear(x, w, b);
-  if (residual) y = y + *residual;
-  return apply_activation(y, activation, alpha, beta);
+  if (residual)
+    y = y + *residual;
+  return apply_activation(y, activation, alpha, beta).contiguous();
 }
 
-}  // namespace
+} // namespace
 
 void link_library_ops_cpu() {}
 
-}  // namespace torch_plugin::ops
+} // namespace torch_plugin::ops
 
 TORCH_LIBRARY_IMPL(torch_plugin, CPU, m) {
   m.impl("conv_pointwise", torch_plugin::ops::conv_pointwise_cpu);

@@ -1,0 +1,74 @@
+// fused_op.h: torch_plugin::fused — one generated kernel (a fusion group) as
+// an op of the PyTorch dispatcher, so that a compiled graph can be an FX graph
+// of torch.ops.torch_plugin.* calls (torch_plugin/compiler/fx_artifact.py).
+//
+// Schema (registered in library_ops.cpp):
+//   fused(Tensor[] inputs, str source, int[][] input_sizes,
+//         int[][] input_strides, ScalarType[] input_dtypes,
+//         int[][] output_sizes, int[][] output_strides,
+//         ScalarType[] output_dtypes, str name="fused") -> Tensor[]
+//
+// The kernel's identity is its generated C++ source: a saved graph carries the
+// source, and the CPU kernel finds the compiled library in the kernel cache
+// (runtime/kernel_cache.h: memory, then TORCH_PLUGIN_CACHE_DIR on disk, keyed
+// by a hash of source, flags and CPU) or rebuilds it from the source. The
+// sizes, strides and dtypes are the kernel's signature: the generated code
+// bakes in every operand's sizes and strides, so the op checks each input's
+// sizes and dtype against it (a mismatch is an error naming the input), copies
+// an input whose strides differ into the planned strides, and allocates each
+// output with the planned sizes, strides and dtype (which is all the Meta
+// kernel needs). `name` is the fusion group's name, for messages only.
+//
+// Kernel ABI (what codegen must produce): `extern "C" void kernel(void** args)`
+// with args = the output data pointers in order, then the input data pointers
+// in order. Generic over what the kernel computes (pointwise, reductions,
+// norms; any dtype): the op never looks inside the source.
+//
+// Autograd: none. Compiled graphs with these ops come after AOTAutograd (the
+// backward is its own compiled graph), so the ops never see inputs that
+// require grad there; for a direct call with such inputs the Autograd key has
+// PyTorch's "not implemented" kernel (library_ops.cpp): the forward runs and a
+// backward through it raises an error naming the op.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/stack.h>
+
+#include <string>
+#include <vector>
+
+namespace torch_plugin::ops {
+
+// The planned type of one operand of a fused kernel.
+struct FusedOperand {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+};
+
+// One call of torch_plugin::fused, read from its boxed stack (the stack is
+// left as it is; `source` and `name` point into it).
+struct FusedCall {
+  std::vector<at::Tensor> inputs;
+  const std::string* source = nullptr;
+  std::vector<FusedOperand> input_types;
+  std::vector<FusedOperand> output_types;
+  const std::string* name = nullptr;
+};
+
+// Reads and checks the arguments: list lengths agree, each input has its
+// planned rank, sizes and dtype (compared as SymInts, so FakeTensors with
+// symbolic sizes are guarded to the planned ones). Raises c10::Error naming
+// the fusion group and the operand on a mismatch.
+FusedCall read_fused_call(const torch::jit::Stack& stack);
+
+// The number of arguments in the schema above.
+constexpr size_t kFusedNumArguments = 9;
+
+// Referenced from link_library_ops() so that the linker keeps the
+// registrations of fused_op.cpp and cpu/fused_kernel.cpp from the static
+// library.
+void link_fused_op();
+void link_fused_op_cpu();
+
+} // namespace torch_plugin::ops

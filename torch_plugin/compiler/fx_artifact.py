@@ -1,0 +1,324 @@
+"""The compiled artifact: a compiled graph as a ``torch.fx.GraphModule`` of dispatcher ops.
+
+After the C++ pass pipeline, a compiled graph is a list of steps: library calls
+(``torch_plugin::conv_pointwise``, ``torch_plugin::linear_pointwise``), generated kernels
+(``torch_plugin::fused``) and ATen calls (the fallback). :func:`to_graph_module` writes those
+steps as an FX graph whose nodes call ``torch.ops.torch_plugin.*`` and ``torch.ops.aten.*``,
+with the frozen and folded constants as buffers (``get_attr``) and each generated kernel's
+C++ source as a string attribute (``<kernel>_source``). The graph module
+
+- prints as readable Python (``print(gm.code)``, ``gm.print_readable()``);
+- runs on CPU tensors and matches the compiled graph (and eager PyTorch);
+- re-traces: ``make_fx`` / FakeTensor go through the ops' Meta kernels;
+- survives ``torch.save`` / ``torch.load(weights_only=False)``, also in a fresh process
+  whose kernel cache is empty: ``torch_plugin::fused`` rebuilds each kernel from its
+  source (and ``torch.load`` imports ``torch_plugin``, which registers the ops).
+
+It is a description of the compiled graph, not its fast path: the C++ executor
+(``CompiledGraph.executor``) runs the same steps without Python, with oneDNN primitives
+whose weights are prepacked; the graph module's library ops run their reference CPU
+kernels (ATen), and each call goes through the dispatcher from Python.
+
+Key parts:
+- :func:`to_graph_module`: a :class:`~torch_plugin.compiler.compile.CompiledGraph` (or an
+  IR graph exported by ``_C._compiler.Graph.export()``) to a :class:`PluginGraphModule`.
+- :func:`compile_to_graph_module`: a model and example inputs to the graph module of its
+  compiled inference graph (capture, AOTAutograd, freezing, the pass pipeline).
+- :class:`PluginGraphModule`: the ``GraphModule`` subclass that pickles with ``torch_plugin``
+  imported on load and keeps kernel sources as attributes across a save and load.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from torch_plugin import _C
+from torch_plugin.compiler.lowering import _DTYPES, _LAYOUTS, _MEMORY_FORMATS
+
+__all__ = ["PluginGraphModule", "compile_to_graph_module", "to_graph_module"]
+
+_DTYPE_OF = {code: dtype for dtype, code in _DTYPES.items()}
+_LAYOUT_OF = {code: layout for layout, code in _LAYOUTS.items()}
+_MEMORY_FORMAT_OF = {code: fmt for fmt, code in _MEMORY_FORMATS.items()}
+_SOURCE_SUFFIX = "_source"
+
+
+class PluginGraphModule(torch.fx.GraphModule):
+    """A ``GraphModule`` of ``torch.ops.torch_plugin.*`` and ATen calls (see the module doc).
+
+    Pickling stores the generated code, as for any ``GraphModule``; loading goes through
+    :func:`_load`, which imports ``torch_plugin`` first (the ops must be registered before
+    the code is re-traced) and turns kernel sources back into attribute reads.
+    """
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        fn, args = super().__reduce__()
+        return (_load, (fn, args))
+
+
+def _load(fn: Any, args: tuple[Any, ...]) -> PluginGraphModule:
+    """Unpickles a :class:`PluginGraphModule` (``fn(*args)`` is FX's own loader)."""
+    loaded = fn(*args)
+    gm = PluginGraphModule(loaded, loaded.graph, class_name="PluginGraphModule")
+    # FX's loader re-traces the code, which inlines string attributes as literals.
+    sources = {
+        value: name
+        for name, value in vars(loaded).items()
+        if name.endswith(_SOURCE_SUFFIX) and isinstance(value, str)
+    }
+    for source, attr in sources.items():
+        setattr(gm, attr, source)
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.target is torch.ops.torch_plugin.fused.default and isinstance(node.args[1], str):
+            attr = sources.get(node.args[1])
+            if attr is None:
+                continue
+            with gm.graph.inserting_before(node):
+                read = gm.graph.create_node("get_attr", attr)  # get_attr() warns for a str
+            node.update_arg(1, read)
+            changed = True
+    if changed:
+        gm.recompile()
+    return gm
+
+
+def to_graph_module(compiled: Any) -> PluginGraphModule:
+    """The compiled graph ``compiled`` as an FX graph module of dispatcher ops.
+
+    ``compiled``: a :class:`~torch_plugin.compiler.compile.CompiledGraph`, an IR graph
+    (``_C._compiler.Graph``, after ``run_pipeline``), or the dict its ``export()`` returns.
+    The module takes the compiled graph's runtime inputs (for a frozen graph: without
+    the frozen parameters, which are buffers) as positional tensors and returns a tuple
+    of its outputs. Raises ``NotImplementedError`` for an IR node it cannot express as
+    a dispatcher call (an op unknown to ``torch.ops``, or with several list returns).
+    """
+    if isinstance(compiled, dict):
+        exported = compiled
+    elif isinstance(compiled, _C._compiler.Graph):
+        exported = compiled.export()
+    else:
+        exported = compiled.ir_graph.export()
+    return _Builder(exported).build()
+
+
+def compile_to_graph_module(model: Any, *example_inputs: torch.Tensor) -> PluginGraphModule:
+    """Compile ``model(*example_inputs)`` for inference with the "plugin" compiler and return
+    the compiled artifact.
+
+    ``model``: an ``nn.Module``, a function, or an FX ``GraphModule`` already captured (its
+    placeholders take ``example_inputs``). Others are captured whole with
+    :func:`torch_plugin.export`. The ATen graph comes from AOTAutograd under ``no_grad`` with
+    the plugin decompositions; parameters and buffers are frozen into constants, as the
+    "plugin" backend does for inference. The module takes the example inputs' tensors, in
+    order, and returns a tuple of the model's output tensors (flattened). Its constants are
+    the parameters as they were at this call.
+
+    Raises:
+        torch_plugin.CaptureError / torch_plugin.ExportError: the model does not capture as
+            one graph.
+        NotImplementedError: the compiler does not take this graph (the backend would run
+            it unmodified; the reason is in the message).
+    """
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    from torch_plugin.backends.aot_eager import flatten_graph_outputs
+    from torch_plugin.compiler.compile import CompiledGraph, compile_graph
+    from torch_plugin.compiler.decompositions import decomposition_table
+
+    if isinstance(model, torch.fx.GraphModule):
+        # Same parameters and submodules, own graph: the caller's module is not rewritten.
+        gm = torch.fx.GraphModule(model, copy.deepcopy(model.graph))
+    else:
+        from torch_plugin.export import export
+
+        gm, _ = export(model, *example_inputs)
+    if isinstance(gm.graph._codegen, torch.fx.graph._PyTreeCodeGen):
+        # An exported graph takes and returns pytrees; AOTAutograd wants flat inputs and
+        # outputs (its placeholders already are the flattened arguments: the tensors).
+        gm.graph._codegen = torch.fx.graph.CodeGen()
+        gm.recompile()
+    flatten_graph_outputs(gm)
+    params = [
+        *dict(gm.named_parameters(remove_duplicate=False)).values(),
+        *dict(gm.named_buffers(remove_duplicate=False)).values(),
+    ]
+    compiled: list[Any] = []
+
+    def inference_compiler(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+        compiled.append(compile_graph(fx_graph, params))
+        return compiled[-1]
+
+    with torch.no_grad():
+        aot_module_simplified(
+            gm,
+            list(example_inputs),
+            fw_compiler=inference_compiler,
+            inference_compiler=inference_compiler,
+            decompositions=decomposition_table(),
+            keep_inference_input_mutations=True,
+        )
+    if not compiled or not isinstance(compiled[-1], CompiledGraph):
+        raise NotImplementedError(
+            "the plugin compiler runs this graph unmodified (see the torch_plugin.compiler "
+            "log for the reason); there is no compiled artifact"
+        )
+    if compiled[-1].num_frozen != len(params):
+        raise NotImplementedError(
+            "the parameters were not frozen (TORCH_PLUGIN_FREEZE=0?); the compiled graph "
+            "takes them as inputs"
+        )
+    return to_graph_module(compiled[-1])
+
+
+class _Builder:
+    def __init__(self, exported: dict[str, Any]):
+        self.ex = exported
+        self.values: dict[int, tuple[int, list[int], list[int]]] = exported["values"]
+        self.constants = dict(exported["constants"])
+        self.graph = torch.fx.Graph()
+        self.root = torch.nn.Module()
+        self.env: dict[int, torch.fx.Node] = {}
+
+    def build(self) -> PluginGraphModule:
+        for i, vid in enumerate(self.ex["inputs"]):
+            self.env[vid] = self.graph.placeholder(f"arg{i}")
+        for n in self.ex["nodes"]:
+            if n["op"] == "torch_plugin::fused":
+                self._fused(n)
+            else:
+                self._call(n)
+        self.graph.output(tuple(self._value(v) for v in self.ex["outputs"]))
+        gm = PluginGraphModule(self.root, self.graph, class_name="PluginGraphModule")
+        gm.graph.lint()
+        return gm
+
+    def _value(self, vid: int) -> torch.fx.Node:
+        node = self.env.get(vid)
+        if node is None:
+            if vid not in self.constants:
+                raise NotImplementedError(f"IR value %{vid} is used before it is defined")
+            name = f"_const{len(self.root._buffers)}"
+            self.root.register_buffer(name, self.constants[vid])
+            node = self.env[vid] = self.graph.get_attr(name)
+        return node
+
+    def _fused(self, n: dict[str, Any]) -> None:
+        name = n["attrs"].get("name", "fused")
+        inputs = [vid for kind, vid in n["args"] if kind == "t"]
+        if "source" not in n["attrs"]:
+            raise NotImplementedError(f"fusion group {name} has no generated source")
+        source_attr = f"{name}{_SOURCE_SUFFIX}"
+        setattr(self.root, source_attr, n["attrs"]["source"])
+        source = self.graph.create_node("get_attr", source_attr)
+        ins = [self.values[v] for v in inputs]
+        outs = [self.values[v] for v in n["outputs"]]
+        call = self.graph.create_node(
+            "call_function",
+            torch.ops.torch_plugin.fused.default,
+            (
+                [self._value(v) for v in inputs],
+                source,
+                [list(t[1]) for t in ins],
+                [list(t[2]) for t in ins],
+                [_DTYPE_OF[t[0]] for t in ins],
+                [list(t[1]) for t in outs],
+                [list(t[2]) for t in outs],
+                [_DTYPE_OF[t[0]] for t in outs],
+                name,
+            ),
+            name=name,
+        )
+        call.meta["fusion_group"] = n["body"]
+        for i, vid in enumerate(n["outputs"]):
+            self.env[vid] = self.graph.call_function(operator.getitem, (call, i))
+
+    def _call(self, n: dict[str, Any]) -> None:
+        op = _resolve(n["op"], n["overload"])
+        schema = op._schema
+        if len(n["args"]) > len(schema.arguments):
+            raise NotImplementedError(
+                f"{n['op']}: {len(n['args'])} arguments, its schema has {len(schema.arguments)}"
+            )
+        positional: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        defaults: list[bool] = []
+        for arg, (kind, payload) in zip(schema.arguments, n["args"]):
+            if kind == "t":
+                value: Any = self._value(payload)
+            elif kind == "l":
+                value = [None if v is None else self._value(v) for v in payload]
+            else:
+                value = _constant(payload, str(arg.real_type))
+            is_default = kind == "c" and arg.has_default_value() and _same(value, arg.default_value)
+            if arg.kwarg_only:
+                if not is_default:
+                    kwargs[arg.name] = value
+            else:
+                positional.append(value)
+                defaults.append(is_default)
+        while defaults and defaults[-1]:  # trailing defaults are left out
+            defaults.pop()
+            positional.pop()
+        name = n["op"].split("::")[-1]  # "conv_pointwise", "mean" (FX numbers repeats)
+        call = self.graph.create_node("call_function", op, tuple(positional), kwargs, name=name)
+        outputs = n["outputs"]
+        returns = schema.returns
+        if len(returns) == 1 and not isinstance(returns[0].type, torch.ListType):
+            if outputs:
+                self.env[outputs[0]] = call
+            return
+        # Several returns and/or a Tensor[] return, flattened by the lowering.
+        lists = [i for i, r in enumerate(returns) if isinstance(r.type, torch.ListType)]
+        if len(lists) > 1:
+            raise NotImplementedError(f"{n['op']}: more than one list return")
+        list_len = len(outputs) - (len(returns) - len(lists))
+        flat = 0
+        for i, r in enumerate(returns):
+            item = (
+                call if len(returns) == 1 else self.graph.call_function(operator.getitem, (call, i))
+            )
+            if i in lists:
+                for k in range(list_len):
+                    self.env[outputs[flat]] = self.graph.call_function(operator.getitem, (item, k))
+                    flat += 1
+            else:
+                self.env[outputs[flat]] = item
+                flat += 1
+
+
+def _resolve(op: str, overload: str) -> torch._ops.OpOverload:
+    ns, name = op.split("::")
+    try:
+        packet = getattr(getattr(torch.ops, ns), name)
+        return getattr(packet, overload or "default")
+    except (AttributeError, RuntimeError) as e:
+        raise NotImplementedError(f"no dispatcher op {op}.{overload}") from e
+
+
+def _constant(value: Any, real_type: str) -> Any:
+    """An IR constant as the Python value the schema type ``real_type`` takes."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if "ScalarType" in real_type:
+            return _DTYPE_OF[value]
+        if "MemoryFormat" in real_type:
+            return _MEMORY_FORMAT_OF[value]
+        if "Layout" in real_type:
+            return _LAYOUT_OF[value]
+    if isinstance(value, str) and "Device" in real_type:
+        return torch.device(value)
+    return value
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Whether ``value`` is the schema default ``default`` (same type, equal)."""
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return len(value) == len(default) and all(_same(a, b) for a, b in zip(value, default))
+    return type(value) is type(default) and value == default
