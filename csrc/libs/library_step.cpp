@@ -1,7 +1,8 @@
 // library_step.cpp: executor steps for library nodes (torch_plugin::conv_pointwise,
 // torch_plugin::linear_pointwise), which the library_patterns pass creates.
 //
-// With oneDNN: a primitive built once, weights prepacked, per run one execute().
+// With oneDNN: a primitive built once, weights prepacked, per run one execute()
+// into the output's preplanned arena buffer (memory_planning) or a new tensor.
 // Without oneDNN (or for a node it cannot take), nullptr: the executor then
 // calls the node's torch_plugin:: op through the dispatcher (csrc/ops).
 #include "runtime/step.h"
@@ -45,12 +46,12 @@ class ConvStep final : public Step {
         in_(slots.slot(n.tensor_arg(0))),
         residual_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
         out_(slots.slot(n.outputs[0])),
-        out_sizes_(n.outputs[0]->sizes) {}
+        buffer_(*n.outputs[0], slots) {}
 
   void run(Slots& s) const override {
     constexpr auto cl = at::MemoryFormat::ChannelsLast;
     at::Tensor x = s[in_].contiguous(cl);
-    at::Tensor y = at::empty(out_sizes_, x.options().memory_format(cl));
+    at::Tensor y = buffer_.get(s);  // channels_last strides (library_patterns)
     at::Tensor r = residual_ >= 0 ? s[residual_].contiguous(cl) : at::Tensor();
     conv_.execute(x.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
                   y.data_ptr<float>());
@@ -61,7 +62,7 @@ class ConvStep final : public Step {
  private:
   libs::OneDnnConv conv_;
   int in_, residual_, out_;
-  std::vector<int64_t> out_sizes_;
+  OutputBuffer buffer_;
 };
 
 class LinearStep final : public Step {
@@ -73,11 +74,11 @@ class LinearStep final : public Step {
         in_(slots.slot(n.tensor_arg(0))),
         residual_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
         out_(slots.slot(n.outputs[0])),
-        out_sizes_(n.outputs[0]->sizes) {}
+        buffer_(*n.outputs[0], slots) {}
 
   void run(Slots& s) const override {
     at::Tensor x = s[in_].contiguous();
-    at::Tensor y = at::empty(out_sizes_, x.options());
+    at::Tensor y = buffer_.get(s);
     at::Tensor r = residual_ >= 0 ? s[residual_].contiguous() : at::Tensor();
     linear_.execute(x.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
                     y.data_ptr<float>());
@@ -90,7 +91,7 @@ class LinearStep final : public Step {
  private:
   libs::OneDnnLinear linear_;
   int in_, residual_, out_;
-  std::vector<int64_t> out_sizes_;
+  OutputBuffer buffer_;
 };
 
 bool takes(const Node& n) {
@@ -107,7 +108,7 @@ std::unique_ptr<Step> make_library_step(const compiler::Node& node, const SlotMa
   if (node.op == "torch_plugin::conv_pointwise" && takes(node))
     return std::make_unique<ConvStep>(node, slots);
   if (node.op == "torch_plugin::linear_pointwise" && takes(node) &&
-      node.tensor_arg(0)->sizes.size() == 2)
+      node.tensor_arg(0)->sizes.size() == 2 && node.outputs[0]->is_contiguous())
     return std::make_unique<LinearStep>(node, slots);
   return nullptr;
 }

@@ -3,6 +3,7 @@
 
 #include "runtime/kernel_cache.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
 
@@ -36,6 +37,14 @@ Executor::Executor(const compiler::Graph& g) {
   for (const Value* out : g.outputs()) {
     output_slots_.push_back(slots.slot(out));
     output_specs_.push_back({out->dtype, out->sizes, out->strides});
+  }
+  arena_bytes_ = g.arena_bytes;
+  if (arena_bytes_ > 0) {
+    arena_slot_ = num_slots_++;
+    slots.arena = arena_slot_;
+    for (const compiler::Node* n : nodes) {
+      for (const Value* out : n->outputs) num_planned_ += out->arena_offset >= 0;
+    }
   }
 
   // Liveness: a slot dies after its last user, unless it is a graph output, or a
@@ -88,10 +97,51 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   Slots slots(num_slots_);
   for (size_t i = 0; i < inputs.size(); ++i) slots[input_slots_[i]] = inputs[i];
   for (const auto& [slot, t] : constants_) slots[slot] = t;
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    steps_[i]->run(slots);
-    for (int s : free_after_[i]) slots[s].reset();
+  if (arena_slot_ >= 0) slots[arena_slot_] = acquire_arena();
+  // Returns the arena to the pool on every exit, exceptions included.
+  struct ArenaGuard {
+    const Executor* e;
+    Slots* slots;
+    ~ArenaGuard() {
+      if (e->arena_slot_ < 0) return;
+      at::Tensor arena = std::move((*slots)[e->arena_slot_]);
+      for (at::Tensor& t : *slots) t.reset();  // views into the arena die first
+      e->release_arena(std::move(arena));
+    }
+  };
+  std::vector<at::Tensor> outputs;
+  {
+    ArenaGuard guard{this, &slots};
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      steps_[i]->run(slots);
+      for (int s : free_after_[i]) slots[s].reset();
+    }
+    outputs = collect_outputs(slots);
   }
+  return outputs;
+}
+
+at::Tensor Executor::acquire_arena() const {
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    if (!arena_pool_.empty()) {
+      at::Tensor arena = std::move(arena_pool_.back());
+      arena_pool_.pop_back();
+      return arena;
+    }
+  }
+  return at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
+}
+
+void Executor::release_arena(at::Tensor arena) const {
+  // Another reference to the arena's storage (a view that escaped the run) means
+  // someone may still read it: never hand it to another run.
+  if (arena.storage().use_count() != 1) return;
+  std::lock_guard<std::mutex> lock(pool_mutex_);
+  arena_pool_.push_back(std::move(arena));
+}
+
+std::vector<at::Tensor> Executor::collect_outputs(const Slots& slots) const {
   std::vector<at::Tensor> outputs;
   outputs.reserve(output_slots_.size());
   for (size_t i = 0; i < output_slots_.size(); ++i) {
@@ -106,6 +156,28 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
     outputs.push_back(std::move(t));
   }
   return outputs;
+}
+
+OutputBuffer::OutputBuffer(const compiler::Value& v, const SlotMap& slots)
+    : dtype_(v.dtype), sizes_(v.sizes), strides_(v.strides) {
+  if (v.arena_offset >= 0 && slots.arena >= 0) {
+    int64_t item = static_cast<int64_t>(c10::elementSize(v.dtype));
+    TORCH_CHECK(v.arena_offset % item == 0, "arena offset ", v.arena_offset,
+                " is not a multiple of the element size ", item);
+    arena_slot_ = slots.arena;
+    offset_elements_ = v.arena_offset / item;
+  }
+}
+
+at::Tensor OutputBuffer::get(const Slots& slots) const {
+  if (arena_slot_ < 0) {
+    return at::empty_strided(sizes_, strides_, at::TensorOptions().dtype(dtype_));
+  }
+  const at::Tensor& arena = slots[arena_slot_];
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(arena.storage()), arena.key_set(), caffe2::TypeMeta::fromScalarType(dtype_));
+  impl->set_sizes_and_strides(sizes_, strides_, offset_elements_);
+  return at::Tensor(std::move(impl));
 }
 
 std::string Executor::describe() const {

@@ -5,7 +5,8 @@
 //     => convolution(x, W * s, (b - mean) * s + beta)   with s = g / sqrt(var + eps)
 // Constraints: W, b (or None), g, beta, mean, var are constants; the convolution's
 // output has the batch norm as its only user; only output 0 of the batch norm is
-// used. The folded weight keeps W's dtype; the arithmetic runs in fp32 or wider.
+// used. The folded weight keeps W's dtype: s is computed in fp64, W * s in W's
+// dtype or fp32 if narrower (one rounding per element); the bias arithmetic in fp64.
 #include "compiler/passes/pass.h"
 
 #include <ATen/ATen.h>
@@ -38,11 +39,17 @@ bool run(Graph& g, const PassOptions& options) {
         g.is_output(bn->outputs[1]) || g.is_output(bn->outputs[2]))
       continue;
     double eps = std::get<double>(bn->const_arg(6));
+    // The per-channel vectors in fp64; the weight (most of the data: a cast of it
+    // to fp64 and back was most of this pass's time) is scaled in fp32 (or its own wider dtype), so
+    // each element is rounded once, as Inductor's freezing does.
     auto f = [](const Value* v) { return v->constant.to(at::kDouble); };
     at::Tensor scale = f(gamma) / (f(var) + eps).sqrt();
     std::vector<int64_t> shape(w->sizes.size(), 1);
     shape[0] = -1;
-    at::Tensor new_w = (f(w) * scale.reshape(shape)).to(w->dtype).contiguous();
+    at::ScalarType compute = at::promote_types(w->dtype, at::kFloat);
+    at::Tensor new_w = at::mul(w->constant.to(compute), scale.to(compute).reshape(shape))
+                           .to(w->dtype)
+                           .contiguous();
     at::Tensor b0 = b ? f(b) : at::zeros_like(f(mean));
     at::Tensor new_b = ((b0 - f(mean)) * scale + f(beta)).to(w->dtype);
 
