@@ -175,7 +175,9 @@ void init_compiler(py::module_& parent) {
              return result;
            })
       .def("describe", &runtime::Executor::describe)
-      .def("step_counts", &runtime::Executor::step_counts);
+      .def("step_counts", &runtime::Executor::step_counts)
+      .def("arena_bytes", &runtime::Executor::arena_bytes)
+      .def("num_planned", &runtime::Executor::num_planned);
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN
   m.attr("has_onednn") = true;
 #else
