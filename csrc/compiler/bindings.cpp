@@ -131,6 +131,7 @@ PassOptions to_options(const py::dict& d) {
   if (d.contains("verify")) o.verify = d["verify"].cast<bool>();
   if (d.contains("dump_dir")) o.dump_dir = d["dump_dir"].cast<std::string>();
   if (d.contains("log_kernels")) o.log_kernels = d["log_kernels"].cast<bool>();
+  if (d.contains("memory_planning")) o.memory_planning = d["memory_planning"].cast<bool>();
   if (d.contains("cache_dir")) runtime::set_kernel_cache_dir(d["cache_dir"].cast<std::string>());
   return o;
 }
@@ -176,7 +177,9 @@ void init_compiler(py::module_& parent) {
              return result;
            })
       .def("describe", &runtime::Executor::describe)
-      .def("step_counts", &runtime::Executor::step_counts);
+      .def("step_counts", &runtime::Executor::step_counts)
+      .def("arena_bytes", &runtime::Executor::arena_bytes)
+      .def("num_planned", &runtime::Executor::num_planned);
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN
   m.attr("has_onednn") = true;
 #else

@@ -196,6 +196,7 @@ void print_type(std::ostream& os, const Value* v) {
   os << c10::toString(v->dtype);
   print_list(os, v->sizes);
   if (!v->is_contiguous()) print_list(os, v->strides);
+  if (v->arena_offset >= 0) os << "@arena+" << v->arena_offset;
 }
 
 }  // namespace
@@ -274,6 +275,7 @@ std::string Graph::str() const {
   os << "  return (";
   for (size_t i = 0; i < outputs_.size(); ++i) os << (i ? ", " : "") << "%" << outputs_[i]->id;
   os << ")\n";
+  if (arena_bytes > 0) os << "  # arena: " << arena_bytes << " bytes\n";
   return os.str();
 }
 

@@ -54,6 +54,9 @@ struct Value {
   int64_t input_index = -1;  // kInput only: position in Graph::inputs()
   at::Tensor constant;       // kConstant only
   std::vector<Use> uses;
+  // memory_planning: byte offset of this value's buffer in the executor's per-run
+  // arena (Graph::arena_bytes), or -1 when its producer allocates it.
+  int64_t arena_offset = -1;
 
   int64_t numel() const;
   bool is_contiguous() const;
@@ -125,6 +128,10 @@ struct Graph {
   bool is_output(const Value* v) const;
   size_t num_nodes() const { return nodes_.size(); }
   std::string str() const;
+
+  // memory_planning: bytes of the arena the executor allocates (or reuses) per run
+  // for the values with an arena_offset; 0 when nothing is planned.
+  int64_t arena_bytes = 0;
 
  private:
   Value* new_value();

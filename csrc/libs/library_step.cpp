@@ -1,7 +1,9 @@
-// library_step.cpp: executor steps for library nodes (torch_plugin::conv_pointwise,
-// torch_plugin::linear_pointwise), which the library_patterns pass creates.
+// library_step.cpp: executor steps for library nodes
+// (torch_plugin::conv_pointwise, torch_plugin::linear_pointwise), which the
+// library_patterns pass creates.
 //
-// With oneDNN: a primitive built once, weights prepacked, per run one execute().
+// With oneDNN: a primitive built once, weights prepacked, per run one execute()
+// into the output's preplanned arena buffer (memory_planning) or a new tensor.
 // Without oneDNN (or for a node it cannot take), nullptr: the executor then
 // calls the node's torch_plugin:: op through the dispatcher (csrc/ops).
 #include "runtime/step.h"
@@ -35,52 +37,66 @@ const float* data_or_null(const compiler::Value* v) {
 class ConvStep final : public Step {
  public:
   ConvStep(const Node& n, const SlotMap& slots)
-      : conv_(n.tensor_arg(0)->sizes, n.outputs[0]->sizes,
-              n.tensor_arg(1)->constant.contiguous().data_ptr<float>(),
-              n.tensor_arg(1)->sizes, data_or_null(n.tensor_arg(2)),
-              std::get<std::vector<int64_t>>(n.const_arg(4)),
-              std::get<std::vector<int64_t>>(n.const_arg(5)),
-              std::get<std::vector<int64_t>>(n.const_arg(6)), std::get<int64_t>(n.const_arg(7)),
-              epilogue_of(n, 3, 8)),
+      : conv_(
+            n.tensor_arg(0)->sizes,
+            n.outputs[0]->sizes,
+            n.tensor_arg(1)->constant.contiguous().data_ptr<float>(),
+            n.tensor_arg(1)->sizes,
+            data_or_null(n.tensor_arg(2)),
+            std::get<std::vector<int64_t>>(n.const_arg(4)),
+            std::get<std::vector<int64_t>>(n.const_arg(5)),
+            std::get<std::vector<int64_t>>(n.const_arg(6)),
+            std::get<int64_t>(n.const_arg(7)),
+            epilogue_of(n, 3, 8)),
         in_(slots.slot(n.tensor_arg(0))),
         residual_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
         out_(slots.slot(n.outputs[0])),
-        out_sizes_(n.outputs[0]->sizes) {}
+        buffer_(*n.outputs[0], slots) {}
 
   void run(Slots& s) const override {
     constexpr auto cl = at::MemoryFormat::ChannelsLast;
     at::Tensor x = s[in_].contiguous(cl);
-    at::Tensor y = at::empty(out_sizes_, x.options().memory_format(cl));
+    at::Tensor y = buffer_.get(s); // channels_last strides (library_patterns)
     at::Tensor r = residual_ >= 0 ? s[residual_].contiguous(cl) : at::Tensor();
-    conv_.execute(x.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
-                  y.data_ptr<float>());
+    conv_.execute(
+        x.data_ptr<float>(),
+        r.defined() ? r.data_ptr<float>() : nullptr,
+        y.data_ptr<float>());
     s[out_] = std::move(y);
   }
-  std::string describe() const override { return "onednn conv_pointwise " + conv_.implementation(); }
+  std::string describe() const override {
+    return "onednn conv_pointwise " + conv_.implementation();
+  }
 
  private:
   libs::OneDnnConv conv_;
   int in_, residual_, out_;
-  std::vector<int64_t> out_sizes_;
+  OutputBuffer buffer_;
 };
 
 class LinearStep final : public Step {
  public:
   LinearStep(const Node& n, const SlotMap& slots)
-      : linear_(n.tensor_arg(0)->sizes[0], n.tensor_arg(1)->sizes[0], n.tensor_arg(1)->sizes[1],
-                n.tensor_arg(1)->constant.contiguous().data_ptr<float>(),
-                data_or_null(n.tensor_arg(2)), epilogue_of(n, 3, 4)),
+      : linear_(
+            n.tensor_arg(0)->sizes[0],
+            n.tensor_arg(1)->sizes[0],
+            n.tensor_arg(1)->sizes[1],
+            n.tensor_arg(1)->constant.contiguous().data_ptr<float>(),
+            data_or_null(n.tensor_arg(2)),
+            epilogue_of(n, 3, 4)),
         in_(slots.slot(n.tensor_arg(0))),
         residual_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
         out_(slots.slot(n.outputs[0])),
-        out_sizes_(n.outputs[0]->sizes) {}
+        buffer_(*n.outputs[0], slots) {}
 
   void run(Slots& s) const override {
     at::Tensor x = s[in_].contiguous();
-    at::Tensor y = at::empty(out_sizes_, x.options());
+    at::Tensor y = buffer_.get(s);
     at::Tensor r = residual_ >= 0 ? s[residual_].contiguous() : at::Tensor();
-    linear_.execute(x.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
-                    y.data_ptr<float>());
+    linear_.execute(
+        x.data_ptr<float>(),
+        r.defined() ? r.data_ptr<float>() : nullptr,
+        y.data_ptr<float>());
     s[out_] = std::move(y);
   }
   std::string describe() const override {
@@ -90,29 +106,34 @@ class LinearStep final : public Step {
  private:
   libs::OneDnnLinear linear_;
   int in_, residual_, out_;
-  std::vector<int64_t> out_sizes_;
+  OutputBuffer buffer_;
 };
 
 bool takes(const Node& n) {
   for (const compiler::Value* v : n.inputs) {
-    if (v->dtype != c10::ScalarType::Float) return false;
+    if (v->dtype != c10::ScalarType::Float)
+      return false;
   }
   const compiler::Value* w = n.tensor_arg(1);
   return w && w->kind == compiler::ValueKind::kConstant;
 }
 
-}  // namespace
+} // namespace
 
-std::unique_ptr<Step> make_library_step(const compiler::Node& node, const SlotMap& slots) {
+std::unique_ptr<Step> make_library_step(
+    const compiler::Node& node,
+    const SlotMap& slots) {
   if (node.op == "torch_plugin::conv_pointwise" && takes(node))
     return std::make_unique<ConvStep>(node, slots);
   if (node.op == "torch_plugin::linear_pointwise" && takes(node) &&
-      node.tensor_arg(0)->sizes.size() == 2)
+      node.tensor_arg(0)->sizes.size() == 2 && node.outputs[0]->is_contiguous())
     return std::make_unique<LinearStep>(node, slots);
   return nullptr;
 }
 #else
-std::unique_ptr<Step> make_library_step(const compiler::Node&, const SlotMap&) { return nullptr; }
+std::unique_ptr<Step> make_library_step(const compiler::Node&, const SlotMap&) {
+  return nullptr;
+}
 #endif
 
-}  // namespace torch_plugin::runtime
+} // namespace torch_plugin::runtime

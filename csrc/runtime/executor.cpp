@@ -3,11 +3,15 @@
 
 #include "runtime/kernel_cache.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
+#include <exception>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <unordered_set>
 
 namespace torch_plugin::runtime {
@@ -18,7 +22,8 @@ using compiler::ValueKind;
 Executor::Executor(const compiler::Graph& g) {
   SlotMap slots;
   auto assign = [&](const Value* v) {
-    if (!slots.slot_of.count(v->id)) slots.slot_of[v->id] = num_slots_++;
+    if (!slots.slot_of.count(v->id))
+      slots.slot_of[v->id] = num_slots_++;
   };
   for (const Value* v : g.inputs()) {
     assign(v);
@@ -31,25 +36,38 @@ Executor::Executor(const compiler::Graph& g) {
   std::vector<const compiler::Node*> nodes;
   for (const auto& n : g.node_list()) {
     nodes.push_back(n.get());
-    for (const Value* out : n->outputs) assign(out);
+    for (const Value* out : n->outputs)
+      assign(out);
   }
   for (const Value* out : g.outputs()) {
     output_slots_.push_back(slots.slot(out));
     output_specs_.push_back({out->dtype, out->sizes, out->strides});
   }
+  arena_bytes_ = g.arena_bytes;
+  if (arena_bytes_ > 0) {
+    arena_slot_ = num_slots_++;
+    slots.arena = arena_slot_;
+    for (const compiler::Node* n : nodes) {
+      for (const Value* out : n->outputs)
+        num_planned_ += out->arena_offset >= 0;
+    }
+  }
 
-  // Liveness: a slot dies after its last user, unless it is a graph output, or a
-  // value something still alive may alias (outputs of ops that may return views
-  // keep their inputs alive until they die themselves).
+  // Liveness: a slot dies after its last user, unless it is a graph output, or
+  // a value something still alive may alias (outputs of ops that may return
+  // views keep their inputs alive until they die themselves).
   std::unordered_set<int> keep(output_slots_.begin(), output_slots_.end());
-  for (const auto& [slot, t] : constants_) keep.insert(slot);
+  for (const auto& [slot, t] : constants_)
+    keep.insert(slot);
   std::vector<int> last_use(num_slots_, -1);
   for (size_t i = 0; i < nodes.size(); ++i) {
-    for (const Value* in : nodes[i]->inputs) last_use[slots.slot(in)] = static_cast<int>(i);
+    for (const Value* in : nodes[i]->inputs)
+      last_use[slots.slot(in)] = static_cast<int>(i);
   }
   for (size_t i = nodes.size(); i-- > 0;) {
     const compiler::Node* n = nodes[i];
-    if (!n->may_alias) continue;
+    if (!n->may_alias)
+      continue;
     int extend = static_cast<int>(i);
     bool escapes = false;
     for (const Value* out : n->outputs) {
@@ -59,47 +77,135 @@ Executor::Executor(const compiler::Graph& g) {
     for (const Value* in : n->inputs) {
       int s = slots.slot(in);
       last_use[s] = std::max(last_use[s], extend);
-      if (escapes) keep.insert(s);
+      if (escapes)
+        keep.insert(s);
     }
   }
   free_after_.resize(nodes.size());
   for (int s = 0; s < num_slots_; ++s) {
-    if (last_use[s] >= 0 && !keep.count(s)) free_after_[last_use[s]].push_back(s);
+    if (last_use[s] >= 0 && !keep.count(s))
+      free_after_[last_use[s]].push_back(s);
   }
 
   // Compile every generated kernel of the graph first, in parallel.
   std::vector<std::string> sources;
   for (const compiler::Node* n : nodes) {
-    if (n->op == "torch_plugin::fused") sources.push_back(n->str_attr("source", ""));
+    if (n->op == "torch_plugin::fused")
+      sources.push_back(n->str_attr("source", ""));
   }
-  if (!sources.empty()) load_kernels(sources);
+  if (!sources.empty())
+    load_kernels(sources);
 
-  for (const compiler::Node* n : nodes) {
-    std::unique_ptr<Step> step = make_library_step(*n, slots);
-    if (!step) step = make_kernel_step(*n, slots);
-    if (!step) step = make_fallback_step(*n, slots);
-    steps_.push_back(std::move(step));
+  // Library steps (oneDNN primitive creation, which JIT-compiles kernels, and
+  // weight prepacking) are most of the build time and independent of each
+  // other: build them on a few threads. The other steps are cheap and built
+  // here, in order.
+  steps_.resize(nodes.size());
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto build_library_steps = [&] {
+    for (size_t i; (i = next++) < nodes.size();) {
+      try {
+        steps_[i] = make_library_step(*nodes[i], slots);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error)
+          error = std::current_exception();
+      }
+    }
+  };
+  size_t workers =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 4);
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < workers; ++t)
+    threads.emplace_back(build_library_steps);
+  build_library_steps();
+  for (std::thread& t : threads)
+    t.join();
+  if (error)
+    std::rethrow_exception(error);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!steps_[i])
+      steps_[i] = make_kernel_step(*nodes[i], slots);
+    if (!steps_[i])
+      steps_[i] = make_fallback_step(*nodes[i], slots);
   }
 }
 
-std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
-  TORCH_CHECK(inputs.size() == input_slots_.size(), "compiled graph takes ",
-              input_slots_.size(), " inputs, got ", inputs.size());
+std::vector<at::Tensor> Executor::run(
+    const std::vector<at::Tensor>& inputs) const {
+  TORCH_CHECK(
+      inputs.size() == input_slots_.size(),
+      "compiled graph takes ",
+      input_slots_.size(),
+      " inputs, got ",
+      inputs.size());
   Slots slots(num_slots_);
-  for (size_t i = 0; i < inputs.size(); ++i) slots[input_slots_[i]] = inputs[i];
-  for (const auto& [slot, t] : constants_) slots[slot] = t;
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    steps_[i]->run(slots);
-    for (int s : free_after_[i]) slots[s].reset();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    slots[input_slots_[i]] = inputs[i];
+  for (const auto& [slot, t] : constants_)
+    slots[slot] = t;
+  if (arena_slot_ >= 0)
+    slots[arena_slot_] = acquire_arena();
+  // Returns the arena to the pool on every exit, exceptions included.
+  struct ArenaGuard {
+    const Executor* e;
+    Slots* slots;
+    ~ArenaGuard() {
+      if (e->arena_slot_ < 0)
+        return;
+      at::Tensor arena = std::move((*slots)[e->arena_slot_]);
+      for (at::Tensor& t : *slots)
+        t.reset(); // views into the arena die first
+      e->release_arena(std::move(arena));
+    }
+  };
+  std::vector<at::Tensor> outputs;
+  {
+    ArenaGuard guard{this, &slots};
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      steps_[i]->run(slots);
+      for (int s : free_after_[i])
+        slots[s].reset();
+    }
+    outputs = collect_outputs(slots);
   }
+  return outputs;
+}
+
+at::Tensor Executor::acquire_arena() const {
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    if (!arena_pool_.empty()) {
+      at::Tensor arena = std::move(arena_pool_.back());
+      arena_pool_.pop_back();
+      return arena;
+    }
+  }
+  return at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
+}
+
+void Executor::release_arena(at::Tensor arena) const {
+  // Another reference to the arena's storage (a view that escaped the run)
+  // means someone may still read it: never hand it to another run.
+  if (arena.storage().use_count() != 1)
+    return;
+  std::lock_guard<std::mutex> lock(pool_mutex_);
+  arena_pool_.push_back(std::move(arena));
+}
+
+std::vector<at::Tensor> Executor::collect_outputs(const Slots& slots) const {
   std::vector<at::Tensor> outputs;
   outputs.reserve(output_slots_.size());
   for (size_t i = 0; i < output_slots_.size(); ++i) {
     at::Tensor t = slots[output_slots_[i]];
     const OutputSpec& spec = output_specs_[i];
-    if (t.defined() && t.numel() > 1 && t.strides() != c10::IntArrayRef(spec.strides) &&
+    if (t.defined() && t.numel() > 1 &&
+        t.strides() != c10::IntArrayRef(spec.strides) &&
         t.sizes() == c10::IntArrayRef(spec.sizes)) {
-      at::Tensor promised = at::empty_strided(spec.sizes, spec.strides, t.options());
+      at::Tensor promised =
+          at::empty_strided(spec.sizes, spec.strides, t.options());
       promised.copy_(t);
       t = promised;
     }
@@ -108,9 +214,39 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   return outputs;
 }
 
+OutputBuffer::OutputBuffer(const compiler::Value& v, const SlotMap& slots)
+    : dtype_(v.dtype), sizes_(v.sizes), strides_(v.strides) {
+  if (v.arena_offset >= 0 && slots.arena >= 0) {
+    int64_t item = static_cast<int64_t>(c10::elementSize(v.dtype));
+    TORCH_CHECK(
+        v.arena_offset % item == 0,
+        "arena offset ",
+        v.arena_offset,
+        " is not a multiple of the element size ",
+        item);
+    arena_slot_ = slots.arena;
+    offset_elements_ = v.arena_offset / item;
+  }
+}
+
+at::Tensor OutputBuffer::get(const Slots& slots) const {
+  if (arena_slot_ < 0) {
+    return at::empty_strided(
+        sizes_, strides_, at::TensorOptions().dtype(dtype_));
+  }
+  const at::Tensor& arena = slots[arena_slot_];
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(arena.storage()),
+      arena.key_set(),
+      caffe2::TypeMeta::fromScalarType(dtype_));
+  impl->set_sizes_and_strides(sizes_, strides_, offset_elements_);
+  return at::Tensor(std::move(impl));
+}
+
 std::string Executor::describe() const {
   std::ostringstream os;
-  for (size_t i = 0; i < steps_.size(); ++i) os << i << ": " << steps_[i]->describe() << "\n";
+  for (size_t i = 0; i < steps_.size(); ++i)
+    os << i << ": " << steps_[i]->describe() << "\n";
   return os.str();
 }
 
@@ -123,4 +259,4 @@ std::vector<std::pair<std::string, int>> Executor::step_counts() const {
   return {counts.begin(), counts.end()};
 }
 
-}  // namespace torch_plugin::runtime
+} // namespace torch_plugin::runtime

@@ -1,17 +1,26 @@
 // executor.h: runs one compiled graph.
 //
 // Owns: the plan of a compiled Graph — its steps in order (library call,
-// generated kernel, or ATen fallback through the dispatcher), the constants, the
-// slot of each value, and which slots die after each step (so a tensor is freed
-// as soon as its last user ran). run() is thread-safe and re-entrant (each call
-// has its own slots). Outputs come back with the strides the graph promised.
-// No Python objects; the GIL is not needed (callers release it).
+// generated kernel, or ATen fallback through the dispatcher), the constants,
+// the slot of each value, and which slots die after each step (so a tensor is
+// freed as soon as its last user ran) — and a pool of arenas: with a memory
+// plan (memory_planning pass: Graph::arena_bytes > 0) each run takes one arena
+// of arena_bytes from the pool (allocating one only when all are in use by
+// concurrent runs) and library steps write their outputs into it at their
+// planned offsets; the arena goes back to the pool when the run ends. Steps
+// without a planned output (ATen fallbacks, generated kernels) allocate theirs.
+// run() is thread-safe and re-entrant (each call has its own slots and its own
+// arena). Outputs come back with the strides the graph promised and never live
+// in an arena (the plan excludes graph outputs and their aliases; an arena
+// still referenced after a run, which would mean a bug in that plan, is not
+// reused). No Python objects; the GIL is not needed (callers release it).
 #pragma once
 
 #include "compiler/ir.h"
 #include "runtime/step.h"
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,21 +39,42 @@ class Executor {
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
 
-  const std::vector<OutputSpec>& output_specs() const { return output_specs_; }
-  size_t num_inputs() const { return input_slots_.size(); }
+  const std::vector<OutputSpec>& output_specs() const {
+    return output_specs_;
+  }
+  size_t num_inputs() const {
+    return input_slots_.size();
+  }
   // One line per step: "3: fallback aten::max_pool2d_with_indices".
   std::string describe() const;
   // Step kind -> count, e.g. {"fallback": 3, "kernel": 5, "onednn": 20}.
   std::vector<std::pair<std::string, int>> step_counts() const;
+  // Bytes of one run's arena (0: no memory plan), and how many of the steps'
+  // outputs are written into it.
+  int64_t arena_bytes() const {
+    return arena_bytes_;
+  }
+  int num_planned() const {
+    return num_planned_;
+  }
 
  private:
   std::vector<std::unique_ptr<Step>> steps_;
-  std::vector<std::vector<int>> free_after_;  // slots released after step i
+  std::vector<std::vector<int>> free_after_; // slots released after step i
   std::vector<std::pair<int, at::Tensor>> constants_;
   std::vector<int> input_slots_;
   std::vector<int> output_slots_;
   std::vector<OutputSpec> output_specs_;
   int num_slots_ = 0;
+  int arena_slot_ = -1;
+  int64_t arena_bytes_ = 0;
+  int num_planned_ = 0;
+  mutable std::mutex pool_mutex_;
+  mutable std::vector<at::Tensor> arena_pool_; // arenas not in use by a run
+
+  at::Tensor acquire_arena() const;
+  std::vector<at::Tensor> collect_outputs(const Slots& slots) const;
+  void release_arena(at::Tensor arena) const;
 };
 
-}  // namespace torch_plugin::runtime
+} // namespace torch_plugin::runtime

@@ -21,7 +21,31 @@ using Slots = std::vector<at::Tensor>;
 // IR value id -> slot index.
 struct SlotMap {
   std::unordered_map<int64_t, int> slot_of;
-  int slot(const compiler::Value* v) const { return slot_of.at(v->id); }
+  // The slot holding this run's arena (a uint8 tensor of Graph::arena_bytes),
+  // or -1 when the graph has no memory plan.
+  int arena = -1;
+  int slot(const compiler::Value* v) const {
+    return slot_of.at(v->id);
+  }
+};
+
+// Where a step writes one output value: its preplanned buffer in the run's
+// arena (Value::arena_offset, set by the memory_planning pass), or else a new
+// tensor. Either way the tensor has the value's dtype, sizes and strides (CPU).
+class OutputBuffer {
+ public:
+  OutputBuffer(const compiler::Value& v, const SlotMap& slots);
+  // The output tensor of this run; `slots` must hold the arena when planned.
+  at::Tensor get(const Slots& slots) const;
+  bool planned() const {
+    return arena_slot_ >= 0;
+  }
+
+ private:
+  int arena_slot_ = -1;
+  int64_t offset_elements_ = 0;
+  c10::ScalarType dtype_;
+  std::vector<int64_t> sizes_, strides_;
 };
 
 class Step {
@@ -33,9 +57,15 @@ class Step {
 };
 
 // Any ATen op, called through the PyTorch dispatcher (boxed).
-std::unique_ptr<Step> make_fallback_step(const compiler::Node& node, const SlotMap& slots);
+std::unique_ptr<Step> make_fallback_step(
+    const compiler::Node& node,
+    const SlotMap& slots);
 // Native steps: nullptr when the node is not one of theirs.
-std::unique_ptr<Step> make_library_step(const compiler::Node& node, const SlotMap& slots);
-std::unique_ptr<Step> make_kernel_step(const compiler::Node& node, const SlotMap& slots);
+std::unique_ptr<Step> make_library_step(
+    const compiler::Node& node,
+    const SlotMap& slots);
+std::unique_ptr<Step> make_kernel_step(
+    const compiler::Node& node,
+    const SlotMap& slots);
 
-}  // namespace torch_plugin::runtime
+} // namespace torch_plugin::runtime

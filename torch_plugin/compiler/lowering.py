@@ -46,9 +46,14 @@ def dtype_code(dtype: torch.dtype) -> int:
     return _DTYPES[dtype]
 
 
-def lower(gm: torch.fx.GraphModule, constants: dict[int, torch.Tensor]) -> Any:
-    """``gm`` as an IR graph; ``constants`` maps placeholder positions to frozen tensors."""
-    g = _C._compiler.Graph()
+def lower(gm: torch.fx.GraphModule, constants: dict[int, torch.Tensor], builder: Any = None) -> Any:
+    """``gm`` as an IR graph; ``constants`` maps placeholder positions to frozen tensors.
+
+    ``builder``: the ``_C._compiler.Graph`` (or an object with its builder methods, such as
+    :class:`~torch_plugin.compiler.graph_cache.RecordingGraph`) to build into; a new graph
+    by default. Returns the builder.
+    """
+    g = _C._compiler.Graph() if builder is None else builder
     env: dict[torch.fx.Node, Any] = {}
     placeholder_index = 0
     for node in gm.graph.nodes:

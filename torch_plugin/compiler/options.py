@@ -9,10 +9,12 @@ Key parts:
 | ``freeze`` | ``TORCH_PLUGIN_FREEZE`` | ``1`` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding, prepacked weights |
 | ``library_patterns`` | ``TORCH_PLUGIN_LIBRARY_PATTERNS`` | ``1`` | convolutions and matrix products (+epilogue) go to oneDNN |
 | ``fusion`` | ``TORCH_PLUGIN_FUSION`` | ``1`` | pointwise/reduction/norm groups become generated C++ kernels |
+| ``memory_planning`` | ``TORCH_PLUGIN_MEMORY_PLANNING`` | ``1`` | library outputs share one preplanned per-run arena (buffer reuse by liveness) |
 | ``verify`` | ``TORCH_PLUGIN_VERIFY`` | ``0`` | run the IR verifier after every pass |
 | ``dump_dir`` | ``TORCH_PLUGIN_DUMP_DIR`` | unset | write each graph before and after each pass there |
 | ``log_kernels`` | ``TORCH_PLUGIN_LOGS`` contains ``kernels`` | off | print each generated kernel and its fusion group |
-| ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``~/.cache/torch_plugin`` | compiled kernels (.so), keyed by a hash of source, flags and CPU |
+| ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``~/.cache/torch_plugin`` | compiled kernels (.so), keyed by a hash of source, flags and CPU; lowered inference graphs (``graphs/``, see ``graph_cache.py``) |
+| ``graph_cache`` | ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
 """
 
 from __future__ import annotations
@@ -33,16 +35,19 @@ class Options:
     freeze: bool = True
     library_patterns: bool = True
     fusion: bool = True
+    memory_planning: bool = True
     verify: bool = False
     dump_dir: str = ""
     log_kernels: bool = False
     cache_dir: str = ""
+    graph_cache: bool = True
 
     def pass_options(self) -> dict[str, object]:
         """The subset the C++ pipeline reads (csrc/compiler/passes/pass.h, PassOptions)."""
         return {
             "library_patterns": self.library_patterns,
             "fusion": self.fusion,
+            "memory_planning": self.memory_planning,
             "verify": self.verify,
             "dump_dir": self.dump_dir,
             "log_kernels": self.log_kernels,
@@ -62,8 +67,10 @@ def current() -> Options:
         freeze=_flag("TORCH_PLUGIN_FREEZE", True),
         library_patterns=_flag("TORCH_PLUGIN_LIBRARY_PATTERNS", True),
         fusion=_flag("TORCH_PLUGIN_FUSION", True),
+        memory_planning=_flag("TORCH_PLUGIN_MEMORY_PLANNING", True),
         verify=_flag("TORCH_PLUGIN_VERIFY", False),
         dump_dir=dump_dir,
         log_kernels="kernels" in os.environ.get("TORCH_PLUGIN_LOGS", "").split(","),
         cache_dir=cache_dir,
+        graph_cache=_flag("TORCH_PLUGIN_GRAPH_CACHE", True),
     )

@@ -1,11 +1,15 @@
 // fold_conv_bn.cpp: pass "fold_conv_bn".
 //
 // Rule (freezing only):
-//   _native_batch_norm_legit_no_training(convolution(x, W, b), g, beta, mean, var, eps)
-//     => convolution(x, W * s, (b - mean) * s + beta)   with s = g / sqrt(var + eps)
-// Constraints: W, b (or None), g, beta, mean, var are constants; the convolution's
-// output has the batch norm as its only user; only output 0 of the batch norm is
-// used. The folded weight keeps W's dtype; the arithmetic runs in fp32 or wider.
+//   _native_batch_norm_legit_no_training(convolution(x, W, b), g, beta, mean,
+//   var, eps)
+//     => convolution(x, W * s, (b - mean) * s + beta)   with s = g / sqrt(var +
+//     eps)
+// Constraints: W, b (or None), g, beta, mean, var are constants; the
+// convolution's output has the batch norm as its only user; only output 0 of
+// the batch norm is used. The folded weight keeps W's dtype: s is computed in
+// fp64, W * s in W's dtype or fp32 if narrower (one rounding per element); the
+// bias arithmetic in fp64.
 #include "compiler/passes/pass.h"
 
 #include <ATen/ATen.h>
@@ -13,15 +17,20 @@
 namespace torch_plugin::compiler {
 namespace {
 
-bool is_const(const Value* v) { return v && v->kind == ValueKind::kConstant; }
+bool is_const(const Value* v) {
+  return v && v->kind == ValueKind::kConstant;
+}
 
 bool run(Graph& g, const PassOptions& options) {
-  if (!options.freeze) return false;
+  if (!options.freeze)
+    return false;
   bool changed = false;
   for (Node* bn : g.nodes()) {
-    if (bn->op != "aten::_native_batch_norm_legit_no_training") continue;
+    if (bn->op != "aten::_native_batch_norm_legit_no_training")
+      continue;
     Value* y = bn->tensor_arg(0);
-    if (!y || !y->producer || y->producer->op != "aten::convolution" || y->uses.size() != 1)
+    if (!y || !y->producer || y->producer->op != "aten::convolution" ||
+        y->uses.size() != 1)
       continue;
     Node* conv = y->producer;
     bool transposed = std::get<bool>(conv->const_arg(6));
@@ -38,23 +47,35 @@ bool run(Graph& g, const PassOptions& options) {
         g.is_output(bn->outputs[1]) || g.is_output(bn->outputs[2]))
       continue;
     double eps = std::get<double>(bn->const_arg(6));
-    auto f = [](const Value* v) { return v->constant.to(at::kDouble); };
+    // The per-channel vectors in fp64; the weight (most of the data: a cast of
+    // it to fp64 and back was most of this pass's time) is scaled in fp32 (or
+    // its own wider dtype), so each element is rounded once, as Inductor's
+    // freezing does.
+    auto f = [](const Value* v) {
+      return v->constant.to(at::kDouble);
+    };
     at::Tensor scale = f(gamma) / (f(var) + eps).sqrt();
     std::vector<int64_t> shape(w->sizes.size(), 1);
     shape[0] = -1;
-    at::Tensor new_w = (f(w) * scale.reshape(shape)).to(w->dtype).contiguous();
+    at::ScalarType compute = at::promote_types(w->dtype, at::kFloat);
+    at::Tensor new_w =
+        at::mul(w->constant.to(compute), scale.to(compute).reshape(shape))
+            .to(w->dtype)
+            .contiguous();
     at::Tensor b0 = b ? f(b) : at::zeros_like(f(mean));
     at::Tensor new_b = ((b0 - f(mean)) * scale + f(beta)).to(w->dtype);
 
     std::vector<Arg> args = conv->args;
-    std::vector<Value*> inputs = {conv->tensor_arg(0), g.add_constant(new_w),
-                                  g.add_constant(new_b)};
+    std::vector<Value*> inputs = {
+        conv->tensor_arg(0), g.add_constant(new_w), g.add_constant(new_b)};
     args[0] = Arg::tensor(0);
     args[1] = Arg::tensor(1);
     args[2] = Arg::tensor(2);
-    Node* folded = g.create_node("aten::convolution", "default", inputs, args, 1, bn);
+    Node* folded =
+        g.create_node("aten::convolution", "default", inputs, args, 1, bn);
     Value* out = bn->outputs[0];
-    Graph::set_type(folded->outputs[0], out->dtype, out->sizes, out->strides, out->device);
+    Graph::set_type(
+        folded->outputs[0], out->dtype, out->sizes, out->strides, out->device);
     g.replace_all_uses(out, folded->outputs[0]);
     g.erase_node(bn);
     g.erase_node(conv);
@@ -63,7 +84,7 @@ bool run(Graph& g, const PassOptions& options) {
   return changed;
 }
 
-}  // namespace
+} // namespace
 
 const PassInfo kFoldConvBatchNorm = {
     "fold_conv_bn",
@@ -71,4 +92,4 @@ const PassInfo kFoldConvBatchNorm = {
     "both are constants (freezing only).",
     run};
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

@@ -20,6 +20,7 @@ struct PassOptions {
   bool verify = false;          // run the verifier after every pass (TORCH_PLUGIN_VERIFY=1)
   std::string dump_dir;         // write the graph before/after each pass here (empty: off)
   bool log_kernels = false;     // fusion: print each generated kernel (TORCH_PLUGIN_LOGS=kernels)
+  bool memory_planning = true;  // memory_planning: library outputs share one per-run arena
 };
 
 struct PassInfo {
@@ -36,5 +37,6 @@ extern const PassInfo kFoldConvBatchNorm;
 extern const PassInfo kLibraryPatterns;
 extern const PassInfo kPropagateStrides;
 extern const PassInfo kFusion;
+extern const PassInfo kMemoryPlanning;
 
 }  // namespace torch_plugin::compiler

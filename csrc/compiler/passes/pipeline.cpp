@@ -3,8 +3,8 @@
 // Order: dead code first (less to fold), then freezing's rewrites of constants
 // (conv+batch-norm folding, constant folding), then library patterns (they
 // claim convolutions and matrix products with their epilogues), then fusion of
-// what is left, and dead code again. Memory is planned by the executor, from the
-// final graph (runtime/executor.cpp).
+// what is left, dead code again, and memory planning last (it plans the final
+// graph; the executor frees the unplanned values after their last use).
 #include "compiler/passes/pipeline.h"
 
 #include "compiler/verifier.h"
@@ -19,7 +19,7 @@ const std::vector<const PassInfo*>& pipeline() {
   static const std::vector<const PassInfo*> passes = {
       &kDeadCodeElimination, &kFoldConvBatchNorm, &kConstantFolding,
       &kLibraryPatterns,     &kPropagateStrides,  &kFusion,
-      &kDeadCodeElimination,
+      &kDeadCodeElimination, &kMemoryPlanning,
   };
   return passes;
 }

@@ -9,6 +9,13 @@ torchvision = pytest.importorskip("torchvision")
 transformers = pytest.importorskip("transformers")
 
 
+@pytest.fixture(autouse=True)
+def _no_graph_cache(monkeypatch):
+    """Trace every graph with AOTAutograd here (a graph cache filled by an earlier run
+    would skip it); the cache's own path is tested in test_graph_cache.py."""
+    monkeypatch.setenv("TORCH_PLUGIN_GRAPH_CACHE", "0")
+
+
 def _vision(name, size=64, **kw):
     def make():
         torch.manual_seed(0)

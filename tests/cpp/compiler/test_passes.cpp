@@ -1,0 +1,498 @@
+// test_passes.cpp: unit tests of the compiler passes on small hand-built IR
+// graphs (csrc/compiler/passes/): dead_code_elimination, fold_conv_bn,
+// constant_folding, library_patterns, propagate_strides, memory_planning. Each
+// test builds a graph, runs one pass, and asserts the rewritten graph; where a
+// pass changes values, the graph is also run by the Executor against eager ATen
+// on fresh random inputs.
+#include "compiler/ir.h"
+#include "compiler/passes/pipeline.h"
+#include "compiler/verifier.h"
+#include "ops/library_ops.h"
+#include "runtime/executor.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+namespace torch_plugin::compiler {
+namespace {
+
+using runtime::Executor;
+
+const c10::Device kCpu(c10::kCPU);
+
+Value* input(
+    Graph& g,
+    std::vector<int64_t> sizes,
+    at::MemoryFormat format = at::MemoryFormat::Contiguous) {
+  std::vector<int64_t> strides =
+      at::empty(sizes, at::TensorOptions().memory_format(format))
+          .strides()
+          .vec();
+  return g.add_input(c10::ScalarType::Float, sizes, strides, kCpu);
+}
+
+// A node whose every argument is a tensor input (in order) followed by
+// `consts`.
+Node* node(
+    Graph& g,
+    const std::string& op,
+    const std::string& overload,
+    std::vector<Value*> ins,
+    std::vector<AttrValue> consts,
+    std::vector<std::vector<int64_t>> out_sizes) {
+  std::vector<Arg> args;
+  for (size_t i = 0; i < ins.size(); ++i)
+    args.push_back(Arg::tensor(static_cast<int64_t>(i)));
+  for (AttrValue& c : consts)
+    args.push_back(Arg::constant(std::move(c)));
+  Node* n = g.create_node(op, overload, ins, args, out_sizes.size());
+  for (size_t i = 0; i < out_sizes.size(); ++i)
+    Graph::set_type(
+        n->outputs[i],
+        c10::ScalarType::Float,
+        out_sizes[i],
+        contiguous_strides(out_sizes[i]),
+        kCpu);
+  return n;
+}
+
+// aten::convolution(x, w, b, stride 1, padding 1, dilation 1, not transposed,
+// groups 1).
+Node* conv(Graph& g, Value* x, Value* w, Value* b) {
+  std::vector<int64_t> out = {
+      x->sizes[0], w->sizes[0], x->sizes[2], x->sizes[3]};
+  std::vector<Value*> ins = {x, w};
+  std::vector<Arg> args = {Arg::tensor(0), Arg::tensor(1)};
+  if (b) {
+    ins.push_back(b);
+    args.push_back(Arg::tensor(2));
+  } else {
+    args.push_back(Arg::constant(std::monostate{}));
+  }
+  for (AttrValue v : std::vector<AttrValue>{
+           std::vector<int64_t>{1, 1},
+           std::vector<int64_t>{1, 1},
+           std::vector<int64_t>{1, 1},
+           false,
+           std::vector<int64_t>{0, 0},
+           int64_t{1}})
+    args.push_back(Arg::constant(v));
+  Node* n = g.create_node("aten::convolution", "default", ins, args, 1);
+  Graph::set_type(
+      n->outputs[0],
+      c10::ScalarType::Float,
+      out,
+      contiguous_strides(out),
+      kCpu);
+  return n;
+}
+
+at::Tensor conv_ref(
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const at::Tensor& b) {
+  return at::conv2d(x, w, b, {1, 1}, {1, 1});
+}
+
+std::vector<std::string> ops(const Graph& g) {
+  std::vector<std::string> out;
+  for (Node* n : g.nodes())
+    out.push_back(n->qualified_name());
+  return out;
+}
+
+PassOptions frozen() {
+  PassOptions o;
+  o.freeze = true;
+  return o;
+}
+
+bool run(const char* pass, Graph& g, const PassOptions& o = frozen()) {
+  bool changed = run_pass(find_pass(pass), g, o);
+  verify(g);
+  return changed;
+}
+
+class Passes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ops::link_library_ops();
+    ops::link_library_ops_cpu();
+    // Fresh random inputs on every run; the seed is in the test's XML/JSON
+    // record.
+    uint64_t seed = std::random_device{}();
+    RecordProperty("seed", std::to_string(seed));
+    at::manual_seed(seed);
+  }
+};
+
+TEST_F(Passes, DeadCodeEliminationErasesUnusedChainsKeepsInPlaceOps) {
+  Graph g;
+  Value* x = input(g, {4, 5});
+  Value* a = node(g, "aten::relu", "default", {x}, {}, {{4, 5}})->outputs[0];
+  node(
+      g,
+      "aten::neg",
+      "default",
+      {a},
+      {},
+      {{4, 5}}); // a dead chain: relu -> neg
+  Value* y = node(g, "aten::sigmoid", "default", {x}, {}, {{4, 5}})->outputs[0];
+  node(
+      g,
+      "aten::relu_",
+      "default",
+      {x},
+      {},
+      {{4, 5}}); // in-place on an input: kept
+  g.set_outputs({y});
+
+  EXPECT_TRUE(run("dead_code_elimination", g));
+  EXPECT_EQ(ops(g), (std::vector<std::string>{"aten::sigmoid", "aten::relu_"}));
+  EXPECT_FALSE(run("dead_code_elimination", g)); // nothing left to erase
+}
+
+TEST_F(Passes, FoldConvBatchNormMatchesEager) {
+  at::Tensor w = at::randn({4, 3, 3, 3}), b = at::randn({4});
+  at::Tensor gamma = at::rand({4}) + 0.5, beta = at::randn({4});
+  at::Tensor mean = at::randn({4}), var = at::rand({4}) + 0.5;
+  Graph g;
+  Value* x = input(g, {2, 3, 7, 6});
+  Value* y = conv(g, x, g.add_constant(w), g.add_constant(b))->outputs[0];
+  std::vector<Value*> bn_in = {
+      y,
+      g.add_constant(gamma),
+      g.add_constant(beta),
+      g.add_constant(mean),
+      g.add_constant(var)};
+  Node* bn = node(
+      g,
+      "aten::_native_batch_norm_legit_no_training",
+      "default",
+      bn_in,
+      {0.1, 1e-5},
+      {{2, 4, 7, 6}, {0}, {0}});
+  g.set_outputs({bn->outputs[0]});
+
+  PassOptions unfrozen;
+  EXPECT_FALSE(
+      run("fold_conv_bn", g, unfrozen)); // parameters are not constants then
+  EXPECT_EQ(g.num_nodes(), 2u);
+
+  EXPECT_TRUE(run("fold_conv_bn", g));
+  ASSERT_EQ(ops(g), (std::vector<std::string>{"aten::convolution"}));
+  Node* folded = g.nodes()[0];
+  EXPECT_EQ(folded->tensor_arg(0), x);
+  EXPECT_EQ(folded->tensor_arg(1)->kind, ValueKind::kConstant);
+  EXPECT_EQ(g.outputs()[0], folded->outputs[0]);
+
+  at::Tensor in = at::randn({2, 3, 7, 6});
+  at::Tensor expected = at::batch_norm(
+      conv_ref(in, w, b), gamma, beta, mean, var, false, 0.1, 1e-5, false);
+  at::Tensor got = Executor(g).run({in})[0];
+  EXPECT_TRUE(at::allclose(got, expected, 1e-4, 1e-4))
+      << (got - expected).abs().max();
+}
+
+TEST_F(Passes, ConstantFoldingRunsConstantSubgraphsOnly) {
+  at::Tensor w = at::randn({6, 5});
+  Graph g;
+  Value* x = input(g, {3, 5});
+  Value* wc = g.add_constant(w);
+  Value* wt = node(g, "aten::t", "default", {wc}, {}, {{5, 6}})->outputs[0];
+  wt->strides = {1, 5};
+  Value* y = node(g, "aten::mm", "default", {x, wt}, {}, {{3, 6}})->outputs[0];
+  // Random: must not be folded even though its only tensor input is a constant.
+  Value* r = node(
+                 g,
+                 "aten::rand_like",
+                 "default",
+                 {wc},
+                 {std::monostate{},
+                  std::monostate{},
+                  std::monostate{},
+                  std::monostate{},
+                  std::monostate{}},
+                 {{6, 5}})
+                 ->outputs[0];
+  g.set_outputs({y, r});
+
+  EXPECT_FALSE(run("constant_folding", g, PassOptions{})); // freezing off
+  EXPECT_TRUE(run("constant_folding", g));
+  EXPECT_EQ(ops(g), (std::vector<std::string>{"aten::mm", "aten::rand_like"}));
+  Value* folded = g.nodes()[0]->tensor_arg(1);
+  ASSERT_EQ(folded->kind, ValueKind::kConstant);
+  EXPECT_TRUE(at::equal(folded->constant, w.t()));
+  // A folded view owns its storage (a later rewrite of w must not change it).
+  EXPECT_NE(folded->constant.data_ptr(), w.data_ptr());
+
+  at::Tensor in = at::randn({3, 5});
+  EXPECT_TRUE(
+      at::allclose(Executor(g).run({in})[0], at::mm(in, w.t()), 1e-5, 1e-5));
+}
+
+TEST_F(Passes, LibraryPatternsConvWithResidualAndRelu) {
+  at::Tensor w = at::randn({4, 4, 3, 3}), b = at::randn({4});
+  Graph g;
+  Value* x = input(g, {1, 4, 5, 5});
+  Value* r = input(g, {1, 4, 5, 5});
+  Value* y = conv(g, x, g.add_constant(w), g.add_constant(b))->outputs[0];
+  Value* s =
+      node(g, "aten::add", "Tensor", {y, r}, {int64_t{1}}, {{1, 4, 5, 5}})
+          ->outputs[0];
+  Value* o =
+      node(g, "aten::relu", "default", {s}, {}, {{1, 4, 5, 5}})->outputs[0];
+  g.set_outputs({o});
+
+  PassOptions off = frozen();
+  off.library_patterns = false;
+  EXPECT_FALSE(run("library_patterns", g, off));
+  EXPECT_TRUE(run("library_patterns", g));
+  ASSERT_EQ(ops(g), (std::vector<std::string>{"torch_plugin::conv_pointwise"}));
+  Node* lib = g.nodes()[0];
+  EXPECT_EQ(lib->tensor_arg(0), x);
+  EXPECT_EQ(lib->tensor_arg(3), r); // residual
+  EXPECT_EQ(std::get<std::string>(lib->const_arg(8)), "relu");
+  // conv_pointwise writes channels_last.
+  EXPECT_EQ(lib->outputs[0]->strides, (std::vector<int64_t>{100, 1, 20, 4}));
+
+  at::Tensor xi = at::randn({1, 4, 5, 5}), ri = at::randn({1, 4, 5, 5});
+  at::Tensor expected = at::relu(conv_ref(xi, w, b) + ri);
+  at::Tensor got = Executor(g).run({xi, ri})[0];
+  EXPECT_TRUE(at::allclose(got, expected, 1e-4, 1e-4))
+      << (got - expected).abs().max();
+}
+
+TEST_F(Passes, LibraryPatternsAddmmBecomesLinearWithTransposedWeight) {
+  at::Tensor wt = at::randn({5, 7}), b = at::randn({7}); // addmm(b, x, W^T)
+  Graph g;
+  Value* x = input(g, {3, 5});
+  Node* mm = node(
+      g,
+      "aten::addmm",
+      "default",
+      {g.add_constant(b), x, g.add_constant(wt)},
+      {int64_t{1}, int64_t{1}},
+      {{3, 7}});
+  Value* y = node(
+                 g,
+                 "aten::gelu",
+                 "default",
+                 {mm->outputs[0]},
+                 {std::string("none")},
+                 {{3, 7}})
+                 ->outputs[0];
+  g.set_outputs({y});
+
+  EXPECT_TRUE(run("library_patterns", g));
+  ASSERT_EQ(
+      ops(g), (std::vector<std::string>{"torch_plugin::linear_pointwise"}));
+  Node* lib = g.nodes()[0];
+  EXPECT_TRUE(at::equal(lib->tensor_arg(1)->constant, wt.t())); // [N, K]
+  EXPECT_EQ(std::get<std::string>(lib->const_arg(4)), "gelu");
+
+  at::Tensor xi = at::randn({3, 5});
+  at::Tensor expected = at::gelu(at::addmm(b, xi, wt));
+  EXPECT_TRUE(at::allclose(Executor(g).run({xi})[0], expected, 1e-4, 1e-4));
+}
+
+TEST_F(Passes, LibraryPatternsLeavesNonConstantWeights) {
+  Graph g;
+  Value* x = input(g, {1, 3, 5, 5});
+  Value* w = input(g, {4, 3, 3, 3}); // a graph input, not frozen
+  g.set_outputs({conv(g, x, w, nullptr)->outputs[0]});
+  EXPECT_FALSE(run("library_patterns", g));
+  EXPECT_EQ(ops(g), (std::vector<std::string>{"aten::convolution"}));
+}
+
+TEST_F(Passes, PropagateStridesFollowsChannelsLastInputs) {
+  Graph g;
+  Value* x = input(g, {2, 3, 4, 5}, at::MemoryFormat::ChannelsLast);
+  Value* y =
+      node(g, "aten::relu", "default", {x}, {}, {{2, 3, 4, 5}})->outputs[0];
+  Value* z = node(
+                 g,
+                 "aten::sum",
+                 "dim_IntList",
+                 {y},
+                 {std::vector<int64_t>{1}, false, std::monostate{}},
+                 {{2, 4, 5}})
+                 ->outputs[0];
+  g.set_outputs({z});
+  ASSERT_TRUE(y->is_contiguous()); // as lowered, before the pass
+
+  EXPECT_TRUE(run("propagate_strides", g));
+  at::Tensor ref = at::relu(
+      at::empty({2, 3, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_EQ(y->strides, ref.strides().vec());
+  EXPECT_EQ(z->strides, at::sum(ref, {1}).strides().vec());
+  EXPECT_FALSE(run("propagate_strides", g)); // already up to date
+}
+
+// x -> c1 -> c2 -> c3 -> c4 (output), all conv_pointwise; view(c1) read after
+// c3.
+struct Chain {
+  Graph g;
+  std::vector<at::Tensor> w, b;
+  std::vector<Value*> c;
+  Value* view = nullptr;
+};
+
+std::unique_ptr<Chain> conv_chain(bool view_of_c1) {
+  auto ch = std::make_unique<Chain>();
+  Graph& g = ch->g;
+  Value* v = input(g, {1, 4, 6, 6});
+  for (int i = 0; i < 4; ++i) {
+    ch->w.push_back(at::randn({4, 4, 3, 3}) * 0.3);
+    ch->b.push_back(at::randn({4}));
+    v = conv(g, v, g.add_constant(ch->w[i]), g.add_constant(ch->b[i]))
+            ->outputs[0];
+    ch->c.push_back(v);
+  }
+  Value* out = ch->c[3];
+  if (view_of_c1) {
+    Node* view = node(
+        g,
+        "aten::view",
+        "default",
+        {ch->c[0]},
+        {std::vector<int64_t>{1, 4, 36}},
+        {{1, 4, 36}});
+    view->may_alias = true;
+    view->outputs[0]->strides = {144, 1, 4};
+    ch->view = view->outputs[0];
+    Value* s = node(
+                   g,
+                   "aten::sum",
+                   "dim_IntList",
+                   {ch->view},
+                   {std::vector<int64_t>{2}, true, std::monostate{}},
+                   {{1, 4, 1}})
+                   ->outputs[0];
+    Node* unsqueeze = node(
+        g, "aten::unsqueeze", "default", {s}, {int64_t{3}}, {{1, 4, 1, 1}});
+    unsqueeze->may_alias = true;
+    Value* s4 = unsqueeze->outputs[0];
+    out = node(
+              g,
+              "aten::add",
+              "Tensor",
+              {ch->c[3], s4},
+              {int64_t{1}},
+              {{1, 4, 6, 6}})
+              ->outputs[0];
+  }
+  g.set_outputs({out});
+  EXPECT_TRUE(run("library_patterns", g));
+  run("propagate_strides", g);
+  // library_patterns replaced the convolutions: take the new values.
+  ch->c.clear();
+  for (Node* n : g.nodes()) {
+    if (n->op == "torch_plugin::conv_pointwise")
+      ch->c.push_back(n->outputs[0]);
+  }
+  return ch;
+}
+
+at::Tensor chain_ref(const Chain& ch, const at::Tensor& x, bool view_of_c1) {
+  std::vector<at::Tensor> c;
+  at::Tensor v = x;
+  for (int i = 0; i < 4; ++i)
+    c.push_back(v = conv_ref(v, ch.w[i], ch.b[i]));
+  if (!view_of_c1)
+    return c[3];
+  return c[3] + c[0].view({1, 4, 36}).sum({2}, true).unsqueeze(3);
+}
+
+TEST_F(Passes, MemoryPlanningReusesBuffersOfDeadValues) {
+  auto ch = conv_chain(false);
+  Graph& g = ch->g;
+  ASSERT_EQ(ch->c.size(), 4u);
+  EXPECT_TRUE(run("memory_planning", g));
+  const int64_t bytes = 1 * 4 * 6 * 6 * 4; // 576, a multiple of 64
+  // c1 lives over [c1, c2], c2 over [c2, c3], c3 over [c3, c4]; c4 is the
+  // output.
+  EXPECT_GE(ch->c[0]->arena_offset, 0);
+  EXPECT_GE(ch->c[1]->arena_offset, 0);
+  EXPECT_GE(ch->c[2]->arena_offset, 0);
+  EXPECT_EQ(ch->c[3]->arena_offset, -1); // graph outputs are never planned
+  EXPECT_NE(ch->c[0]->arena_offset, ch->c[1]->arena_offset);
+  EXPECT_NE(ch->c[1]->arena_offset, ch->c[2]->arena_offset);
+  EXPECT_EQ(
+      ch->c[0]->arena_offset,
+      ch->c[2]->arena_offset); // c1 is dead when c3 is made
+  EXPECT_EQ(g.arena_bytes, 2 * bytes);
+
+  PassOptions off = frozen();
+  off.memory_planning = false;
+  EXPECT_TRUE(run("memory_planning", g, off)); // clears the plan
+  EXPECT_EQ(g.arena_bytes, 0);
+  EXPECT_EQ(ch->c[0]->arena_offset, -1);
+}
+
+TEST_F(Passes, MemoryPlanningViewsExtendLifetimes) {
+  auto ch = conv_chain(true);
+  Graph& g = ch->g;
+  ASSERT_EQ(ch->c.size(), 4u);
+  EXPECT_TRUE(run("memory_planning", g));
+  // view(c1) is read after c3 and c4 are made: c1 may share with nothing.
+  std::set<int64_t> offsets;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_GE(ch->c[i]->arena_offset, 0) << i; // c4 is not an output here
+    offsets.insert(ch->c[i]->arena_offset);
+  }
+  EXPECT_NE(ch->c[0]->arena_offset, ch->c[2]->arena_offset);
+  EXPECT_NE(ch->c[0]->arena_offset, ch->c[3]->arena_offset);
+  EXPECT_EQ(
+      ch->c[1]->arena_offset,
+      ch->c[3]->arena_offset); // c2 is dead when c4 is made
+  EXPECT_EQ(offsets.size(), 3u);
+}
+
+TEST_F(Passes, MemoryPlanningNeverPlansWhatAnOutputAliases) {
+  Graph g;
+  at::Tensor w = at::randn({4, 4, 3, 3});
+  Value* x = input(g, {1, 4, 6, 6});
+  Value* c1 = conv(g, x, g.add_constant(w), nullptr)->outputs[0];
+  Value* c2 = conv(g, c1, g.add_constant(w), nullptr)->outputs[0];
+  Node* view = node(
+      g,
+      "aten::view",
+      "default",
+      {c1},
+      {std::vector<int64_t>{4, 36}},
+      {{4, 36}});
+  view->may_alias = true;
+  g.set_outputs({view->outputs[0], c2});
+  ASSERT_TRUE(run("library_patterns", g));
+  run("memory_planning", g);
+  for (Node* n : g.nodes()) {
+    for (Value* out : n->outputs)
+      EXPECT_EQ(out->arena_offset, -1) << n->qualified_name();
+  }
+  EXPECT_EQ(g.arena_bytes, 0);
+}
+
+TEST_F(Passes, MemoryPlannedGraphMatchesEagerAndOutputsOutliveRuns) {
+  for (bool view_of_c1 : {false, true}) {
+    auto ch = conv_chain(view_of_c1);
+    ASSERT_TRUE(run("memory_planning", ch->g));
+    Executor e(ch->g);
+#ifdef TORCH_PLUGIN_HAVE_ONEDNN
+    EXPECT_EQ(e.num_planned(), view_of_c1 ? 4 : 3);
+#endif
+    at::Tensor x1 = at::randn({1, 4, 6, 6}), x2 = at::randn({1, 4, 6, 6});
+    at::Tensor y1 = e.run({x1})[0];
+    at::Tensor y2 = e.run({x2})[0]; // reuses the arena of the first run
+    at::Tensor r1 = chain_ref(*ch, x1, view_of_c1),
+               r2 = chain_ref(*ch, x2, view_of_c1);
+    EXPECT_TRUE(at::allclose(y1, r1, 1e-4, 1e-4)) << (y1 - r1).abs().max();
+    EXPECT_TRUE(at::allclose(y2, r2, 1e-4, 1e-4)) << (y2 - r2).abs().max();
+  }
+}
+
+} // namespace
+} // namespace torch_plugin::compiler

@@ -1,0 +1,137 @@
+"""The graph cache (torch_plugin/compiler/graph_cache.py): a second compile of the same
+inference graph replays the cached lowering instead of tracing with AOTAutograd, gives
+eager's results with the live module's weights, and graphs it must not take are traced."""
+
+import pytest
+import torch
+
+import torch_plugin.backends.plugin as plugin_mod
+from torch_plugin.compiler import graph_cache
+
+
+class ConvBnRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.fc(y.mean((2, 3))), y.sum()
+
+
+def _model():
+    m = ConvBnRelu().eval()
+    with torch.no_grad():  # non-trivial batch-norm statistics
+        m.bn.running_mean.uniform_(-1, 1)
+        m.bn.running_var.uniform_(0.5, 2)
+    return m
+
+
+@pytest.fixture(name="cache_dir")
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_PLUGIN_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _entries(cache_dir):
+    return sorted((cache_dir / "graphs").glob("*.pkl")) if (cache_dir / "graphs").exists() else []
+
+
+def _compile(fn, *inputs):
+    return plugin_mod.plugin(torch.fx.symbolic_trace(fn), list(inputs))
+
+
+def _no_aot(monkeypatch):
+    import torch._functorch.aot_autograd as aot
+
+    def fail(*args, **kwargs):
+        raise AssertionError("AOTAutograd traced a graph that should come from the cache")
+
+    monkeypatch.setattr(aot, "aot_module_simplified", fail)
+
+
+def _check(compiled, model, *inputs):
+    with torch.no_grad():
+        got, want = compiled(*inputs), model(*inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_warm_compile_replays_the_cache_with_live_weights(cache_dir, monkeypatch):
+    model = _model()
+    x = torch.randn(2, 3, 9, 9)
+    with torch.no_grad():
+        _check(_compile(model, x), model, torch.randn(2, 3, 9, 9))
+    assert len(_entries(cache_dir)) == 1
+
+    # Same architecture and metadata, other weights: the cache is hit (no tracing) and
+    # the results are those of the new weights (weights are never cached).
+    other = _model()
+    _no_aot(monkeypatch)
+    with torch.no_grad():
+        compiled = _compile(other, x)
+    _check(compiled, other, torch.randn(2, 3, 9, 9))
+    assert len(_entries(cache_dir)) == 1
+
+    # A weight changed in place after compiling: the frozen-argument guard recompiles
+    # (from the recipe) and the new weight is used.
+    with torch.no_grad():
+        other.fc.weight.mul_(2)
+    _check(compiled, other, torch.randn(2, 3, 9, 9))
+
+
+def test_other_input_shapes_and_options_miss(cache_dir, monkeypatch):
+    model = _model()
+    with torch.no_grad():
+        _compile(model, torch.randn(2, 3, 9, 9))
+        _compile(model, torch.randn(1, 3, 9, 9))
+        monkeypatch.setenv("TORCH_PLUGIN_FUSION", "0")
+        compiled = _compile(model, torch.randn(1, 3, 9, 9))
+    assert len(_entries(cache_dir)) == 3
+    _check(compiled, model, torch.randn(1, 3, 9, 9))
+
+
+def test_training_graphs_are_not_cached(cache_dir):
+    model = _model().train()
+    x = torch.randn(2, 3, 9, 9)
+    compiled = _compile(model, x)  # grad mode on, parameters require grad
+    out = compiled(x)
+    out[0].sum().backward()
+    assert _entries(cache_dir) == []
+
+
+def test_outputs_aliasing_inputs_are_not_cached(cache_dir):
+    def fn(x):
+        return x.view(-1), torch.relu(x) + 1
+
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        compiled = _compile(fn, x)
+        got = compiled(x)
+    assert _entries(cache_dir) == []
+    torch.testing.assert_close(got[0], x.view(-1))
+    torch.testing.assert_close(got[1], torch.relu(x) + 1)
+
+
+def test_unreadable_entry_is_ignored_and_rewritten(cache_dir):
+    model = _model()
+    x = torch.randn(2, 3, 9, 9)
+    with torch.no_grad():
+        _compile(model, x)
+    (entry,) = _entries(cache_dir)
+    entry.write_bytes(b"not a pickle")
+    with torch.no_grad():
+        compiled = _compile(model, x)
+    _check(compiled, model, torch.randn(2, 3, 9, 9))
+    assert graph_cache.load(str(cache_dir), entry.stem) is not None
+
+
+def test_cache_can_be_turned_off(cache_dir, monkeypatch):
+    monkeypatch.setenv("TORCH_PLUGIN_GRAPH_CACHE", "0")
+    model = _model()
+    with torch.no_grad():
+        compiled = _compile(model, torch.randn(2, 3, 9, 9))
+    assert _entries(cache_dir) == []
+    _check(compiled, model, torch.randn(2, 3, 9, 9))
