@@ -6,7 +6,8 @@
 // current sizes and strides (through the dispatcher, as the executor would run
 // it) and records the output strides the real kernel will produce. Nodes
 // without a Meta kernel keep their strides; fused groups and library nodes
-// set their own.
+// set their own. An aten::view whose input strides no longer allow a view
+// becomes aten::reshape (a copy there).
 #include "compiler/passes/pass.h"
 #include "runtime/step.h"
 
@@ -16,20 +17,27 @@ namespace torch_plugin::compiler {
 namespace {
 
 bool run(Graph& g, const PassOptions& options) {
-  if (!options.library_patterns) return false;
+  if (!options.library_patterns)
+    return false;
   bool changed = false;
   for (Node* n : g.nodes()) {
-    if (n->op.rfind("aten::", 0) != 0 || n->body) continue;
+    if (n->op.rfind("aten::", 0) != 0 || n->body)
+      continue;
     bool any_input_changed = false;
     runtime::SlotMap slots;
     runtime::Slots values;
     for (const Value* in : n->inputs) {
-      if (!slots.slot_of.emplace(in->id, static_cast<int>(values.size())).second) continue;
-      values.push_back(at::empty_strided(in->sizes, in->strides,
-                                         at::TensorOptions().dtype(in->dtype).device(at::kMeta)));
+      if (!slots.slot_of.emplace(in->id, static_cast<int>(values.size()))
+               .second)
+        continue;
+      values.push_back(at::empty_strided(
+          in->sizes,
+          in->strides,
+          at::TensorOptions().dtype(in->dtype).device(at::kMeta)));
       any_input_changed |= !in->is_contiguous();
     }
-    if (!any_input_changed) continue;
+    if (!any_input_changed)
+      continue;
     for (const Value* out : n->outputs) {
       slots.slot_of[out->id] = static_cast<int>(values.size());
       values.emplace_back();
@@ -37,11 +45,25 @@ bool run(Graph& g, const PassOptions& options) {
     try {
       runtime::make_fallback_step(*n, slots)->run(values);
     } catch (const c10::Error&) {
-      continue;  // no Meta kernel
+      if (n->op != "aten::view")
+        continue; // no Meta kernel
+      // A view the new strides cannot express (flatten of a channels_last conv
+      // output): reshape is the same op where a view exists and copies where it
+      // does not. Inference graphs are functional (AOTAutograd), so nothing
+      // mutates through the view.
+      n->op = "aten::reshape";
+      n->overload = "";
+      changed = true;
+      try {
+        runtime::make_fallback_step(*n, slots)->run(values);
+      } catch (const c10::Error&) {
+        continue;
+      }
     }
     for (Value* out : n->outputs) {
       const at::Tensor& t = values[slots.slot(out)];
-      if (!t.defined() || t.sizes().vec() != out->sizes) continue;
+      if (!t.defined() || t.sizes().vec() != out->sizes)
+        continue;
       if (t.strides().vec() != out->strides) {
         out->strides = t.strides().vec();
         changed = true;
@@ -51,7 +73,7 @@ bool run(Graph& g, const PassOptions& options) {
   return changed;
 }
 
-}  // namespace
+} // namespace
 
 const PassInfo kPropagateStrides = {
     "propagate_strides",
@@ -59,4 +81,4 @@ const PassInfo kPropagateStrides = {
     "running them on Meta tensors.",
     run};
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

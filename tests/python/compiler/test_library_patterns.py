@@ -66,3 +66,22 @@ def test_schema_ops_match_reference():
     a, wl = torch.randn(5, 8), torch.randn(6, 8)
     lin = torch.ops.torch_plugin.linear_pointwise(a, wl, None, None, "silu", 0.0, 0.0)
     torch.testing.assert_close(lin, torch.nn.functional.silu(a @ wl.T))
+
+
+def test_flatten_of_a_channels_last_conv_output(compile_plugin, assert_close):
+    """Conv outputs become channels_last; a later flatten (aten.view) cannot view that
+    layout and must become a reshape (propagate_strides), not fail at run time."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 4 * 4, 10),
+    ).eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        c = compile_plugin(torch.fx.symbolic_trace(model), x)
+        for _ in range(2):
+            x = torch.randn(2, 3, 8, 8)
+            assert_close(c(x), model(x))
