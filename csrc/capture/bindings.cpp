@@ -314,12 +314,18 @@ void bind_guards(py::module_& m) {
       .def(
           "add_shape_check",
           [](RootGuardManager& self,
-             const std::vector<std::pair<std::string, int64_t>>& program,
+             const std::vector<std::pair<std::string, py::object>>& program,
              std::string description) {
             std::vector<ShapeInstr> instrs;
             instrs.reserve(program.size());
             for (const auto& [op, arg] : program) {
-              instrs.push_back({shape_op_from_name(op), arg});
+              ShapeInstr instr{shape_op_from_name(op)};
+              if (instr.op == ShapeOp::kConstFloat) {
+                instr.farg = arg.cast<double>();
+              } else {
+                instr.arg = arg.cast<int64_t>();
+              }
+              instrs.push_back(instr);
             }
             self.shape_guards().add_check(
                 std::move(instrs), std::move(description));

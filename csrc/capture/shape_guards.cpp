@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <array>
+#include <cmath>
 #include <unordered_map>
 #include <utility>
 
@@ -20,10 +21,14 @@ namespace {
 int arity(ShapeOp op) {
   switch (op) {
     case ShapeOp::kConst:
+    case ShapeOp::kConstFloat:
     case ShapeOp::kSymbol:
       return 0;
     case ShapeOp::kNeg:
     case ShapeOp::kNot:
+    case ShapeOp::kToFloat:
+    case ShapeOp::kFloor:
+    case ShapeOp::kCeil:
       return 1;
     default:
       return 2;
@@ -71,16 +76,18 @@ bool ipow(int64_t base, int64_t exp, int64_t* out) {
 
 ShapeOp shape_op_from_name(const std::string& name) {
   static const std::unordered_map<std::string, ShapeOp> kOps = {
-      {"const", ShapeOp::kConst}, {"symbol", ShapeOp::kSymbol},
-      {"add", ShapeOp::kAdd},     {"mul", ShapeOp::kMul},
-      {"neg", ShapeOp::kNeg},     {"floordiv", ShapeOp::kFloorDiv},
-      {"mod", ShapeOp::kMod},     {"pow", ShapeOp::kPow},
-      {"min", ShapeOp::kMin},     {"max", ShapeOp::kMax},
-      {"eq", ShapeOp::kEq},       {"ne", ShapeOp::kNe},
-      {"lt", ShapeOp::kLt},       {"le", ShapeOp::kLe},
-      {"gt", ShapeOp::kGt},       {"ge", ShapeOp::kGe},
-      {"and", ShapeOp::kAnd},     {"or", ShapeOp::kOr},
-      {"not", ShapeOp::kNot},
+      {"const", ShapeOp::kConst},     {"symbol", ShapeOp::kSymbol},
+      {"add", ShapeOp::kAdd},         {"mul", ShapeOp::kMul},
+      {"neg", ShapeOp::kNeg},         {"floordiv", ShapeOp::kFloorDiv},
+      {"mod", ShapeOp::kMod},         {"pow", ShapeOp::kPow},
+      {"min", ShapeOp::kMin},         {"max", ShapeOp::kMax},
+      {"eq", ShapeOp::kEq},           {"ne", ShapeOp::kNe},
+      {"lt", ShapeOp::kLt},           {"le", ShapeOp::kLe},
+      {"gt", ShapeOp::kGt},           {"ge", ShapeOp::kGe},
+      {"and", ShapeOp::kAnd},         {"or", ShapeOp::kOr},
+      {"not", ShapeOp::kNot},         {"constf", ShapeOp::kConstFloat},
+      {"truediv", ShapeOp::kTrueDiv}, {"tofloat", ShapeOp::kToFloat},
+      {"floor", ShapeOp::kFloor},     {"ceil", ShapeOp::kCeil},
   };
   auto it = kOps.find(name);
   if (it == kOps.end()) {
@@ -227,88 +234,216 @@ bool ShapeGuards::read_symbols(
   return ok;
 }
 
+namespace {
+
+// A value on the evaluation stack: an int, or a float once an op made one.
+struct Num {
+  int64_t i = 0;
+  double f = 0.0;
+  bool is_float = false;
+  double as_double() const {
+    return is_float ? f : static_cast<double>(i);
+  }
+  bool truthy() const {
+    return is_float ? f != 0.0 : i != 0;
+  }
+};
+
+Num int_num(int64_t v) {
+  return {v, 0.0, false};
+}
+Num float_num(double v) {
+  return {0, v, true};
+}
+
+// a OP b in double (some operand is a float); false when undefined.
+bool float_binary(ShapeOp op, double a, double b, Num* out) {
+  switch (op) {
+    case ShapeOp::kAdd:
+      *out = float_num(a + b);
+      return true;
+    case ShapeOp::kMul:
+      *out = float_num(a * b);
+      return true;
+    case ShapeOp::kTrueDiv:
+      if (b == 0.0) {
+        return false;
+      }
+      *out = float_num(a / b);
+      return true;
+    case ShapeOp::kFloorDiv:
+      if (b == 0.0) {
+        return false;
+      }
+      *out = float_num(std::floor(a / b));
+      return true;
+    case ShapeOp::kMod: {
+      if (b == 0.0) {
+        return false;
+      }
+      double r = std::fmod(a, b);
+      if (r != 0.0 && ((r < 0) != (b < 0))) {
+        r += b;
+      }
+      *out = float_num(r);
+      return true;
+    }
+    case ShapeOp::kPow:
+      *out = float_num(std::pow(a, b));
+      return true;
+    case ShapeOp::kMin:
+      *out = float_num(a < b ? a : b);
+      return true;
+    case ShapeOp::kMax:
+      *out = float_num(a > b ? a : b);
+      return true;
+    case ShapeOp::kEq:
+      *out = int_num(a == b);
+      return true;
+    case ShapeOp::kNe:
+      *out = int_num(a != b);
+      return true;
+    case ShapeOp::kLt:
+      *out = int_num(a < b);
+      return true;
+    case ShapeOp::kLe:
+      *out = int_num(a <= b);
+      return true;
+    case ShapeOp::kGt:
+      *out = int_num(a > b);
+      return true;
+    case ShapeOp::kGe:
+      *out = int_num(a >= b);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// a OP b on ints; false when undefined.
+bool int_binary(ShapeOp op, int64_t a, int64_t b, Num* out) {
+  int64_t r = 0;
+  switch (op) {
+    case ShapeOp::kAdd:
+      r = a + b;
+      break;
+    case ShapeOp::kMul:
+      r = a * b;
+      break;
+    case ShapeOp::kTrueDiv:
+      return float_binary(
+          op, static_cast<double>(a), static_cast<double>(b), out);
+    case ShapeOp::kFloorDiv:
+      if (!floordiv(a, b, &r)) {
+        return false;
+      }
+      break;
+    case ShapeOp::kMod:
+      if (!pymod(a, b, &r)) {
+        return false;
+      }
+      break;
+    case ShapeOp::kPow:
+      if (!ipow(a, b, &r)) {
+        return false;
+      }
+      break;
+    case ShapeOp::kMin:
+      r = a < b ? a : b;
+      break;
+    case ShapeOp::kMax:
+      r = a > b ? a : b;
+      break;
+    case ShapeOp::kEq:
+      r = a == b;
+      break;
+    case ShapeOp::kNe:
+      r = a != b;
+      break;
+    case ShapeOp::kLt:
+      r = a < b;
+      break;
+    case ShapeOp::kLe:
+      r = a <= b;
+      break;
+    case ShapeOp::kGt:
+      r = a > b;
+      break;
+    case ShapeOp::kGe:
+      r = a >= b;
+      break;
+    default:
+      return false;
+  }
+  *out = int_num(r);
+  return true;
+}
+
+} // namespace
+
 bool ShapeGuards::passes(const Check& check, const int64_t* values) {
-  std::array<int64_t, kMaxDepth> stack;
+  std::array<Num, kMaxDepth> stack;
   int sp = 0;
   for (const ShapeInstr& instr : check.program) {
-    int64_t r = 0;
     switch (instr.op) {
       case ShapeOp::kConst:
-        stack[sp++] = instr.arg;
+        stack[sp++] = int_num(instr.arg);
+        continue;
+      case ShapeOp::kConstFloat:
+        stack[sp++] = float_num(instr.farg);
         continue;
       case ShapeOp::kSymbol:
-        stack[sp++] = values[instr.arg];
+        stack[sp++] = int_num(values[instr.arg]);
         continue;
-      case ShapeOp::kNeg:
-        stack[sp - 1] = -stack[sp - 1];
+      case ShapeOp::kNeg: {
+        Num& a = stack[sp - 1];
+        a = a.is_float ? float_num(-a.f) : int_num(-a.i);
         continue;
+      }
       case ShapeOp::kNot:
-        stack[sp - 1] = stack[sp - 1] == 0;
+        stack[sp - 1] = int_num(!stack[sp - 1].truthy());
         continue;
+      case ShapeOp::kToFloat:
+        stack[sp - 1] = float_num(stack[sp - 1].as_double());
+        continue;
+      case ShapeOp::kFloor:
+      case ShapeOp::kCeil: {
+        Num& a = stack[sp - 1];
+        if (a.is_float) {
+          double v =
+              instr.op == ShapeOp::kFloor ? std::floor(a.f) : std::ceil(a.f);
+          if (!(v > -9.2e18 && v < 9.2e18)) {
+            return false; // NaN, inf or out of int64 range
+          }
+          a = int_num(static_cast<int64_t>(v));
+        }
+        continue;
+      }
+      case ShapeOp::kAnd:
+      case ShapeOp::kOr: {
+        bool a = stack[sp - 2].truthy();
+        bool b = stack[sp - 1].truthy();
+        sp -= 1;
+        stack[sp - 1] =
+            int_num(instr.op == ShapeOp::kAnd ? (a && b) : (a || b));
+        continue;
+      }
       default:
         break;
     }
-    int64_t a = stack[sp - 2];
-    int64_t b = stack[sp - 1];
-    switch (instr.op) {
-      case ShapeOp::kAdd:
-        r = a + b;
-        break;
-      case ShapeOp::kMul:
-        r = a * b;
-        break;
-      case ShapeOp::kFloorDiv:
-        if (!floordiv(a, b, &r)) {
-          return false;
-        }
-        break;
-      case ShapeOp::kMod:
-        if (!pymod(a, b, &r)) {
-          return false;
-        }
-        break;
-      case ShapeOp::kPow:
-        if (!ipow(a, b, &r)) {
-          return false;
-        }
-        break;
-      case ShapeOp::kMin:
-        r = a < b ? a : b;
-        break;
-      case ShapeOp::kMax:
-        r = a > b ? a : b;
-        break;
-      case ShapeOp::kEq:
-        r = a == b;
-        break;
-      case ShapeOp::kNe:
-        r = a != b;
-        break;
-      case ShapeOp::kLt:
-        r = a < b;
-        break;
-      case ShapeOp::kLe:
-        r = a <= b;
-        break;
-      case ShapeOp::kGt:
-        r = a > b;
-        break;
-      case ShapeOp::kGe:
-        r = a >= b;
-        break;
-      case ShapeOp::kAnd:
-        r = (a != 0) && (b != 0);
-        break;
-      case ShapeOp::kOr:
-        r = (a != 0) || (b != 0);
-        break;
-      default:
-        return false;
+    const Num& a = stack[sp - 2];
+    const Num& b = stack[sp - 1];
+    Num r;
+    bool ok = (a.is_float || b.is_float)
+        ? float_binary(instr.op, a.as_double(), b.as_double(), &r)
+        : int_binary(instr.op, a.i, b.i, &r);
+    if (!ok) {
+      return false;
     }
     sp -= 1;
     stack[sp - 1] = r;
   }
-  return stack[0] != 0;
+  return stack[0].truthy();
 }
 
 const std::string ShapeGuards::kReadFailure =

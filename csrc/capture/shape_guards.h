@@ -11,9 +11,11 @@
 // Evaluation reads each symbol's tensor through its GuardManager's accessor
 // chain (GuardManager::read_value), then runs the programs with 64-bit integer
 // arithmetic and Python's semantics for // and % (floor division; the
-// remainder has the divisor's sign); a check passes when its result is
-// nonzero. Division or modulo by zero, a value that is not a tensor or a
-// dimension out of range fails the check. No Python objects are created
+// remainder has the divisor's sign); values become doubles only through
+// truediv, tofloat or a float constant, and an op with a float operand
+// computes in double (as Python mixes int and float); a check passes when its
+// result is nonzero. Division or modulo by zero, a value that is not a tensor
+// or a dimension out of range fails the check. No Python objects are created
 // except what the accessors create (see guards.h). GIL: held by every caller.
 #pragma once
 
@@ -31,6 +33,7 @@ struct FrameValues;
 
 enum class ShapeOp : uint8_t {
   kConst, // push arg
+  kConstFloat, // push farg (a float)
   kSymbol, // push the value of symbol arg
   kAdd,
   kMul,
@@ -49,6 +52,10 @@ enum class ShapeOp : uint8_t {
   kAnd,
   kOr,
   kNot,
+  kTrueDiv, // a / b as a float (sympy IntTrueDiv / FloatTrueDiv)
+  kToFloat, // float(a)
+  kFloor, // math.floor(a) as an int (FloorToInt)
+  kCeil, // math.ceil(a) as an int (CeilToInt)
 };
 
 // What a symbol reads from its node's value.
@@ -64,11 +71,13 @@ SymbolKind symbol_kind_from_name(const std::string& name);
 struct ShapeInstr {
   ShapeOp op;
   int64_t arg = 0; // the constant (kConst) or the symbol index (kSymbol)
+  double farg = 0.0; // the constant of kConstFloat
 };
 
-// Parses an op name as Python spells it ("const", "symbol", "add", "mul",
-// "neg", "floordiv", "mod", "pow", "min", "max", "eq", "ne", "lt", "le", "gt",
-// "ge", "and", "or", "not"). Throws pybind11::value_error for other names.
+// Parses an op name as Python spells it ("const", "constf", "symbol", "add",
+// "mul", "neg", "floordiv", "mod", "pow", "min", "max", "eq", "ne", "lt", "le",
+// "gt", "ge", "and", "or", "not", "truediv", "tofloat", "floor", "ceil").
+// Throws pybind11::value_error for other names.
 ShapeOp shape_op_from_name(const std::string& name);
 
 class ShapeGuards {

@@ -11,8 +11,10 @@ size, a backend's choice) is recorded by PyTorch's ``ShapeEnv`` as a sympy relat
 - each symbol's value range (``s0 >= 2``),
 
 into programs for ``RootGuardManager.add_shape_check`` (csrc/capture/shape_guards.h), which
-evaluates them with integer arithmetic and no Python. An expression outside the supported
-operators (integer +, *, //, %, **, min, max, comparisons, and/or/not) raises
+evaluates them with integer arithmetic (floats only where the expression divides with
+``/`` or has a float constant, as Inductor's heuristics do) and no Python. An expression
+outside the supported operators (+, *, //, %, /, **, min, max, floor, ceil, comparisons,
+and/or/not) raises
 :class:`ShapeGuardUnsupported`; the capture is then repeated with static shapes.
 
 Sources: the sympy function classes of ``torch.utils._sympy.functions`` (FloorDiv,
@@ -67,6 +69,8 @@ def _program(expr, symbols: dict) -> list[tuple[str, int]]:
             out.append(("const", 0))
         elif isinstance(e, sympy.Integer):
             out.append(("const", int(e)))
+        elif isinstance(e, (sympy.Float, sympy.Rational)):
+            out.append(("constf", float(e)))
         elif isinstance(e, sympy.Symbol):
             if e not in symbols:
                 raise ShapeGuardUnsupported(f"symbol {e} is not bound to an input size")
@@ -74,9 +78,9 @@ def _program(expr, symbols: dict) -> list[tuple[str, int]]:
         elif isinstance(e, sympy.Add):
             fold(e.args, "add")
         elif isinstance(e, sympy.Mul):
-            if any(isinstance(a, sympy.Rational) and not a.is_integer for a in e.args):
-                raise ShapeGuardUnsupported(f"non-integer coefficient in {e}")
             fold(e.args, "mul")
+        elif isinstance(e, F.FloatPow):
+            fold(e.args, "pow")
         elif isinstance(e, (sympy.Pow, F.PowByNatural)):
             base, exp = e.args
             if not (isinstance(exp, sympy.Integer) and exp >= 0):
@@ -86,6 +90,23 @@ def _program(expr, symbols: dict) -> list[tuple[str, int]]:
             out.append(("pow", 0))
         elif isinstance(e, (F.FloorDiv, F.CleanDiv)):
             fold(e.args, "floordiv")
+        elif isinstance(e, F.CeilDiv):  # ceil(a / b) == -((-a) // b)
+            emit(e.args[0])
+            out.append(("neg", 0))
+            emit(e.args[1])
+            out.append(("floordiv", 0))
+            out.append(("neg", 0))
+        elif isinstance(e, (F.IntTrueDiv, F.FloatTrueDiv)):
+            fold(e.args, "truediv")
+        elif isinstance(e, F.ToFloat):
+            emit(e.args[0])
+            out.append(("tofloat", 0))
+        elif isinstance(e, F.FloorToInt):
+            emit(e.args[0])
+            out.append(("floor", 0))
+        elif isinstance(e, F.CeilToInt):
+            emit(e.args[0])
+            out.append(("ceil", 0))
         elif isinstance(e, (F.PythonMod, F.Mod, sympy.Mod)):
             fold(e.args, "mod")
         elif isinstance(e, F.ModularIndexing):

@@ -159,6 +159,48 @@ TEST_F(ShapeGuardsTest, IntSymbolsReadExactInts) {
   EXPECT_THROW(symbol_kind_from_name("value"), py::value_error);
 }
 
+TEST_F(ShapeGuardsTest, TrueDivisionAndFloatsFollowPython) {
+  RootGuardManager root;
+  GuardManager& x = root.local(0, "L['x']");
+  int s = root.shape_guards().add_symbol(
+      x, SymbolKind::kSize, 0, "L['x'].size()[0]");
+  // 10 * s / (s + 10) >= 5.0 (an Inductor-style heuristic): holds for s >= 10.
+  ShapeInstr half{ShapeOp::kConstFloat};
+  half.farg = 5.0;
+  root.shape_guards().add_check(
+      {op(ShapeOp::kConst, 10),
+       op(ShapeOp::kSymbol, s),
+       op(ShapeOp::kMul),
+       op(ShapeOp::kSymbol, s),
+       op(ShapeOp::kConst, 10),
+       op(ShapeOp::kAdd),
+       op(ShapeOp::kTrueDiv),
+       half,
+       op(ShapeOp::kGe)},
+      "truediv");
+  // ceil(s / 4) == floor((s + 3) / 4)
+  root.shape_guards().add_check(
+      {op(ShapeOp::kSymbol, s),
+       op(ShapeOp::kConst, 4),
+       op(ShapeOp::kTrueDiv),
+       op(ShapeOp::kCeil),
+       op(ShapeOp::kSymbol, s),
+       op(ShapeOp::kConst, 3),
+       op(ShapeOp::kAdd),
+       op(ShapeOp::kToFloat),
+       op(ShapeOp::kConst, 4),
+       op(ShapeOp::kTrueDiv),
+       op(ShapeOp::kFloor),
+       op(ShapeOp::kEq)},
+      "ceil/floor");
+  EXPECT_TRUE(root.check(frame({randn({10})})));
+  EXPECT_TRUE(root.check(frame({randn({13})})));
+  EXPECT_FALSE(root.check(frame({randn({9})})));
+  EXPECT_EQ(root.last_failure().value_or(""), "truediv");
+  EXPECT_FALSE(root.check(frame({randn({0})}))); // 0 / 10 < 5
+  EXPECT_EQ(shape_op_from_name("truediv"), ShapeOp::kTrueDiv);
+}
+
 TEST_F(ShapeGuardsTest, DivisionByZeroFailsTheCheck) {
   RootGuardManager root;
   GuardManager& x = root.local(0, "L['x']");

@@ -270,3 +270,43 @@ def test_int_argument_becomes_symbolic_after_it_changes():
     assert stats.graphs_compiled == 2
     with pytest.raises(RuntimeError):
         opt(torch.randn(10), 3)  # as in eager: 10 is not a multiple of 3
+
+
+def _sympy_relations():
+    import sympy
+    from torch.utils._sympy import functions as F
+
+    s = sympy.Symbol("s0", integer=True, positive=True)
+    return [
+        sympy.Le(2, s),
+        sympy.Eq(F.PythonMod(s * 3, 4), 0),
+        sympy.Ne(F.FloorDiv(s - 3, 2) + 1, 4),
+        sympy.Eq(F.ModularIndexing(s, 2, 3), 1),
+        sympy.Lt(F.Max(s, 9) * F.Min(s, 5), 60),
+        sympy.Ge(F.IntTrueDiv(7840 * s, 794 * s + 7840), 4.5),  # Inductor-style heuristic
+        sympy.Eq(F.CeilDiv(s, 4), F.FloorToInt(F.IntTrueDiv(s + 3, 4))),
+        sympy.And(sympy.Gt(s, 5), sympy.Not(sympy.Eq(s, 7))),
+        sympy.Or(sympy.Lt(s, 4), sympy.Eq(F.PythonMod(s, 5), 0)),
+        sympy.Le(s**2, 200),
+        sympy.Eq(sympy.Rational(1, 2) * s, F.FloorDiv(s, 2)),
+    ]
+
+
+@pytest.mark.parametrize("index", range(11))
+def test_shape_guard_programs_agree_with_sympy(index):
+    """Each sympy function a ShapeEnv guard uses, compiled for the C++ evaluator, gives the
+    same truth value as sympy for every size 2..40."""
+    import sympy
+
+    from torch_plugin.capture.shape_guards import _program
+
+    rel = _sympy_relations()[index]
+    s = sympy.Symbol("s0", integer=True, positive=True)
+    assert rel.free_symbols == {s}, rel  # not folded to a constant by sympy
+    root = _C.RootGuardManager()
+    sym = root.add_shape_symbol(root.local(0, "L['x']"), "size", 0, "L['x'].size()[0]")
+    root.add_shape_check(_program(rel, {s: sym}), str(rel))
+    for n in range(2, 41):
+        expected = bool(rel.subs(s, n))
+        got = root.check((torch.empty(n),), {}, {}, None)
+        assert got == expected, (str(rel), n)
