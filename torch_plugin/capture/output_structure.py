@@ -16,6 +16,7 @@ from .variables.constant import ConstantVariable
 from .variables.dicts import ConstDictVariable
 from .variables.lists import ListVariable, NamedTupleVariable, TupleVariable
 from .variables.tensor import TensorVariable
+from .variables.user_defined import UserDefinedObjectVariable
 
 
 def flatten_output(var: VariableTracker, outputs: list[TensorVariable], output_graph=None) -> tuple:
@@ -30,6 +31,13 @@ def flatten_output(var: VariableTracker, outputs: list[TensorVariable], output_g
     if isinstance(var, ConstantVariable):
         return ("const", specialize(var.value))
     if getattr(var, "real", None) is not None and output_graph is not None:
+        return ("arg", output_graph.runtime_arg(var.source))
+    if (
+        isinstance(var, UserDefinedObjectVariable)
+        and var.source is not None
+        and output_graph is not None
+    ):
+        # guarded on its type only: return the object found at its source on this call
         return ("arg", output_graph.runtime_arg(var.source))
     if isinstance(var, NamedTupleVariable):
         return (

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .sources import Source
 from .variables.base import VariableTracker
 
 
@@ -35,8 +36,13 @@ class SideEffects:
     def values(self) -> list[VariableTracker]:
         return [entry[3] for entry in self._effects.values()]
 
-    def store_attr(self, obj: Any, name: str, value: VariableTracker) -> None:
-        self._effects[("setattr", id(obj), name)] = ("setattr", obj, name, value)
+    def store_attr(
+        self, obj: Any, name: str, value: VariableTracker, source: Source | None = None
+    ) -> None:
+        """``obj.name = value``. With ``source``, the replay writes to the object found at
+        ``source`` at run time (``obj`` is the one seen while tracing, and keys the write)."""
+        target = source if source is not None else obj
+        self._effects[("setattr", id(obj), name)] = ("setattr", target, name, value)
 
     def pending_attr(self, obj: Any, name: str) -> VariableTracker | None:
         entry = self._effects.get(("setattr", id(obj), name))

@@ -49,7 +49,7 @@ from .variables.lists import (
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import TensorVariable
 from .variables.torch import GradModeVariable
-from .variables.user_defined import SuperVariable
+from .variables.user_defined import SuperVariable, UserDefinedObjectVariable
 
 PY312 = sys.version_info >= (3, 12)
 MAX_INSTRUCTIONS = 2_000_000
@@ -255,6 +255,8 @@ class InstructionTranslatorBase(ContainerInstructions):
                 and y.value is None
                 and not isinstance(x, ConstantVariable)
             ):
+                if isinstance(x, UserDefinedObjectVariable):
+                    return False  # its type is guarded; its identity does not matter here
                 try:
                     x.as_python_constant()
                 except Unsupported:
@@ -273,13 +275,12 @@ class InstructionTranslatorBase(ContainerInstructions):
         """``getattr(obj, name)``; ``__class__`` is answered from the variable's type."""
         if name == "__class__" and not isinstance(obj, TensorVariable):
             return wrap_constant_or_object(obj.python_type())
-        from .variables.user_defined import UserDefinedObjectVariable
 
         if (
             isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable))
             and self.output.side_effects
         ):
-            pending = self.output.side_effects.pending_attr(obj.as_python_constant(), name)
+            pending = self.output.side_effects.pending_attr(_object_seen(obj), name)
             if pending is not None:
                 return pending
         return obj.var_getattr(self, name)
@@ -528,18 +529,20 @@ class InstructionTranslatorBase(ContainerInstructions):
         self.push(value)
 
     def STORE_ATTR(self, inst):
-        from .variables.user_defined import UserDefinedObjectVariable
 
         obj = self.pop()
         value = self.pop()
         if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
-            real = obj.as_python_constant()
+            real = _object_seen(obj)
             if isinstance(real, torch.nn.Module) and isinstance(value, TensorVariable):
                 if inst.argval in real._parameters or inst.argval in real._buffers:
                     unimplemented(
                         f"assignment to parameter/buffer {inst.argval!r} of {type(real).__name__}"
                     )
-            self.output.side_effects.store_attr(real, inst.argval, value)
+            # A user object is guarded on its type only: the write is replayed on the object
+            # found at its source on each call, not on the one seen at capture.
+            target = obj.source if isinstance(obj, UserDefinedObjectVariable) else None
+            self.output.side_effects.store_attr(real, inst.argval, value, target)
             return
         unimplemented(f"assignment to attribute {inst.argval!r} of {obj}")
 
@@ -817,3 +820,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         for name in code.co_cellvars:
             if name not in self.cells:
                 self.cells[name] = CellVariable(None)
+
+
+def _object_seen(obj: VariableTracker):
+    """The real object behind a user-object or nn.Module variable, without guarding its
+    identity (side effects are keyed by it while tracing)."""
+    if isinstance(obj, UserDefinedObjectVariable):
+        return obj.value
+    return obj.as_python_constant()

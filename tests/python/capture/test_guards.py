@@ -407,3 +407,70 @@ def test_module_guards_run_no_python_code():
         sys.setprofile(None)
     assert passed
     assert calls == []
+
+
+# --- user objects: type and attributes read; identity only where it is used -----------
+
+
+class Settings:
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+        self.calls = 0
+
+
+class OtherSettings(Settings):
+    pass
+
+
+def scaled(x, s):
+    s.calls = s.calls + 1
+    s.last = x * s.scale
+    return s.last, s
+
+
+def test_user_object_guarded_by_type_and_attributes_not_identity():
+    f = Recompiles(lambda x, s: scaled(x, s)[0])
+    f(torch.randn(3), Settings(2.0), recompiles=0)
+    f(torch.randn(3), Settings(2.0), recompiles=0)  # a new object, same class and values
+    f(torch.randn(3), Settings(3.0), recompiles=1)  # an attribute read has another value
+    f(torch.randn(3), OtherSettings(3.0), recompiles=1)  # another class
+
+
+def test_user_object_attribute_writes_land_on_this_calls_object():
+    opt = torch_plugin.optimize("eager")(scaled)
+    opt(torch.randn(3), Settings(2.0))
+    for _ in range(3):
+        s = Settings(2.0)
+        x = torch.randn(3)
+        out, returned = opt(x, s)
+        assert returned is s
+        assert s.calls == 1
+        torch.testing.assert_close(s.last, x * 2.0)
+        torch.testing.assert_close(out, x * 2.0)
+    assert torch_plugin.stats.recompiles == 0
+
+
+def same_or_not(x, a, b):
+    if a is b:
+        return x + 1
+    return x - 1
+
+
+def test_identity_comparison_of_user_objects_is_guarded():
+    f = Recompiles(same_or_not)
+    one, two = Settings(1.0), Settings(1.0)
+    f(torch.randn(3), one, one, recompiles=0)
+    f(torch.randn(3), two, Settings(1.0), recompiles=1)
+    f(torch.randn(3), two, two, recompiles=1)
+
+
+def test_is_none_on_a_user_object_does_not_guard_identity():
+    def f(x, s):
+        if s is None:
+            return x
+        return x * s.scale
+
+    check = Recompiles(f)
+    check(torch.randn(3), Settings(2.0), recompiles=0)
+    check(torch.randn(3), Settings(2.0), recompiles=0)
+    check(torch.randn(3), None, recompiles=1)

@@ -188,8 +188,8 @@ def wrap_value(tx, value: Any, source: Source | None) -> VariableTracker:
     if callable(value) and _is_torch_callable(value):
         guards.id_match(source, value)
         return TorchFunctionVariable(value, source)
-    guards.id_match(source, value)
-    return UserDefinedObjectVariable(value, source)
+    guards.type_match(source, value)
+    return UserDefinedObjectVariable(value, source, guards)
 
 
 def _wrap_callable(tx, value, source) -> VariableTracker:

@@ -265,9 +265,7 @@ def class_attribute(tx, obj_var: VariableTracker, static, name: str) -> Variable
     if isinstance(static, classmethod):
         from .user_defined import UserDefinedClassVariable
 
-        return UserMethodVariable(
-            static.__func__, UserDefinedClassVariable(type(obj_var.as_python_constant()))
-        )
+        return UserMethodVariable(static.__func__, UserDefinedClassVariable(obj_var.python_type()))
     if isinstance(static, property):
         if static.fget is None:
             unimplemented(f"property {name!r} has no getter")
@@ -277,10 +275,8 @@ def class_attribute(tx, obj_var: VariableTracker, static, name: str) -> Variable
             static,
             (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType),
         ):
-            unimplemented(f"C method {name!r} of {type(obj_var.as_python_constant()).__name__}")
-        unimplemented(
-            f"descriptor attribute {name!r} of {type(obj_var.as_python_constant()).__name__}"
-        )
+            unimplemented(f"C method {name!r} of {obj_var.python_type().__name__}")
+        unimplemented(f"descriptor attribute {name!r} of {obj_var.python_type().__name__}")
     from .builder import wrap_value
 
     return wrap_value(

@@ -36,16 +36,31 @@ def _has_custom_getattr(cls: type) -> bool:
 
 
 class UserDefinedObjectVariable(VariableTracker):
-    """A real object of a user class, guarded by identity."""
+    """A real object of a user class.
 
-    def __init__(self, value, source=None) -> None:
+    An object read from a source is guarded on its type (``TYPE_MATCH``) and on each data
+    attribute read (by that attribute's source), so a frame that receives a new object of
+    the same class each call (a cache, a config built per call) reuses its entry. Its
+    identity is guarded (``ID_MATCH``) only once the translator uses the object itself as a
+    constant (:meth:`as_python_constant`: an ``is`` between two objects, a constant
+    argument, a hash): ``guards`` is the frame's guard set until then.
+    """
+
+    def __init__(self, value, source=None, guards=None) -> None:
         super().__init__(source)
         self.value = value
+        self._identity_guards = guards if source is not None else None
 
     def python_type(self) -> type:
         return type(self.value)
 
+    def is_python_constant(self) -> bool:
+        return True
+
     def as_python_constant(self):
+        if self._identity_guards is not None:
+            self._identity_guards.id_match(self.source, self.value)
+            self._identity_guards = None
         return self.value
 
     def truthiness(self, tx) -> bool:
