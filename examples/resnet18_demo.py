@@ -1,4 +1,5 @@
-"""torch_plugin demo: torchvision ResNet-18 through optimize("eager") and optimize("inductor").
+"""torch_plugin demo: torchvision ResNet-18 through optimize("eager"), optimize("plugin") (the
+project's own compiler, the default) and optimize("inductor") (PyTorch's compiler).
 
 Builds ResNet-18 with random weights (nothing is downloaded), runs a batch of one 3x224x224
 image in eval mode on the GPU if there is one, else on the CPU, and prints for each backend:
@@ -6,7 +7,7 @@ the number of graphs captured, the first call's time (capture + backend compile 
 largest absolute difference from eager PyTorch, and the median latency of eager PyTorch and
 of the compiled model.
 
-    python3 examples/resnet18_demo.py [--runs 20] [--backends eager,inductor]
+    python3 examples/resnet18_demo.py [--runs 20] [--backends eager,plugin,inductor]
 
 Exits with status 1 if a backend's output differs from eager by more than its tolerance:
 1e-5 for "eager" and "aot_eager", which run the same ATen kernels; for compiling backends
@@ -54,8 +55,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20, help="timed calls per model (default 20)")
     parser.add_argument(
         "--backends",
-        default="eager,inductor",
-        help="comma-separated backends (default eager,inductor)",
+        default="eager,plugin,inductor",
+        help="comma-separated backends (default eager,plugin,inductor)",
     )
     args = parser.parse_args()
 

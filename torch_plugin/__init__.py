@@ -43,14 +43,15 @@ __version__ = "0.1.0"
 
 
 def optimize(
-    backend: str | Callable = "inductor", *, nopython: bool = False, dynamic: bool | None = None
+    backend: str | Callable = "plugin", *, nopython: bool = False, dynamic: bool | None = None
 ) -> OptimizeContext:
     """Capture frames run under the returned context into FX graphs compiled by ``backend``.
 
     Args:
-        backend: a registered backend name ("eager", "aot_eager", "inductor", see
-            :func:`list_backends`) or a callable ``(gm: torch.fx.GraphModule,
-            example_inputs: list[torch.Tensor]) -> Callable``.
+        backend: a registered backend name ("plugin", the default, is the project's own
+            compiler; "eager", "aot_eager", "inductor", see :func:`list_backends`) or a
+            callable ``(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) ->
+            Callable``.
         nopython: if True, a frame that cannot be captured raises :class:`CaptureError`
             instead of running unmodified.
         dynamic: symbolic sizes (dynamic shapes). None (default): *automatic dynamic*: a

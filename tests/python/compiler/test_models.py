@@ -1,9 +1,12 @@
-"""Real models through the "plugin" backend match eager on CPU (fp32, max abs error relative
-to the output scale <= 1e-4). Models come from configs with random weights; torch.compile
-(Dynamo) is the capture front here, so these tests exercise the backend alone."""
+"""Real models through ``optimize("plugin")`` match eager on CPU (fp32, max abs error
+relative to the output scale <= 1e-4), and a second call with new inputs reuses the compiled
+frames. Models come from configs with random weights. The training steps use torch.compile
+(Dynamo) as the capture front, which also covers ``torch.compile(backend=plugin)``."""
 
 import pytest
 import torch
+
+import torch_plugin
 
 torchvision = pytest.importorskip("torchvision")
 transformers = pytest.importorskip("transformers")
@@ -63,18 +66,21 @@ def _last_hidden(out):
     ],
     ids=["resnet18", "resnet50", "mobilenet_v3_large", "vit_b_16", "bert", "gpt2"],
 )
+@pytest.mark.usefixtures("fresh_capture")
 def test_inference_matches_eager(make):
-    from torch_plugin.backends.plugin import plugin
-
-    torch._dynamo.reset()
     model, inputs = make()
-    compiled = torch.compile(model, backend=plugin, fullgraph=False)
+    compiled = torch_plugin.optimize("plugin")(model)
     with torch.no_grad():
-        for _ in range(2):
+        for call in range(2):
             args = inputs()
             got, want = _last_hidden(compiled(*args)), _last_hidden(model(*args))
             err = (got - want).abs().max().item()
             assert err <= 1e-4 * max(1.0, want.abs().max().item()), err
+            if call == 0:
+                graphs = torch_plugin.stats.graphs_compiled
+                assert graphs >= 1
+    assert torch_plugin.stats.recompiles == 0
+    assert torch_plugin.stats.graphs_compiled == graphs
 
 
 @pytest.mark.parametrize("make", [_vision("resnet18"), _hf("bert")], ids=["resnet18", "bert"])
