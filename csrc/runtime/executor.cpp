@@ -5,6 +5,7 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -131,6 +132,9 @@ Executor::Executor(const compiler::Graph& g) {
     if (!steps_[i])
       steps_[i] = make_fallback_step(*nodes[i], slots);
   }
+  step_names_.reserve(steps_.size());
+  for (const auto& step : steps_)
+    step_names_.push_back("torch_plugin: " + step->describe());
 }
 
 std::vector<at::Tensor> Executor::run(
@@ -165,6 +169,8 @@ std::vector<at::Tensor> Executor::run(
   {
     ArenaGuard guard{this, &slots};
     for (size_t i = 0; i < steps_.size(); ++i) {
+      // A range per step for torch.profiler (one flag check when none runs).
+      RECORD_USER_SCOPE(step_names_[i].c_str());
       steps_[i]->run(slots);
       for (int s : free_after_[i])
         slots[s].reset();

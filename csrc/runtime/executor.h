@@ -10,7 +10,9 @@
 // planned offsets; the arena goes back to the pool when the run ends. Steps
 // without a planned output (ATen fallbacks, generated kernels) allocate theirs.
 // run() is thread-safe and re-entrant (each call has its own slots and its own
-// arena). Outputs come back with the strides the graph promised and never live
+// arena). Each step runs inside a torch.profiler range named
+// "torch_plugin: <step>" (RECORD_USER_SCOPE). Outputs come back with the
+// strides the graph promised and never live
 // in an arena (the plan excludes graph outputs and their aliases; an arena
 // still referenced after a run, which would mean a bug in that plan, is not
 // reused). No Python objects; the GIL is not needed (callers release it).
@@ -60,6 +62,8 @@ class Executor {
 
  private:
   std::vector<std::unique_ptr<Step>> steps_;
+  // "torch_plugin: <describe()>" per step: its torch.profiler range name.
+  std::vector<std::string> step_names_;
   std::vector<std::vector<int>> free_after_; // slots released after step i
   std::vector<std::pair<int, at::Tensor>> constants_;
   std::vector<int> input_slots_;

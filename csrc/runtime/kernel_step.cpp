@@ -1,6 +1,7 @@
 // kernel_step.cpp: the executor step of a fusion group (torch_plugin::fused):
-// calls its generated kernel on new output tensors with the sizes, strides and
-// dtypes the IR planned (args[0..outputs)), then the input pointers. Inputs
+// calls its generated kernel on its output buffers (OutputBuffer: the planned
+// place in the run's arena, or new tensors) with the sizes, strides and dtypes
+// the IR planned (args[0..outputs)), then the input pointers. Inputs
 // whose runtime strides differ from the planned ones (which the kernel bakes
 // in) are first copied to them.
 #include "runtime/step.h"
@@ -24,20 +25,20 @@ class KernelStep final : public Step {
       : name_(n.str_attr("name", "fused")), fn_(fn) {
     for (const compiler::Value* in : n.inputs)
       inputs_.push_back({slots.slot(in), in->sizes, in->strides, in->dtype});
-    for (const compiler::Value* o : n.outputs)
-      outputs_.push_back({slots.slot(o), o->sizes, o->strides, o->dtype});
+    for (const compiler::Value* o : n.outputs) {
+      output_slots_.push_back(slots.slot(o));
+      output_buffers_.emplace_back(*o, slots);
+    }
   }
 
   void run(Slots& s) const override {
     std::vector<at::Tensor> keep;
-    const size_t num_out = outputs_.size();
+    const size_t num_out = output_slots_.size();
     std::vector<void*> args(inputs_.size() + num_out);
     std::vector<at::Tensor> outs;
+    outs.reserve(num_out);
     for (size_t i = 0; i < num_out; ++i) {
-      outs.push_back(at::empty_strided(
-          outputs_[i].sizes,
-          outputs_[i].strides,
-          at::TensorOptions().dtype(outputs_[i].dtype)));
+      outs.push_back(output_buffers_[i].get(s));
       args[i] = outs.back().data_ptr();
     }
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -55,7 +56,7 @@ class KernelStep final : public Step {
     }
     fn_(args.data());
     for (size_t i = 0; i < num_out; ++i)
-      s[outputs_[i].slot] = std::move(outs[i]);
+      s[output_slots_[i]] = std::move(outs[i]);
   }
 
   std::string describe() const override {
@@ -66,7 +67,8 @@ class KernelStep final : public Step {
   std::string name_;
   KernelFn fn_;
   std::vector<Operand> inputs_;
-  std::vector<Operand> outputs_;
+  std::vector<int> output_slots_;
+  std::vector<OutputBuffer> output_buffers_;
 };
 
 } // namespace

@@ -1,7 +1,8 @@
 // memory_planning.cpp: pass "memory_planning".
 //
 // Assigns the outputs of the nodes whose executor steps write into a given
-// buffer (kArenaOps: the oneDNN library nodes) a byte offset in one per-run
+// buffer (kArenaOps: the oneDNN library nodes and the generated kernels of
+// fusion groups) a byte offset in one per-run
 // arena, so that values whose lifetimes do not overlap share memory and a run
 // allocates nothing for them (the executor keeps arenas between runs;
 // runtime/executor.h).
@@ -12,8 +13,8 @@
 // lifetimes to its outputs' last use, transitively. Not planned: graph inputs,
 // constants, graph outputs and every value a graph output may alias (outputs go
 // to the caller and must not be overwritten by the next run), values with no
-// elements, and values of other producers (ATen fallback steps and generated
-// kernels allocate their outputs).
+// elements, and values of other producers (ATen fallback steps allocate their
+// outputs).
 //
 // Offsets: "greedy by size" (Pisarchyk and Lee, "Efficient Memory Management
 // for Deep Neural Net Inference", 2020, section 4.3): buffers in decreasing
@@ -36,11 +37,12 @@ namespace {
 // aligns to 64 bytes too).
 constexpr int64_t kAlignment = 64;
 
-// Ops whose executor steps write their output into a planned buffer
-// (csrc/libs/library_step.cpp).
+// Ops whose executor steps write their outputs into planned buffers
+// (csrc/libs/library_step.cpp, csrc/runtime/kernel_step.cpp).
 const std::set<std::string> kArenaOps = {
     "torch_plugin::conv_pointwise",
-    "torch_plugin::linear_pointwise"};
+    "torch_plugin::linear_pointwise",
+    "torch_plugin::fused"};
 
 struct Buffer {
   Value* value;

@@ -1,9 +1,9 @@
 // pass.h: how a compiler pass is declared.
 //
 // Each pass lives in its own file under passes/, named after the pass, and
-// declares itself with a PassInfo: its name (also its log channel and the suffix
-// of its dump files), a one-paragraph description, and its entry point. The
-// pipeline (pipeline.cpp) lists the passes in the order they run.
+// declares itself with a PassInfo: its name (also its log channel and the
+// suffix of its dump files), a one-paragraph description, and its entry point.
+// The pipeline (pipeline.cpp) lists the passes in the order they run.
 #pragma once
 
 #include "compiler/ir.h"
@@ -14,13 +14,19 @@ namespace torch_plugin::compiler {
 
 // Options of the whole pipeline; each field names the pass it configures.
 struct PassOptions {
-  bool freeze = false;          // fold_conv_bn, constant_folding: constants may be rewritten
-  bool library_patterns = true; // library_patterns: conv/matmul to oneDNN (when built with it)
-  bool fusion = true;           // fusion: pointwise/reduction groups to generated kernels
-  bool verify = false;          // run the verifier after every pass (TORCH_PLUGIN_VERIFY=1)
-  std::string dump_dir;         // write the graph before/after each pass here (empty: off)
-  bool log_kernels = false;     // fusion: print each generated kernel (TORCH_PLUGIN_LOGS=kernels)
-  bool memory_planning = true;  // memory_planning: library outputs share one per-run arena
+  bool freeze =
+      false; // fold_conv_bn, constant_folding: constants may be rewritten
+  bool library_patterns =
+      true; // library_patterns: conv/matmul to oneDNN (when built with it)
+  bool fusion = true; // fusion: pointwise/reduction groups to generated kernels
+  bool verify =
+      false; // run the verifier after every pass (TORCH_PLUGIN_VERIFY=1)
+  std::string
+      dump_dir; // write the graph before/after each pass here (empty: off)
+  bool log_kernels =
+      false; // fusion: print each generated kernel (TORCH_PLUGIN_LOGS=kernels)
+  bool memory_planning =
+      true; // memory_planning: library outputs share one per-run arena
 };
 
 struct PassInfo {
@@ -32,6 +38,7 @@ struct PassInfo {
 
 // Each pass file defines one of these.
 extern const PassInfo kDeadCodeElimination;
+extern const PassInfo kRemoveClones;
 extern const PassInfo kConstantFolding;
 extern const PassInfo kFoldConvBatchNorm;
 extern const PassInfo kLibraryPatterns;
@@ -39,4 +46,4 @@ extern const PassInfo kPropagateStrides;
 extern const PassInfo kFusion;
 extern const PassInfo kMemoryPlanning;
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

@@ -11,8 +11,9 @@ OPTS = {"freeze": True, "verify": True}
 
 def test_pipeline_lists_passes_in_order():
     assert _C._compiler.pass_names() == [
-        "dead_code_elimination", "fold_conv_bn", "constant_folding", "library_patterns",
-        "propagate_strides", "fusion", "dead_code_elimination", "memory_planning",
+        "dead_code_elimination", "remove_clones", "fold_conv_bn", "constant_folding",
+        "library_patterns", "propagate_strides", "fusion", "dead_code_elimination",
+        "memory_planning",
     ]  # fmt: skip
 
 
@@ -29,6 +30,44 @@ def test_dead_code_elimination_keeps_outputs_and_in_place_ops():
     assert g.run_pass("dead_code_elimination", OPTS)
     text = str(g)
     assert "aten::relu" not in text and "aten::neg" in text and "aten::add_" in text
+
+
+def _clone_graph(out_strides, output_clone=False, in_place=False):
+    """x -> relu -> clone -> neg -> output (and the clone itself as an output)."""
+    g = _C._compiler.Graph()
+    x = g.add_input(F32, [4, 6], [6, 1])
+    (r,) = g.add_node("aten::relu", "default", [("t", x)], 1, False)
+    g.set_type(r, F32, [4, 6], [6, 1])
+    (c,) = g.add_node("aten::clone", "default", [("t", r), ("c", None)], 1, False)
+    g.set_type(c, F32, [4, 6], out_strides)
+    (n,) = g.add_node("aten::neg", "default", [("t", c)], 1, False)
+    g.set_type(n, F32, [4, 6], [6, 1])
+    outputs = [n, c] if output_clone else [n]
+    if in_place:
+        (m,) = g.add_node("aten::add_", "Tensor", [("t", x), ("t", n), ("c", 1)], 1, True)
+        g.set_type(m, F32, [4, 6], [6, 1])
+    g.set_outputs(outputs)
+    return g
+
+
+def test_remove_clones_removes_a_copy_of_the_same_layout():
+    g = _clone_graph([6, 1])
+    assert g.run_pass("remove_clones", OPTS)
+    assert "aten::clone" not in str(g)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        pytest.param({"out_strides": [1, 4]}, id="other_strides"),
+        pytest.param({"out_strides": [6, 1], "output_clone": True}, id="graph_output"),
+        pytest.param({"out_strides": [6, 1], "in_place": True}, id="in_place_op_in_graph"),
+    ],
+)
+def test_remove_clones_keeps_an_observable_copy(kw):
+    g = _clone_graph(**kw)
+    assert not g.run_pass("remove_clones", OPTS)
+    assert "aten::clone" in str(g)
 
 
 def test_constant_folding_and_conv_bn_folding():
