@@ -36,11 +36,8 @@ log = logging.getLogger(__name__)
 
 def plugin(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
     """Compile ``gm`` with the "plugin" compiler."""
-    from torch._functorch.aot_autograd import aot_module_simplified
-
     from torch_plugin.compiler import graph_cache, options
     from torch_plugin.compiler.compile import compile_graph, compile_recipe
-    from torch_plugin.compiler.decompositions import decomposition_table
 
     # AOTAutograd's graphs take the module's parameters, then its buffers, then the inputs.
     params = {
@@ -85,6 +82,12 @@ def plugin(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Call
             else:
                 log.info("plugin: graph not cached: %s", why_not)
         return compile_graph(fx_graph, frozen, on_lowered)
+
+    # Imported here, not above: a graph cache hit never needs AOTAutograd, whose first
+    # import takes about 0.3 s.
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    from torch_plugin.compiler.decompositions import decomposition_table
 
     compiled = aot_module_simplified(
         gm,

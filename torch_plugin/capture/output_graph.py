@@ -433,7 +433,8 @@ class OutputGraph:
         self, tx, module: torch.nn.Module, source, args: list, kwargs: dict
     ) -> VariableTracker:
         name = self.register_module(module, source)
-        return self._record(tx, "call_module", name, args, kwargs, module)
+        run = _eval_batch_norm_shape_rule(module, args, kwargs) or module
+        return self._record(tx, "call_module", name, args, kwargs, run)
 
     def set_grad_enabled(self, enabled: bool) -> None:
         """Record a grad-mode switch in the graph and apply it for the rest of the trace."""
@@ -496,3 +497,51 @@ def _contains_tensor(value: Any) -> bool:
     if isinstance(value, dict):
         return any(_contains_tensor(v) for v in value.values())
     return False
+
+
+def _eval_batch_norm_shape_rule(module: torch.nn.Module, args: list, kwargs: dict):
+    """For a BatchNorm module that normalizes with its running statistics, a function
+    giving its output's metadata (``empty_like`` of the input, which is what the kernel
+    returns: same sizes, strides and dtype) without running it on FakeTensors, or None.
+
+    FakeTensor has no fast kernel for batch norm and runs PyTorch's Python decomposition
+    (about 30 ops) instead: 0.2-0.4 s of capturing a ResNet-50. The checks the
+    decomposition would make on the input (rank, channel count) are made here; anything
+    else (training mode, no running statistics, other arguments) returns None and takes
+    the FakeTensor path.
+    """
+    if (
+        not isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+        or type(module).forward is not torch.nn.modules.batchnorm._BatchNorm.forward
+        or module.training
+        or module.running_mean is None
+        or module.running_var is None
+        or kwargs
+        or len(args) != 1
+        or not isinstance(args[0], TensorVariable)
+    ):
+        return None
+    expected_dims = {
+        torch.nn.BatchNorm1d: (2, 3),
+        torch.nn.BatchNorm2d: (4,),
+        torch.nn.BatchNorm3d: (5,),
+    }.get(type(module))
+    if expected_dims is None:
+        return None
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        stats_dtype = module.running_mean.dtype
+        if (
+            x.dim() not in expected_dims
+            or x.shape[1] != module.num_features  # the module raises the real error
+            or any(isinstance(d, torch.SymInt) for d in x.shape)
+            or not (x.dtype == stats_dtype or x.dtype in (torch.float16, torch.bfloat16))
+            or not (
+                x.is_contiguous()
+                or (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last))
+            )
+        ):
+            return module(x)
+        return torch.empty_like(x)
+
+    return run

@@ -376,3 +376,60 @@ def test_suppress_errors_falls_back_to_eager(monkeypatch):
     x, y = torch.randn(3), torch.randn(3)
     with pytest.warns(UserWarning, match="boom"):
         torch.testing.assert_close(opt(x, y), cos_sin(x, y))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: (torch.nn.BatchNorm1d(6), torch.randn(5, 6)), id="bn1d_2d"),
+        pytest.param(lambda: (torch.nn.BatchNorm1d(6), torch.randn(5, 6, 7)), id="bn1d_3d"),
+        pytest.param(lambda: (torch.nn.BatchNorm2d(6), torch.randn(2, 6, 5, 3)), id="bn2d"),
+        pytest.param(
+            lambda: (
+                torch.nn.BatchNorm2d(6),
+                torch.randn(2, 6, 5, 3).to(memory_format=torch.channels_last),
+            ),
+            id="bn2d_channels_last",
+        ),
+        pytest.param(
+            lambda: (torch.nn.BatchNorm2d(6), torch.randn(2, 6, 5, 3).bfloat16()), id="bn2d_bf16"
+        ),
+        pytest.param(
+            lambda: (torch.nn.BatchNorm2d(6), torch.randn(2, 6, 10, 3)[:, :, ::2]), id="strided"
+        ),
+        pytest.param(lambda: (torch.nn.BatchNorm3d(6), torch.randn(2, 6, 3, 4, 5)), id="bn3d"),
+    ],
+)
+def test_eval_batch_norm_example_value_matches_eager(make):
+    """Eval-mode BatchNorm's captured output metadata (a shape rule, not a FakeTensor run)
+    has the sizes, strides and dtype of the real output."""
+    bn, x = make()
+    with torch.no_grad():
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2.0)
+    bn.eval()
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(n.meta["example_value"] for n in gm.graph.nodes if n.op == "call_module")
+        return gm.forward
+
+    model = torch.nn.Sequential(bn)  # bn as a submodule: a call_module node
+    with torch.no_grad():
+        got = torch_plugin.optimize(backend)(model)(x)
+        want = bn(x)
+    torch.testing.assert_close(got, want)
+    (example,) = seen
+    assert example.shape == want.shape
+    assert example.dtype == want.dtype
+    assert example.stride() == want.stride()
+
+
+def test_eval_batch_norm_with_wrong_channel_count_raises_as_eager():
+    model = torch.nn.Sequential(torch.nn.BatchNorm2d(6)).eval()
+    x = torch.randn(2, 5, 4, 4)
+    with pytest.raises(RuntimeError) as want:
+        model(x)
+    with pytest.raises(RuntimeError) as got:
+        torch_plugin.optimize("eager")(model)(x)
+    assert str(got.value).splitlines()[0] == str(want.value).splitlines()[0]
