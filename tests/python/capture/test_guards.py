@@ -422,14 +422,14 @@ class OtherSettings(Settings):
     pass
 
 
-def scaled(x, s):
+def scale_by_settings(x, s):
     s.calls = s.calls + 1
     s.last = x * s.scale
     return s.last, s
 
 
 def test_user_object_guarded_by_type_and_attributes_not_identity():
-    f = Recompiles(lambda x, s: scaled(x, s)[0])
+    f = Recompiles(lambda x, s: scale_by_settings(x, s)[0])
     f(torch.randn(3), Settings(2.0), recompiles=0)
     f(torch.randn(3), Settings(2.0), recompiles=0)  # a new object, same class and values
     f(torch.randn(3), Settings(3.0), recompiles=1)  # an attribute read has another value
@@ -437,7 +437,7 @@ def test_user_object_guarded_by_type_and_attributes_not_identity():
 
 
 def test_user_object_attribute_writes_land_on_this_calls_object():
-    opt = torch_plugin.optimize("eager")(scaled)
+    opt = torch_plugin.optimize("eager")(scale_by_settings)
     opt(torch.randn(3), Settings(2.0))
     for _ in range(3):
         s = Settings(2.0)
