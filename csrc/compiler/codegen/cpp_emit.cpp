@@ -56,10 +56,42 @@ static inline float tp_exp(float x) {
   return y * s1 * s2;  // NaN in, NaN out: c, n, r and y are NaN
 }
 static inline float tp_sigmoid(float x) { return 1.0f / (1.0f + tp_exp(-x)); }
+// Cephes tanhf: x + x^3 P(x^2) for |x| < 0.625, else 1 - 2 / (exp(2|x|) + 1)
+// with x's sign; both computed, one selected, so loops calling it vectorize.
 static inline float tp_tanh(float x) {
-  const float e = tp_exp(-2.0f * std::fabs(x));
-  const float t = (1.0f - e) / (1.0f + e);
-  return std::copysign(t, x);
+  const float a = std::fabs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = x + x * z * p;
+  const float big = std::copysign(1.0f - 2.0f / (tp_exp(2.0f * a) + 1.0f), x);
+  return a < 0.625f ? small : big;  // NaN: big is NaN
+}
+// erf: x P(x^2) for |x| < 1 (Cephes erff's polynomial, relative error ~2e-7),
+// else sign(x) (1 - t Q(t) exp(-x^2)), t = 1 / (1 + 0.3275911 |x|)
+// (Abramowitz and Stegun 7.1.26, absolute error <= 1.5e-7, as ATen's
+// vectorized erf). Both computed, one selected: loops calling it vectorize.
+static inline float tp_erf(float x) {
+  const float a = std::fabs(x);
+  const float z = x * x;
+  float p = 7.853861353153693e-5f;
+  p = p * z - 8.010193625184903e-4f;
+  p = p * z + 5.188327685732524e-3f;
+  p = p * z - 2.685381193529856e-2f;
+  p = p * z + 1.128358514861418e-1f;
+  p = p * z - 3.761262582423300e-1f;
+  p = p * z + 1.128379165726710e0f;
+  const float t = 1.0f / (1.0f + 0.3275911f * a);
+  float r = 1.061405429f;
+  r = r * t - 1.453152027f;
+  r = r * t + 1.421413741f;
+  r = r * t - 0.284496736f;
+  r = r * t + 0.254829592f;
+  const float big = std::copysign(1.0f - r * t * tp_exp(-z), x);
+  return a < 1.0f ? x * p : big;  // NaN: big is NaN
 }
 )";
   return s;

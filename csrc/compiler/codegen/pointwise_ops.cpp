@@ -5,11 +5,15 @@
 // for the expressions of schema arguments 0, 1, ...; arithmetic in float.
 // Semantics follow ATen's CPU kernels (e.g. gelu uses erf, relu propagates NaN
 // like max would not: we use x > 0 ? x : 0 only where ATen does the same).
-// exp, sigmoid and silu use the preamble's vectorizable tp_exp (cpp_emit.cpp).
+// exp, sigmoid, silu, tanh, erf and gelu use the preamble's branch-free
+// tp_exp, tp_tanh and tp_erf (cpp_emit.cpp), so their loops vectorize; pow with
+// a small constant exponent (2, 3, 0.5, -0.5, -1, -2, 1) is multiplications, a
+// square root or a division.
 // aten::_to_copy between float32 and bfloat16 is a pointwise op too: to bf16 it
 // rounds (tp_round_bf16), to float it is the identity.
 #include "compiler/codegen/pointwise_ops.h"
 
+#include <limits>
 #include <map>
 
 namespace torch_plugin::compiler {
@@ -31,13 +35,13 @@ const std::map<std::string, std::string>& table() {
       {"aten::relu", "std::max($0, 0.0f)"},
       {"aten::sigmoid", "tp_sigmoid($0)"},
       {"aten::silu", "($0 * tp_sigmoid($0))"},
-      {"aten::tanh", "std::tanh($0)"},
+      {"aten::tanh", "tp_tanh($0)"},
       {"aten::exp", "tp_exp($0)"},
       {"aten::log", "std::log($0)"},
       {"aten::sqrt", "std::sqrt($0)"},
       {"aten::rsqrt", "(1.0f / std::sqrt($0))"},
       {"aten::abs", "std::fabs($0)"},
-      {"aten::erf", "std::erf($0)"},
+      {"aten::erf", "tp_erf($0)"},
       {"aten::reciprocal", "(1.0f / $0)"},
       {"aten::pow.Tensor_Scalar", "std::pow($0, (float)$1)"},
       {"aten::maximum", "std::max($0, $1)"},
@@ -50,7 +54,7 @@ const std::map<std::string, std::string>& table() {
       {"aten::hardsigmoid",
        "(std::min(std::max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
       {"aten::gelu",
-       "(0.5f * $0 * (1.0f + std::erf($0 * 0.70710678118654752f)))"},
+       "(0.5f * $0 * (1.0f + tp_erf($0 * 0.70710678118654752f)))"},
       {"aten::_to_copy", "$0"},
   };
   return t;
@@ -98,12 +102,38 @@ std::optional<std::string> pointwise_expression(
       // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as ATen's
       // GeluType::Tanh.
       const std::string& x = operands.at(0);
-      return "(0.5f * " + x +
-          " * (1.0f + std::tanh(0.79788456080286535588f * (" + x +
-          " + 0.044715f * " + x + " * " + x + " * " + x + "))))";
+      return "(0.5f * " + x + " * (1.0f + tp_tanh(0.79788456080286535588f * (" +
+          x + " + 0.044715f * " + x + " * " + x + " * " + x + "))))";
     }
     if (approximate != "none")
       return std::nullopt;
+  }
+  if (n.op == "aten::pow") {
+    // std::pow is a scalar libm call (20-40 ns) that keeps the loop from
+    // vectorizing; these exponents are exact as products/roots (as ATen's
+    // pow_tensor_scalar_optimized_kernel special-cases 2, 3, 0.5, -0.5, -1,
+    // -2).
+    const AttrValue& e = n.const_arg(1);
+    double exponent = std::holds_alternative<int64_t>(e)
+        ? static_cast<double>(std::get<int64_t>(e))
+        : std::holds_alternative<double>(e)
+        ? std::get<double>(e)
+        : std::numeric_limits<double>::quiet_NaN();
+    const std::string& x = operands.at(0);
+    if (exponent == 1.0)
+      return x;
+    if (exponent == 2.0)
+      return "(" + x + " * " + x + ")";
+    if (exponent == 3.0)
+      return "(" + x + " * " + x + " * " + x + ")";
+    if (exponent == 0.5)
+      return "std::sqrt(" + x + ")";
+    if (exponent == -0.5)
+      return "(1.0f / std::sqrt(" + x + "))";
+    if (exponent == -1.0)
+      return "(1.0f / " + x + ")";
+    if (exponent == -2.0)
+      return "(1.0f / (" + x + " * " + x + "))";
   }
   if (n.op == "aten::_to_copy") {
     if (!is_dtype_conversion(n))
