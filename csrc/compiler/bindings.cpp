@@ -10,12 +10,14 @@
 #include "compiler/ir.h"
 #include "compiler/passes/pipeline.h"
 #include "compiler/verifier.h"
+#include "ops/executor_op.h"
 #include "ops/library_ops.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_cache.h"
 
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 
 namespace py = pybind11;
 
@@ -176,8 +178,17 @@ void init_compiler(py::module_& parent) {
              for (size_t i = 0; i < outputs.size(); ++i) result[i] = from_tensor(outputs[i]);
              return result;
            })
+      .def("script_object",
+           [](std::shared_ptr<runtime::Executor> e) {
+             // torch.classes.torch_plugin.Executor, the argument of
+             // torch.ops.torch_plugin.run_graph (ops/executor_op.h).
+             return torch::jit::toPyObject(
+                 c10::IValue(c10::make_intrusive<ops::ExecutorObject>(std::move(e))));
+           })
       .def("describe", &runtime::Executor::describe)
       .def("step_counts", &runtime::Executor::step_counts)
+      .def("num_inputs", &runtime::Executor::num_inputs)
+      .def("num_outputs", [](const runtime::Executor& e) { return e.output_specs().size(); })
       .def("arena_bytes", &runtime::Executor::arena_bytes)
       .def("num_planned", &runtime::Executor::num_planned);
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN

@@ -14,6 +14,10 @@
 //   fused(inputs, source, <signature>, name) -> Tensor[]
 //       one generated kernel; see fused_op.h (Meta: fused_op.cpp, CPU:
 //       cpu/fused_kernel.cpp).
+//   run_graph(executor, inputs) -> Tensor[]
+//       a whole compiled graph: its Executor, an object of the custom class
+//       torch.classes.torch_plugin.Executor; see executor_op.h (CPU and Meta:
+//       executor_op.cpp).
 // activation: "", "relu", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh",
 // "hardswish", "clamp" (alpha=min, beta=max). Any float dtype the ATen ops
 // take. CPU kernels: ops/cpu/library_ops_kernel.cpp (the reference; compiled
@@ -32,6 +36,7 @@
 // 11).
 #include "ops/library_ops.h"
 
+#include "ops/executor_op.h"
 #include "ops/fused_op.h"
 
 #include <ATen/ops/empty.h>
@@ -139,6 +144,7 @@ at::Tensor linear_pointwise_meta(
 void link_library_ops() {
   link_fused_op();
   link_fused_op_cpu();
+  link_executor_op();
 }
 
 } // namespace torch_plugin::ops
@@ -155,10 +161,19 @@ TORCH_LIBRARY(torch_plugin, m) {
       "fused(Tensor[] inputs, str source, int[][] input_sizes, int[][] input_strides, "
       "ScalarType[] input_dtypes, int[][] output_sizes, int[][] output_strides, "
       "ScalarType[] output_dtypes, str name=\"fused\") -> Tensor[]");
+  m.class_<torch_plugin::ops::ExecutorObject>("Executor")
+      .def(
+          "describe",
+          [](const c10::intrusive_ptr<torch_plugin::ops::ExecutorObject>&
+                 self) { return self->executor->describe(); });
+  m.def(
+      "run_graph(__torch__.torch.classes.torch_plugin.Executor executor, Tensor[] inputs) "
+      "-> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(torch_plugin, Autograd, m) {
-  for (const char* op : {"conv_pointwise", "linear_pointwise", "fused"}) {
+  for (const char* op :
+       {"conv_pointwise", "linear_pointwise", "fused", "run_graph"}) {
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
   }
 }

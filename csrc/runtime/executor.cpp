@@ -29,6 +29,7 @@ Executor::Executor(const compiler::Graph& g) {
   for (const Value* v : g.inputs()) {
     assign(v);
     input_slots_.push_back(slots.slot(v));
+    input_specs_.push_back({v->dtype, v->sizes, v->strides});
   }
   for (const Value* c : g.constants()) {
     assign(c);

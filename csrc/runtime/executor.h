@@ -44,6 +44,10 @@ class Executor {
   const std::vector<OutputSpec>& output_specs() const {
     return output_specs_;
   }
+  // The dtype, sizes and strides the graph was compiled for, per input.
+  const std::vector<OutputSpec>& input_specs() const {
+    return input_specs_;
+  }
   size_t num_inputs() const {
     return input_slots_.size();
   }
@@ -69,6 +73,7 @@ class Executor {
   std::vector<int> input_slots_;
   std::vector<int> output_slots_;
   std::vector<OutputSpec> output_specs_;
+  std::vector<OutputSpec> input_specs_;
   int num_slots_ = 0;
   int arena_slot_ = -1;
   int64_t arena_bytes_ = 0;

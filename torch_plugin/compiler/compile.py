@@ -98,6 +98,14 @@ class CompiledGraph:
 
         return to_graph_module(self)
 
+    @property
+    def executor_graph_module(self) -> torch.fx.GraphModule:
+        """The compiled graph as one ``torch.ops.torch_plugin.run_graph`` call on its
+        executor (see :func:`torch_plugin.compiler.fx_artifact.to_executor_graph_module`)."""
+        from torch_plugin.compiler.fx_artifact import to_executor_graph_module
+
+        return to_executor_graph_module(self)
+
 
 def compile_graph(
     gm: torch.fx.GraphModule,

@@ -14,7 +14,12 @@ C++ source as a string attribute (``<kernel>_source``). The graph module
   whose kernel cache is empty: ``torch_plugin::fused`` rebuilds each kernel from its
   source (and ``torch.load`` imports ``torch_plugin``, which registers the ops).
 
-It is a description of the compiled graph, not its fast path: the C++ executor
+A second form, :func:`to_executor_graph_module`, is one call of
+``torch.ops.torch_plugin.run_graph`` on the executor itself (a
+``torch.classes.torch_plugin.Executor`` attribute): the fast path, through the dispatcher.
+It prints, runs and re-traces (FakeTensor: the op's Meta kernel) but cannot be saved.
+
+The step form is a description of the compiled graph, not its fast path: the C++ executor
 (``CompiledGraph.executor``) runs the same steps without Python, with oneDNN primitives
 whose weights are prepacked; the graph module's library ops run their reference CPU
 kernels (ATen), and each call goes through the dispatcher from Python.
@@ -26,6 +31,8 @@ Key parts:
   compiled inference graph (capture, AOTAutograd, freezing, the pass pipeline).
 - :class:`PluginGraphModule`: the ``GraphModule`` subclass that pickles with ``torch_plugin``
   imported on load and keeps kernel sources as attributes across a save and load.
+- :func:`to_executor_graph_module`: a compiled graph as one ``run_graph`` call on its
+  executor (:class:`ExecutorGraphModule`).
 """
 
 from __future__ import annotations
@@ -40,7 +47,13 @@ import torch.fx
 from torch_plugin import _C
 from torch_plugin.compiler.lowering import _DTYPES, _LAYOUTS, _MEMORY_FORMATS
 
-__all__ = ["PluginGraphModule", "compile_to_graph_module", "to_graph_module"]
+__all__ = [
+    "ExecutorGraphModule",
+    "PluginGraphModule",
+    "compile_to_graph_module",
+    "to_executor_graph_module",
+    "to_graph_module",
+]
 
 _DTYPE_OF = {code: dtype for dtype, code in _DTYPES.items()}
 _LAYOUT_OF = {code: layout for layout, code in _LAYOUTS.items()}
@@ -105,6 +118,45 @@ def to_graph_module(compiled: Any) -> PluginGraphModule:
     else:
         exported = compiled.ir_graph.export()
     return _Builder(exported).build()
+
+
+class ExecutorGraphModule(torch.fx.GraphModule):
+    """``run_graph(executor, [inputs]) -> outputs``: a compiled graph's C++ executor as one
+    dispatcher call (see :func:`to_executor_graph_module`). Not picklable."""
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        raise TypeError(
+            "a torch_plugin executor graph module cannot be saved (its executor holds oneDNN "
+            "primitives and loaded kernels); save CompiledGraph.graph_module, the step-level "
+            "FX graph, instead"
+        )
+
+
+def to_executor_graph_module(compiled: Any) -> ExecutorGraphModule:
+    """The compiled graph ``compiled`` (a :class:`~torch_plugin.compiler.compile.CompiledGraph`)
+    as an FX graph module with one node calling ``torch.ops.torch_plugin.run_graph.default``
+    on its executor (the attribute ``executor``, a ``torch.classes.torch_plugin.Executor``).
+
+    The module takes the compiled graph's runtime inputs (without frozen parameters) as
+    positional CPU tensors of the compiled sizes and dtypes and returns a tuple of its
+    outputs, with the strides the graph promised. Under FakeTensor or ``make_fx`` the op's
+    Meta kernel gives the outputs' metadata. A wrong number of inputs, or an input of other
+    sizes or dtype, raises RuntimeError naming the input.
+    """
+    executor = compiled.executor
+    root = torch.nn.Module()
+    root.executor = executor.script_object()
+    graph = torch.fx.Graph()
+    inputs = [graph.placeholder(f"arg{i}") for i in range(executor.num_inputs())]
+    obj = graph.get_attr("executor")
+    results = graph.call_function(torch.ops.torch_plugin.run_graph.default, (obj, inputs))
+    graph.output(
+        tuple(
+            graph.call_function(operator.getitem, (results, i))
+            for i in range(executor.num_outputs())
+        )
+    )
+    return ExecutorGraphModule(root, graph, class_name="ExecutorGraphModule")
 
 
 def compile_to_graph_module(model: Any, *example_inputs: torch.Tensor) -> PluginGraphModule:

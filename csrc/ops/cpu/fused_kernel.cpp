@@ -36,16 +36,6 @@ runtime::KernelFn kernel_for(const std::string& source) {
   return kernels.emplace(source, fn).first->second;
 }
 
-// Whether `t` is laid out as `strides` says, ignoring dimensions of size 1
-// (their stride never moves the kernel's index).
-bool has_strides(const at::Tensor& t, const std::vector<int64_t>& strides) {
-  for (const auto d : c10::irange(strides.size())) {
-    if (t.size(d) != 1 && t.stride(d) != strides[d])
-      return false;
-  }
-  return true;
-}
-
 void fused_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   FusedCall call = read_fused_call(*stack);
   const size_t n_out = call.output_types.size();
@@ -71,7 +61,7 @@ void fused_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         t.device(),
         "; the CPU kernel needs CPU tensors");
     const FusedOperand& want = call.input_types[i];
-    if (has_strides(t, want.strides)) {
+    if (runtime::has_kernel_strides(t, want.strides)) {
       args[n_out + i] = t.data_ptr();
     } else {
       copies.push_back(

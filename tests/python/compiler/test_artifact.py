@@ -3,6 +3,7 @@ graph of torch.ops.torch_plugin.* and ATen calls that prints, runs and matches e
 re-traces through the Meta kernels, and survives torch.save/torch.load, also in a fresh
 process whose kernel cache is empty."""
 
+import io
 import operator
 import os
 import subprocess
@@ -288,3 +289,57 @@ def test_aten_constants_round_trip():
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
         torch.testing.assert_close(g, w)
+
+
+# --- the executor form: one torch.ops.torch_plugin.run_graph call ----------------------
+
+
+def _compiled_for_executor_form():
+    def fn(x, w):
+        h = torch.relu(x @ w) * 2.0 + 1.0
+        return h, h.t().sigmoid(), x.sum(dim=0)
+
+    x, w = torch.randn(9, 5), torch.randn(5, 4)
+    return fn, compile_graph(make_fx(fn)(x, w))  # not frozen: w stays an input
+
+
+def test_executor_form_runs_the_executor_through_the_dispatcher():
+    fn, compiled = _compiled_for_executor_form()
+    gm = compiled.executor_graph_module
+    assert "torch.ops.torch_plugin.run_graph.default" in gm.code
+    assert targets(gm) == {torch.ops.torch_plugin.run_graph.default, operator.getitem}
+    assert isinstance(gm.executor, torch.ScriptObject)
+    for _ in range(2):
+        x, w = torch.randn(9, 5), torch.randn(5, 4)
+        got = gm(x, w)
+        assert isinstance(got, tuple) and len(got) == 3
+        for g, e, want in zip(got, compiled([x, w]), fn(x, w)):
+            assert g.stride() == e.stride()
+            torch.testing.assert_close(g, e)
+            torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-5)
+
+
+def test_executor_form_retraces_through_its_meta_kernel():
+    _, compiled = _compiled_for_executor_form()
+    gm = compiled.executor_graph_module
+    x, w = torch.randn(9, 5), torch.randn(5, 4)
+    with FakeTensorMode() as mode:
+        fx, fw = mode.from_tensor(x), mode.from_tensor(w)
+        fake = gm(fx, fw)
+    for f, real in zip(fake, gm(x, w)):
+        assert f.shape == real.shape and f.dtype == real.dtype and f.stride() == real.stride()
+    retraced = make_fx(gm, tracing_mode="fake")(x, w)
+    assert torch.ops.torch_plugin.run_graph.default in targets(retraced)
+
+
+def test_executor_form_rejects_other_inputs_and_pickling():
+    _, compiled = _compiled_for_executor_form()
+    gm = compiled.executor_graph_module
+    with pytest.raises(RuntimeError, match=r"input 0 has sizes \[8, 5\].*\[9, 5\]"):
+        gm(torch.randn(8, 5), torch.randn(5, 4))
+    with pytest.raises(RuntimeError, match="input 1 has dtype Double"):
+        gm(torch.randn(9, 5), torch.randn(5, 4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="takes 2 inputs, got 1"):
+        torch.ops.torch_plugin.run_graph(gm.executor, [torch.randn(9, 5)])
+    with pytest.raises(TypeError, match="cannot be saved"):
+        torch.save(gm, io.BytesIO())
