@@ -106,6 +106,8 @@ class GuardManager:
     def add_len_match(self, n: int, description: str) -> None: ...
     def add_dict_keys_match(self, keys: Sequence[Any], description: str) -> None:
         """Passes when the value is a dict whose keys equal ``keys`` in order."""
+    def add_not_in_dict(self, key: Any, description: str) -> None:
+        """Passes when the value is a dict without ``key``."""
     def add_tensor_match(self, example: Any, description: str, check_strides: bool = True) -> None:
         """Passes when the value is a torch.Tensor with the example's Python type, dispatch
         key set, dtype, device, requires_grad, sizes and (if check_strides) strides."""

@@ -238,6 +238,14 @@ void bind_guards(py::module_& m) {
           py::arg("keys"),
           py::arg("description"))
       .def(
+          "add_not_in_dict",
+          [](GuardManager& self, py::object key, std::string description) {
+            self.add_leaf_guard(
+                std::make_unique<NotInDict>(key, std::move(description)));
+          },
+          py::arg("key"),
+          py::arg("description"))
+      .def(
           "add_tensor_match",
           [](GuardManager& self,
              py::handle example,

@@ -385,6 +385,31 @@ std::string DictKeysMatch::mismatch(PyObject* value) const {
   return expected_got("keys ", repr_for_message(expected.ptr(), 200), got_text);
 }
 
+// --- NOT_IN_DICT
+// ---------------------------------------------------------------
+
+NotInDict::NotInDict(py::object key, std::string description)
+    : LeafGuard(std::move(description)), key_(std::move(key)) {}
+
+bool NotInDict::check(PyObject* value) const {
+  if (!PyDict_Check(value)) {
+    return false;
+  }
+  int found = PyDict_Contains(value, key_.ptr());
+  if (found < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return found == 0;
+}
+
+std::string NotInDict::mismatch(PyObject* value) const {
+  if (!PyDict_Check(value)) {
+    return "expected a dict, got " + type_name_for_message(Py_TYPE(value));
+  }
+  return "expected no key " + repr_for_message(key_.ptr(), 80) + ", found one";
+}
+
 // --- TENSOR_MATCH
 // --------------------------------------------------------------
 

@@ -135,6 +135,18 @@ class DictKeysMatch : public LeafGuard {
   std::vector<pybind11::object> keys_;
 };
 
+// NOT_IN_DICT: value is a dict without the key `key` (an object's instance
+// __dict__ that does not shadow the class attribute the captured code used).
+class NotInDict : public LeafGuard {
+ public:
+  NotInDict(pybind11::object key, std::string description);
+  bool check(PyObject* value) const override;
+  std::string mismatch(PyObject* value) const override;
+
+ private:
+  pybind11::object key_;
+};
+
 // Marks a size or stride TensorMatch does not check (a dynamic dimension,
 // checked by the entry's ShapeGuards instead).
 constexpr int64_t kAnySize = INT64_MIN;

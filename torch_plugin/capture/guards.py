@@ -5,7 +5,7 @@ done they are compiled into one C++ guard tree (``torch_plugin._C.RootGuardManag
 which the eval-frame hook evaluates on every later call before reusing the entry.
 
 Guard kinds (one method each on :class:`GuardSet`): ``TYPE_MATCH``, ``ID_MATCH``,
-``EQUALS_MATCH``, ``LEN_MATCH``, ``DICT_KEYS_MATCH``, ``TENSOR_MATCH``, ``NN_MODULE``
+``EQUALS_MATCH``, ``LEN_MATCH``, ``DICT_KEYS_MATCH``, ``NOT_IN_DICT``, ``TENSOR_MATCH``, ``NN_MODULE``
 (identity, ``training`` and the identity of its parameters and buffers) and the global
 state (grad mode, autocast, default dtype, deterministic algorithms, the ``torch.backends``
 flags that change results; one C++ check, see csrc/capture/leaf_guards.h).
@@ -51,6 +51,8 @@ class Guard:
             return f"len({name}) == {self.arg}"
         if self.kind == "DICT_KEYS_MATCH":
             return f"{name}.keys() == {list(self.arg)!r}"
+        if self.kind == "NOT_IN_DICT":
+            return f"{self.arg!r} not in {name}"
         if self.kind == "TENSOR_MATCH":
             t = self.arg
             dyn_sizes, dyn_strides = self.dynamic or ((), ())
@@ -103,6 +105,10 @@ class GuardSet:
     def dict_keys_match(self, source: Source | None, value: dict) -> None:
         self._add(source, "TYPE_MATCH", type(value))
         self._add(source, "DICT_KEYS_MATCH", list(value.keys()))
+
+    def not_in_dict(self, source: Source | None, key: Any) -> None:
+        """The dict at ``source`` (an instance ``__dict__``) has no key ``key``."""
+        self._add(source, "NOT_IN_DICT", key, key=key)
 
     def tensor_match(self, source: Source | None, value: torch.Tensor) -> None:
         self._add(source, "TENSOR_MATCH", value)
@@ -174,6 +180,8 @@ def build_guard_tree(guards: GuardSet, shape_env=None, shape_bindings=()):
             node.add_len_match(guard.arg, desc)
         elif guard.kind == "DICT_KEYS_MATCH":
             node.add_dict_keys_match(guard.arg, desc)
+        elif guard.kind == "NOT_IN_DICT":
+            node.add_not_in_dict(guard.arg, desc)
         elif guard.kind == "TENSOR_MATCH":
             sizes, strides = guard.dynamic or ([], [])
             node.add_tensor_match(guard.arg, desc, True, sizes, strides)

@@ -474,3 +474,20 @@ def test_is_none_on_a_user_object_does_not_guard_identity():
     check(torch.randn(3), Settings(2.0), recompiles=0)
     check(torch.randn(3), Settings(2.0), recompiles=0)
     check(torch.randn(3), None, recompiles=1)
+
+
+class WithMethod:
+    def factor(self):
+        return 2.0
+
+
+def test_instance_attribute_shadowing_a_method_recompiles():
+    def f(x, obj):
+        return x * obj.factor()
+
+    check = Recompiles(f)
+    check(torch.randn(3), WithMethod(), recompiles=0)
+    check(torch.randn(3), WithMethod(), recompiles=0)
+    shadowed = WithMethod()
+    shadowed.factor = lambda: 3.0  # an instance attribute hides the method
+    check(torch.randn(3), shadowed, recompiles=1)

@@ -81,8 +81,12 @@ class UserDefinedObjectVariable(VariableTracker):
                 static = inspect.getattr_static(self.value, name)
             except AttributeError:
                 unimplemented(f"{cls.__name__} object has no attribute {name!r}")
-            inst_dict = getattr(self.value, "__dict__", {})
-            if name not in inst_dict:
+            inst_dict = getattr(self.value, "__dict__", None)
+            if inst_dict is None or name not in inst_dict:
+                if inst_dict is not None and source is not None:
+                    # Guarded on its type, not identity: another object of the class
+                    # may shadow the class attribute with an instance attribute.
+                    tx.output.guards.not_in_dict(AttrSource(self.source, "__dict__"), name)
                 return class_attribute(tx, self, static, name)
         else:
             static = None
