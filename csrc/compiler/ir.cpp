@@ -46,6 +46,10 @@ std::string Node::qualified_name() const {
   return overload.empty() || overload == "default" ? op : op + "." + overload;
 }
 
+bool Node::is_in_place() const {
+  return !op.empty() && op.back() == '_' && op.rfind("aten::", 0) == 0;
+}
+
 const AttrValue& Node::const_arg(size_t i) const {
   TORCH_CHECK(i < args.size() && args[i].kind == Arg::Kind::kConst, qualified_name(),
               ": argument ", i, " should be a constant");

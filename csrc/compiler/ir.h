@@ -86,6 +86,9 @@ struct Node {
   bool may_alias = false;       // outputs may be views of inputs (schema alias info)
 
   std::string qualified_name() const;  // "aten::add.Tensor"
+  // An in-place or out= ATen op, which mutates an input (aten::copy_, aten::add_, ...;
+  // by PyTorch's naming convention, a trailing '_').
+  bool is_in_place() const;
   Graph* owner = nullptr;
   std::list<std::unique_ptr<Node>>::iterator self;
 

@@ -9,12 +9,33 @@
 // that says what to install. Thread-safe. No Python objects.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <string>
 #include <vector>
 
 namespace torch_plugin::runtime {
 
+// A generated kernel's entry point: args = its output data pointers, then its
+// input data pointers; the sizes and strides of every operand are baked into
+// its code.
 using KernelFn = void (*)(void** args);
+
+// Whether `t` can be passed to a kernel generated for `strides` as it is: equal
+// strides in every dimension of size > 1 (a size-1 dimension's index is always
+// 0, so its stride never moves the kernel's pointer). Otherwise the caller
+// copies `t` into the planned strides first.
+inline bool has_kernel_strides(
+    const at::Tensor& t,
+    const std::vector<int64_t>& strides) {
+  if (t.dim() != static_cast<int64_t>(strides.size()))
+    return false;
+  for (size_t d = 0; d < strides.size(); ++d) {
+    if (t.size(d) != 1 && t.stride(d) != strides[d])
+      return false;
+  }
+  return true;
+}
 
 void set_kernel_cache_dir(const std::string& dir);
 // The entry point `kernel` of each source, compiling the missing ones in
@@ -22,10 +43,10 @@ void set_kernel_cache_dir(const std::string& dir);
 std::vector<KernelFn> load_kernels(const std::vector<std::string>& sources);
 
 struct KernelCacheStats {
-  int compiled = 0;     // compiler runs
-  int disk_hits = 0;    // loaded from the disk cache
-  int memory_hits = 0;  // already loaded in this process
+  int compiled = 0; // compiler runs
+  int disk_hits = 0; // loaded from the disk cache
+  int memory_hits = 0; // already loaded in this process
 };
 KernelCacheStats kernel_cache_stats();
 
-}  // namespace torch_plugin::runtime
+} // namespace torch_plugin::runtime

@@ -3,7 +3,7 @@
 // place in the run's arena, or new tensors) with the sizes, strides and dtypes
 // the IR planned (args[0..outputs)), then the input pointers. Inputs
 // whose runtime strides differ from the planned ones (which the kernel bakes
-// in) are first copied to them.
+// in) in a dimension of size > 1 are first copied to them.
 #include "runtime/step.h"
 
 #include "runtime/kernel_cache.h"
@@ -43,8 +43,7 @@ class KernelStep final : public Step {
     }
     for (size_t i = 0; i < inputs_.size(); ++i) {
       const at::Tensor& t = s[inputs_[i].slot];
-      if (t.strides() != c10::IntArrayRef(inputs_[i].strides) ||
-          t.storage_offset() < 0) {
+      if (!has_kernel_strides(t, inputs_[i].strides)) {
         at::Tensor fixed = at::empty_strided(
             inputs_[i].sizes, inputs_[i].strides, t.options());
         fixed.copy_(t);

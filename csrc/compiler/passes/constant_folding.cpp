@@ -15,7 +15,7 @@ namespace {
 
 bool foldable(const Node* n, const Graph& g) {
   if (n->body || n->inputs.empty() || n->op.rfind("aten::", 0) != 0) return false;
-  if (n->op.back() == '_' || n->op.find("rand") != std::string::npos ||
+  if (n->is_in_place() || n->op.find("rand") != std::string::npos ||
       n->op.find("dropout") != std::string::npos || n->op.find("bernoulli") != std::string::npos)
     return false;
   for (const Value* in : n->inputs) {

@@ -10,17 +10,12 @@
 namespace torch_plugin::compiler {
 namespace {
 
-bool has_side_effect(const Node* n) {
-  // In-place and out= ops mutate an input: aten::copy_, aten::add_, ...
-  return !n->op.empty() && n->op.back() == '_' && n->op.rfind("aten::", 0) == 0;
-}
-
 bool run(Graph& g, const PassOptions&) {
   bool changed = false;
   std::vector<Node*> nodes = g.nodes();
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     Node* n = *it;
-    if (has_side_effect(n)) continue;
+    if (n->is_in_place()) continue;
     bool used = false;
     for (Value* out : n->outputs) used |= !out->uses.empty() || g.is_output(out);
     if (used) continue;

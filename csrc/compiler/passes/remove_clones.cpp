@@ -15,15 +15,10 @@
 namespace torch_plugin::compiler {
 namespace {
 
-bool is_in_place(const Node* n) {
-  // aten::copy_, aten::add_, ...: the same test as dead_code_elimination's.
-  return !n->op.empty() && n->op.back() == '_' && n->op.rfind("aten::", 0) == 0;
-}
-
 bool run(Graph& g, const PassOptions&) {
   std::vector<Node*> nodes = g.nodes();
   for (const Node* n : nodes) {
-    if (is_in_place(n))
+    if (n->is_in_place())
       return false;
   }
   bool changed = false;

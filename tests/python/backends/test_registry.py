@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -204,3 +205,31 @@ def test_verbose_logs_backend_compiles(monkeypatch, caplog, pointwise_graph, ver
         assert len(logged) == 1 and logged[0].startswith("backend 'eager' compiled graph g (")
     else:
         assert logged == []
+
+
+def test_torch_compile_finds_plugin_without_importing_torch_plugin():
+    """The torch_dynamo_backends entry point (pyproject.toml): a fresh process that never
+    imports torch_plugin itself compiles with torch.compile(backend="plugin")."""
+    code = textwrap.dedent(
+        """
+        import sys, torch
+        assert "torch_plugin" not in sys.modules
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU()).eval()
+        compiled = torch.compile(model, backend="plugin")
+        with torch.no_grad():
+            for _ in range(2):
+                x = torch.randn(4, 8)
+                torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        print("plugin backend loaded:", "torch_plugin.backends.plugin" in sys.modules)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "plugin backend loaded: True" in out.stdout
