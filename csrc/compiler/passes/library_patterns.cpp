@@ -93,6 +93,57 @@ bool matmul_to_library(Graph& g, Node* n) {
   return true;
 }
 
+// add(linear(x, W), c) or add(c, linear(x, W)), also through one view of the
+// linear's output [linear has no bias, residual or activation yet, single use;
+// c a constant of the output's dtype whose sizes are all 1 but the last, which
+// is the linear's N; alpha 1] => linear(x, W, c as [N]). What a 3-d F.linear
+// decomposes into when its input needs a copy first (nn.MultiheadAttention's
+// in-projection on a transposed input: clone, view, mm, view, add).
+bool fuse_bias_add(Graph& g, Node* n) {
+  if (n->op != "aten::add" || n->overload != "Tensor") return false;
+  const AttrValue& alpha = n->const_arg(2);
+  if (std::holds_alternative<int64_t>(alpha) ? std::get<int64_t>(alpha) != 1
+                                             : std::get<double>(alpha) != 1.0)
+    return false;
+  for (int side = 0; side < 2; ++side) {
+    Value* y = n->tensor_arg(side);
+    Value* c = n->tensor_arg(1 - side);
+    if (!y || !is_const(c) || !y->producer || !single_use(y, g)) continue;
+    Node* view = nullptr;
+    Node* lib = y->producer;
+    if ((lib->op == "aten::view" || lib->op == "aten::_unsafe_view") && lib->inputs.size() == 1 &&
+        lib->inputs[0]->producer && single_use(lib->inputs[0], g)) {
+      view = lib;
+      lib = lib->inputs[0]->producer;
+    }
+    if (lib->op != "torch_plugin::linear_pointwise" || lib->tensor_arg(2) || lib->tensor_arg(3) ||
+        !std::get<std::string>(lib->const_arg(activation_arg(lib))).empty())
+      continue;
+    const int64_t out_features = lib->outputs[0]->sizes.back();
+    if (c->dtype != y->dtype || c->sizes.empty() || c->sizes.back() != out_features ||
+        c->sizes.size() > y->sizes.size() || n->outputs[0]->sizes != y->sizes)
+      continue;
+    bool only_last = true;
+    for (size_t i = 0; i + 1 < c->sizes.size(); ++i) only_last &= c->sizes[i] == 1;
+    if (!only_last) continue;
+    Value* bias = g.add_constant(c->constant.reshape({out_features}).contiguous());
+    std::vector<Value*> inputs = lib->inputs;
+    std::vector<Arg> args = lib->args;
+    inputs.push_back(bias);
+    args[2] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
+    Node* fused = g.create_node(lib->op, lib->overload, inputs, args, 1, lib);
+    Value* lib_out = lib->outputs[0];
+    Graph::set_type(fused->outputs[0], lib_out->dtype, lib_out->sizes, lib_out->strides,
+                    lib_out->device);
+    g.replace_all_uses(lib_out, fused->outputs[0]);
+    g.replace_all_uses(n->outputs[0], view ? view->outputs[0] : fused->outputs[0]);
+    g.erase_node(n);
+    g.erase_node(lib);
+    return true;
+  }
+  return false;
+}
+
 // add(lib(...), r) or add(r, lib(...)) [lib has no residual and no activation yet,
 // single use, r has the output's sizes and dtype, alpha 1] => lib(..., residual=r)
 bool fuse_residual_add(Graph& g, Node* n) {
@@ -176,6 +227,7 @@ struct Rule {
 const Rule kRules[] = {
     {"conv_to_library", conv_to_library},
     {"matmul_to_library", matmul_to_library},
+    {"fuse_bias_add", fuse_bias_add},
     {"fuse_residual_add", fuse_residual_add},
     {"fuse_activation", fuse_activation},
 };
@@ -200,7 +252,7 @@ bool run(Graph& g, const PassOptions& options) {
 const PassInfo kLibraryPatterns = {
     "library_patterns",
     "Convolutions and matrix products with constant weights become oneDNN library nodes; "
-    "a following residual add and activation join them as post-ops.",
+    "a following bias add (linear), residual add and activation join them.",
     run};
 
 }  // namespace torch_plugin::compiler

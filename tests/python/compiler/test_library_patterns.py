@@ -51,6 +51,44 @@ def test_linear_gelu_3d_input(compile_plugin, assert_close):
         assert_close(c(x), model(x))
 
 
+class TransposedLinear(torch.nn.Module):
+    """A linear on a transposed 3-d input, then relu: AOTAutograd gives clone, view, mm, view,
+    add(bias) (as in nn.MultiheadAttention's in-projection); the bias add and the relu join
+    the oneDNN linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(12, 20)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x.transpose(0, 1)))
+
+
+def test_bias_add_after_a_view_joins_the_linear(compile_plugin, assert_close, monkeypatch):
+    from torch_plugin.compiler import compile as compile_mod
+
+    built = []
+    init = compile_mod.CompiledGraph.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
+    torch.manual_seed(0)
+    model = TransposedLinear().eval()
+    x = torch.randn(5, 3, 12)
+    with torch.no_grad():
+        c = compile_plugin(torch.fx.symbolic_trace(model), x)
+        (compiled,) = built
+        steps = compiled.describe()
+        assert "linear_pointwise" in steps and "aten::add" not in steps, steps
+        assert "aten::relu" not in steps and "kernel" not in steps, steps
+        for _ in range(2):
+            x = torch.randn(5, 3, 12)
+            assert_close(c(x), model(x))
+
+
 def test_schema_ops_match_reference():
     x, w, b = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4)
     r = torch.randn(2, 4, 8, 8)
