@@ -491,3 +491,22 @@ def test_instance_attribute_shadowing_a_method_recompiles():
     shadowed = WithMethod()
     shadowed.factor = lambda: 3.0  # an instance attribute hides the method
     check(torch.randn(3), shadowed, recompiles=1)
+
+
+class MaybeCached:
+    def __init__(self, with_cache: bool) -> None:
+        if with_cache:
+            self.cache = 1.5
+
+
+def test_hasattr_on_a_user_object_is_guarded_by_its_answer():
+    def f(x, obj):
+        if hasattr(obj, "cache"):
+            return x * obj.cache
+        return x - 1
+
+    check = Recompiles(f)
+    check(torch.randn(3), MaybeCached(False), recompiles=0)
+    check(torch.randn(3), MaybeCached(False), recompiles=0)  # another object, same answer
+    check(torch.randn(3), MaybeCached(True), recompiles=1)  # the answer changes
+    check(torch.randn(3), MaybeCached(True), recompiles=0)

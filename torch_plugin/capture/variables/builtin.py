@@ -315,6 +315,9 @@ def _hasattr(tx, obj, name):
     from .tensor import TensorVariable
     from .user_defined import UserDefinedObjectVariable
 
+    if isinstance(obj, UserDefinedObjectVariable) and obj.source is not None:
+        # Guarded on its type only: guard the answer, not the object's identity.
+        return _user_object_hasattr(tx, obj, name)
     if (
         isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable, ConstantVariable))
         or obj.is_python_constant()
@@ -325,4 +328,26 @@ def _hasattr(tx, obj, name):
         return hasattr(obj.example, name)
     if isinstance(obj, (BaseListVariable, ConstDictVariable)):
         return hasattr(obj.python_type(), name)
+    return None
+
+
+def _user_object_hasattr(tx, obj, name: str):
+    """``hasattr`` on a user object read from a source, with guards that keep the answer:
+    True reads the attribute (its read is guarded as any attribute read); False guards that
+    the instance ``__dict__`` still lacks it (the class is type-guarded); None (decide at
+    run time) when it cannot be known. With a custom ``__getattr__``/``__getattribute__`` (HF
+    configs) the answer comes from the real object, whose identity is then guarded (the
+    answer itself is not)."""
+    from ..sources import AttrSource
+    from .user_defined import _has_custom_getattr
+
+    value = obj.value
+    if _has_custom_getattr(type(value)):
+        return hasattr(obj.as_python_constant(), name)
+    if hasattr(value, name):
+        tx.getattr(obj, name)
+        return True
+    if hasattr(value, "__dict__"):
+        tx.output.guards.not_in_dict(AttrSource(obj.source, "__dict__"), name)
+        return False
     return None
