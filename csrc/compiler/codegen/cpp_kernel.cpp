@@ -13,6 +13,15 @@
 #include <unordered_map>
 
 namespace torch_plugin::compiler {
+namespace {
+
+// Fewer rows than this (outer iterations) split the inner loop into blocks of
+// kInnerBlock elements, so that every thread gets work; 4096 floats (16 KiB
+// per operand) keep each block's loop long enough to vectorize well.
+constexpr int64_t kMinParallelRows = 64;
+constexpr int64_t kInnerBlock = 4096;
+
+} // namespace
 
 std::string generate_pointwise_kernel(
     const Node& group,
@@ -117,9 +126,18 @@ std::string generate_pointwise_kernel(
     src << "  const " << t << "* __restrict in" << i << " = static_cast<const "
         << t << "*>(args[" << num_out + i << "]);\n";
   }
+  // Parallel work items: rows, each split into blocks of the inner loop when
+  // there are too few rows to share among threads (a contiguous tensor is one
+  // coalesced row: without blocks it would run on one thread).
+  const int64_t block =
+      rows >= kMinParallelRows || inner <= kInnerBlock ? inner : kInnerBlock;
+  const int64_t blocks = (inner + block - 1) / block;
   src << "#pragma omp parallel for if(" << rows * inner << " > 32768)\n";
-  src << "  for (int64_t r = 0; r < " << rows << "; ++r) {\n";
-  src << "    int64_t rest = r;\n";
+  src << "  for (int64_t r = 0; r < " << rows * blocks << "; ++r) {\n";
+  src << "    int64_t rest = r / " << blocks << ";\n";
+  src << "    const int64_t j0 = (r % " << blocks << ") * " << block << ";\n";
+  src << "    const int64_t j1 = std::min<int64_t>(j0 + " << block << ", "
+      << inner << ");\n";
   for (size_t k = 0; k < strides.size(); ++k)
     src << "    int64_t o" << k << " = 0;\n";
   for (size_t d = loops - 1; d-- > 0;) {
@@ -132,7 +150,7 @@ std::string generate_pointwise_kernel(
     src << " }\n";
   }
   src << "#pragma omp simd\n";
-  src << "    for (int64_t j = 0; j < " << inner << "; ++j) {\n";
+  src << "    for (int64_t j = j0; j < j1; ++j) {\n";
   src << compute.str();
   for (size_t i = 0; i < num_out; ++i) {
     src << "      "

@@ -14,7 +14,9 @@ namespace torch_plugin::compiler {
 // bfloat16; computed in fp32) its IR value has. The loop nest follows the
 // output's memory order, with adjacent dimensions coalesced; the outer loop
 // runs under OpenMP, the inner one is contiguous where the operands are, so the
-// compiler vectorizes it.
+// compiler vectorizes it. With few outer iterations (a contiguous tensor
+// coalesces into one) the inner loop is split into blocks that OpenMP shares
+// out too.
 std::string generate_pointwise_kernel(
     const Node& group,
     const std::string& name);
