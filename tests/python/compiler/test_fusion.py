@@ -228,3 +228,21 @@ def test_gelu_tanh_of_gpt2_is_one_vectorizable_kernel(graphs, compile_plugin, as
     for _ in range(2):
         x = torch.randn(64, 1024) * 3
         assert_close(c(x), fn(x))
+
+
+def test_contiguous_pointwise_kernel_shares_its_work_among_threads(graphs, compile_plugin):
+    """A contiguous tensor coalesces into one loop row; the kernel splits it into blocks for
+    OpenMP instead of running the row on one thread."""
+    import re
+
+    def fn(x):
+        return torch.sigmoid(x * 2.0) + 1.0
+
+    x = torch.randn(512, 1024)
+    c = compile_plugin(fn, x)
+    sources = [v for k, v in vars(graphs[0].graph_module).items() if k.endswith("_source")]
+    (source,) = sources
+    (iterations,) = re.findall(r"for \(int64_t r = 0; r < (\d+); \+\+r\)", source)
+    assert int(iterations) >= 64
+    x = torch.randn(512, 1024)
+    torch.testing.assert_close(c(x), fn(x), rtol=1e-5, atol=1e-6)
