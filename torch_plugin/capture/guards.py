@@ -5,8 +5,8 @@ done they are compiled into one C++ guard tree (``torch_plugin._C.RootGuardManag
 which the eval-frame hook evaluates on every later call before reusing the entry.
 
 Guard kinds (one method each on :class:`GuardSet`): ``TYPE_MATCH``, ``ID_MATCH``,
-``EQUALS_MATCH``, ``LEN_MATCH``, ``DICT_KEYS_MATCH``, ``NOT_IN_DICT``, ``TENSOR_MATCH``, ``NN_MODULE``
-(identity, ``training`` and the identity of its parameters and buffers) and the global
+``EQUALS_MATCH``, ``LEN_MATCH``, ``DICT_KEYS_MATCH``, ``NOT_IN_DICT``, ``TENSOR_MATCH``,
+``NN_MODULE`` (identity, ``training`` and the identity of its parameters and buffers) and the global
 state (grad mode, autocast, default dtype, deterministic algorithms, the ``torch.backends``
 flags that change results; one C++ check, see csrc/capture/leaf_guards.h).
 """

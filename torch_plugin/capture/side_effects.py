@@ -76,7 +76,6 @@ class SideEffects:
         or None if none. Tensors it needs are appended to ``outputs`` (the graph's outputs);
         objects reached through sources become runtime arguments of ``output_graph``."""
         from .output_structure import flatten_output, rebuild
-        from .sources import Source
 
         if not self._effects:
             return None

@@ -275,7 +275,6 @@ class InstructionTranslatorBase(ContainerInstructions):
         """``getattr(obj, name)``; ``__class__`` is answered from the variable's type."""
         if name == "__class__" and not isinstance(obj, TensorVariable):
             return wrap_constant_or_object(obj.python_type())
-
         if (
             isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable))
             and self.output.side_effects
@@ -529,7 +528,6 @@ class InstructionTranslatorBase(ContainerInstructions):
         self.push(value)
 
     def STORE_ATTR(self, inst):
-
         obj = self.pop()
         value = self.pop()
         if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
