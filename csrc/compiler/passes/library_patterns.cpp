@@ -23,6 +23,22 @@ bool is_library(const Node* n) {
   return n->op == "torch_plugin::conv_pointwise" || n->op == "torch_plugin::linear_pointwise";
 }
 size_t activation_arg(const Node* lib) { return lib->op == "torch_plugin::conv_pointwise" ? 8 : 4; }
+bool is_one(const AttrValue& v) {
+  return std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) == 1 : std::get<double>(v) == 1.0;
+}
+
+// The producer of y (single use), looking through one single-use view of its output: then
+// *view is that view node (else nullptr).
+Node* producer_through_view(Value* y, const Graph& g, Node** view) {
+  Node* p = y->producer;
+  *view = nullptr;
+  if ((p->op == "aten::view" || p->op == "aten::_unsafe_view") && p->inputs.size() == 1 &&
+      p->inputs[0]->producer && single_use(p->inputs[0], g)) {
+    *view = p;
+    p = p->inputs[0]->producer;
+  }
+  return p;
+}
 
 Node* make_library_node(Graph& g, const std::string& op, Node* before, Value* x, Value* w,
                         Value* b, std::vector<Arg> middle, const Value* like) {
@@ -101,21 +117,13 @@ bool matmul_to_library(Graph& g, Node* n) {
 // in-projection on a transposed input: clone, view, mm, view, add).
 bool fuse_bias_add(Graph& g, Node* n) {
   if (n->op != "aten::add" || n->overload != "Tensor") return false;
-  const AttrValue& alpha = n->const_arg(2);
-  if (std::holds_alternative<int64_t>(alpha) ? std::get<int64_t>(alpha) != 1
-                                             : std::get<double>(alpha) != 1.0)
-    return false;
+  if (!is_one(n->const_arg(2))) return false;  // alpha
   for (int side = 0; side < 2; ++side) {
     Value* y = n->tensor_arg(side);
     Value* c = n->tensor_arg(1 - side);
     if (!y || !is_const(c) || !y->producer || !single_use(y, g)) continue;
     Node* view = nullptr;
-    Node* lib = y->producer;
-    if ((lib->op == "aten::view" || lib->op == "aten::_unsafe_view") && lib->inputs.size() == 1 &&
-        lib->inputs[0]->producer && single_use(lib->inputs[0], g)) {
-      view = lib;
-      lib = lib->inputs[0]->producer;
-    }
+    Node* lib = producer_through_view(y, g, &view);
     if (lib->op != "torch_plugin::linear_pointwise" || lib->tensor_arg(2) || lib->tensor_arg(3) ||
         !std::get<std::string>(lib->const_arg(activation_arg(lib))).empty())
       continue;
@@ -155,10 +163,7 @@ bool fuse_residual_add(Graph& g, Node* n) {
     Node* lib = y->producer;
     if (lib->tensor_arg(3) || !std::get<std::string>(lib->const_arg(activation_arg(lib))).empty())
       continue;
-    const AttrValue& alpha = n->const_arg(2);
-    if (std::holds_alternative<int64_t>(alpha) ? std::get<int64_t>(alpha) != 1
-                                               : std::get<double>(alpha) != 1.0)
-      continue;
+    if (!is_one(n->const_arg(2))) continue;  // alpha
     if (r->sizes != y->sizes || r->dtype != y->dtype || r == y) continue;
     // r must be computed before lib runs: move lib down to the add.
     std::vector<Value*> inputs = lib->inputs;
@@ -189,12 +194,7 @@ bool fuse_activation(Graph& g, Node* n) {
   Value* y = n->tensor_arg(0);
   if (!y || !y->producer || !single_use(y, g)) return false;
   Node* view = nullptr;
-  Node* lib = y->producer;
-  if ((lib->op == "aten::view" || lib->op == "aten::_unsafe_view") && lib->inputs.size() == 1 &&
-      lib->inputs[0]->producer && single_use(lib->inputs[0], g)) {
-    view = lib;
-    lib = lib->inputs[0]->producer;
-  }
+  Node* lib = producer_through_view(y, g, &view);
   if (!is_library(lib)) return false;
   size_t act = activation_arg(lib);
   if (!std::get<std::string>(lib->const_arg(act)).empty()) return false;
