@@ -27,6 +27,19 @@ bool is_one(const AttrValue& v) {
   return std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) == 1 : std::get<double>(v) == 1.0;
 }
 
+// A copy of library node `lib`, inserted before `before`, whose schema argument
+// `arg` (2: bias, 3: residual) is the tensor `v`; its output has lib's type.
+Node* with_tensor_arg(Graph& g, const Node* lib, size_t arg, Value* v, Node* before) {
+  std::vector<Value*> inputs = lib->inputs;
+  std::vector<Arg> args = lib->args;
+  inputs.push_back(v);
+  args[arg] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
+  Node* copy = g.create_node(lib->op, lib->overload, inputs, args, 1, before);
+  const Value* out = lib->outputs[0];
+  Graph::set_type(copy->outputs[0], out->dtype, out->sizes, out->strides, out->device);
+  return copy;
+}
+
 // The producer of y (single use), looking through one single-use view of its output: then
 // *view is that view node (else nullptr).
 Node* producer_through_view(Value* y, const Graph& g, Node** view) {
@@ -135,15 +148,8 @@ bool fuse_bias_add(Graph& g, Node* n) {
     for (size_t i = 0; i + 1 < c->sizes.size(); ++i) only_last &= c->sizes[i] == 1;
     if (!only_last) continue;
     Value* bias = g.add_constant(c->constant.reshape({out_features}).contiguous());
-    std::vector<Value*> inputs = lib->inputs;
-    std::vector<Arg> args = lib->args;
-    inputs.push_back(bias);
-    args[2] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-    Node* fused = g.create_node(lib->op, lib->overload, inputs, args, 1, lib);
-    Value* lib_out = lib->outputs[0];
-    Graph::set_type(fused->outputs[0], lib_out->dtype, lib_out->sizes, lib_out->strides,
-                    lib_out->device);
-    g.replace_all_uses(lib_out, fused->outputs[0]);
+    Node* fused = with_tensor_arg(g, lib, 2, bias, lib);
+    g.replace_all_uses(lib->outputs[0], fused->outputs[0]);
     g.replace_all_uses(n->outputs[0], view ? view->outputs[0] : fused->outputs[0]);
     g.erase_node(n);
     g.erase_node(lib);
@@ -166,14 +172,8 @@ bool fuse_residual_add(Graph& g, Node* n) {
     if (!is_one(n->const_arg(2))) continue;  // alpha
     if (r->sizes != y->sizes || r->dtype != y->dtype || r == y) continue;
     // r must be computed before lib runs: move lib down to the add.
-    std::vector<Value*> inputs = lib->inputs;
-    std::vector<Arg> args = lib->args;
-    inputs.push_back(r);
-    args[3] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-    Node* fused = g.create_node(lib->op, lib->overload, inputs, args, 1, n);
-    Value* out = n->outputs[0];
-    Graph::set_type(fused->outputs[0], y->dtype, y->sizes, y->strides, y->device);
-    g.replace_all_uses(out, fused->outputs[0]);
+    Node* fused = with_tensor_arg(g, lib, 3, r, n);
+    g.replace_all_uses(n->outputs[0], fused->outputs[0]);
     g.erase_node(n);
     g.erase_node(lib);
     return true;
