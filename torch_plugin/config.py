@@ -18,6 +18,8 @@ Flags:
   capture after the instruction; when False the frame runs unmodified.
 - :data:`verbose` (False): more detail in log messages (backend compile times, tracebacks
   of frames that were not captured).
+- :data:`debug_check_pure` (False): check that each call folded at capture time as pure
+  changed no tensor (the tests turn it on).
 - :data:`logs` (``()``, or what ``TORCH_PLUGIN_LOGS`` says): the log channels printed to
   stderr; assigning it switches them at once.
 """
@@ -58,6 +60,13 @@ logs: tuple = ()
 assigning it acts at once: ``config.logs = "graph_breaks,guards"`` (a comma-separated string
 or a list of names) calls :func:`torch_plugin.set_logs`, which stores the normalized tuple
 here. Tested in ``tests/python/test_logs.py``."""
+
+debug_check_pure: bool = False
+"""Debug mode for capture: every torch call folded to a constant at capture time (because
+its result holds no tensor) is checked to have changed no tensor argument, and raises
+AssertionError if it did (see ``torch_plugin.capture.pure_calls``). Calls that are neither
+known pure nor in-place always become graph nodes or graph breaks; this checks the list of
+pure calls itself. The test suite turns it on (``tests/python/conftest.py``)."""
 
 
 class _ConfigModule(types.ModuleType):

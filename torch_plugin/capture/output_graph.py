@@ -21,10 +21,18 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from .. import config
 from . import dynamic_shapes
 from .exc import unimplemented
 from .guards import GuardSet
 from .shape_guards import Binding
+from .pure_calls import (
+    check_fold_left_inputs_unchanged,
+    describe_call,
+    is_mutating_call,
+    is_pure_call,
+    tensor_versions,
+)
 from .side_effects import SideEffects
 from .sources import Source
 from .variables.base import VariableTracker
@@ -115,7 +123,9 @@ class OutputGraph:
         """A symbolic int for the int input at ``source`` when the policy makes it dynamic
         (see ``DimPolicy.dynamic_int``), else None. Its graph input (a placeholder) is only
         added if the graph uses it (``_expr_node``)."""
-        if not self.dim_policy.dynamic_int(source.name(), value):
+        if not self.dim_policy.dynamic_int(source.name(), value) or value in (0, 1):
+            # 0 and 1 are specialized (the caller adds an EQUALS_MATCH guard), as sizes are:
+            # AOTAutograd would make a symbol with hint 0 or 1 a constant without a guard.
             return None
         self._ensure_shape_env()
         from torch.fx.experimental.symbolic_shapes import DimDynamic
@@ -123,7 +133,7 @@ class OutputGraph:
         sym = self.shape_env.create_unspecified_symint_and_symbol(
             value, _ShapeSource(source.name()), DimDynamic.DYNAMIC
         )
-        if not dynamic_shapes.is_symbolic(sym):  # 0 and 1 are specialized
+        if not dynamic_shapes.is_symbolic(sym):
             return None
         self.shape_bindings.append(Binding(source, "int", 0, sym.node.expr))
         self._sym_nodes.setdefault(sym.node.expr, ("int", source, sym))
@@ -189,7 +199,9 @@ class OutputGraph:
                 node = self.graph.placeholder(name)
             node.meta["example_value"] = sym
             self.input_sources.append(source)
-            self.example_inputs.append(int(sym.node.hint))
+            # The SymInt itself, not its hint: AOTAutograd makes a plain int example its
+            # own fresh symbol (or, for 0 and 1, a constant) that no guard of ours covers.
+            self.example_inputs.append(sym)
             self._sym_nodes[expr] = node
             return node
         if isinstance(cached, tuple):  # (input placeholder, dim): emit x.size(dim) once
@@ -314,6 +326,7 @@ class OutputGraph:
         node_kwargs = {k: self._to_args(v, False) for k, v in kwargs.items()}
         fake_args = tuple(self._to_args(a, True) for a in args)
         fake_kwargs = {k: self._to_args(v, True) for k, v in kwargs.items()}
+        versions = tensor_versions(fake_args, fake_kwargs) if config.debug_check_pure else None
         try:
             with self.fake_mode, self._guard_context(target, fake_args):
                 example = run(*fake_args, **fake_kwargs)
@@ -331,10 +344,30 @@ class OutputGraph:
         except Exception as e:
             unimplemented(f"{getattr(target, '__name__', target)} raised {type(e).__name__}: {e}")
         if not _contains_tensor(example):
-            # metadata-only result (e.g. torch.is_floating_point): a constant of the capture
-            from .variables.builder import wrap_constant_or_object
+            if is_pure_call(kind, target):
+                # metadata-only result (e.g. torch.is_floating_point): a constant of the
+                # capture. Only calls known to be pure are folded (see pure_calls.py).
+                if config.debug_check_pure:
+                    check_fold_left_inputs_unchanged(target, fake_args, fake_kwargs, versions)
+                from .variables.builder import wrap_constant_or_object
 
-            return wrap_constant_or_object(example)
+                return wrap_constant_or_object(example)
+            if not is_mutating_call(kind, target, node_kwargs):
+                unimplemented(
+                    f"{describe_call(kind, target)} returned no tensor and is not known to be"
+                    " pure (its effect cannot be replayed)"
+                )
+            if example is not None:
+                unimplemented(
+                    f"{describe_call(kind, target)} mutates a tensor and returns a"
+                    f" {type(example).__name__}"
+                )
+            # An in-place call whose result is None (``t[i] = v``, ``Tensor.__setitem__``):
+            # a graph node, so the mutation happens when the graph runs.
+            node = self.graph.create_node(kind, target, node_args, node_kwargs)
+            node.meta["example_value"] = None
+            node.meta["stack_trace"] = tx.current_location_text()
+            return ConstantVariable(None)
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["example_value"] = example
         node.meta["stack_trace"] = tx.current_location_text()

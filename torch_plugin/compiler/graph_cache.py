@@ -184,6 +184,23 @@ def _tensor_meta(t: torch.Tensor) -> str:
     return f"{t.dtype}{tuple(t.shape)}{t.stride()}{t.storage_offset()}{t.device}{t.requires_grad}"
 
 
+def _has_symbolic_placeholder(gm: torch.fx.GraphModule) -> bool:
+    """Whether a placeholder of ``gm`` is a symbolic number or a tensor with a symbolic size
+    or stride (its capture-time ``example_value``)."""
+    sym = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(value, sym):
+            return True
+        if isinstance(value, torch.Tensor) and any(
+            isinstance(v, torch.SymInt) for v in (*value.shape, *value.stride())
+        ):
+            return True
+    return False
+
+
 def graph_key(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -194,6 +211,11 @@ def graph_key(
     (an input that is not a plain static-shape tensor, or an argument passed twice)."""
     tensors = list(params.values()) + list(example_inputs)
     if len({id(t) for t in tensors}) != len(tensors):
+        return None
+    if _has_symbolic_placeholder(gm):
+        # A graph captured with symbolic sizes has the code of its static twin, and its
+        # example inputs have concrete sizes: it is never cached (the recipe of one would
+        # be replayed for the other, issue #10).
         return None
     h = hashlib.sha256()
     h.update(f"{_FORMAT}|{torch.__version__}|{_source_hash()}|{sorted(options.items())}".encode())

@@ -1,0 +1,156 @@
+"""Which recorded calls may be folded away, and which must stay in the graph for their effect.
+
+The translator runs every torch call it records on FakeTensors. A call whose result holds a
+tensor becomes a graph node. A call whose result holds no tensor is either
+
+- *pure* (it only reads metadata: ``x.dim()``, ``torch.is_floating_point(x)``): its result
+  is a constant of the capture and no node is needed; only calls on the lists below are
+  treated so;
+- *mutating* with a None result (``t[i] = v``, ``Tensor.__setitem__``): a graph node, so
+  the mutation happens when the graph runs, on the real tensors;
+- anything else: the graph breaks there, so CPython runs the call.
+
+This is the rule "every call with an effect becomes a graph node or a graph break; only
+calls known to be pure are folded" (issue #10). With ``config.debug_check_pure`` on (the
+tests turn it on), each fold also checks that the fake run changed no input tensor's version
+counter, which catches a mutating call wrongly listed as pure.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+# Tensor methods returning metadata (no tensor) that never change state.
+PURE_METHODS = frozenset(
+    {
+        "size",
+        "dim",
+        "ndimension",
+        "numel",
+        "nelement",
+        "stride",
+        "storage_offset",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "is_signed",
+        "is_inference",
+        "is_set_to",
+        "element_size",
+        "get_device",
+        "has_names",
+        "is_pinned",
+        "is_shared",
+        "__len__",
+        "type",  # with no argument: the type name (with one, a tensor: recorded)
+    }
+)
+
+# torch functions returning metadata (no tensor) that never change state.
+PURE_FUNCTIONS = frozenset(
+    {
+        torch.is_tensor,
+        torch.is_floating_point,
+        torch.is_complex,
+        torch.is_nonzero,
+        torch.numel,
+        torch.result_type,
+        torch.promote_types,
+        torch.can_cast,
+        torch.is_grad_enabled,
+        torch.is_inference_mode_enabled,
+        torch.get_default_dtype,
+        torch.is_autocast_enabled,
+        torch.is_storage,
+        torch.typename,
+        torch.broadcast_shapes,
+        torch.Tensor.size,
+        torch.Tensor.dim,
+        torch.Tensor.numel,
+        torch.Tensor.stride,
+        torch.Tensor.is_contiguous,
+        torch.Tensor.is_floating_point,
+        torch.Tensor.element_size,
+        torch.Tensor.get_device,
+        torch._C._get_tracing_state,
+        getattr,  # Tensor attributes read as call_function(getattr) (T, real, ...): tensors
+        len,
+    }
+)
+
+_SETITEM = frozenset({operator.setitem, torch.Tensor.__setitem__})
+
+
+def describe_call(kind: str, target: Any) -> str:
+    name = target if isinstance(target, str) else getattr(target, "__qualname__", None)
+    name = name or getattr(target, "__name__", repr(target))
+    return f"Tensor.{name}()" if kind == "call_method" else f"{name}()"
+
+
+def is_pure_call(kind: str, target: Any) -> bool:
+    """True if a call of ``target`` (a method name for ``call_method``) without a tensor
+    result may be folded to its result."""
+    if kind == "call_method":
+        return target in PURE_METHODS
+    if kind == "call_function":
+        try:
+            return target in PURE_FUNCTIONS
+        except TypeError:  # unhashable callable
+            return False
+    return False
+
+
+def is_mutating_call(kind: str, target: Any, kwargs: dict) -> bool:
+    """True for in-place calls whose result is None but whose effect is on a tensor argument:
+    ``operator.setitem`` / ``Tensor.__setitem__`` and in-place methods (name ending in
+    ``_``)."""
+    if kind == "call_method":
+        return target == "__setitem__" or (
+            isinstance(target, str) and target.endswith("_") and not target.startswith("_")
+        )
+    if kind == "call_function":
+        try:
+            return target in _SETITEM
+        except TypeError:
+            return False
+    return False
+
+
+def tensor_versions(args: tuple, kwargs: dict) -> list[tuple[torch.Tensor, int]]:
+    """(tensor, version counter) of each tensor in ``args``/``kwargs`` (lists, tuples and
+    dicts searched), for :func:`check_fold_left_inputs_unchanged`."""
+    out: list[tuple[torch.Tensor, int]] = []
+
+    def visit(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            out.append((v, v._version))
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                visit(x)
+
+    visit(args)
+    visit(kwargs)
+    return out
+
+
+def check_fold_left_inputs_unchanged(
+    target: Any, args: tuple, kwargs: dict, versions: list | None
+) -> None:
+    """Debug check (``config.debug_check_pure``): a call folded as pure changed no tensor.
+
+    Raises:
+        AssertionError: naming the call, when an input's version counter moved (the call is
+            wrongly on the pure lists, and folding it would drop its effect).
+    """
+    for t, version in versions or ():
+        if t._version != version:
+            raise AssertionError(
+                f"torch_plugin: {describe_call('call_function', target)} was folded as pure"
+                " but changed a tensor argument (its version counter moved)"
+            )
