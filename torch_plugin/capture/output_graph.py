@@ -25,7 +25,6 @@ from .. import config
 from . import dynamic_shapes
 from .exc import unimplemented
 from .guards import GuardSet
-from .shape_guards import Binding
 from .pure_calls import (
     check_fold_left_inputs_unchanged,
     describe_call,
@@ -33,6 +32,7 @@ from .pure_calls import (
     is_pure_call,
     tensor_versions,
 )
+from .shape_guards import Binding
 from .side_effects import SideEffects
 from .sources import Source
 from .variables.base import VariableTracker
