@@ -303,6 +303,16 @@ void bind_guards(py::module_& m) {
           node)
       .def("add_global_state_match", &RootGuardManager::add_global_state_match)
       .def(
+          "add_alias_guard",
+          &RootGuardManager::add_alias_guard,
+          py::arg("a"),
+          py::arg("b"),
+          py::arg("same"),
+          py::arg("description"),
+          "Relational guard: the values of nodes a and b (of this tree) are the same "
+          "object (same=True) or not. Runs after the other checks.")
+      .def("num_alias_guards", &RootGuardManager::num_alias_guards)
+      .def(
           "add_shape_symbol",
           [](RootGuardManager& self,
              const GuardManager& node,

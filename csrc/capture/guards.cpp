@@ -701,6 +701,11 @@ bool RootGuardManager::check(const FrameValues& frame) const {
   last_failed_leaf_ = pass ? nullptr : tls_failed_leaf;
   last_failed_read_ = pass ? nullptr : tls_failed_read;
   last_failed_shape_ = nullptr;
+  if (pass && !alias_guards_.empty()) {
+    const AliasGuard* failed = check_aliases(frame);
+    pass = failed == nullptr;
+    last_failed_shape_ = pass ? nullptr : &failed->description;
+  }
   if (pass && !shape_guards_.empty()) {
     pass = shape_guards_.check(frame);
     last_failed_shape_ = pass ? nullptr : shape_guards_.last_failure();
@@ -713,10 +718,38 @@ std::optional<std::string> RootGuardManager::failure_reason(
     const FrameValues& frame) const {
   std::optional<std::string> reason =
       GuardManager::failure_reason(nullptr, frame);
+  if (!reason && !alias_guards_.empty()) {
+    if (const AliasGuard* failed = check_aliases(frame)) {
+      reason = failed->description;
+    }
+  }
   if (!reason && !shape_guards_.empty()) {
     reason = shape_guards_.failure_reason(frame);
   }
   return reason;
+}
+
+void RootGuardManager::add_alias_guard(
+    const GuardManager& a,
+    const GuardManager& b,
+    bool same,
+    std::string description) {
+  alias_guards_.push_back(AliasGuard{&a, &b, same, std::move(description)});
+}
+
+const RootGuardManager::AliasGuard* RootGuardManager::check_aliases(
+    const FrameValues& frame) const {
+  for (const AliasGuard& guard : alias_guards_) {
+    PyObject* a = guard.a->read_value(frame);
+    PyObject* b = guard.b->read_value(frame);
+    const bool ok = a != nullptr && b != nullptr && ((a == b) == guard.same);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    if (!ok) {
+      return &guard;
+    }
+  }
+  return nullptr;
 }
 
 std::optional<std::string> RootGuardManager::last_failure() const {

@@ -175,6 +175,20 @@ class RootGuardManager : public GuardManager {
   // Records the current global state (grad mode) and passes only while it
   // holds.
   void add_global_state_match();
+  // Relational guard between two nodes of this tree: their values are the same
+  // object (`same`) or are not. Run after every other check passed (values read
+  // afresh through read_value). Capture adds these where it treated two sources
+  // as one object (one variable per real object) or as distinct ones (mutated
+  // inputs that must not alias). `a` and `b` are nodes of this tree (BORROWED;
+  // the tree owns them). `description` is the message of a failure.
+  void add_alias_guard(
+      const GuardManager& a,
+      const GuardManager& b,
+      bool same,
+      std::string description);
+  size_t num_alias_guards() const {
+    return alias_guards_.size();
+  }
   // The entry's shape guards (relations between dynamic sizes), run after
   // every other check passed.
   ShapeGuards& shape_guards() {
@@ -195,7 +209,17 @@ class RootGuardManager : public GuardManager {
   }
 
  private:
+  struct AliasGuard {
+    const GuardManager* a;
+    const GuardManager* b;
+    bool same;
+    std::string description;
+  };
+  // The failing alias guard, or nullptr (all pass).
+  const AliasGuard* check_aliases(const FrameValues& frame) const;
+
   ShapeGuards shape_guards_;
+  std::vector<AliasGuard> alias_guards_;
   mutable const std::string* last_failed_shape_ = nullptr;
   mutable const LeafGuard* last_failed_leaf_ = nullptr;
   mutable const GuardManager* last_failed_read_ = nullptr;

@@ -249,6 +249,7 @@ class ConvertFrame:
                     lambda tensors: self._compile_partial(output, code, tensors, t0, partial),
                 )
                 stats.frames_captured += 1
+                output.add_distinct_guards()
                 guard = build_guard_tree(output.guards, output.shape_env, output.shape_bindings)
                 if listeners:
                     _notify(
@@ -271,6 +272,7 @@ class ConvertFrame:
             tensors: list = []
             spec = flatten_output(result, tensors, output)
             replay = output.side_effects.make_replay(output, tensors)
+            output.add_distinct_guards()
         finally:
             output.restore_global_state()
         if not any(

@@ -6,6 +6,7 @@ which the eval-frame hook evaluates on every later call before reusing the entry
 
 Guard kinds (one method each on :class:`GuardSet`): ``TYPE_MATCH``, ``ID_MATCH``,
 ``EQUALS_MATCH``, ``LEN_MATCH``, ``DICT_KEYS_MATCH``, ``NOT_IN_DICT``, ``TENSOR_MATCH``,
+``ALIAS`` / ``DISTINCT`` (two sources are / are not one object),
 ``NN_MODULE`` (identity, ``training`` and the identity of its parameters and buffers) and the global
 state (grad mode, autocast, default dtype, deterministic algorithms, the ``torch.backends``
 flags that change results; one C++ check, see csrc/capture/leaf_guards.h).
@@ -51,6 +52,10 @@ class Guard:
             return f"len({name}) == {self.arg}"
         if self.kind == "DICT_KEYS_MATCH":
             return f"{name}.keys() == {list(self.arg)!r}"
+        if self.kind == "ALIAS":
+            return f"{name} is {self.arg.name()}"
+        if self.kind == "DISTINCT":
+            return f"{name} is not {self.arg.name()}"
         if self.kind == "NOT_IN_DICT":
             return f"{self.arg!r} not in {name}"
         if self.kind == "TENSOR_MATCH":
@@ -129,6 +134,16 @@ class GuardSet:
             for name, value in (*module._parameters.items(), *module._buffers.items()):
                 self._add(AttrSource(source, name), "ID_MATCH", value)
 
+    def alias(self, a: Source | None, b: Source | None, same: bool) -> None:
+        """The values at ``a`` and ``b`` are the same object (``same``) or distinct ones.
+
+        Capture keeps one variable per real object (two sources of one object share it),
+        so a reused entry needs the objects to alias the same way as at capture."""
+        if a is None or b is None or a == b:
+            return
+        a, b = sorted((a, b), key=lambda s: s.name())
+        self._add(a, "ALIAS" if same else "DISTINCT", b, key=b)
+
     def describe(self) -> list[str]:
         return [g.describe() for g in self._guards.values()] + list(self.shape_checks)
 
@@ -185,6 +200,8 @@ def build_guard_tree(guards: GuardSet, shape_env=None, shape_bindings=()):
         elif guard.kind == "TENSOR_MATCH":
             sizes, strides = guard.dynamic or ([], [])
             node.add_tensor_match(guard.arg, desc, True, sizes, strides)
+        elif guard.kind in ("ALIAS", "DISTINCT"):
+            root.add_alias_guard(node, node_for(guard.arg), guard.kind == "ALIAS", desc)
         else:  # pragma: no cover
             raise ValueError(f"unknown guard kind {guard.kind}")
     if shape_bindings:

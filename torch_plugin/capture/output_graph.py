@@ -65,6 +65,12 @@ class OutputGraph:
         self.input_sources: list[Source] = []
         self.example_inputs: list[torch.Tensor] = []
         self._inputs_by_source: dict[Source, TensorVariable] = {}
+        # One variable per real object (variables/builder.wrap_value): id -> (object, var);
+        # the object is held so that its id is not reused during the capture.
+        self._vars_by_id: dict[int, tuple[Any, VariableTracker]] = {}
+        # Version counters of the graph inputs' FakeTensors when they were created: an input
+        # whose counter moved was mutated in place by the graph (add_distinct_guards).
+        self._input_versions: dict[Source, int] = {}
         self._attr_names: dict[int, str] = {}
         self._names: set[str] = set()
         self.side_effects = SideEffects()
@@ -232,6 +238,47 @@ class OutputGraph:
         self._sym_nodes[expr] = result
         return result
 
+    # --- one variable per real object -------------------------------------------------------
+    def known_variable(self, value: Any, source: Source | None) -> VariableTracker | None:
+        """The variable already standing for ``value`` (the same object) in this capture, or
+        None. Reached now through ``source``: an ``ALIAS`` guard ties the two sources."""
+        entry = self._vars_by_id.get(id(value))
+        if entry is None or entry[0] is not value:
+            return None
+        var = entry[1]
+        if source is not None and var.source is not None and var.source != source:
+            self.guards.alias(var.source, source, True)
+        return var
+
+    def remember_variable(self, value: Any, var: VariableTracker) -> None:
+        self._vars_by_id.setdefault(id(value), (value, var))
+
+    def add_distinct_guards(self) -> None:
+        """``DISTINCT`` guards where the capture relied on two sources NOT being one object:
+        a tensor input the graph mutates in place against every other tensor input, and a
+        mutated input container or object against every other one of its type. Called once
+        the frame is translated, before its guard tree is built."""
+        tensors = [(s, v) for s, v in self._inputs_by_source.items()]
+        mutated = [s for s, v in tensors if v.example._version != self._input_versions.get(s, 0)]
+        for m in mutated:
+            for s, _ in tensors:
+                if s != m and self._inputs_by_source[s] is not self._inputs_by_source[m]:
+                    self.guards.alias(m, s, False)
+        written = self.side_effects.mutated_objects()
+        if not written:
+            return
+        objects = [
+            (value, var)
+            for value, var in self._vars_by_id.values()
+            if var.source is not None and not isinstance(var, TensorVariable)
+        ]
+        for value, var in objects:
+            if id(value) not in written:
+                continue
+            for other, other_var in objects:
+                if other is not value and type(other) is type(value):
+                    self.guards.alias(var.source, other_var.source, False)
+
     # --- graph inputs and attributes ------------------------------------------------------
     def add_graph_input(self, tx, value: torch.Tensor, source: Source | None) -> TensorVariable:
         """A tensor from the frame's inputs becomes a placeholder loaded from ``source``."""
@@ -254,6 +301,7 @@ class OutputGraph:
         ):
             node = self.graph.placeholder(name)
         fake = self._to_fake_input(value, source, node)
+        self._input_versions[source] = fake._version
         node.meta["example_value"] = fake
         var = TensorVariable(node, fake, source)
         self._inputs_by_source[source] = var

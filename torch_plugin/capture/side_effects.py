@@ -71,6 +71,15 @@ class SideEffects:
         kind = "list" if isinstance(real, list) else "dict"
         self._effects.setdefault((kind, id(real)), (kind, var.source, None, var))
 
+    def mutated_objects(self) -> set[int]:
+        """Ids of the real objects this capture writes to (attribute writes, mutated input
+        lists and dicts)."""
+        out = set()
+        for key in self._effects:
+            if key[0] in ("setattr", "list", "dict"):
+                out.add(key[1])
+        return out
+
     def make_replay(self, output_graph, outputs: list) -> Callable[..., None] | None:
         """A function ``replay(graph_outputs, runtime_args, memo)`` performing every effect,
         or None if none. Tensors it needs are appended to ``outputs`` (the graph's outputs);

@@ -154,3 +154,136 @@ def test_plugin_graph_cache_not_shared_between_static_and_dynamic():
     run_against_eager("plugin", f, [(torch.randn(n, 8),) for n in (4, 5, 6, 4, 7)])
     # and in a fresh capture state (the disk cache is filled now)
     run_against_eager("plugin", f, [(torch.randn(n, 8),) for n in (5, 4, 9)])
+
+
+# --- 2. one Python object, one variable -------------------------------------------------
+GLOBAL_LIST: list = []
+GLOBAL_DICT: dict = {}
+
+
+def _global_list_appended_twice(x):
+    GLOBAL_LIST.append(1)
+    y = x + len(GLOBAL_LIST)
+    alias = GLOBAL_LIST
+    alias.append(2)
+    GLOBAL_LIST.append(3)
+    return y * len(GLOBAL_LIST)
+
+
+def _global_dict_store_then_read(x):
+    GLOBAL_DICT["a"] = x + 1
+    return GLOBAL_DICT["a"] * 2 + len(GLOBAL_DICT)
+
+
+class _Inner:
+    def __init__(self):
+        self.items = []
+
+
+class _Outer:
+    def __init__(self):
+        self.inner = _Inner()
+
+
+def _nested_attribute_list(x, o):
+    o.inner.items.append(x + 1)
+    n = len(o.inner.items)
+    o.inner.items.append(x * n)
+    return sum(o.inner.items)
+
+
+class _Recorder:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append("enter")
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append("exit")
+        return False
+
+
+def _context_manager_appends(x, log):
+    with _Recorder(log):
+        y = x * 2
+    log.append("after")
+    return y + len(log)
+
+
+def _same_list_two_args(x, a, b):
+    a.append(x)
+    b.append(x + 1)
+    return len(a) + len(b) + x
+
+
+def _same_tensor_two_args(x, y):
+    x.add_(1)
+    return y * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_global_list_mutated_through_two_paths(backend):
+    GLOBAL_LIST.clear()
+    run_against_eager(
+        backend,
+        _global_list_appended_twice,
+        [(torch.randn(3),) for _ in range(3)],
+        state=lambda: {"L": GLOBAL_LIST},
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_global_dict_store_then_read(backend):
+    GLOBAL_DICT.clear()
+    run_against_eager(
+        backend,
+        _global_dict_store_then_read,
+        [(torch.randn(3),) for _ in range(3)],
+        state=lambda: {"D": GLOBAL_DICT},
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nested_attribute_list(backend):
+    def check(o_eager, o_opt):
+        assert _same(o_eager.inner.items, o_opt.inner.items)
+
+    torch_plugin.reset()
+    opt = torch_plugin.optimize(backend)(_nested_attribute_list)
+    for _ in range(3):
+        x = torch.randn(3)
+        o1, o2 = _Outer(), _Outer()
+        assert _same(_nested_attribute_list(x, o1), opt(x, o2))
+        check(o1, o2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_user_context_manager_exit_effect(backend):
+    run_against_eager(backend, _context_manager_appends, [(torch.randn(3), []) for _ in range(3)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_argument_aliasing_changes_between_calls(backend):
+    """Compiled with two distinct lists, then called with one list twice (and back)."""
+    torch_plugin.reset()
+    opt = torch_plugin.optimize(backend)(_same_list_two_args)
+    for shared in (False, True, False, True):
+        x = torch.randn(2)
+        a1, a2 = [], []
+        b1, b2 = (a1, a2) if shared else ([], [])
+        assert _same(_same_list_two_args(x, a1, b1), opt(x, a2, b2))
+        assert _same(a1, a2) and _same(b1, b2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_argument_aliasing_changes_between_calls(backend):
+    torch_plugin.reset()
+    opt = torch_plugin.optimize(backend)(_same_tensor_two_args)
+    for shared in (False, True, False, True):
+        x1 = torch.randn(3)
+        x2 = x1.clone()
+        y1, y2 = (x1, x2) if shared else (torch.ones(3), torch.ones(3))
+        assert _same(_same_tensor_two_args(x1, y1), opt(x2, y2))
+        assert _same(x1, x2)

@@ -25,6 +25,7 @@ from .dicts import ConstDictVariable
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
 from .nn_module import NNModuleVariable
+from .tensor import TensorVariable
 from .torch import TorchFunctionVariable
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 
@@ -95,7 +96,25 @@ def _is_torch_callable(value: Any) -> bool:
 
 
 def wrap_value(tx, value: Any, source: Source | None) -> VariableTracker:
-    """The variable for a real value read from ``source`` (None: computed, not guarded)."""
+    """The variable for a real value read from ``source`` (None: computed, not guarded).
+
+    One variable per real object: a tensor, list, dict or user object already wrapped in
+    this capture (read before through another source, an alias, a global) is the same
+    variable again, so every mutation through any path is seen and replayed once; the
+    two sources get an ``ALIAS`` guard (:meth:`OutputGraph.known_variable`)."""
+    if not is_immutable(value):
+        known = tx.output.known_variable(value, source)
+        if known is not None:
+            return known
+    var = _wrap_new_value(tx, value, source)
+    if isinstance(
+        var, (TensorVariable, ListVariable, ConstDictVariable, UserDefinedObjectVariable)
+    ) and not is_immutable(value):
+        tx.output.remember_variable(value, var)
+    return var
+
+
+def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
     guards = tx.output.guards
     if isinstance(value, torch.Tensor):
         guards.tensor_match(source, value)
