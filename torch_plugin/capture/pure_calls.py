@@ -76,6 +76,20 @@ PURE_FUNCTIONS = frozenset(
         torch.Tensor.element_size,
         torch.Tensor.get_device,
         torch._C._get_tracing_state,
+        torch.compiler.is_exporting,
+        torch.get_autocast_dtype,
+        torch.get_autocast_cpu_dtype,
+        torch.get_autocast_gpu_dtype,
+        torch.is_autocast_cpu_enabled,
+        torch.cuda.is_available,
+        torch.overrides.has_torch_function,
+        torch.overrides.has_torch_function_unary,
+        torch.overrides.has_torch_function_variadic,
+        torch.overrides.is_tensor_like,
+        # Checks of a condition known at capture time: a true one returns None; a false one
+        # raises during the fake run (the graph breaks there and CPython raises it).
+        torch._assert,
+        torch._check,
         getattr,  # Tensor attributes read as call_function(getattr) (T, real, ...): tensors
         len,
     }

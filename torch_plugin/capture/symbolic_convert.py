@@ -39,6 +39,7 @@ from .variables.functions import (
     NestedUserFunctionVariable,
     UserFunctionVariable,
 )
+from .variables.iterators import GeneratorVariable, IteratorVariable
 from .variables.lists import (
     BaseListVariable,
     ListIteratorVariable,
@@ -83,6 +84,14 @@ class _Return(Exception):
         self.value = value
 
 
+class GeneratorYield(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by YIELD_VALUE in an inlined generator's body: ``run()`` stops there with its
+    state kept, and :class:`~.variables.iterators.GeneratorVariable` returns ``value``."""
+
+    def __init__(self, value: VariableTracker) -> None:
+        self.value = value
+
+
 class InstructionTranslatorBase(ContainerInstructions):
     """Interprets one code object. See the module docstring."""
 
@@ -110,7 +119,7 @@ class InstructionTranslatorBase(ContainerInstructions):
         self.kw_names: tuple | None = None
         self.current_inst: dis.Instruction | None = None
         self.lineno = code.co_firstlineno
-        self.yielded: list[VariableTracker] | None = None
+        self.is_generator = False  # an inlined generator function's body (YIELD_VALUE)
         self.globals_source = None
         self.parent: InstructionTranslatorBase | None = None
         self.stop_at: int | None = None
@@ -153,7 +162,7 @@ class InstructionTranslatorBase(ContainerInstructions):
                     if self.parent is None and e.root_index is None:
                         e.root_index = self.ip - 1
                     raise
-                except _Return:
+                except (_Return, GeneratorYield):
                     raise
                 except RecursionError:
                     raise Unsupported(
@@ -345,9 +354,9 @@ class InstructionTranslatorBase(ContainerInstructions):
             sub.globals_source = ObjectSource(fn_globals, str(fn_globals.get("__name__", "?")))
         sub.parent = self
         if code.co_flags & _GENERATOR_FLAGS:
-            sub.yielded = []
-            sub.run()
-            return ListIteratorVariable(sub.yielded)
+            # A generator object: its body runs lazily, one `yield` per next() (iterators.py).
+            sub.is_generator = True
+            return GeneratorVariable(sub)
         return sub.run()
 
     def root_tx(self) -> InstructionTranslatorBase:
@@ -724,14 +733,14 @@ class InstructionTranslatorBase(ContainerInstructions):
 
     def GET_ITER(self, inst):
         obj = self.pop()
-        if isinstance(obj, ListIteratorVariable):
+        if isinstance(obj, IteratorVariable):
             self.push(obj)
         else:
             self.push(ListIteratorVariable(obj.unpack_var_sequence(self)))
 
     def FOR_ITER(self, inst):
         it = self.stack[-1]
-        if not isinstance(it, ListIteratorVariable):
+        if not isinstance(it, IteratorVariable):
             unimplemented(f"for loop over {it}")
         item = it.next_item()
         if item is not None:
@@ -750,15 +759,16 @@ class InstructionTranslatorBase(ContainerInstructions):
         self.push(WithExitVariable(ctx))
         self.push(ctx.enter(self))
 
-    # --- generators (inlined generator functions are run to completion) -------------------
+    # --- generators (an inlined generator's body runs up to each yield) --------------------
     def RETURN_GENERATOR(self, inst):
         self.push(ConstantVariable(None))
 
     def YIELD_VALUE(self, inst):
-        if self.yielded is None:
+        if not self.is_generator:
             unimplemented("yield in the captured frame")
-        self.yielded.append(self.pop())
-        self.push(ConstantVariable(None))
+        value = self.pop()
+        self.push(ConstantVariable(None))  # what `yield` evaluates to on resume (no send())
+        raise GeneratorYield(value)
 
     # --- exits ----------------------------------------------------------------------------
     def RETURN_VALUE(self, inst):

@@ -287,3 +287,62 @@ def test_tensor_argument_aliasing_changes_between_calls(backend):
         y1, y2 = (x1, x2) if shared else (torch.ones(3), torch.ones(3))
         assert _same(_same_tensor_two_args(x1, y1), opt(x2, y2))
         assert _same(x1, x2)
+
+
+# --- 5. generators run as far as eager runs them -----------------------------------------
+def _gen_with_effects(x, log):
+    for i in range(4):
+        log.append(i)
+        yield x * i
+
+
+def _partially_consumed_generator(x, log):
+    total = x
+    for i, y in enumerate(_gen_with_effects(x, log)):
+        total = total + y
+        if i == 1:
+            break
+    return total + len(log)
+
+
+def _next_on_generator(x, log):
+    g = _gen_with_effects(x, log)
+    a = next(g)
+    b = next(g)
+    return a + b + len(log)
+
+
+def _any_stops_early(x, log):
+    found = any(y.shape[0] == 3 for y in _gen_with_effects(x, log))
+    return x + len(log) + int(found)
+
+
+def _zip_with_generator(x, log):
+    out = x
+    for y, k in zip(_gen_with_effects(x, log), [1, 2]):
+        out = out + y * k
+    return out + len(log)
+
+
+def _generator_then_graph_break(x, log):
+    g = _gen_with_effects(x, log)
+    a = next(g)
+    print("", end="")  # a graph break while the generator is suspended
+    b = next(g)
+    return a + b + len(log)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _partially_consumed_generator,
+        _next_on_generator,
+        _any_stops_early,
+        _zip_with_generator,
+        _generator_then_graph_break,
+    ],
+    ids=["for_break", "next", "any", "zip", "graph_break"],
+)
+def test_generator_runs_as_far_as_eager(backend, fn):
+    run_against_eager(backend, fn, [(torch.randn(3), []) for _ in range(3)])

@@ -16,6 +16,15 @@ from ..exc import unimplemented
 from .base import CallableVariable
 from .constant import ConstantVariable, is_immutable
 from .dicts import ConstDictVariable
+from .iterators import (
+    IteratorVariable,
+    as_iterator,
+    is_lazy,
+    lazy_enumerate,
+    lazy_filter,
+    lazy_map,
+    lazy_zip,
+)
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
 
 _UNSUPPORTED = {
@@ -178,12 +187,12 @@ class BuiltinVariable(CallableVariable):
         return ConstDictVariable(items, mutable_local=True)
 
     def call_iter(self, tx, obj):
-        if isinstance(obj, ListIteratorVariable):
+        if isinstance(obj, IteratorVariable):
             return obj
         return ListIteratorVariable(obj.unpack_var_sequence(tx))
 
     def call_next(self, tx, it, *default):
-        if not isinstance(it, ListIteratorVariable):
+        if not isinstance(it, IteratorVariable):
             unimplemented(f"next() on {it}")
         item = it.next_item()
         if item is None:
@@ -194,12 +203,18 @@ class BuiltinVariable(CallableVariable):
 
     def call_enumerate(self, tx, seq, start=None):
         first = start.as_python_constant() if start is not None else 0
+        if is_lazy(seq):
+            return lazy_enumerate(seq, first)
         items = seq.unpack_var_sequence(tx)
         return ListIteratorVariable(
             [TupleVariable([ConstantVariable(first + i), v]) for i, v in enumerate(items)]
         )
 
     def call_zip(self, tx, *seqs, **kwargs):
+        if any(is_lazy(s) for s in seqs):
+            if kwargs:
+                unimplemented("zip(strict=...) over a generator")
+            return lazy_zip([as_iterator(tx, s) for s in seqs])
         lists = [s.unpack_var_sequence(tx) for s in seqs]
         if (
             kwargs.get("strict") is not None
@@ -213,12 +228,16 @@ class BuiltinVariable(CallableVariable):
         return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))))
 
     def call_map(self, tx, fn, *seqs):
+        if any(is_lazy(s) for s in seqs):
+            return lazy_map(tx, fn, [as_iterator(tx, s) for s in seqs])
         lists = [s.unpack_var_sequence(tx) for s in seqs]
         return ListIteratorVariable(
             [fn.call_function(tx, list(group), {}) for group in zip(*lists)]
         )
 
     def call_filter(self, tx, fn, seq):
+        if is_lazy(seq):
+            return lazy_filter(tx, fn, seq)
         out = []
         for item in seq.unpack_var_sequence(tx):
             keep = (
@@ -241,10 +260,19 @@ class BuiltinVariable(CallableVariable):
         return ConstantVariable(args[0].truthiness(tx))
 
     def call_any(self, tx, seq):
-        return ConstantVariable(any(v.truthiness(tx) for v in seq.unpack_var_sequence(tx)))
+        # item by item: any() stops at the first true item (a generator runs no further)
+        it = as_iterator(tx, seq)
+        while (v := it.next_item()) is not None:
+            if v.truthiness(tx):
+                return ConstantVariable(True)
+        return ConstantVariable(False)
 
     def call_all(self, tx, seq):
-        return ConstantVariable(all(v.truthiness(tx) for v in seq.unpack_var_sequence(tx)))
+        it = as_iterator(tx, seq)
+        while (v := it.next_item()) is not None:
+            if not v.truthiness(tx):
+                return ConstantVariable(False)
+        return ConstantVariable(True)
 
     def call_sum(self, tx, seq, start=None):
         if seq.is_python_constant() and (start is None or start.is_python_constant()):

@@ -14,6 +14,7 @@ from typing import Any
 from ..exc import unimplemented
 from .base import VariableTracker, method_getattr
 from .constant import ConstantVariable
+from .iterators import IteratorVariable
 
 
 def _const(v: VariableTracker):
@@ -188,7 +189,7 @@ class NamedTupleVariable(TupleVariable):
         return method_getattr(self, name)
 
 
-class ListIteratorVariable(VariableTracker):
+class ListIteratorVariable(IteratorVariable):
     """``iter(seq)`` over items known at capture time; advanced by FOR_ITER / next()."""
 
     def __init__(self, items: list[VariableTracker], index: int = 0) -> None:

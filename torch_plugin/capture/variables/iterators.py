@@ -1,0 +1,184 @@
+"""Lazy iterators: generators of inlined generator functions, and enumerate/zip/map/filter
+over them.
+
+A generator function called from captured code (``def gen(): yield ...``, and generator
+expressions) becomes a :class:`GeneratorVariable` that holds the function's own inlining
+translator, suspended at its last ``yield``. Each ``next`` (a ``for`` loop's FOR_ITER,
+``next()``, ``any``/``all``) resumes it until the next ``yield``, so the generator's body
+runs exactly as far as eager Python runs it, interleaved with the caller as in CPython: a
+loop that stops early leaves the rest of the body unrun (issue #10: materializing the
+generator at the call ran it past where eager stopped). Consuming it whole (``list(g)``,
+``sum(g)``, unpacking) runs it to the end.
+
+:class:`LazyIteratorVariable` is ``enumerate``/``zip``/``map``/``filter`` over such an
+iterator, pulling from its arguments in CPython's order.
+
+Neither can be rebuilt at a graph break (a suspended generator has no constructor): a break
+while one is live stops capture of the frame at the break's reconstruction, and the frame
+runs unmodified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..exc import unimplemented
+from .base import VariableTracker
+
+
+class IteratorVariable(VariableTracker):
+    """An iterator advanced one item at a time by FOR_ITER and ``next()``."""
+
+    def next_item(self) -> VariableTracker | None:
+        """The next item, or None when the iterator is exhausted."""
+        raise NotImplementedError
+
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        out = []
+        while (item := self.next_item()) is not None:
+            out.append(item)
+        return out
+
+    def python_type(self) -> type:
+        return type(iter([]))
+
+
+class GeneratorVariable(IteratorVariable):
+    """A generator object of an inlined generator function; ``sub`` is the translator of
+    its body, run up to the next ``yield`` by each :meth:`next_item`."""
+
+    def __init__(self, sub) -> None:
+        super().__init__()
+        self.sub = sub
+        self.done = False
+
+    def next_item(self) -> VariableTracker | None:
+        from ..symbolic_convert import GeneratorYield
+
+        if self.done:
+            return None
+        try:
+            self.sub.run()
+        except GeneratorYield as y:
+            return y.value
+        self.done = True  # returned: StopIteration
+        return None
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__next__" and not args and not kwargs:
+            item = self.next_item()
+            if item is None:
+                unimplemented("next() on an exhausted generator (StopIteration)")
+            return item
+        if name == "__iter__" and not args and not kwargs:
+            return self
+        unimplemented(f"generator.{name}() in captured code")
+
+    def python_type(self) -> type:
+        import types
+
+        return types.GeneratorType
+
+    def __repr__(self) -> str:
+        return f"GeneratorVariable({self.sub.code.co_name}{', done' if self.done else ''})"
+
+
+class LazyIteratorVariable(IteratorVariable):
+    """An iterator whose items are produced on demand by ``produce()`` (None: exhausted)."""
+
+    def __init__(self, produce: Callable[[], VariableTracker | None], name: str) -> None:
+        super().__init__()
+        self.produce = produce
+        self.name = name
+        self.done = False
+
+    def next_item(self) -> VariableTracker | None:
+        if self.done:
+            return None
+        item = self.produce()
+        if item is None:
+            self.done = True
+        return item
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__iter__" and not args and not kwargs:
+            return self
+        unimplemented(f"{self.name} iterator .{name}() in captured code")
+
+    def __repr__(self) -> str:
+        return f"LazyIteratorVariable({self.name})"
+
+
+def is_lazy(var: VariableTracker) -> bool:
+    """True for iterators that must be advanced one item at a time (a generator, or an
+    enumerate/zip/map/filter over one)."""
+    return isinstance(var, (GeneratorVariable, LazyIteratorVariable))
+
+
+def lazy_enumerate(it: IteratorVariable, start: int) -> LazyIteratorVariable:
+    from .constant import ConstantVariable
+    from .lists import TupleVariable
+
+    count = [start]
+
+    def produce():
+        item = it.next_item()
+        if item is None:
+            return None
+        count[0] += 1
+        return TupleVariable([ConstantVariable(count[0] - 1), item])
+
+    return LazyIteratorVariable(produce, "enumerate")
+
+
+def lazy_zip(iterators: list) -> LazyIteratorVariable:
+    """``zip`` pulls from its arguments left to right and stops at the first exhausted
+    one (the ones before it have given one item more, as in CPython)."""
+    from .lists import TupleVariable
+
+    def produce():
+        items = []
+        for it in iterators:
+            item = it.next_item()
+            if item is None:
+                return None
+            items.append(item)
+        return TupleVariable(items)
+
+    return LazyIteratorVariable(produce, "zip")
+
+
+def lazy_map(tx, fn: VariableTracker, iterators: list) -> LazyIteratorVariable:
+    def produce():
+        args = []
+        for it in iterators:
+            item = it.next_item()
+            if item is None:
+                return None
+            args.append(item)
+        return fn.call_function(tx, args, {})
+
+    return LazyIteratorVariable(produce, "map")
+
+
+def lazy_filter(tx, fn: VariableTracker, it: IteratorVariable) -> LazyIteratorVariable:
+    def produce():
+        while (item := it.next_item()) is not None:
+            if fn.is_python_constant() and fn.as_python_constant() is None:
+                keep = item
+            else:
+                keep = fn.call_function(tx, [item], {})
+            if keep.truthiness(tx):
+                return item
+        return None
+
+    return LazyIteratorVariable(produce, "filter")
+
+
+def as_iterator(tx, var: VariableTracker) -> IteratorVariable:
+    """``iter(var)`` for a lazy iterator (itself) or a sequence (a list iterator)."""
+    from .lists import ListIteratorVariable
+
+    if isinstance(var, IteratorVariable):
+        return var
+    return ListIteratorVariable(var.unpack_var_sequence(tx))
