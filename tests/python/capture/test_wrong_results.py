@@ -346,3 +346,38 @@ def _generator_then_graph_break(x, log):
 )
 def test_generator_runs_as_far_as_eager(backend, fn):
     run_against_eager(backend, fn, [(torch.randn(3), []) for _ in range(3)])
+
+
+# --- 6. TorchScript never runs on FakeTensors ---------------------------------------------
+@torch.jit.script
+def _scripted_bucket(rel: torch.Tensor, n: int) -> torch.Tensor:
+    mid = n // 2
+    return torch.where(rel.abs() < mid, rel, torch.sign(rel) * mid)
+
+
+class _ScriptedScale(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+
+_SCRIPTED_MODULE = torch.jit.script(_ScriptedScale())
+
+
+def _calls_scripted_function(x):
+    # HF DeBERTa-v2's make_log_bucket_position is a torch.jit.script function: run on
+    # FakeTensors at capture it read data pointers (an illegal memory access on CUDA), and
+    # the graph called the class torch.jit.ScriptFunction by name
+    rel = torch.arange(x.shape[0])[:, None] - torch.arange(x.shape[1])[None, :]
+    return x + _scripted_bucket(rel, 6)
+
+
+def _calls_scripted_module(x):
+    return _SCRIPTED_MODULE(x + 1) - 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "fn", [_calls_scripted_function, _calls_scripted_module], ids=["function", "module"]
+)
+def test_torchscript_is_inlined_or_breaks(backend, fn):
+    run_against_eager(backend, fn, [(torch.randn(n, n),) for n in (8, 8, 10)])

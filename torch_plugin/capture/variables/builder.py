@@ -116,6 +116,9 @@ def wrap_value(tx, value: Any, source: Source | None) -> VariableTracker:
 
 def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
     guards = tx.output.guards
+    if isinstance(value, _SCRIPTED):
+        guards.id_match(source, value)
+        return _wrap_scripted(value, source)
     if isinstance(value, torch.Tensor):
         guards.tensor_match(source, value)
         return tx.output.add_graph_input(tx, value, source)
@@ -211,8 +214,27 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
     return UserDefinedObjectVariable(value, source, guards)
 
 
+_SCRIPTED = (torch.jit.ScriptFunction, torch.jit.ScriptModule)
+
+
+def _wrap_scripted(value, source) -> VariableTracker:
+    """A TorchScript function or module. TorchScript code is opaque and must never run on
+    FakeTensors (it reads data pointers: on CUDA an illegal memory access, issue #10), and
+    the graph cannot call it by name. A scripted function that keeps its Python original
+    (``torch.jit.script`` stores it as ``_torchdynamo_inline``) is inlined as that
+    function, as PyTorch's capture does; anything else is an opaque object whose call
+    breaks the graph."""
+    original = getattr(value, "_torchdynamo_inline", None)
+    if isinstance(value, torch.jit.ScriptFunction) and isinstance(original, types.FunctionType):
+        return UserFunctionVariable(original)
+    return UserDefinedObjectVariable(value, source)
+
+
 def _wrap_callable(tx, value, source) -> VariableTracker:
     from .builtin import BuiltinVariable
+
+    if isinstance(value, _SCRIPTED):
+        return _wrap_scripted(value, source)
 
     if value in _BUILTIN_TYPES or (
         isinstance(value, types.BuiltinFunctionType)
