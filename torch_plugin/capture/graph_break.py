@@ -652,9 +652,11 @@ def _has_ops(output) -> bool:
 
 def _check_rebuildable(var: VariableTracker) -> None:
     from .variables.functions import CellVariable, NestedUserFunctionVariable
-    from .variables.torch import GradModeVariable
+    from .variables.torch import AutocastVariable, GradModeVariable
 
-    if isinstance(var, (NestedUserFunctionVariable, CellVariable, GradModeVariable)):
+    if isinstance(
+        var, (NestedUserFunctionVariable, CellVariable, GradModeVariable, AutocastVariable)
+    ):
         unimplemented(f"cannot rebuild {var} after a graph break")
     for child in _children(var):
         _check_rebuildable(child)

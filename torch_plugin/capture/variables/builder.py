@@ -25,7 +25,7 @@ from .dicts import ConstDictVariable
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
 from .nn_module import NNModuleVariable
-from .torch import TorchFunctionVariable
+from .torch import AutocastVariable, TorchFunctionVariable
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 
 _BUILTIN_TYPES = {
@@ -188,6 +188,10 @@ def wrap_value(tx, value: Any, source: Source | None) -> VariableTracker:
     if callable(value) and _is_torch_callable(value):
         guards.id_match(source, value)
         return TorchFunctionVariable(value, source)
+    if isinstance(value, torch.amp.autocast_mode.autocast):
+        # a context made before the capture (``@torch.autocast(...)`` keeps one in a cell)
+        guards.id_match(source, value)
+        return AutocastVariable(value, source)
     guards.type_match(source, value)
     return UserDefinedObjectVariable(value, source, guards)
 
