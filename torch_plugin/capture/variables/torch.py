@@ -58,8 +58,8 @@ _SIDE_EFFECT_FNS = {
 # torch._C._set_cudnn_enabled, torch.autocast_increment_nesting, ...): never recorded (the
 # graph would drop them) nor run at capture (they would change the real state).
 _STATEFUL_NAME = re.compile(
-    r"^_?(set|reset|clear|enable|disable|push|pop|autocast_increment|autocast_decrement|"
-    r"manual_seed|seed|fork_rng|use_deterministic)"
+    r"^_?((set|reset|clear|enable|disable|push|pop)_|autocast_(increment|decrement)_"
+    r"|manual_seed|seed$|fork_rng|use_deterministic)"
 )
 
 
