@@ -113,6 +113,41 @@ class CaptureError(RuntimeError):
     """Raised under ``nopython=True`` when a frame cannot be captured as one graph."""
 
 
+class _capture_isolation:
+    """Capture and compile change no real state, and no hook sees their FakeTensors.
+
+    Saved-tensor hooks active at the call (``torch.utils.checkpoint``, user
+    ``saved_tensors_hooks``) are deferred while tracing, as under torch.compile: the
+    translator's and AOTAutograd's fake operations must not reach them; the compiled code
+    saves its real tensors through them at run time. The global state the guards read (grad
+    mode, autocast, default dtype) is put back as it was at frame entry, whatever the
+    translator or backend did to it (the translator models context managers by switching
+    the state while tracing; ``OutputGraph.restore_global_state`` undoes that first)."""
+
+    def __enter__(self):
+        self.grad = torch.is_grad_enabled()
+        self.autocast = [
+            (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
+        ]
+        self.autocast_cache = torch.is_autocast_cache_enabled()
+        self.default_dtype = torch.get_default_dtype()
+        self.hooks_tracing = torch._C._autograd._saved_tensors_hooks_set_tracing(True)
+        return self
+
+    def __exit__(self, *exc):
+        torch._C._autograd._saved_tensors_hooks_set_tracing(self.hooks_tracing)
+        torch._C._set_grad_enabled(self.grad)
+        for device, enabled, dtype in self.autocast:
+            if torch.is_autocast_enabled(device) != enabled:
+                torch.set_autocast_enabled(device, enabled)
+            if torch.get_autocast_dtype(device) != dtype:
+                torch.set_autocast_dtype(device, dtype)
+        torch.set_autocast_cache_enabled(self.autocast_cache)
+        if torch.get_default_dtype() != self.default_dtype:
+            torch.set_default_dtype(self.default_dtype)
+        return False
+
+
 class ConvertFrame:
     """The callback installed by ``optimize(backend)``."""
 
@@ -207,6 +242,10 @@ class ConvertFrame:
         return None
 
     def _convert(self, frame, break_at: int | None = None, break_reason: Unsupported | None = None):
+        with _capture_isolation():
+            return self._convert_isolated(frame, break_at, break_reason)
+
+    def _convert_isolated(self, frame, break_at, break_reason):
         try:
             try:
                 return self._convert_impl(frame, break_at, break_reason)

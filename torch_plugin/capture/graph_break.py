@@ -19,6 +19,7 @@ translator can model as a real value, each mutable container exactly once (alias
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 import types
 from typing import Any
@@ -191,6 +192,19 @@ class Reconstructor:
         if isinstance(var, DictViewVariable):
             self.call_helper(_dict_view, [var.dict_var, ConstantVariable(var.kind)])
             return
+        from .variables.functions import PartialVariable
+
+        if isinstance(var, PartialVariable):
+            self.call_helper(
+                _make_partial,
+                [
+                    var.func,
+                    TupleVariable(list(var.args)),
+                    TupleVariable([ConstantVariable(k) for k in var.keywords]),
+                    TupleVariable(list(var.keywords.values())),
+                ],
+            )
+            return
         if isinstance(var, TensorMethodVariable):
             self(var.tensor)
             gen.load_attr(var.name)
@@ -291,6 +305,10 @@ def _children(var: VariableTracker) -> list[VariableTracker]:
         return [var.obj]
     if isinstance(var, DictViewVariable):
         return [var.dict_var]
+    from .variables.functions import PartialVariable
+
+    if isinstance(var, PartialVariable) and var.source is None:
+        return [var.func, *var.args, *var.keywords.values()]
     from .variables.model_output import ModelOutputVariable
 
     if isinstance(var, ModelOutputVariable):
@@ -332,6 +350,10 @@ def _make_namedtuple(cls, items):
 
 def _make_model_output(cls, keys, values):
     return cls(**dict(zip(keys, values)))
+
+
+def _make_partial(func, args, keys, values):
+    return functools.partial(func, *args, **dict(zip(keys, values)))
 
 
 def _dict_view(d, kind):
@@ -652,9 +674,11 @@ def _has_ops(output) -> bool:
 
 def _check_rebuildable(var: VariableTracker) -> None:
     from .variables.functions import CellVariable, NestedUserFunctionVariable
-    from .variables.torch import GradModeVariable
+    from .variables.torch import AutocastVariable, GradModeVariable
 
-    if isinstance(var, (NestedUserFunctionVariable, CellVariable, GradModeVariable)):
+    if isinstance(
+        var, (NestedUserFunctionVariable, CellVariable, GradModeVariable, AutocastVariable)
+    ):
         unimplemented(f"cannot rebuild {var} after a graph break")
     for child in _children(var):
         _check_rebuildable(child)

@@ -79,6 +79,9 @@ class OutputGraph:
         self.runtime_sources: list[Source] = []
         self._grad_enabled_at_start = torch.is_grad_enabled()
         self.grad_mode_changed = False
+        # Real contexts entered while tracing (autocast regions): (token, exit) pairs,
+        # innermost last; restore_global_state exits the ones still open.
+        self._real_contexts: list = []
 
     # --- names and fakes ------------------------------------------------------------------
     def _unique(self, hint: str) -> str:
@@ -523,6 +526,19 @@ class OutputGraph:
         torch._C._set_grad_enabled(enabled)
         self.grad_mode_changed = True
 
+    def enter_real_context(self, enter: Callable, exit: Callable) -> object:
+        """Enter a context for real for the rest of the trace (``enter()``; ``exit(state)``
+        undoes it). Returns a token for :meth:`exit_real_context`."""
+        token = object()
+        self._real_contexts.append((token, exit, enter()))
+        return token
+
+    def exit_real_context(self, token: object) -> None:
+        if not self._real_contexts or self._real_contexts[-1][0] is not token:
+            unimplemented("context managers exited out of order")
+        _, exit, state = self._real_contexts.pop()
+        exit(state)
+
     def runtime_arg(self, source: Source) -> int:
         """Index of ``source`` among the runtime arguments (added once)."""
         if source not in self.runtime_sources:
@@ -532,8 +548,14 @@ class OutputGraph:
     def check_global_state(self) -> None:
         if torch.is_grad_enabled() != self._grad_enabled_at_start:
             unimplemented("the captured code changes grad mode without restoring it (side effect)")
+        if self._real_contexts:
+            unimplemented("the captured code leaves a torch.autocast region open")
 
     def restore_global_state(self) -> None:
+        """Undo what tracing switched for real (grad mode, open autocast regions)."""
+        while self._real_contexts:
+            _, exit, state = self._real_contexts.pop()
+            exit(state)
         torch._C._set_grad_enabled(self._grad_enabled_at_start)
 
     def _const_arg(self, value: Any, fake: bool) -> Any:

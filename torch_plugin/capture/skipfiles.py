@@ -20,6 +20,10 @@ from .exc import unimplemented
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _NN_MODULES_DIR = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
 _NN_MODULE_FILE = os.path.join(_TORCH_DIR, "nn", "modules", "module.py")
+# PyTorch code that must run for real, never on FakeTensors: activation checkpointing
+# installs saved-tensor hooks and reruns the function in backward (a call to it is a graph
+# break; the checkpointed function's own frame is then captured like any other).
+_RUN_FOR_REAL_FILES = (os.path.join(_TORCH_DIR, "utils", "checkpoint.py"),)
 _PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_DIRS = tuple(
     {os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")}
@@ -110,6 +114,11 @@ def check_inline(code: types.CodeType) -> None:
     if filename.startswith(_TORCH_DIR):
         if filename == _NN_MODULE_FILE:
             unimplemented(f"call to torch.nn.Module internals ({code.co_name})")
+        if filename in _RUN_FOR_REAL_FILES:
+            unimplemented(
+                f"call to {code.co_name} of torch.utils.checkpoint (runs for real: it installs "
+                "saved-tensor hooks and recomputes in backward)"
+            )
         return
     if _is_stdlib(filename):
         base = os.path.basename(filename)

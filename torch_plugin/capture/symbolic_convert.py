@@ -49,7 +49,7 @@ from .variables.lists import (
 )
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import TensorVariable
-from .variables.torch import GradModeVariable
+from .variables.torch import AutocastVariable, GradModeVariable
 from .variables.user_defined import SuperVariable, UserDefinedObjectVariable
 
 PY312 = sys.version_info >= (3, 12)
@@ -754,8 +754,10 @@ class InstructionTranslatorBase(ContainerInstructions):
     # --- with blocks ----------------------------------------------------------------------
     def BEFORE_WITH(self, inst):
         ctx = self.pop()
-        if not isinstance(ctx, GradModeVariable):
-            unimplemented(f"`with` block on {ctx} (only torch grad-mode context managers so far)")
+        if not isinstance(ctx, (GradModeVariable, AutocastVariable)):
+            unimplemented(
+                f"`with` block on {ctx} (only torch grad-mode and autocast context managers so far)"
+            )
         self.push(WithExitVariable(ctx))
         self.push(ctx.enter(self))
 

@@ -26,7 +26,7 @@ from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
 from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
-from .torch import TorchFunctionVariable
+from .torch import AutocastVariable, TorchFunctionVariable
 from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
 
 _BUILTIN_TYPES = {
@@ -201,15 +201,22 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
         return PythonModuleVariable(value, source)
     if isinstance(value, functools.partial):
         guards.id_match(source, value)
+        func = wrap_value(tx, value.func, None)
         return PartialVariable(
-            wrap_value(tx, value.func, None),
+            func,
             [wrap_value(tx, a, None) for a in value.args],
             {k: wrap_value(tx, v, None) for k, v in value.keywords.items()},
-            source,
+            # a partial of checkpoint (HF's _gradient_checkpointing_func) is rebuilt at the
+            # graph break around the capture-off checkpoint, not loaded from its source
+            None if _is_checkpoint_var(func) else source,
         )
     if callable(value) and _is_torch_callable(value):
         guards.id_match(source, value)
         return TorchFunctionVariable(value, source)
+    if isinstance(value, torch.amp.autocast_mode.autocast):
+        # a context made before the capture (``@torch.autocast(...)`` keeps one in a cell)
+        guards.id_match(source, value)
+        return AutocastVariable(value, source)
     guards.type_match(source, value)
     return UserDefinedObjectVariable(value, source, guards)
 
@@ -230,12 +237,45 @@ def _wrap_scripted(value, source) -> VariableTracker:
     return UserDefinedObjectVariable(value, source)
 
 
+_CHECKPOINT_WRAPPERS: dict = {}
+
+
+def _checkpoint_functions() -> tuple:
+    import torch.utils.checkpoint as cp
+
+    return (cp.checkpoint, cp.checkpoint_sequential)
+
+
+def _is_checkpoint_var(var: VariableTracker) -> bool:
+    from .functions import DisabledFunctionVariable
+
+    return isinstance(var, DisabledFunctionVariable) and var.fn in _CHECKPOINT_WRAPPERS.values()
+
+
+def _checkpoint_variable(value) -> VariableTracker:
+    """``torch.utils.checkpoint.checkpoint``: a graph break at the call, which then runs for
+    real *with capture off* for everything it calls. The checkpointed function must run the
+    same code in forward and in the recomputation during backward (checkpoint matches the
+    tensors each saves, in order); backward runs outside the ``optimize`` region, where the
+    recomputation is eager, so the forward is eager too."""
+    from torch_plugin import _C
+
+    from ..sources import ObjectSource
+    from .functions import DisabledFunctionVariable
+
+    wrapper = _CHECKPOINT_WRAPPERS.get(value)
+    if wrapper is None:
+        wrapper = _CHECKPOINT_WRAPPERS[value] = _C.disable_wrapper(value)
+    return DisabledFunctionVariable(wrapper, ObjectSource(wrapper, "checkpoint, capture off"))
+
+
 def _wrap_callable(tx, value, source) -> VariableTracker:
     from .builtin import BuiltinVariable
 
     if isinstance(value, _SCRIPTED):
         return _wrap_scripted(value, source)
-
+    if value in _checkpoint_functions():
+        return _checkpoint_variable(value)
     if value in _BUILTIN_TYPES or (
         isinstance(value, types.BuiltinFunctionType)
         and getattr(builtins, value.__name__, None) is value

@@ -250,5 +250,6 @@ class DisabledFunctionVariable(CallableVariable):
 
     def call_function(self, tx, args, kwargs):
         unimplemented(
-            f"call to {getattr(self.fn, '__qualname__', self.fn)}, wrapped by torch_plugin.disable"
+            f"call to {getattr(self.fn, '__qualname__', self.fn)}, run with capture off"
+            " (torch_plugin.disable, torch.utils.checkpoint)"
         )

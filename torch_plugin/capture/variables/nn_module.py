@@ -2,9 +2,11 @@
 
 Key class: :class:`NNModuleVariable`. Calling a module checks it has no hooks, then either
 records the functional call its forward amounts to (Linear, Conv*d, LayerNorm, activations:
-:func:`functional_form`), a ``call_module`` node (other modules defined by torch.nn, e.g.
-BatchNorm2d), or inlines the module's ``forward`` (user modules, Sequential/ModuleList
-iteration).
+:func:`functional_form`), a ``call_module`` node (other modules defined by torch.nn whose
+forward changes no state, e.g. eval-mode BatchNorm2d, pooling: :func:`call_module_is_pure`),
+or inlines the module's ``forward`` (user modules, Sequential/ModuleList iteration, and
+torch.nn modules with state effects such as train-mode BatchNorm, whose
+``num_batches_tracked.add_(1)`` and running-statistics update then become graph operations).
 Parameters and buffers become ``get_attr`` nodes that reference the module's own tensors, so
 in-place updates (optimizer steps, running statistics) stay visible. Every module read is
 guarded on identity and ``training``.
@@ -82,6 +84,34 @@ def functional_form(module: torch.nn.Module):
     if getattr(module, "padding_mode", "zeros") != "zeros":
         return None  # Conv*d with reflect/replicate/circular padding pads first
     return form
+
+
+def has_state_effects(module: torch.nn.Module) -> bool:
+    """Whether ``module``'s own forward (a torch.nn class) changes state outside its output:
+    train-mode BatchNorm/InstanceNorm with running statistics (``num_batches_tracked``,
+    running mean and variance), Embedding with ``max_norm`` (renormalizes its weight in
+    place), quantization modules (observers update their statistics), lazy modules not yet
+    initialized. Such a module must not run on FakeTensors at capture (the real buffers would
+    be updated once per capture and never by the graph): its forward is inlined instead."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.instancenorm import _InstanceNorm
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    if isinstance(module, (_BatchNorm, _InstanceNorm)):
+        return bool(module.training and module.track_running_stats)
+    if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+        return module.max_norm is not None
+    if isinstance(module, LazyModuleMixin):
+        return True
+    return type(module).__module__.startswith(("torch.ao.", "torch.nn.qat", "torch.nn.quantized"))
+
+
+def call_module_is_pure(module: torch.nn.Module) -> bool:
+    """A torch.nn leaf module may become a ``call_module`` node (which capture runs on
+    FakeTensors to learn its output's metadata) only when neither it nor any submodule it
+    may call has hooks or state effects: hooks must never see FakeTensors, and effects
+    must happen in the graph, on every call, not once at capture."""
+    return not any(_has_hooks(m) or has_state_effects(m) for m in module.modules())
 
 
 def _has_hooks(module: torch.nn.Module) -> bool:
@@ -163,6 +193,7 @@ class NNModuleVariable(VariableTracker):
             is_torch_leaf_module(m)
             and type(m).forward is getattr(type(m), "forward", None)
             and "forward" not in m.__dict__
+            and call_module_is_pure(m)
         ):
             return tx.output.call_module(tx, m, self.source, list(args), dict(kwargs))
         call = type(m).__call__

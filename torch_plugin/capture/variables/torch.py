@@ -4,10 +4,21 @@ Key classes: :class:`TorchFunctionVariable` (``torch.cat``, ``torch.nn.functiona
 ``torch.Tensor.add``, ...: recorded as ``call_function`` nodes when they produce tensors,
 folded to constants when they only read metadata), :class:`GradModeVariable`
 (``torch.no_grad()`` / ``torch.enable_grad()`` / ``torch.set_grad_enabled(b)`` used as
-``with`` blocks).
+``with`` blocks), :class:`AutocastVariable` (``torch.autocast`` / ``torch.amp.autocast`` /
+``torch.cpu.amp.autocast`` ``with`` blocks, and functions decorated with them).
+
+Context managers are modelled, not run: entering one records a node in the graph (so the
+compiled code switches the state on every call) and switches the real state for the rest
+of the trace (so FakeTensors get the dtypes and ``requires_grad`` the region produces);
+``OutputGraph.restore_global_state`` undoes the real switches when the trace ends, however
+it ends. Functions that set global state directly (``torch.set_autocast_enabled``, seeds,
+default dtype, ...) are never recorded or run at capture: they break the graph and run
+for real.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -39,7 +50,31 @@ _SIDE_EFFECT_FNS = {
     torch._C._set_grad_enabled,
     torch.autograd.backward,
     torch.autograd.grad,
+    torch.set_rng_state,
+    torch.random.set_rng_state,
+    torch.random.fork_rng,
 }
+# Names of torch-namespace functions that change global state (torch.set_autocast_enabled,
+# torch._C._set_cudnn_enabled, torch.autocast_increment_nesting, ...): never recorded (the
+# graph would drop them) nor run at capture (they would change the real state).
+_STATEFUL_NAME = re.compile(
+    r"^_?((set|reset|clear|enable|disable|push|pop)_|autocast_(increment|decrement)_"
+    r"|manual_seed|seed$|fork_rng|use_deterministic)"
+)
+
+
+def _changes_global_state(fn) -> bool:
+    if fn in _SIDE_EFFECT_FNS:
+        return True
+    if getattr(fn, "__objclass__", None) is not None or isinstance(fn, type):
+        return False  # a Tensor method (``Tensor.set_``) or a class
+    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return False
+    return bool(_STATEFUL_NAME.match(getattr(fn, "__name__", "") or ""))
+
+
+def _is_autocast_class(fn) -> bool:
+    return isinstance(fn, type) and issubclass(fn, torch.amp.autocast_mode.autocast)
 
 
 class TorchFunctionVariable(CallableVariable):
@@ -51,8 +86,6 @@ class TorchFunctionVariable(CallableVariable):
             return ConstantVariable(True)
         if fn in _CONSTANT_FALSE:
             return ConstantVariable(False if fn is not torch._C._get_tracing_state else None)
-        if fn in _SIDE_EFFECT_FNS:
-            unimplemented(f"call to {getattr(fn, '__name__', fn)} (an effect outside the graph)")
         if fn in (torch.no_grad, torch.enable_grad):
             return GradModeVariable(fn is torch.enable_grad)
         if fn is torch.set_grad_enabled:
@@ -65,6 +98,10 @@ class TorchFunctionVariable(CallableVariable):
             from .tensor import TensorVariable
 
             return ConstantVariable(isinstance(args[0], TensorVariable))
+        if _is_autocast_class(fn):
+            return AutocastVariable.create(fn, args, kwargs)
+        if _changes_global_state(fn):
+            unimplemented(f"call to {getattr(fn, '__name__', fn)} (an effect outside the graph)")
         if isinstance(fn, type):
             if fn in (torch.Size, torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(
                 a.is_python_constant() for a in args
@@ -118,3 +155,73 @@ class GradModeVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         # @torch.no_grad() used as a decorator on a function
         unimplemented("torch.no_grad() used as a decorator inside captured code")
+
+
+class AutocastVariable(VariableTracker):
+    """A ``torch.autocast`` context (a real, not yet entered ``autocast`` object holds its
+    resolved device, dtype, enabled and cache flags). Entering records
+    ``torch.amp._enter_autocast(device, dtype, enabled, cache_enabled)`` in the graph and
+    enters the same context for real for the rest of the trace (FakeTensor propagation then
+    gives the autocast dtypes); exiting records ``torch.amp._exit_autocast`` of the enter
+    node and exits the real one. AOTAutograd (aot_eager, inductor, plugin) traces through the
+    two nodes, so its ATen graph holds the casts; the eager backend runs them."""
+
+    def __init__(self, mode, source=None) -> None:
+        super().__init__(source)
+        self.mode = mode
+        self._node = None
+        self._cleanup = None
+
+    @staticmethod
+    def create(cls, args, kwargs) -> AutocastVariable:
+        if not all(a.is_python_constant() for a in args) or not all(
+            v.is_python_constant() for v in kwargs.values()
+        ):
+            unimplemented(f"{cls.__qualname__} with non-constant arguments")
+        # Constructing it reads global state (the default autocast dtype) only, which the
+        # global-state guard covers.
+        mode = cls(
+            *[a.as_python_constant() for a in args],
+            **{k: v.as_python_constant() for k, v in kwargs.items()},
+        )
+        return AutocastVariable(mode)
+
+    def values(self) -> tuple:
+        m = self.mode
+        return (m.device, m.fast_dtype, m._enabled, m._cache_enabled)
+
+    def python_type(self) -> type:
+        return type(self.mode)
+
+    def enter(self, tx) -> VariableTracker:
+        if self._node is not None:
+            unimplemented("entering one torch.autocast object twice")
+        vals = self.values()
+        self._node = tx.output.graph.call_function(torch.amp._enter_autocast, vals)
+        self._cleanup = tx.output.enter_real_context(
+            lambda: torch.amp._enter_autocast(*vals), torch.amp._exit_autocast
+        )
+        return ConstantVariable(None)
+
+    def exit(self, tx) -> VariableTracker:
+        if self._node is None:
+            unimplemented("exiting a torch.autocast that was not entered in this frame")
+        tx.output.graph.call_function(torch.amp._exit_autocast, (self._node,))
+        tx.output.exit_real_context(self._cleanup)
+        self._node = None
+        return ConstantVariable(None)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__enter__":
+            return self.enter(tx)
+        if name == "__exit__":
+            return self.exit(tx)
+        return super().call_method(tx, name, args, kwargs)
+
+    def call_function(self, tx, args, kwargs):
+        # ``torch.autocast(...)(fn)`` while tracing; functions decorated before the capture
+        # are inlined (their ``with`` reaches the real object through a closure cell).
+        unimplemented("torch.autocast used as a decorator inside captured code")
+
+    def __repr__(self) -> str:
+        return f"AutocastVariable{self.values()}"

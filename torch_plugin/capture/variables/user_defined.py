@@ -352,12 +352,12 @@ class _ModuleCallVariable(VariableTracker):
         self.module_var = module_var
 
     def call_function(self, tx, args, kwargs):
-        from .nn_module import _has_hooks, is_torch_leaf_module
+        from .nn_module import _has_hooks, call_module_is_pure, is_torch_leaf_module
 
         m = self.module_var.module
         if _has_hooks(m):
             unimplemented(f"call of {type(m).__name__} with hooks")
-        if is_torch_leaf_module(m):
+        if is_torch_leaf_module(m) and call_module_is_pure(m):
             return tx.output.call_module(tx, m, self.module_var.source, list(args), dict(kwargs))
         return self.module_var.call_forward(tx, args, kwargs)
 
