@@ -378,11 +378,6 @@ PyObject* compile_frame(
       }
       found_after_wait =
           extra != nullptr && (extra->skip || extra->run_only || hit >= 0);
-      if (found_after_wait && extra->uncaptured) {
-        PyThread_release_lock(compile_lock);
-        Py_DECREF(callback);
-        return run_uncaptured(tstate, frame, 0, state);
-      }
     }
     if (!found_after_wait) {
       PyObject* info = make_frame_info(code, function, values);
@@ -396,6 +391,9 @@ PyObject* compile_frame(
   if (found_after_wait) {
     Py_DECREF(callback);
     ExtraState* extra = get_extra_state(code);
+    if (extra != nullptr && extra->uncaptured) {
+      return run_uncaptured(tstate, frame, 0, state);
+    }
     if (hit < 0 || extra == nullptr ||
         static_cast<size_t>(hit) >= extra->entries.size()) {
       return run_unmodified(tstate, frame, 0);
