@@ -19,7 +19,9 @@ frame that thread starts. For each frame it:
    :class:`FrameInfo`. The callback returns ``None`` (mark the code object skipped; run
    the frame unmodified), :data:`RUN_ONLY` (keep the code object's entries but never call
    the callback for it again: a miss runs the frame unmodified; used past
-   ``config.cache_size_limit``) or ``(code, guard)`` (a new entry, put first, then run). If
+   ``config.cache_size_limit``), :data:`RUN_UNCAPTURED` (skip the code object, and run
+   every frame its frames start with the thread's callback suspended: the entry points of
+   torch.compile's regions) or ``(code, guard)`` (a new entry, put first, then run). If
    the callback raises, the exception propagates to the frame's caller and the frame is not
    run. One thread at a time runs a callback: a thread that misses while another compiles
    waits (GIL released), then looks the cache up again before calling its own.
@@ -61,6 +63,12 @@ RUN_ONLY: Callable[..., None]
 made by any callback and never compile; returned by a callback, that code object keeps its
 entries and never compiles again."""
 
+RUN_UNCAPTURED: Callable[..., None]
+"""Marker (a builtin returning None) a callback returns for a frame whose code object, and
+every frame it starts, must run unmodified: the code is marked skipped and uncaptured, and
+while its frames run the thread's callback is suspended (set to None without uninstalling
+the hook; a callback set inside is the thread's until it is restored)."""
+
 def is_hook_installed() -> bool: ...
 def disable_wrapper(fn: Callable) -> Callable:
     """Return a callable that calls ``fn`` with this thread's hook inactive (frames started
@@ -73,7 +81,7 @@ def skip_code(code: CodeType) -> None:
     """Mark a code object so the hook always runs it unmodified."""
 
 def reset_code(code: CodeType) -> None:
-    """Drop a code object's cache entries and its skip mark."""
+    """Drop a code object's cache entries and its skip, run-only and uncaptured marks."""
 
 def cache_entries(code: CodeType) -> list[tuple[CodeType, RootGuardManager]]:
     """The (transformed code, guard) entries of a code object, most recently used first."""
@@ -81,6 +89,9 @@ def cache_entries(code: CodeType) -> list[tuple[CodeType, RootGuardManager]]:
 def is_code_skipped(code: CodeType) -> bool: ...
 def is_code_run_only(code: CodeType) -> bool:
     """Whether the callback returned RUN_ONLY for this code object."""
+
+def is_code_uncaptured(code: CodeType) -> bool:
+    """Whether the callback returned RUN_UNCAPTURED for this code object."""
 
 class GuardManager:
     """A node of a guard tree: the value reached by a chain of accessors from the frame

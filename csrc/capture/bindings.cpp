@@ -119,6 +119,7 @@ void bind_hook(py::module_& m) {
       "set_eval_frame_callback", py::reinterpret_steal<py::object>(setter));
   m.def("get_eval_frame_callback", &get_eval_frame_callback);
   m.attr("RUN_ONLY") = run_only_callback();
+  m.attr("RUN_UNCAPTURED") = run_uncaptured_marker();
   m.def("is_hook_installed", &is_hook_installed);
   m.def(
       "disable_wrapper",
@@ -150,7 +151,7 @@ void bind_cache(py::module_& m) {
       "reset_code",
       [](py::handle code) { reset_extra_state(as_code(code, "reset_code")); },
       py::arg("code"),
-      "Drop a code object's cache entries and its skip mark.");
+      "Drop a code object's cache entries and its skip, run-only and uncaptured marks.");
   m.def(
       "cache_entries",
       [](py::handle code) {
@@ -181,6 +182,16 @@ void bind_cache(py::module_& m) {
       py::arg("code"),
       "Whether the code object runs its cache entries only (the callback "
       "returned RUN_ONLY for it).");
+  m.def(
+      "is_code_uncaptured",
+      [](py::handle code) {
+        ExtraState* extra =
+            get_extra_state(as_code(code, "is_code_uncaptured"));
+        return extra != nullptr && extra->uncaptured;
+      },
+      py::arg("code"),
+      "Whether frames of the code object, and the frames they start, run with "
+      "the thread's callback suspended (the callback returned RUN_UNCAPTURED).");
 }
 
 void bind_guards(py::module_& m) {

@@ -45,6 +45,11 @@ struct ThreadCaptureState {
   // The next frame of this code object runs unmodified: it is the transformed
   // code the hook itself is about to call. BORROWED, compared by address only.
   PyCodeObject* run_unmodified = nullptr;
+  // The frame this thread's hook is passing to the previous evaluator. When the
+  // chain of evaluators leads back to the hook with the same frame (another
+  // PEP 523 tool, e.g. torch.compile's, installed below and above ours), the
+  // hook runs it with CPython's own evaluator instead of forwarding again.
+  compat::Frame* forwarding = nullptr;
   bool watching_exit = false; // a thread-exit capsule is in the thread dict
 };
 
@@ -57,6 +62,8 @@ PyObject* cleanup_placeholder = nullptr; // STRONG, lives for the process
 PyTypeObject* disabled_callable_type = nullptr; // STRONG
 // The RUN_ONLY sentinel (a builtin function returning None), STRONG.
 PyObject* run_only_sentinel = nullptr;
+// The RUN_UNCAPTURED marker (a builtin function returning None), STRONG.
+PyObject* run_uncaptured_sentinel = nullptr;
 // Held by the thread whose callback is compiling (one compile at a time, so
 // two threads never translate the same frame at once and the second one
 // finds the first one's entry). Waited for with the GIL released.
@@ -86,8 +93,31 @@ PyObject* run_unmodified(
     PyThreadState* tstate,
     compat::Frame* frame,
     int throwflag) {
-  return previous_eval(tstate, frame, throwflag);
+  compat::EvalFrameFn next = previous_eval;
+  if (next == compat::default_eval_frame_function()) {
+    return next(tstate, frame, throwflag);
+  }
+  // Another evaluator is chained: remember the frame so a chain that leads
+  // back here (ours -> theirs -> ours) ends in CPython's evaluator.
+  ThreadCaptureState& state = tls_state;
+  compat::Frame* outer = state.forwarding;
+  state.forwarding = frame;
+  PyObject* result = next(tstate, frame, throwflag);
+  state.forwarding = outer;
+  return result;
 }
+
+void update_hook();
+
+// Runs the frame unmodified with this thread's callback suspended, so neither
+// the frame nor the frames it starts are captured, and restores the callback
+// afterwards. The thread still counts as having a callback (the hook stays
+// installed). A callback set meanwhile and not restored is dropped.
+PyObject* run_uncaptured(
+    PyThreadState* tstate,
+    compat::Frame* frame,
+    int throwflag,
+    ThreadCaptureState& state);
 
 // Releases the frame that transformed code (or a failed callback) replaced and
 // passes `result` (NEW reference, or nullptr with an exception set) through.
@@ -361,6 +391,9 @@ PyObject* compile_frame(
   if (found_after_wait) {
     Py_DECREF(callback);
     ExtraState* extra = get_extra_state(code);
+    if (extra != nullptr && extra->uncaptured) {
+      return run_uncaptured(tstate, frame, 0, state);
+    }
     if (hit < 0 || extra == nullptr ||
         static_cast<size_t>(hit) >= extra->entries.size()) {
       return run_unmodified(tstate, frame, 0);
@@ -383,7 +416,8 @@ PyObject* compile_frame(
     extra->run_only = true;
     return run_unmodified(tstate, frame, 0);
   }
-  if (result == Py_None) {
+  if (result == Py_None || result == run_uncaptured_sentinel) {
+    bool uncaptured = result == run_uncaptured_sentinel;
     Py_DECREF(result);
     Py_DECREF(callback);
     extra = get_or_create_extra_state(code);
@@ -391,6 +425,10 @@ PyObject* compile_frame(
       return finish_frame(tstate, frame, nullptr);
     }
     extra->skip = true;
+    if (uncaptured) {
+      extra->uncaptured = true;
+      return run_uncaptured(tstate, frame, 0, state);
+    }
     return run_unmodified(tstate, frame, 0);
   }
   if (!validate_entry(result, code) ||
@@ -409,6 +447,29 @@ PyObject* compile_frame(
   return run_entry(tstate, frame, extra->entries.front(), function, values);
 }
 
+PyObject* run_uncaptured(
+    PyThreadState* tstate,
+    compat::Frame* frame,
+    int throwflag,
+    ThreadCaptureState& state) {
+  PyObject* suspended = state.callback; // STRONG, moved out
+  state.callback = nullptr; // threads_with_callback unchanged
+  PyObject* result = run_unmodified(tstate, frame, throwflag);
+  PyObject* leftover = nullptr;
+  if (state.callback != nullptr) { // set inside and never restored
+    // Dropped after the callback is restored: its destructor may run Python.
+    leftover = state.callback;
+    state.callback = nullptr;
+    --threads_with_callback;
+  }
+  state.callback = suspended;
+  if (leftover != nullptr) {
+    update_hook();
+    compat::decref_keeping_error(leftover);
+  }
+  return result;
+}
+
 // --- the hook
 // -----------------------------------------------------------------------
 
@@ -417,6 +478,9 @@ PyObject* eval_frame_hook(
     compat::Frame* frame,
     int throwflag) {
   ThreadCaptureState& state = tls_state;
+  if (frame == state.forwarding) { // came back through another evaluator
+    return compat::default_eval_frame_function()(tstate, frame, throwflag);
+  }
   PyCodeObject* code = compat::frame_code(frame);
   if (state.run_unmodified == code) {
     state.run_unmodified = nullptr;
@@ -431,6 +495,9 @@ PyObject* eval_frame_hook(
   }
   ExtraState* extra = get_extra_state(code);
   if (extra != nullptr && extra->skip) {
+    if (extra->uncaptured) {
+      return run_uncaptured(tstate, frame, throwflag, state);
+    }
     return run_unmodified(tstate, frame, throwflag);
   }
   PyObject* function = compat::frame_function(frame);
@@ -470,13 +537,20 @@ PyObject* eval_frame_hook(
 // --- installing
 // -----------------------------------------------------------------------
 
+// Installing while another evaluator is on top puts ours above it, chaining to
+// it; that evaluator may itself chain to ours (installed above ours earlier:
+// torch.compile's does), which the hook's `forwarding` check turns into one
+// extra hop instead of endless recursion. Also re-installs ours when another
+// tool removed it while a thread still has a callback (torch.compile's hook,
+// when its last region ends, restores whatever it found when it was
+// installed).
 void update_hook() {
-  if (threads_with_callback > 0 && !hook_installed) {
+  if (threads_with_callback > 0) {
     compat::EvalFrameFn current = compat::get_eval_frame_function();
     if (current != &eval_frame_hook) {
       previous_eval = current;
+      compat::set_eval_frame_function(&eval_frame_hook);
     }
-    compat::set_eval_frame_function(&eval_frame_hook);
     hook_installed = true;
   } else if (threads_with_callback == 0 && hook_installed) {
     // Someone may have installed their own evaluator on top (chaining to us):
@@ -636,6 +710,16 @@ PyMethodDef run_only_def = {
     "the frame's code object does the same from then on. Calling it returns "
     "None."};
 
+PyMethodDef run_uncaptured_def = {
+    "RUN_UNCAPTURED",
+    reinterpret_cast<PyCFunction>(&run_only_call),
+    METH_VARARGS | METH_KEYWORDS,
+    "torch_plugin._C.RUN_UNCAPTURED: returned by a callback, the frame's code "
+    "object runs unmodified from then on, and so does every frame it starts: "
+    "the thread's callback is suspended while it runs (the entry points of "
+    "another frame evaluator's region, e.g. torch.compile's). Calling it "
+    "returns None."};
+
 } // namespace
 
 void init_eval_frame() {
@@ -648,6 +732,12 @@ void init_eval_frame() {
   if (run_only_sentinel == nullptr) {
     run_only_sentinel = PyCFunction_New(&run_only_def, nullptr);
     if (run_only_sentinel == nullptr) {
+      throw py::error_already_set();
+    }
+  }
+  if (run_uncaptured_sentinel == nullptr) {
+    run_uncaptured_sentinel = PyCFunction_New(&run_uncaptured_def, nullptr);
+    if (run_uncaptured_sentinel == nullptr) {
       throw py::error_already_set();
     }
   }
@@ -696,6 +786,10 @@ py::object get_eval_frame_callback() {
 
 py::object run_only_callback() {
   return py::reinterpret_borrow<py::object>(run_only_sentinel);
+}
+
+py::object run_uncaptured_marker() {
+  return py::reinterpret_borrow<py::object>(run_uncaptured_sentinel);
 }
 
 bool is_hook_installed() {

@@ -53,6 +53,12 @@ pybind11::object get_eval_frame_callback();
 // entries but never compiles again.
 pybind11::object run_only_callback();
 
+// The RUN_UNCAPTURED sentinel: returned by a callback for a frame, the code
+// object is marked so that its frames, and every frame they start, run
+// unmodified with the thread's callback suspended (for the entry points of
+// another frame evaluator's region, such as torch.compile's wrapper).
+pybind11::object run_uncaptured_marker();
+
 // Whether torch_plugin's function is the interpreter's frame evaluator now.
 bool is_hook_installed();
 

@@ -71,6 +71,7 @@ void reset_extra_state(PyCodeObject* code) {
   dropped.swap(extra->entries);
   extra->skip = false;
   extra->run_only = false;
+  extra->uncaptured = false;
   // `dropped` dies here; its decrefs may run Python code that touches `extra`.
 }
 

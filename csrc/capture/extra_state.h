@@ -50,6 +50,10 @@ struct ExtraState {
   // calling the callback (set when the callback returns RUN_ONLY, e.g. at
   // config.cache_size_limit).
   bool run_only = false;
+  // With `skip`: frames of this code object, and every frame they start, run
+  // with the thread's callback suspended (set when the callback returns
+  // RUN_UNCAPTURED: another frame evaluator's region, e.g. torch.compile's).
+  bool uncaptured = false;
 };
 
 // Requests the co_extra slot; call once from module init. Throws on failure.
@@ -69,8 +73,8 @@ void add_entry_front(ExtraState& extra, CacheEntry entry);
 // Moves entries[index] to the front (most recently used).
 void move_entry_to_front(ExtraState& extra, size_t index);
 
-// Drops the entries and the skip and run-only marks. Entries are destroyed
-// after the state is updated, so code run by their destructors sees a
+// Drops the entries and the skip, run-only and uncaptured marks. Entries are
+// destroyed after the state is updated, so code run by their destructors sees a
 // consistent (empty) state.
 void reset_extra_state(PyCodeObject* code);
 

@@ -109,6 +109,21 @@ inline void set_eval_frame_function(EvalFrameFn fn) {
   _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), fn);
 }
 
+// Py_DECREF(obj) with the current exception (if any) kept across it, since
+// the destructor may run Python code.
+inline void decref_keeping_error(PyObject* obj) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject* raised = PyErr_GetRaisedException();
+  Py_DECREF(obj);
+  PyErr_SetRaisedException(raised);
+#else
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  Py_DECREF(obj);
+  PyErr_Restore(type, value, traceback);
+#endif
+}
+
 inline EvalFrameFn default_eval_frame_function() {
   return &_PyEval_EvalFrameDefault;
 }

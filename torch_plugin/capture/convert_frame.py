@@ -20,7 +20,7 @@ import torch.fx
 
 from .. import config
 from ..backends.registry import BackendCompilerFailed
-from . import dynamic_shapes
+from . import dynamic_shapes, torch_compile_interop
 from .bytecode_emission import make_transformed_code
 from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
@@ -163,6 +163,11 @@ class ConvertFrame:
         from torch_plugin import _C
 
         code = frame.f_code
+        action = torch_compile_interop.frame_action(frame.f_func, code)
+        if action is not None:
+            seen_code_objects.add(code)
+            log.debug("%s: %s frame of %s", action, "torch.compile", code.co_qualname)
+            return _C.RUN_UNCAPTURED if action == torch_compile_interop.REGION else None
         reason = skip_reason(code)
         if (
             reason is None

@@ -16,6 +16,7 @@ import torch
 
 from . import dynamic_shapes
 from .convert_frame import ConvertFrame, seen_code_objects, stats
+from .torch_compile_interop import resume_dynamo, skip_in_dynamo, suspend_dynamo
 
 _callbacks: dict = {}
 
@@ -58,13 +59,16 @@ class OptimizeContext:
     def __enter__(self):
         from torch_plugin import _C
 
-        self._prev.append(_C.set_eval_frame_callback(self.callback))
+        dynamo_prior = suspend_dynamo()  # torch.compile's callback is off inside ours
+        self._prev.append((_C.set_eval_frame_callback(self.callback), dynamo_prior))
         return self
 
     def __exit__(self, *exc) -> None:
         from torch_plugin import _C
 
-        _C.set_eval_frame_callback(self._prev.pop())
+        prev, dynamo_prior = self._prev.pop()
+        _C.set_eval_frame_callback(prev)
+        resume_dynamo(dynamo_prior)
 
     def __call__(self, fn: Any) -> Any:
         from torch_plugin import _C
@@ -79,13 +83,18 @@ class OptimizeContext:
 
         @functools.wraps(fn)
         def optimized(*args, **kwargs):
+            dynamo_prior = suspend_dynamo()  # torch.compile's callback is off inside ours
             prev = _C.set_eval_frame_callback(callback)
             try:
                 return fn(*args, **kwargs)
             finally:
                 _C.set_eval_frame_callback(prev)
+                resume_dynamo(dynamo_prior)
 
         optimized._torchplugin_original = fn  # the translator inlines fn when it meets this wrapper
+        # torch.compile, tracing a caller of this wrapper, calls it instead of tracing it.
+        optimized._torchdynamo_disable = True
+        skip_in_dynamo(optimized.__code__)
         return optimized
 
 

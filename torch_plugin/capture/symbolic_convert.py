@@ -25,6 +25,7 @@ import types
 
 import torch
 
+from . import torch_compile_interop
 from .container_instructions import ContainerInstructions
 from .exc import Unsupported, UserSourceLocation, unimplemented
 from .output_graph import OutputGraph
@@ -328,6 +329,10 @@ class InstructionTranslatorBase(ContainerInstructions):
             unimplemented(f"call to coroutine/async function {code.co_name}")
         if self.depth >= MAX_INLINE_DEPTH:
             unimplemented("inlining too deep (recursion?)")
+        if isinstance(fn_var, UserFunctionVariable):  # e.g. a disabled method: obj.method
+            reason = torch_compile_interop.call_reason(fn_var.fn)
+            if reason is not None:
+                unimplemented(reason)
         from .skipfiles import check_inline, is_pure_stdlib
 
         if isinstance(fn_var, UserFunctionVariable) and is_pure_stdlib(code):

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .. import torch_compile_interop
 from ..sources import ItemSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable, is_immutable
@@ -301,6 +302,11 @@ def _wrap_callable(tx, value, source) -> VariableTracker:
         from .functions import DisabledFunctionVariable
 
         return DisabledFunctionVariable(value, source)
+    reason = torch_compile_interop.call_reason(value)
+    if reason is not None:  # torch.compile'd or torch.compiler.disable'd: never traced
+        from .functions import DisabledFunctionVariable
+
+        return DisabledFunctionVariable(value, source, reason)
     if _is_torch_callable(value):
         return TorchFunctionVariable(value, source)
     if isinstance(value, types.FunctionType):

@@ -245,11 +245,17 @@ class PartialVariable(VariableTracker):
 
 
 class DisabledFunctionVariable(CallableVariable):
-    """A function wrapped by ``torch_plugin.disable``: calling it is a graph break (it runs in
-    CPython, with capture off)."""
+    """A function wrapped by ``torch_plugin.disable``, marked by ``torch.compiler.disable``, or
+    compiled by ``torch.compile``: calling it is a graph break (it runs in CPython, outside
+    capture; see torch_compile_interop)."""
+
+    def __init__(self, fn, source=None, reason: str | None = None) -> None:
+        super().__init__(fn, source)
+        self.reason = reason
 
     def call_function(self, tx, args, kwargs):
         unimplemented(
-            f"call to {getattr(self.fn, '__qualname__', self.fn)}, run with capture off"
+            self.reason
+            or f"call to {getattr(self.fn, '__qualname__', self.fn)}, run with capture off"
             " (torch_plugin.disable, torch.utils.checkpoint)"
         )

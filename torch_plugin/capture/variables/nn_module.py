@@ -19,6 +19,7 @@ import types
 
 import torch
 
+from .. import torch_compile_interop
 from ..exc import unimplemented
 from ..sources import AttrSource
 from .base import VariableTracker
@@ -181,6 +182,9 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         m = self.module
+        reason = torch_compile_interop.module_call_reason(m)
+        if reason is not None:
+            unimplemented(reason)
         if _has_hooks(m):
             unimplemented(f"call of {type(m).__name__} with forward/backward hooks")
         form = functional_form(m)
