@@ -119,7 +119,12 @@ class Reconstructor:
         side-effect replay's own objects when it built them)."""
         for child in _children(var):
             self.prepare(child)
-        if not isinstance(var, (ListVariable, ConstDictVariable)) or var.source is not None:
+        from .variables.model_output import ModelOutputVariable
+
+        if (
+            not isinstance(var, (ListVariable, ConstDictVariable, ModelOutputVariable))
+            or var.source is not None
+        ):
             return
         if id(var) in self.temps:
             return

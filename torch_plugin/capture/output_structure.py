@@ -61,6 +61,7 @@ def flatten_output(var: VariableTracker, outputs: list[TensorVariable], output_g
             "model_output",
             var.cls,
             [(k, flatten_output(v, outputs, output_graph)) for k, v in var.fields.items()],
+            id(var),
         )
     if var.source is not None or _is_stable_object(var):
         try:
@@ -123,7 +124,13 @@ def rebuild(spec: tuple, tensors, memo: dict | None = None, args: tuple = ()) ->
         out.update((k, rebuild(s, tensors, memo, args)) for k, s in spec[2])
         return out
     if kind == "model_output":
-        return spec[1](**{k: rebuild(s, tensors, memo, args) for k, s in spec[2]})
+        # built once per variable, like lists and dicts: a ModelOutput reached twice (a local
+        # and a return value, a replayed attribute) is one object, so a later attribute
+        # write (CLIP's ``outputs.pooler_output = ...``) lands on the object returned
+        if spec[3] in memo:
+            return memo[spec[3]]
+        out = memo[spec[3]] = spec[1](**{k: rebuild(s, tensors, memo, args) for k, s in spec[2]})
+        return out
     raise AssertionError(f"unknown output spec {kind}")
 
 

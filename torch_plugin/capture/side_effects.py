@@ -146,7 +146,11 @@ def _collect_ids(spec: tuple, out: set) -> None:
     elif kind == "tuple":
         for s in spec[1]:
             _collect_ids(s, out)
-    elif kind in ("namedtuple", "model_output"):
+    elif kind == "model_output":
+        out.add(spec[3])
+        for _key, s in spec[2]:
+            _collect_ids(s, out)
+    elif kind == "namedtuple":
         for s in spec[2]:
             _collect_ids(
                 s[1] if isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], str) else s, out

@@ -381,3 +381,32 @@ def _calls_scripted_module(x):
 )
 def test_torchscript_is_inlined_or_breaks(backend, fn):
     run_against_eager(backend, fn, [(torch.randn(n, n),) for n in (8, 8, 10)])
+
+
+# --- 2b. a ModelOutput reached twice across a graph break is one object --------------------
+def _model_output_attribute_write_across_break(x, proj):
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    out = BaseModelOutputWithPooling(last_hidden_state=x * 2, pooler_output=x.sum(0))
+    keep = [out]
+    print(end="")  # a graph break: `out` is rebuilt for the resume function, once
+    out.pooler_output = proj(out.pooler_output)
+    return keep[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_model_output_rebuilt_once_across_graph_break(backend):
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(4, 2)
+
+    torch_plugin.reset()
+    opt = torch_plugin.optimize(backend)(_model_output_attribute_write_across_break)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        want = _model_output_attribute_write_across_break(x, proj)
+        got = opt(x, proj)
+        assert type(got) is type(want)
+        assert _same(got.pooler_output, want.pooler_output)
+        assert _same(got.last_hidden_state, want.last_hidden_state)
+    torch_plugin.reset()
