@@ -262,17 +262,6 @@ SLOW = pytest.mark.slow
 BACKENDS = ["eager", "aot_eager", "plugin"]
 
 
-# Failures outside capture's effects, fixed separately (remove the mark with the fix):
-KNOWN = {
-    # ``attn_mask[h0:h1, w0:w1] = count`` (tensor setitem) is dropped from the graph
-    "swin_t": "tensor setitem t[i] = v dropped from the graph (swin's shifted-window mask)",
-    # T5's _shift_right builds decoder_input_ids with ``shifted[..., 1:] = ...``
-    "t5": "tensor setitem t[i] = v dropped from the graph (T5 _shift_right)",
-    # ``outputs.pooler_output = ...`` on a ModelOutput across a graph break is lost
-    "clip": "ModelOutput attribute write across a graph break lost (CLIP pooler_output)",
-}
-
-
 def _params():
     fast = {
         ("resnet18", "eager"),
@@ -288,8 +277,6 @@ def _params():
     for make in (resnet18, mobilenet_v3_large, swin_t, googlenet, bert, gpt2, clip, t5):
         for backend in BACKENDS:
             marks = [] if (make.__name__, backend) in fast else [SLOW]
-            if make.__name__ in KNOWN:
-                marks.append(pytest.mark.xfail(reason=KNOWN[make.__name__], strict=True))
             yield pytest.param(make, backend, id=f"{make.__name__}-{backend}", marks=marks)
 
 
