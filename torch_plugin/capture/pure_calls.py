@@ -76,6 +76,8 @@ PURE_FUNCTIONS = frozenset(
         torch.Tensor.element_size,
         torch.Tensor.get_device,
         torch._C._get_tracing_state,
+        # Usage telemetry (torchvision ops and models call it): no state a program can read.
+        torch._C._log_api_usage_once,
         torch.compiler.is_exporting,
         torch.get_autocast_dtype,
         torch.get_autocast_cpu_dtype,
