@@ -28,6 +28,7 @@ and compares it with eager's. :func:`check` is the one-line form for hand-writte
 from __future__ import annotations
 
 import copy
+import copyreg
 import dataclasses
 import io
 import math
@@ -40,6 +41,16 @@ import torch
 import torch_plugin
 
 DEFAULT_BACKENDS = ("eager", "aot_eager", "plugin")
+
+
+def _stringio(value: str, pos: int) -> io.StringIO:
+    buf = io.StringIO(value)
+    buf.seek(pos)
+    return buf
+
+
+# Worlds are deep-copied; a StringIO (a print target) copies with its contents and position.
+copyreg.pickle(io.StringIO, lambda b: (_stringio, (b.getvalue(), b.tell())))
 
 # (rtol, atol) per backend. eager and aot_eager run the same ATen kernels as eager PyTorch
 # (aot_eager after decompositions), so they are exact up to the rounding of a decomposed or
@@ -81,6 +92,20 @@ class Mismatch:
 
     def __str__(self) -> str:
         return f"[{self.backend}] call {self.call}: {self.path}: {self.what}"
+
+
+def signature(m: Mismatch) -> tuple:
+    """A coarse class of a mismatch: backend, the observable's root and the kind of
+    difference (values / length / identity / raised...)."""
+    root = m.path.replace("'", "").split("[")[0].split(" ")[0]
+    what = m.what.split("\n")[0]
+    if what.startswith("values differ"):
+        what = "values differ"
+    elif "raised" in what:
+        what = what[:80]
+    else:
+        what = " ".join(what.split(" ")[:3])
+    return (m.backend, root, what)
 
 
 class DifferentialError(AssertionError):

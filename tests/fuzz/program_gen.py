@@ -15,7 +15,8 @@ and graph breaks (print to a StringIO, ``.item()``, ``.tolist()``, data-dependen
 
 ``inputs(call)`` in the same source builds each call's arguments: calls 0 and 1 have the
 same shapes and Python values (1 must hit the cache), call 2 changes one thing (a size, an
-int, a bool, a list length) so it recompiles.
+int, a bool, a float, a list length) so it recompiles, and call 3 changes it once more
+(automatic dynamic makes the second recompile symbolic: its own code path).
 
 Shapes: 2-D tensors are (R, C), with R = 3..6 changing between calls and C = 2..4 fixed per
 program; variables are tracked by "kind": RC (R, C), R (R,), C (C,), S (scalar), CC (C, C).
@@ -677,11 +678,14 @@ class _Gen:
         variant = rng.choice(["shape", "int", "int", "flag", "float", "list", "global"])
         n0 = rng.choice([0, 1, 1, 2, 3])
         n2 = {0: 1, 1: 2, 2: 1, 3: 0}[n0] if variant == "int" else n0
+        n3 = {0: 2, 1: 0, 2: 3, 3: 1}[n0] if variant == "int" else n0
         R2 = rng.choice([r for r in (3, 4, 5, 6) if r != R0]) if variant == "shape" else R0
+        R3 = rng.choice([r for r in (3, 4, 5, 6) if r not in (R0, R2)]) if variant == "shape" else R0
         flag0 = rng.random() < 0.5
         flag2 = (not flag0) if variant == "flag" else flag0
         s0 = rng.choice([0.0, 1.0, 0.5, 2.0])
         s2 = {0.0: 1.0, 1.0: 0.0, 0.5: 2.0, 2.0: 0.5}[s0] if variant == "float" else s0
+        s3 = {0.0: 0.5, 1.0: 2.0, 0.5: 0.0, 2.0: 1.0}[s0] if variant == "float" else s0
         extra = 2 if variant == "list" else 0
         lst_src = rng.choice(["fresh", "fresh", "G_LIST", "G_OBJ.items"])
         obj_src = rng.choice(["fresh", "fresh", "G_OBJ"])
@@ -707,19 +711,21 @@ class _Gen:
             params.append("w")
             self.features.add("requires-grad")
         inputs_src = [
-            f"R = {R0} if call < 2 else {R2}",
-            f"n = {n0} if call < 2 else {n2}",
-            f"flag = {flag0} if call < 2 else {flag2}",
-            f"s = {s0} if call < 2 else {s2}",
+            f"R = ({R0}, {R0}, {R2}, {R3})[call]",
+            f"n = ({n0}, {n0}, {n2}, {n3})[call]",
+            f"flag = ({flag0}, {flag0}, {flag2}, {flag0})[call]",
+            f"s = ({s0}, {s0}, {s2}, {s3})[call]",
             "x = torch.randn(R, " + str(C) + ")",
             f"y = torch.randn({C})",
         ]
         if lst_src == "fresh":
-            inputs_src.append(f"lst = [torch.randn({C}), 1] + [torch.randn({C})] * "
-                              f"({extra} if call == 2 else 0)")
+            inputs_src.append(
+                f"lst = [torch.randn({C}), 1] + [torch.randn({C})] * ({extra} * (call >= 2))"
+            )
         else:
             inputs_src.append(f"lst = {lst_src}")
-            inputs_src.append(f"if call == 2:\n        lst += [0] * {extra}")
+            if extra:
+                inputs_src.append(f"if call >= 2:\n        lst += [0] * {extra}")
         if d_src == "fresh":
             inputs_src.append(f'd = {{"a": torch.randn({C}), "n": n}}')
         else:
@@ -777,6 +783,13 @@ FEATURES = (
 )
 
 
+# Calls per program: 0 compiles, 1 hits the cache (fresh values, same shapes and Python
+# values), 2 changes one thing (a size, an int, a bool, a float, a list length) and
+# recompiles, 3 changes it again: the second recompile of a frame is the first with
+# automatic dynamic sizes and ints, a path of its own.
+N_CALLS = 4
+
+
 def generate(seed: int, exclude=()) -> Program:
     """The program for ``seed``; ``exclude`` names statement families (FEATURES) to leave
     out, e.g. to look past a known bug (the same seed then gives another program)."""
@@ -804,7 +817,7 @@ def build_world(source: str, name: str = "fuzz_program"):
         exec(code, mod.__dict__)
         ns = mod.__dict__
         fn = ns["make"]()
-        calls = [lambda i=i: ns["inputs"](i) for i in range(3)]
+        calls = [lambda i=i: ns["inputs"](i) for i in range(N_CALLS)]
         return differential.World(fn, calls, {"globals": ns})
 
     return build

@@ -28,18 +28,7 @@ import differential  # noqa: E402
 import program_gen  # noqa: E402
 
 
-def signature(m: differential.Mismatch) -> tuple:
-    """A coarse class of a mismatch: backend, the observable's root and the kind of
-    difference (values / length / identity / raised...)."""
-    root = m.path.replace("'", "").split("[")[0].split(" ")[0]
-    what = m.what.split("\n")[0]
-    if what.startswith("values differ"):
-        what = "values differ"
-    elif "raised" in what:
-        what = what[:80]
-    else:
-        what = " ".join(what.split(" ")[:3])
-    return (m.backend, root, what)
+signature = differential.signature
 
 
 def _fails_like(backend: str, sig: tuple):
