@@ -421,9 +421,7 @@ def _run_world(
         ids: dict = {}
         snap = [(k, snapshot(v, ids)) for k, v in observed.items()]
         _restore_global_state()
-        results.append(
-            CallResult(snap, list(torch_plugin.stats.failures) if backend else [])
-        )
+        results.append(CallResult(snap, list(torch_plugin.stats.failures) if backend else []))
         del out
     return results
 
@@ -495,7 +493,9 @@ def _copying_factory(
     Globals are restored in place: the namespace dicts in ``observe`` get their original
     entries back (deep-copied) before each run, since the function reads its real globals."""
     namespaces = {k: v for k, v in (observe or {}).items() if isinstance(v, dict)}
-    original_ns = {k: {n: v for n, v in d.items() if not _skip_global(n, v)} for k, d in namespaces.items()}
+    original_ns = {
+        k: {n: v for n, v in d.items() if not _skip_global(n, v)} for k, d in namespaces.items()
+    }
     original = (list(calls), dict(observe or {}), list(kwargs) if kwargs else None, fn, original_ns)
     # Copy once now, so the runs never touch (nor depend on later changes to) the originals.
     pristine = copy.deepcopy(original, memo={id(d): d for d in namespaces.values()})

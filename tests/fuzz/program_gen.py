@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import typing
 from collections.abc import Callable
 
-PRELUDE = '''\
+PRELUDE = """\
 import io
 import torch
 
@@ -73,7 +74,7 @@ def helper_obj(o, t):
     o.n = o.n + 1
     o.t = o.t + t
     return o.t
-'''
+"""
 
 
 @dataclasses.dataclass
@@ -270,11 +271,14 @@ class _Gen:
                 [
                     lambda: f"({self.expr('RC', d)} @ {self.expr('CC', d)})",
                     lambda: f"torch.softmax({self.expr('RC', d)}, dim=-1)",
-                    lambda: f"torch.cat([{self.expr('RC', d)}, {self.expr('RC', d)}], dim=0)"
-                    f".reshape(2, -1, {C}).sum(0)",
+                    lambda: (
+                        f"torch.cat([{self.expr('RC', d)}, {self.expr('RC', d)}], dim=0)"
+                        f".reshape(2, -1, {C}).sum(0)"
+                    ),
                     lambda: f"torch.stack([{self.expr('RC', d)}, {self.expr('RC', d)}]).amax(0)",
-                    lambda: f"torch.cat([{self.expr('RC', d)}, {self.expr('RC', d)}], dim=1)"
-                    f"[:, :{C}]",
+                    lambda: (
+                        f"torch.cat([{self.expr('RC', d)}, {self.expr('RC', d)}], dim=1)[:, :{C}]"
+                    ),
                     lambda: f"{self.expr('RC', d)}.t().contiguous().t()",
                     lambda: f"{self.expr('RC', d)}.reshape(-1, {C})",
                     lambda: f"torch.outer({self.expr('R', d)}, {self.expr('C', d)})",
@@ -367,7 +371,7 @@ class _Gen:
                 return fn(top, depth)
         return self.s_assign(top, depth)
 
-    _EXCLUDE_NAME = {
+    _EXCLUDE_NAME: typing.ClassVar[dict] = {
         "s_setitem": "setitem",
         "s_view_mutation": "view-mutation",
         "s_generator": "generator",
@@ -480,7 +484,6 @@ class _Gen:
 
     def s_container(self, top, depth):
         self.features.add("containers")
-        C = self.C
         forms = [
             lambda: f"lst.append({self.expr('C')})",
             lambda: f"G_LIST.append({self.expr(self.pick(['C', 'S']))})",
@@ -578,7 +581,9 @@ class _Gen:
         if c < 0.35:
             body = [f"{t} = {t} + i"] if t != "x" else [f"acc_{depth} = x * i"]
             body = body + self.body(depth, 1)
-            return [Block(f"for i in range({self.pick(['n', '2', 'len(lst)', 'obj.n % 3'])}):", body)]
+            return [
+                Block(f"for i in range({self.pick(['n', '2', 'len(lst)', 'obj.n % 3'])}):", body)
+            ]
         if c < 0.55 and acc is not None:
             return [Block(f"for row in {t}:", [f"{acc} = {acc} + row"])]
         if c < 0.75 and acc is not None:
@@ -626,8 +631,7 @@ class _Gen:
             target = self.assign_target(False, kind)
             if not target:
                 return []
-            other = "M" if kind == "RC" else "M"
-            body = [f"{target} = ({self.expr(kind)} @ {other}).float()"]
+            body = [f"{target} = ({self.expr(kind)} @ M).float()"]
         else:
             body = self.body(depth)
         return [Block(header, body)]
@@ -680,7 +684,9 @@ class _Gen:
         n2 = {0: 1, 1: 2, 2: 1, 3: 0}[n0] if variant == "int" else n0
         n3 = {0: 2, 1: 0, 2: 3, 3: 1}[n0] if variant == "int" else n0
         R2 = rng.choice([r for r in (3, 4, 5, 6) if r != R0]) if variant == "shape" else R0
-        R3 = rng.choice([r for r in (3, 4, 5, 6) if r not in (R0, R2)]) if variant == "shape" else R0
+        R3 = (
+            rng.choice([r for r in (3, 4, 5, 6) if r not in (R0, R2)]) if variant == "shape" else R0
+        )
         flag0 = rng.random() < 0.5
         flag2 = (not flag0) if variant == "flag" else flag0
         s0 = rng.choice([0.0, 1.0, 0.5, 2.0])
@@ -814,7 +820,7 @@ def build_world(source: str, name: str = "fuzz_program"):
 
     def build():
         mod = types.ModuleType(name)
-        exec(code, mod.__dict__)
+        exec(code, mod.__dict__)  # noqa: S102 - the generated program
         ns = mod.__dict__
         fn = ns["make"]()
         calls = [lambda i=i: ns["inputs"](i) for i in range(N_CALLS)]

@@ -24,9 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import differential  # noqa: E402
-import program_gen  # noqa: E402
-
+import differential
+import program_gen
 
 signature = differential.signature
 
@@ -56,9 +55,7 @@ def main(argv=None) -> int:
         "autocast: known bugs), see program_gen.FEATURES",
     )
     ap.add_argument("--quiet", action="store_true", help="only the summary")
-    ap.add_argument(
-        "--max-print", type=int, default=3, help="programs printed per mismatch class"
-    )
+    ap.add_argument("--max-print", type=int, default=3, help="programs printed per mismatch class")
     args = ap.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
     exclude = [f for f in args.exclude.split(",") if f]
@@ -91,8 +88,10 @@ def main(argv=None) -> int:
             if args.minimize:
                 small = program_gen.minimize(prog, _fails_like(m.backend, sig))
                 ms = program_gen.check_program(small.source(), [m.backend], seed=seed)
-                print(f"--- minimized ({prog.n_statements()} -> {small.n_statements()} "
-                      f"statements): {ms[0] if ms else '(passes now?)'}")
+                print(
+                    f"--- minimized ({prog.n_statements()} -> {small.n_statements()} "
+                    f"statements): {ms[0] if ms else '(passes now?)'}"
+                )
                 print("def make" + small.source().split("\n\n\ndef make")[1])
     dt = time.time() - t0
     n = len(seeds)

@@ -16,9 +16,8 @@ one with ``python tests/fuzz/run.py --replay SEED --backends NAME --minimize``.
 
 import collections
 
-import pytest
-
 import program_gen
+import pytest
 from differential import signature
 
 N_PROGRAMS = 2000

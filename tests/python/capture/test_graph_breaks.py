@@ -8,9 +8,9 @@ capture produced.
 
 import pytest
 import torch
+from differential import World, check, run_case
 
 import torch_plugin
-from differential import World, check, run_case
 
 
 def rand(*shapes):
@@ -154,7 +154,7 @@ def test_break_inside_with_no_grad_keeps_semantics():
             z = y + 1
         return z, torch.is_grad_enabled()
 
-    grad = lambda: (torch.randn(3, requires_grad=True),)  # noqa: E731
+    grad = lambda: (torch.randn(3, requires_grad=True),)
     check(f, grad, grad, lambda: (torch.randn(4, requires_grad=True),))
     opt = torch_plugin.optimize("eager")(f)
     x = torch.randn(3, requires_grad=True)

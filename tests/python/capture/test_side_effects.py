@@ -7,10 +7,9 @@ arguments, globals, objects, module state and identity), then checks what is spe
 
 import pytest
 import torch
-
-import torch_plugin
 from differential import World, check, run_case
 
+import torch_plugin
 
 pytestmark = pytest.mark.usefixtures("fresh_capture")
 
@@ -106,8 +105,13 @@ def test_global_write():
 
     global STEP
     STEP = 0
-    check(f, lambda: (torch.randn(2),), lambda: (torch.randn(2),), lambda: (torch.randn(3),),
-          observe={"globals": globals()})
+    check(
+        f,
+        lambda: (torch.randn(2),),
+        lambda: (torch.randn(2),),
+        lambda: (torch.randn(3),),
+        observe={"globals": globals()},
+    )
     assert STEP == 0  # the harness restores the globals it compared
     x = torch.randn(2)
     opt = torch_plugin.optimize("eager")(f)
