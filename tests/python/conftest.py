@@ -1,5 +1,8 @@
 """pytest configuration shared by all Python tests (markers live here, not in pyproject.toml)."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 
@@ -22,3 +25,11 @@ def fresh_capture():
     torch_plugin.reset()
     yield
     torch_plugin.reset()
+
+
+# The differential harness and the program generator live in tests/fuzz/ (shared with the
+# fuzzing script tests/fuzz/run.py). Tests are imported with --import-mode=importlib, which
+# leaves sys.path alone, so the folder is put on it here; it holds only those helpers.
+_FUZZ_DIR = str(Path(__file__).resolve().parent.parent / "fuzz")
+if _FUZZ_DIR not in sys.path:
+    sys.path.insert(0, _FUZZ_DIR)

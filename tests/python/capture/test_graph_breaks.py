@@ -1,13 +1,21 @@
 """Graph breaks: compile the graph so far, run the unsupported instruction natively, resume.
 
-Each test compares results (and observable state) with eager PyTorch on fresh inputs and
-checks how many graphs and breaks capture produced.
+Each test runs its function through the differential harness (tests/fuzz/differential.py:
+eager PyTorch vs the "eager", "aot_eager" and "plugin" backends over a compiling, a cached
+and a recompiling call, every observable compared), then checks how many graphs and breaks
+capture produced.
 """
 
 import pytest
 import torch
+from differential import World, check, run_case
 
 import torch_plugin
+
+
+def rand(*shapes):
+    """An argument tuple built lazily (the harness seeds the RNG before each call)."""
+    return lambda: tuple(torch.randn(*s) for s in shapes)
 
 
 pytestmark = pytest.mark.usefixtures("fresh_capture")
@@ -21,6 +29,7 @@ def bar(a, b):
 
 
 def test_bar_three_graphs_over_both_signs():
+    check(bar, rand(10, 10), lambda: (torch.randn(10), -torch.rand(10)), rand(12, 12))
     opt = torch_plugin.optimize("eager")(bar)
     x, y = torch.randn(10), torch.rand(10) + 0.1
     torch.testing.assert_close(opt(x, y), bar(x, y))
@@ -37,6 +46,7 @@ def f1(x, y):
 
 
 def test_conditional_expression_both_signs():
+    check(f1, rand(5, 5), lambda: (-torch.rand(5), torch.randn(5)), rand(6, 6))
     opt = torch_plugin.optimize("eager")(f1)
     for sign in (1, -1):
         x, y = torch.rand(5) * sign, torch.randn(5)
@@ -47,6 +57,7 @@ def test_int_argument():
     def f2(x, y):
         return x + y
 
+    check(f2, (torch.randn(3), 2), (torch.randn(3), 2), (torch.randn(3), 3))
     opt = torch_plugin.optimize("eager")(f2)
     x = torch.randn(3)
     torch.testing.assert_close(opt(x, 2), x + 2)
@@ -89,6 +100,7 @@ def test_item_and_tolist():
         y = x * s
         return y + torch.tensor(x.tolist()).sum()
 
+    check(f, rand(3), rand(3), rand(4))
     opt = torch_plugin.optimize("eager")(f)
     for _ in range(2):
         x = torch.randn(3)
@@ -106,6 +118,7 @@ def test_break_inside_inlined_function():
         b = helper(a)
         return b * a
 
+    check(f, rand(5), rand(5), rand(6))
     opt = torch_plugin.optimize("eager")(f)
     x = torch.randn(5)
     torch.testing.assert_close(opt(x), f(x))
@@ -121,6 +134,12 @@ def test_break_inside_loop_keeps_semantics():
                 break
         return total
 
+    check(
+        f,
+        lambda: ([torch.randn(3) for _ in range(4)],),
+        lambda: ([torch.randn(3) for _ in range(4)],),
+        lambda: ([torch.randn(3) for _ in range(5)],),
+    )
     opt = torch_plugin.optimize("eager")(f)
     for _ in range(4):
         xs = [torch.randn(3) for _ in range(4)]
@@ -135,6 +154,8 @@ def test_break_inside_with_no_grad_keeps_semantics():
             z = y + 1
         return z, torch.is_grad_enabled()
 
+    grad = lambda: (torch.randn(3, requires_grad=True),)
+    check(f, grad, grad, lambda: (torch.randn(4, requires_grad=True),))
     opt = torch_plugin.optimize("eager")(f)
     x = torch.randn(3, requires_grad=True)
     got, want = opt(x), f(x)
@@ -153,6 +174,7 @@ def test_break_inside_try_keeps_semantics():
             y = y - 1
         return y
 
+    check(f, rand(3), rand(3), rand(4))
     opt = torch_plugin.optimize("eager")(f)
     x = torch.randn(3)
     torch.testing.assert_close(opt(x), f(x))
@@ -183,6 +205,12 @@ def test_module_with_break_in_forward():
                 h = torch.relu(h)
             return self.b(h)
 
+    def build():
+        torch.manual_seed(0)
+        mod = M()
+        return World(mod, [rand((2, 4)), rand((2, 4)), rand((3, 4))], {"m": mod})
+
+    assert run_case(build) == []
     m = M()
     om = torch_plugin.optimize("eager")(m)
     for _ in range(4):
@@ -245,6 +273,12 @@ def test_user_context_manager_keeps_semantics():
             y = y * 2
         return y - 1
 
+    check(
+        f,
+        lambda: (torch.randn(3), Recorder()),
+        lambda: (torch.randn(3), Recorder()),
+        lambda: (torch.randn(4), Recorder()),
+    )
     rec_opt, rec_eager = Recorder(), Recorder()
     x = torch.randn(3)
     torch.testing.assert_close(torch_plugin.optimize("eager")(f)(x, rec_opt), f(x, rec_eager))
@@ -267,6 +301,12 @@ def test_break_in_submodule_forward():
         def forward(self, x):
             return self.inner(self.lin(x)) + 1
 
+    def build():
+        torch.manual_seed(0)
+        mod = Outer()
+        return World(mod, [rand((2, 3)), rand((2, 3)), rand((4, 3))], {"m": mod})
+
+    assert run_case(build) == []
     m = Outer()
     om = torch_plugin.optimize("eager")(m)
     for _ in range(3):
@@ -281,6 +321,7 @@ def test_unsupported_bytecode_breaks_and_stays_correct():
         s = {int(v) for v in range(3)}  # set comprehension: not modelled, runs in CPython
         return y * len(s)
 
+    check(f, rand(3), rand(3), rand(4))
     opt = torch_plugin.optimize("eager")(f)
     x = torch.randn(3)
     torch.testing.assert_close(opt(x), f(x))

@@ -1,11 +1,15 @@
 """Side effects of captured code are replayed after the graph, in program order, so the state a
-user can observe afterwards equals eager's (compared against the eager result)."""
+user can observe afterwards equals eager's. Each test runs its function through the
+differential harness (tests/fuzz/differential.py: eager PyTorch vs the "eager", "aot_eager"
+and "plugin" backends over a compiling, a cached and a recompiling call, comparing results,
+arguments, globals, objects, module state and identity), then checks what is specific to it.
+"""
 
 import pytest
 import torch
+from differential import World, check, run_case
 
 import torch_plugin
-
 
 pytestmark = pytest.mark.usefixtures("fresh_capture")
 
@@ -17,6 +21,12 @@ def test_list_append_on_input_list_keeps_identity():
         out.append(y + 1)
         return out
 
+    check(
+        f,
+        lambda: (torch.randn(3), []),
+        lambda: (torch.randn(3), []),
+        lambda: (torch.randn(3), [torch.zeros(1)]),  # another length: recompiles
+    )
     x = torch.randn(3)
     out = []
     opt = torch_plugin.optimize("eager")(f)
@@ -36,6 +46,12 @@ def test_dict_mutation_on_input_dict():
         cache.pop("old")
         return cache["a"] * 2
 
+    check(
+        f,
+        lambda: (torch.randn(4), {"old": 1}),
+        lambda: (torch.randn(4), {"old": 1}),
+        lambda: (torch.randn(5), {"old": 2, "new": 3}),
+    )
     x = torch.randn(4)
     cache = {"old": 1}
     got = torch_plugin.optimize("eager")(f)(x, cache)
@@ -60,6 +76,13 @@ def test_attribute_writes_on_objects_and_modules():
         mod.cached = y * 2
         return counter.calls
 
+    c0 = Counter()
+    check(  # one counter and module over the calls: counter.calls changes (guard)
+        f,
+        lambda: (torch.randn(2, 3), c0, lin),
+        lambda: (torch.randn(2, 3), c0, lin),
+        lambda: (torch.randn(4, 3), c0, lin),
+    )
     x = torch.randn(2, 3)
     c = Counter()
     opt = torch_plugin.optimize("eager")(f)
@@ -82,6 +105,14 @@ def test_global_write():
 
     global STEP
     STEP = 0
+    check(
+        f,
+        lambda: (torch.randn(2),),
+        lambda: (torch.randn(2),),
+        lambda: (torch.randn(3),),
+        observe={"globals": globals()},
+    )
+    assert STEP == 0  # the harness restores the globals it compared
     x = torch.randn(2)
     opt = torch_plugin.optimize("eager")(f)
     torch.testing.assert_close(opt(x), x + 1)
@@ -101,6 +132,7 @@ def test_nonlocal_write_per_closure():
 
         return add
 
+    check(make(), lambda: (torch.ones(2),), lambda: (torch.randn(2),), lambda: (torch.randn(2),))
     a, b = make(), make()
     opt_a, opt_b = torch_plugin.optimize("eager")(a), torch_plugin.optimize("eager")(b)
     x = torch.ones(2)
@@ -122,6 +154,11 @@ def test_inplace_op_on_input_and_buffer():
             x.mul_(2)
             return x + self.count
 
+    def build():
+        mod = M()
+        return World(mod, [lambda: (torch.randn(3),)] * 2 + [lambda: (torch.randn(4),)], {"m": mod})
+
+    assert run_case(build) == []
     m = M()
     om = torch_plugin.optimize("eager")(m)
     x = torch.randn(3)
@@ -142,6 +179,12 @@ def test_side_effects_in_order_with_aliasing_and_graph_break():
         log.append(len(shared))
         return shared
 
+    check(
+        f,
+        lambda: (torch.randn(2), [], Counter()),
+        lambda: (torch.randn(2), [], Counter()),
+        lambda: (torch.randn(3), [1], Counter()),
+    )
     x = torch.randn(2)
     log, obj = [], Counter()
     log_e, obj_e = [], Counter()
