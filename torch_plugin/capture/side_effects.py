@@ -29,6 +29,7 @@ class SideEffects:
     def __init__(self) -> None:
         # key -> (kind, target, name, variable); dict order = order of first write.
         self._effects: dict[tuple, tuple[str, Any, Any, VariableTracker]] = {}
+        self._views: list[VariableTracker] = []
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -94,6 +95,10 @@ class SideEffects:
                 target = ("arg", output_graph.runtime_arg(target))
             if kind in ("list", "dict"):
                 items_var = _items_view(var)
+                # The spec names the view by id(); held for the capture's lifetime so no
+                # later variable reuses that id (the replay's memo and the graph-break
+                # reconstruction match containers by it).
+                self._views.append(items_var)
                 spec = flatten_output(items_var, outputs, output_graph)
             else:
                 spec = flatten_output(var, outputs, output_graph)
