@@ -150,6 +150,13 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
             target_pos = pos
     if target_pos is None:
         unimplemented(f"no instruction at offset {spec.target_offset} for a resume function")
+    # A target that opens an exception-table region (the POP_TOP after BEFORE_WITH: a graph
+    # break at `with ctx:` resumes inside the block) has a TryBegin just before it. The jump
+    # must pass through it: `bytecode` computes a region's stack depth from the flow that
+    # enters its TryBegin, and one reached only through the unreachable original code got
+    # no depth (32768 in the table: CPython crashed unwinding to it, fuzz seed 230).
+    while target_pos > 0 and isinstance(abstract[target_pos - 1], (bc.TryBegin, bc.SetLineno)):
+        target_pos -= 1
     lineno = code.co_firstlineno
     target_label = bc.Label()
 

@@ -412,3 +412,52 @@ def test_model_output_rebuilt_once_across_graph_break(backend):
         assert _same(got.pooler_output, want.pooler_output)
         assert _same(got.last_hidden_state, want.last_hidden_state)
     torch_plugin.reset()
+
+
+# --- resume functions that start inside a `with` block ------------------------------------
+class _Suppress(_Recorder):
+    def __exit__(self, *exc):
+        self.log.append("exit")
+        return True  # swallows the exception: CPython unwinds to the block's handler
+
+
+def _raise_inside_with(x, log):
+    y = x + 1
+    with _Suppress(log):  # a graph break constructing it, then one at the `with` itself
+        y = y * 2
+        if x.sum() > 0:  # data-dependent: the resume function inside the block runs as is
+            raise ValueError("swallowed by __exit__")
+        y = y - 1
+    return y + len(log)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exception_inside_with_block_of_a_resume_function(backend):
+    """A resume function entered inside a `with` block had no stack depth for the block's
+    exception-table entry (32768): the first exception unwound into garbage (a segfault,
+    fuzz seed 230)."""
+    argsets = [(torch.randn(3) + (1 if i % 2 else -1) * 5, []) for i in range(4)]
+    run_against_eager(backend, _raise_inside_with, argsets)
+
+
+def test_resume_functions_have_sane_exception_table_depths():
+    """Every exception-table entry of every resume function made while running the case above
+    has a stack depth within the code's stack size (an unset depth was 32768)."""
+    import dis
+
+    from torch_plugin.capture import resume_execution
+
+    torch_plugin.reset()
+    opt = torch_plugin.optimize("eager")(_raise_inside_with)
+    for sign in (1, -1):
+        opt(torch.randn(3) + sign * 5, [])
+    codes = [
+        c
+        for (code, _), c in resume_execution._cache.items()
+        if code.co_name.endswith("_raise_inside_with") or "_raise_inside_with" in code.co_qualname
+    ]
+    assert len(codes) >= 2
+    for code in codes:
+        for entry in dis._parse_exception_table(code):
+            assert entry.depth <= code.co_stacksize, (code.co_qualname, entry)
+    torch_plugin.reset()
