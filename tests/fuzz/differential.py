@@ -504,6 +504,9 @@ def _copying_factory(
         memo = {id(d): d for d in namespaces.values()}
         calls_c, observe_c, kwargs_c, fn_c, ns_c = copy.deepcopy(pristine, memo)
         fn_c = _copy_closure(fn_c, memo)
+        # argument factories (lambdas) that close over objects: one copy per world, shared
+        # by every call through the memo (deepcopy leaves functions themselves alone)
+        calls_c = [_copy_closure(c, memo) if callable(c) else c for c in calls_c]
         for k, d in namespaces.items():
             # restore the globals the function will see, keeping the dict object
             for name in [n for n, v in d.items() if not _skip_global(n, v)]:

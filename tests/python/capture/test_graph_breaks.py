@@ -14,8 +14,9 @@ import torch_plugin
 
 
 def rand(*shapes):
-    """An argument tuple built lazily (the harness seeds the RNG before each call)."""
-    return lambda: tuple(torch.randn(*s) for s in shapes)
+    """An argument tuple built lazily (the harness seeds the RNG before each call): one
+    tensor per shape; an int ``n`` is the 1-d shape ``(n,)``."""
+    return lambda: tuple(torch.randn(*(s if isinstance(s, tuple) else (s,))) for s in shapes)
 
 
 pytestmark = pytest.mark.usefixtures("fresh_capture")
