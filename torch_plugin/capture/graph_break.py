@@ -295,6 +295,35 @@ class _Real(VariableTracker):
         self.value = value
 
 
+def _preload_sourced_values(gen: CodeGen, values: list, replay) -> dict[int, str]:
+    """Values read from a source (a global, an attribute, an item) that the rebuilt stack
+    and locals hold, loaded into temporaries BEFORE the side-effect replay runs: the replay
+    may rebind that source (``t2 = G; G = G + 1``: ``t2`` is the old object, but ``G`` now
+    names the new one; fuzz seed 496). Only needed when there is a replay. Returns
+    id(variable) -> temporary, for :class:`Reconstructor`."""
+    from .symbolic_convert import NullVariable
+
+    out: dict[int, str] = {}
+    if replay is None:
+        return out
+
+    def visit(var: VariableTracker) -> None:
+        if isinstance(var, NullVariable) or id(var) in out:
+            return
+        if var.source is not None:
+            name = f"__tp_pre{len(out)}"
+            var.source.reconstruct(gen)
+            gen.store_fast(name)
+            out[id(var)] = name
+            return
+        for child in _children(var):
+            visit(child)
+
+    for v in values:
+        visit(v)
+    return out
+
+
 def _children(var: VariableTracker) -> list[VariableTracker]:
     if isinstance(var, (TupleVariable, ListVariable)):
         return list(var.items)
@@ -498,6 +527,7 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
         unimplemented("side effects store tensors, but the graph has no operation")
 
     gen = CodeGen(code, tx.f_globals, tx.lineno)
+    preloaded = _preload_sourced_values(gen, [*stack, *local_values.values()], replay)
     graph_out = None
     if compiled is not None:
         graph_out = "__tp_graph_out"
@@ -507,6 +537,7 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
         gen.call(len(output.input_sources))
         gen.store_fast(graph_out)
     rebuild = Reconstructor(gen, graph_out, index if compiled is not None else {})
+    rebuild.temps.update(preloaded)
     if replay is not None:
         gen.load_global(gen.install_global(_ReplayCall(replay), "replay"), push_null=True)
         if graph_out is not None:

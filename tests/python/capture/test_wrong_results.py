@@ -461,3 +461,35 @@ def test_resume_functions_have_sane_exception_table_depths():
         for entry in dis._parse_exception_table(code):
             assert entry.depth <= code.co_stacksize, (code.co_qualname, entry)
     torch_plugin.reset()
+
+
+# --- a source rebound by a replayed side effect keeps its old value in live locals --------
+G_TENSOR = torch.zeros(3)
+
+
+def _old_global_survives_break(x):
+    global G_TENSOR
+    old = G_TENSOR
+    G_TENSOR = G_TENSOR + x
+    if x.sum() > 0:  # a graph break: `old` is rebuilt for the resume function
+        G_TENSOR.add_(1)
+    return old * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rebound_global_keeps_old_object_across_break(backend):
+    """fuzz seed 496: `old` was rebuilt from G['G_TENSOR'] after the replay had rebound it."""
+    global G_TENSOR
+    torch_plugin.reset()
+    opt = torch_plugin.optimize(backend)(_old_global_survives_break)
+    for i in range(4):
+        x = torch.randn(3) + (4 if i % 2 else -4)
+        start = torch.randn(3)
+        G_TENSOR = start.clone()
+        want = _old_global_survives_break(x)
+        want_global = G_TENSOR
+        G_TENSOR = start.clone()
+        got = opt(x)
+        assert _same(want, got), f"call {i}: {got} != {want}"
+        assert _same(want_global, G_TENSOR)
+    torch_plugin.reset()
