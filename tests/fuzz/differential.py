@@ -441,12 +441,21 @@ def compare_runs(
     ref: list[CallResult], got: list[CallResult], backend: str, rtol: float, atol: float
 ) -> Mismatch | None:
     for i, (w, g) in enumerate(zip(ref, got)):
+        both_raised = all(dict(x.snap)["out"][0] == "raise" for x in (w, g))
         # top level: a dict snapshot; compare per key with readable names
         for (k, wv), (_, gv) in zip(w.snap, g.snap):
+            if both_raised and k not in ("out", "global_state"):
+                # Known limit (docs/internals/capture.md): when an operation inside a
+                # compiled graph raises, the side effects recorded before it in that graph
+                # are not replayed (as under torch.compile); only the exception type and the
+                # restored global torch state are compared, and the run stops here.
+                continue
             d = _compare(wv, gv, _LABELS[k], rtol, atol)
             if d:
                 path, _, what = d.partition(": ")
                 return Mismatch(backend, i, path, what)
+        if both_raised:
+            return None  # the worlds may differ from here on (see above)
     if len(got) != len(ref):
         return Mismatch(backend, len(got), "calls", "different number of calls")
     return None
