@@ -30,6 +30,7 @@ from .pure_calls import (
     describe_call,
     is_mutating_call,
     is_pure_call,
+    overlapping_argument,
     tensor_versions,
 )
 from .shape_guards import Binding
@@ -377,6 +378,11 @@ class OutputGraph:
         node_kwargs = {k: self._to_args(v, False) for k, v in kwargs.items()}
         fake_args = tuple(self._to_args(a, True) for a in args)
         fake_kwargs = {k: self._to_args(v, True) for k, v in kwargs.items()}
+        if overlapping_argument(kind, target, fake_args, fake_kwargs):
+            unimplemented(
+                f"{describe_call(kind, target)} writes a tensor that another argument overlaps"
+                " (eager decides: it raises or computes in place)"
+            )
         versions = tensor_versions(fake_args, fake_kwargs) if config.debug_check_pure else None
         try:
             with self.fake_mode, self._guard_context(target, fake_args):

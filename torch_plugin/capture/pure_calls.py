@@ -170,3 +170,68 @@ def check_fold_left_inputs_unchanged(
                 f"torch_plugin: {describe_call('call_function', target)} was folded as pure"
                 " but changed a tensor argument (its version counter moved)"
             )
+
+
+_INPLACE_OPERATORS = frozenset(
+    {
+        operator.iadd,
+        operator.isub,
+        operator.imul,
+        operator.itruediv,
+        operator.ifloordiv,
+        operator.imod,
+        operator.ipow,
+        operator.iand,
+        operator.ior,
+        operator.ixor,
+        operator.ilshift,
+        operator.irshift,
+        operator.imatmul,
+    }
+)
+
+
+def mutated_tensor(kind: str, target: Any, args: tuple) -> torch.Tensor | None:
+    """The tensor an in-place call writes to (its first argument), or None for other calls:
+    methods named ``*_`` (``add_``, ``copy_``), ``__setitem__`` / ``operator.setitem`` and
+    the in-place operators (``+=``)."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return None
+    if kind == "call_method":
+        if target == "__setitem__" or (
+            isinstance(target, str) and target.endswith("_") and not target.startswith("_")
+        ):
+            return args[0]
+        return None
+    try:
+        if target in _SETITEM or target in _INPLACE_OPERATORS:
+            return args[0]
+    except TypeError:
+        return None
+    return None
+
+
+def overlapping_argument(kind: str, target: Any, args: tuple, kwargs: dict) -> bool:
+    """True when an in-place call reads another tensor that shares memory with the tensor it
+    writes (``x.copy_(x[2, 1])``, ``x.add_(x.t())``). Eager PyTorch raises for many of these
+    ("some elements of the input tensor and the written-to tensor refer to a single memory
+    location") and computes others element by element; a functionalized graph (AOTAutograd)
+    would silently compute something else. The translator breaks the graph there so CPython
+    runs the call: eager's answer or eager's error. The same tensor passed again
+    (``x.add_(x)``) is fine."""
+    dst = mutated_tensor(kind, target, args)
+    if dst is None:
+        return False
+    try:
+        dst_storage = dst.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return False
+    for _, other in tensor_versions(args[1:], kwargs):
+        if other is dst:
+            continue
+        try:
+            if other.untyped_storage()._cdata == dst_storage:
+                return True
+        except (RuntimeError, NotImplementedError):
+            continue
+    return False

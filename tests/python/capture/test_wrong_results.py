@@ -493,3 +493,47 @@ def test_rebound_global_keeps_old_object_across_break(backend):
         assert _same(want, got), f"call {i}: {got} != {want}"
         assert _same(want_global, G_TENSOR)
     torch_plugin.reset()
+
+
+# --- in-place writes from an overlapping argument: eager decides --------------------------
+def _copy_from_own_element(x):
+    y = x * 2
+    x.copy_(x[2, 1])  # eager raises: the source overlaps the written tensor
+    return y
+
+
+def _add_own_transpose(x):
+    x.add_(x.t())  # eager raises too
+    return x
+
+
+def _assign_own_row(x):
+    x[0] = x[1]  # same storage, no overlap: eager computes it
+    x.add_(x)  # the same tensor: fine in eager and in the graph
+    return x * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "fn",
+    [_copy_from_own_element, _add_own_transpose, _assign_own_row],
+    ids=["copy_element", "add_transpose", "assign_row"],
+)
+def test_inplace_with_overlapping_argument_matches_eager(backend, fn):
+    """A functionalized graph computed `x.copy_(x[2, 1])` where eager raises (fuzz seed
+    1869); such calls now break the graph and CPython runs them."""
+    torch_plugin.reset()
+    opt = torch_plugin.optimize(backend)(fn)
+    for _ in range(3):
+        x = torch.randn(4, 4)
+        x2 = x.clone()
+        try:
+            want = fn(x)
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError, match="single memory location"):
+                opt(x2)
+            assert "single memory location" in str(e)
+            continue
+        got = opt(x2)
+        assert _same(want, got) and _same(x, x2)
+    torch_plugin.reset()
