@@ -233,7 +233,14 @@ def test_torchvision_resnet18_train(backend, monitor):
     tv = pytest.importorskip("torchvision")
     torch.manual_seed(0)
     model = tv.models.resnet18(weights=None, num_classes=10).train()
-    _train_steps(model, lambda s: torch.randn(2, 3, 32, 32), backend, monitor, steps=2, tol=1e-4)
+    _train_steps(
+        model,
+        lambda s: torch.randn(2, 3, 32, 32),
+        backend,
+        monitor,
+        steps=2,
+        tol=1e-3 if backend == "plugin" else 1e-4,  # plugin: its own reduction order
+    )
     assert model.bn1.num_batches_tracked.item() == 2
 
 

@@ -537,3 +537,23 @@ def test_inplace_with_overlapping_argument_matches_eager(backend, fn):
         got = opt(x2)
         assert _same(want, got) and _same(x, x2)
     torch_plugin.reset()
+
+
+def test_inplace_with_a_distinct_tensor_stays_in_the_graph():
+    """The overlap rule breaks only for arguments sharing the written tensor's memory: a
+    residual `out += identity` and `x[0] = y` stay in one graph."""
+
+    def f(x, y):
+        out = x * 2
+        out += y
+        out[0] = y[1]
+        out.add_(out)
+        return out
+
+    torch_plugin.reset()
+    opt = torch_plugin.optimize("eager")(f)
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    assert _same(opt(x, y), f(x, y))
+    assert torch_plugin.stats.graphs_compiled == 1
+    assert not torch_plugin.stats.graph_breaks and not torch_plugin.stats.failures
+    torch_plugin.reset()
