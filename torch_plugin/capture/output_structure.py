@@ -26,6 +26,12 @@ def flatten_output(var: VariableTracker, outputs: list[TensorVariable], output_g
     from .variables.model_output import ModelOutputVariable
 
     if isinstance(var, TensorVariable):
+        if var.source is not None and var.node.op == "placeholder" and output_graph is not None:
+            # A graph input returned or stored as is: the very object found at its source
+            # (a backend's output for it is another tensor object, e.g. AOTAutograd's, so
+            # `out is x` or `d["k"] is x` would differ from eager; in-place mutations by the
+            # graph are applied to that object)
+            return ("arg", output_graph.runtime_arg(var.source))
         outputs.append(var)
         return ("tensor", len(outputs) - 1)
     if isinstance(var, ConstantVariable):

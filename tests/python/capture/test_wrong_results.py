@@ -557,3 +557,28 @@ def test_inplace_with_a_distinct_tensor_stays_in_the_graph():
     assert torch_plugin.stats.graphs_compiled == 1
     assert not torch_plugin.stats.graph_breaks and not torch_plugin.stats.failures
     torch_plugin.reset()
+
+
+STORE: dict = {}
+
+
+def _returns_and_stores_inputs(x, y):
+    t = x[:, 0]
+    STORE["x"] = x
+    y.add_(1)
+    return t, x, y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inputs_returned_or_stored_keep_identity(backend):
+    """An input returned or stored as is is the very object (AOTAutograd's output for it was
+    another tensor object: `out is x` and `STORE["x"] is x` differed from eager)."""
+    torch_plugin.reset()
+    opt = torch_plugin.optimize(backend)(_returns_and_stores_inputs)
+    for n in (3, 3, 4):
+        x, y = torch.randn(n, 2), torch.randn(2)
+        y0 = y.clone()
+        t, rx, ry = opt(x, y)
+        assert rx is x and ry is y and STORE["x"] is x
+        assert _same(t, x[:, 0]) and _same(y, y0 + 1)
+    torch_plugin.reset()
