@@ -32,6 +32,12 @@ def flatten_output(var: VariableTracker, outputs: list[TensorVariable], output_g
             # `out is x` or `d["k"] is x` would differ from eager; in-place mutations by the
             # graph are applied to that object)
             return ("arg", output_graph.runtime_arg(var.source))
+        for i, seen in enumerate(outputs):
+            if seen.node is var.node:
+                # one graph output per tensor: a tensor returned and also stored (or
+                # returned twice) is one object, as in eager (a backend may return distinct
+                # objects for repeated outputs: AOTAutograd regenerates each alias)
+                return ("tensor", i)
         outputs.append(var)
         return ("tensor", len(outputs) - 1)
     if isinstance(var, ConstantVariable):

@@ -582,3 +582,23 @@ def test_inputs_returned_or_stored_keep_identity(backend):
         assert rx is x and ry is y and STORE["x"] is x
         assert _same(t, x[:, 0]) and _same(y, y0 + 1)
     torch_plugin.reset()
+
+
+def _returns_and_stores_a_view(x, d):
+    t = x[1, 0] * 1 if x.dim() == 3 else x[1, 0]
+    d["b"] = t
+    return t, t
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_returned_and_stored_is_one_object(backend):
+    """fuzz seeds 766, 1799: a tensor returned and stored in a dict came back as two objects
+    (AOTAutograd regenerates each output that aliases an intermediate)."""
+    torch_plugin.reset()
+    opt = torch_plugin.optimize(backend)(_returns_and_stores_a_view)
+    for n in (3, 3, 4):
+        x, d = torch.randn(n, 3), {}
+        a, b = opt(x, d)
+        assert a is b and d["b"] is a
+        assert _same(a, x[1, 0])
+    torch_plugin.reset()
