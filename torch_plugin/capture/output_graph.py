@@ -252,6 +252,10 @@ class OutputGraph:
         var = entry[1]
         if source is not None and var.source is not None and var.source != source:
             self.guards.alias(var.source, source, True)
+        elif source is not None and var.source is None:
+            # first seen as a value computed at capture (no source, no guard): the object
+            # at `source` must be that very object on a later call
+            self.guards.id_match(source, value)
         return var
 
     def remember_variable(self, value: Any, var: VariableTracker) -> None:
