@@ -226,8 +226,9 @@ def overlapping_argument(kind: str, target: Any, args: tuple, kwargs: dict) -> b
         if other is dst:
             continue
         try:
-            if torch._C._is_alias_of(other, dst):  # shares dst's storage
-                return True
-        except Exception:  # noqa: BLE001 - a tensor kind without storage: no overlap known
-            continue
+            aliased = torch._C._is_alias_of(other, dst)  # shares dst's storage
+        except RuntimeError:  # a tensor kind without storage: no overlap known
+            aliased = False
+        if aliased:
+            return True
     return False

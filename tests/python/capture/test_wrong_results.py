@@ -329,7 +329,7 @@ def _zip_with_generator(x, log):
 def _generator_then_graph_break(x, log):
     g = _gen_with_effects(x, log)
     a = next(g)
-    print("", end="")  # a graph break while the generator is suspended
+    print(end="")  # a graph break while the generator is suspended
     b = next(g)
     return a + b + len(log)
 
