@@ -13,8 +13,8 @@
 namespace torch_plugin::runtime {
 namespace {
 
-using compiler::Arg;
-using compiler::AttrValue;
+using ir::Arg;
+using ir::AttrValue;
 
 bool is_optional_tensor_list(const c10::TypePtr& t) {
   auto list = t->castRaw<c10::ListType>();
@@ -33,7 +33,7 @@ c10::IValue wrapped_number(const AttrValue& v) {
   if (auto* i = std::get_if<int64_t>(&v)) t = c10::scalar_to_tensor(c10::Scalar(*i));
   else if (auto* d = std::get_if<double>(&v)) t = c10::scalar_to_tensor(c10::Scalar(*d));
   else if (auto* b = std::get_if<bool>(&v)) t = c10::scalar_to_tensor(c10::Scalar(*b));
-  else TORCH_CHECK(false, "a constant for a Tensor argument must be a number, got ", compiler::to_string(v));
+  else TORCH_CHECK(false, "a constant for a Tensor argument must be a number, got ", ir::to_string(v));
   t.unsafeGetTensorImpl()->set_wrapped_number(true);
   return c10::IValue(t);
 }
@@ -71,7 +71,7 @@ c10::IValue to_ivalue(const AttrValue& v, const c10::TypePtr& declared) {
 
 class FallbackStep final : public Step {
  public:
-  FallbackStep(const compiler::Node& node, const SlotMap& slots)
+  FallbackStep(const ir::Node& node, const SlotMap& slots)
       : name_(node.qualified_name()),
         op_(c10::Dispatcher::singleton().findSchemaOrThrow(
             node.op.c_str(), node.overload == "default" ? "" : node.overload.c_str())) {
@@ -99,7 +99,7 @@ class FallbackStep final : public Step {
       for (int64_t idx : a.inputs) t.slots.push_back(idx < 0 ? -1 : slots.slot(node.inputs[idx]));
       tensor_args_.push_back(std::move(t));
     }
-    for (const compiler::Value* out : node.outputs) out_slots_.push_back(slots.slot(out));
+    for (const ir::Value* out : node.outputs) out_slots_.push_back(slots.slot(out));
   }
 
   void run(Slots& slots) const override {
@@ -152,7 +152,7 @@ class FallbackStep final : public Step {
 
 }  // namespace
 
-std::unique_ptr<Step> make_fallback_step(const compiler::Node& node, const SlotMap& slots) {
+std::unique_ptr<Step> make_fallback_step(const ir::Node& node, const SlotMap& slots) {
   return std::make_unique<FallbackStep>(node, slots);
 }
 

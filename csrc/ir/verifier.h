@@ -2,9 +2,9 @@
 // under TORCH_PLUGIN_VERIFY=1 (see passes/pipeline.cpp).
 #pragma once
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::ir {
 
 // Throws c10::Error naming the first broken invariant: a node input not defined
 // before its use, use lists out of sync with inputs, an output whose producer is
@@ -12,4 +12,4 @@ namespace torch_plugin::compiler {
 // graph output never defined, a fusion group whose body does not match its node.
 void verify(const Graph& g);
 
-}  // namespace torch_plugin::compiler
+}  // namespace torch_plugin::ir

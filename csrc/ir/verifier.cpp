@@ -1,12 +1,12 @@
 // verifier.cpp: the IR verifier (see verifier.h).
-#include "compiler/verifier.h"
+#include "ir/verifier.h"
 
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <unordered_set>
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::ir {
 namespace {
 
 void verify_type(const Value* v) {
@@ -78,4 +78,4 @@ void verify(const Graph& g) {
   }
 }
 
-}  // namespace torch_plugin::compiler
+}  // namespace torch_plugin::ir

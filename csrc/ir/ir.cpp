@@ -1,12 +1,12 @@
 // ir.cpp: Graph construction, mutation and printing (see ir.h).
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <sstream>
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::ir {
 
 int64_t Value::numel() const {
   int64_t n = 1;
@@ -283,4 +283,4 @@ std::string Graph::str() const {
   return os.str();
 }
 
-}  // namespace torch_plugin::compiler
+}  // namespace torch_plugin::ir

@@ -7,7 +7,9 @@
 // "torch_plugin::*" op made by a pass) with its inputs, outputs, schema-ordered
 // arguments (Arg: a constant, a tensor input, or a list of them) and named
 // attributes for native ops. A fused kernel node owns its body as a subgraph.
-// Does not own: execution (csrc/runtime), op knowledge (op_table.h).
+// Shared by the passes (csrc/compiler) and the runtime (csrc/runtime), which
+// build on it and not on each other; includes nothing else of the project.
+// Does not own: execution (csrc/runtime), op knowledge (compiler/codegen).
 // No Python objects cross this header; no GIL requirement.
 #pragma once
 
@@ -24,7 +26,7 @@
 #include <variant>
 #include <vector>
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::ir {
 
 struct Node;
 struct Graph;
@@ -148,4 +150,4 @@ struct Graph {
 std::string to_string(const AttrValue& v);
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
 
-}  // namespace torch_plugin::compiler
+}  // namespace torch_plugin::ir
