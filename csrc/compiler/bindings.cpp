@@ -7,9 +7,9 @@
 #include "compiler/bindings.h"
 
 #include "compiler/bindings_graph_export.h"
-#include "compiler/ir.h"
 #include "compiler/passes/pipeline.h"
-#include "compiler/verifier.h"
+#include "ir/ir.h"
+#include "ir/verifier.h"
 #include "ops/executor_op.h"
 #include "ops/library_ops.h"
 #include "runtime/executor.h"

@@ -3,11 +3,14 @@
 // Reached as torch_plugin._C._compiler.Graph.export() (compiler/bindings.cpp).
 #pragma once
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
 #include <pybind11/pybind11.h>
 
 namespace torch_plugin::compiler {
+
+// The graph IR (csrc/ir) that passes and codegen read and rewrite.
+using namespace ::torch_plugin::ir;
 
 // `g` as a dict of plain Python values (the GIL must be held):
 //   "values":    {value id: (dtype, sizes, strides)}  dtype as its

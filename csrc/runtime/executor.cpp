@@ -17,10 +17,10 @@
 
 namespace torch_plugin::runtime {
 
-using compiler::Value;
-using compiler::ValueKind;
+using ir::Value;
+using ir::ValueKind;
 
-Executor::Executor(const compiler::Graph& g) {
+Executor::Executor(const ir::Graph& g) {
   SlotMap slots;
   auto assign = [&](const Value* v) {
     if (!slots.slot_of.count(v->id))
@@ -35,7 +35,7 @@ Executor::Executor(const compiler::Graph& g) {
     assign(c);
     constants_.emplace_back(slots.slot(c), c->constant);
   }
-  std::vector<const compiler::Node*> nodes;
+  std::vector<const ir::Node*> nodes;
   for (const auto& n : g.node_list()) {
     nodes.push_back(n.get());
     for (const Value* out : n->outputs)
@@ -49,7 +49,7 @@ Executor::Executor(const compiler::Graph& g) {
   if (arena_bytes_ > 0) {
     arena_slot_ = num_slots_++;
     slots.arena = arena_slot_;
-    for (const compiler::Node* n : nodes) {
+    for (const ir::Node* n : nodes) {
       for (const Value* out : n->outputs)
         num_planned_ += out->arena_offset >= 0;
     }
@@ -67,7 +67,7 @@ Executor::Executor(const compiler::Graph& g) {
       last_use[slots.slot(in)] = static_cast<int>(i);
   }
   for (size_t i = nodes.size(); i-- > 0;) {
-    const compiler::Node* n = nodes[i];
+    const ir::Node* n = nodes[i];
     if (!n->may_alias)
       continue;
     int extend = static_cast<int>(i);
@@ -91,7 +91,7 @@ Executor::Executor(const compiler::Graph& g) {
 
   // Compile every generated kernel of the graph first, in parallel.
   std::vector<std::string> sources;
-  for (const compiler::Node* n : nodes) {
+  for (const ir::Node* n : nodes) {
     if (n->op == "torch_plugin::fused")
       sources.push_back(n->str_attr("source", ""));
   }
@@ -221,7 +221,7 @@ std::vector<at::Tensor> Executor::collect_outputs(const Slots& slots) const {
   return outputs;
 }
 
-OutputBuffer::OutputBuffer(const compiler::Value& v, const SlotMap& slots)
+OutputBuffer::OutputBuffer(const ir::Value& v, const SlotMap& slots)
     : dtype_(v.dtype), sizes_(v.sizes), strides_(v.strides) {
   if (v.arena_offset >= 0 && slots.arena >= 0) {
     int64_t item = static_cast<int64_t>(c10::elementSize(v.dtype));

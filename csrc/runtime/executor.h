@@ -18,7 +18,7 @@
 // reused). No Python objects; the GIL is not needed (callers release it).
 #pragma once
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 #include "runtime/step.h"
 
 #include <memory>
@@ -37,7 +37,7 @@ struct OutputSpec {
 class Executor {
  public:
   // Builds the plan of `g`, which must have been through the compiler pipeline.
-  explicit Executor(const compiler::Graph& g);
+  explicit Executor(const ir::Graph& g);
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
 

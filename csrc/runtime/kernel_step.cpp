@@ -21,11 +21,11 @@ struct Operand {
 
 class KernelStep final : public Step {
  public:
-  KernelStep(const compiler::Node& n, const SlotMap& slots, KernelFn fn)
+  KernelStep(const ir::Node& n, const SlotMap& slots, KernelFn fn)
       : name_(n.str_attr("name", "fused")), fn_(fn) {
-    for (const compiler::Value* in : n.inputs)
+    for (const ir::Value* in : n.inputs)
       inputs_.push_back({slots.slot(in), in->sizes, in->strides, in->dtype});
-    for (const compiler::Value* o : n.outputs) {
+    for (const ir::Value* o : n.outputs) {
       output_slots_.push_back(slots.slot(o));
       output_buffers_.emplace_back(*o, slots);
     }
@@ -73,7 +73,7 @@ class KernelStep final : public Step {
 } // namespace
 
 std::unique_ptr<Step> make_kernel_step(
-    const compiler::Node& node,
+    const ir::Node& node,
     const SlotMap& slots) {
   if (node.op != "torch_plugin::fused")
     return nullptr;

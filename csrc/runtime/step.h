@@ -7,7 +7,7 @@
 // not mutate the step. No Python objects; the GIL is not needed.
 #pragma once
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
 #include <memory>
 #include <string>
@@ -24,7 +24,7 @@ struct SlotMap {
   // The slot holding this run's arena (a uint8 tensor of Graph::arena_bytes),
   // or -1 when the graph has no memory plan.
   int arena = -1;
-  int slot(const compiler::Value* v) const {
+  int slot(const ir::Value* v) const {
     return slot_of.at(v->id);
   }
 };
@@ -34,7 +34,7 @@ struct SlotMap {
 // tensor. Either way the tensor has the value's dtype, sizes and strides (CPU).
 class OutputBuffer {
  public:
-  OutputBuffer(const compiler::Value& v, const SlotMap& slots);
+  OutputBuffer(const ir::Value& v, const SlotMap& slots);
   // The output tensor of this run; `slots` must hold the arena when planned.
   at::Tensor get(const Slots& slots) const;
   bool planned() const {
@@ -58,14 +58,14 @@ class Step {
 
 // Any ATen op, called through the PyTorch dispatcher (boxed).
 std::unique_ptr<Step> make_fallback_step(
-    const compiler::Node& node,
+    const ir::Node& node,
     const SlotMap& slots);
 // Native steps: nullptr when the node is not one of theirs.
 std::unique_ptr<Step> make_library_step(
-    const compiler::Node& node,
+    const ir::Node& node,
     const SlotMap& slots);
 std::unique_ptr<Step> make_kernel_step(
-    const compiler::Node& node,
+    const ir::Node& node,
     const SlotMap& slots);
 
 } // namespace torch_plugin::runtime

@@ -11,12 +11,15 @@
 // -ffast-math.
 #pragma once
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
 #include <string>
 #include <vector>
 
 namespace torch_plugin::compiler {
+
+// The graph IR (csrc/ir) that passes and codegen read and rewrite.
+using namespace ::torch_plugin::ir;
 
 // The includes and helper functions every generated kernel starts with.
 const std::string& kernel_preamble();

@@ -1,11 +1,14 @@
 // cpp_kernel.h: C++/OpenMP source for a pointwise fusion group.
 #pragma once
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
 #include <string>
 
 namespace torch_plugin::compiler {
+
+// The graph IR (csrc/ir) that passes and codegen read and rewrite.
+using namespace ::torch_plugin::ir;
 
 // The source of one kernel `extern "C" void <name>(void** args)` computing the
 // pointwise fusion group `group` (a node whose body holds the fused ops; its

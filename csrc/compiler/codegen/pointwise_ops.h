@@ -2,13 +2,16 @@
 // pointwise op it fuses, how its IR node becomes a C++ expression on floats.
 #pragma once
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace torch_plugin::compiler {
+
+// The graph IR (csrc/ir) that passes and codegen read and rewrite.
+using namespace ::torch_plugin::ir;
 
 // The expression of `n` given the expressions of its schema arguments
 // (`operands[i]` is the C++ expression for argument i when it is a tensor, or

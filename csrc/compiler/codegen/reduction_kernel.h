@@ -27,11 +27,14 @@
 // side with the block as the vectorized inner loop.
 #pragma once
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
 #include <string>
 
 namespace torch_plugin::compiler {
+
+// The graph IR (csrc/ir) that passes and codegen read and rewrite.
+using namespace ::torch_plugin::ir;
 
 // The source of `extern "C" void <name>(void** args)` computing `group`:
 // args[0..outputs) are the group's outputs, then its inputs, each with the

@@ -8,7 +8,10 @@
 // must not share between calls) and outputs that are graph outputs (the caller
 // owns those) are left alone.
 #include "compiler/passes/pass.h"
-#include "runtime/step.h"
+#include "ir/aten_call.h"
+
+#include <unordered_map>
+#include <vector>
 
 namespace torch_plugin::compiler {
 namespace {
@@ -32,19 +35,23 @@ bool run(Graph& g, const PassOptions& options) {
   bool changed = false;
   for (Node* n : g.nodes()) {
     if (!foldable(n, g)) continue;
-    runtime::SlotMap slots;
-    runtime::Slots values;
+    std::unordered_map<int64_t, int> slot_of;
+    std::vector<at::Tensor> values;
+    // Value id -> index in `values`, the table AtenCall reads and writes.
+    auto index_of = [&](const Value* v) {
+      return slot_of.at(v->id);
+    };
     for (const Value* in : n->inputs) {
-      if (slots.slot_of.emplace(in->id, static_cast<int>(values.size())).second)
+      if (slot_of.emplace(in->id, static_cast<int>(values.size())).second)
         values.push_back(in->constant);
     }
     for (const Value* out : n->outputs) {
-      slots.slot_of[out->id] = static_cast<int>(values.size());
+      slot_of[out->id] = static_cast<int>(values.size());
       values.emplace_back();
     }
-    runtime::make_fallback_step(*n, slots)->run(values);
+    AtenCall(*n, index_of).run(values);
     for (const Value* out : n->outputs) {
-      const at::Tensor& t = values[slots.slot(out)];
+      const at::Tensor& t = values[slot_of.at(out->id)];
       if (!t.defined()) continue;
       // A view would share its input's storage: fold into a tensor of its own.
       Value* c = g.add_constant(t.clone(at::MemoryFormat::Preserve));

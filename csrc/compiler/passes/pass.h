@@ -6,11 +6,14 @@
 // The pipeline (pipeline.cpp) lists the passes in the order they run.
 #pragma once
 
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
 #include <string>
 
 namespace torch_plugin::compiler {
+
+// The graph IR (csrc/ir) that passes and codegen read and rewrite.
+using namespace ::torch_plugin::ir;
 
 // Options of the whole pipeline; each field names the pass it configures.
 struct PassOptions {

@@ -8,7 +8,7 @@
 // graph; the executor frees the unplanned values after their last use).
 #include "compiler/passes/pipeline.h"
 
-#include "compiler/verifier.h"
+#include "ir/verifier.h"
 
 #include <c10/util/Exception.h>
 

@@ -9,7 +9,10 @@
 // set their own. An aten::view whose input strides no longer allow a view
 // becomes aten::reshape (a copy there).
 #include "compiler/passes/pass.h"
-#include "runtime/step.h"
+#include "ir/aten_call.h"
+
+#include <unordered_map>
+#include <vector>
 
 #include <ATen/ops/empty_strided.h>
 
@@ -24,11 +27,14 @@ bool run(Graph& g, const PassOptions& options) {
     if (n->op.rfind("aten::", 0) != 0 || n->body)
       continue;
     bool any_input_changed = false;
-    runtime::SlotMap slots;
-    runtime::Slots values;
+    std::unordered_map<int64_t, int> slot_of;
+    std::vector<at::Tensor> values;
+    // Value id -> index in `values`, the table AtenCall reads and writes.
+    auto index_of = [&](const Value* v) {
+      return slot_of.at(v->id);
+    };
     for (const Value* in : n->inputs) {
-      if (!slots.slot_of.emplace(in->id, static_cast<int>(values.size()))
-               .second)
+      if (!slot_of.emplace(in->id, static_cast<int>(values.size())).second)
         continue;
       values.push_back(at::empty_strided(
           in->sizes,
@@ -39,11 +45,11 @@ bool run(Graph& g, const PassOptions& options) {
     if (!any_input_changed)
       continue;
     for (const Value* out : n->outputs) {
-      slots.slot_of[out->id] = static_cast<int>(values.size());
+      slot_of[out->id] = static_cast<int>(values.size());
       values.emplace_back();
     }
     try {
-      runtime::make_fallback_step(*n, slots)->run(values);
+      AtenCall(*n, index_of).run(values);
     } catch (const c10::Error&) {
       if (n->op != "aten::view")
         continue; // no Meta kernel
@@ -55,13 +61,13 @@ bool run(Graph& g, const PassOptions& options) {
       n->overload = "";
       changed = true;
       try {
-        runtime::make_fallback_step(*n, slots)->run(values);
+        AtenCall(*n, index_of).run(values);
       } catch (const c10::Error&) {
         continue;
       }
     }
     for (Value* out : n->outputs) {
-      const at::Tensor& t = values[slots.slot(out)];
+      const at::Tensor& t = values[slot_of.at(out->id)];
       if (!t.defined() || t.sizes().vec() != out->sizes)
         continue;
       if (t.strides().vec() != out->strides) {

@@ -4,9 +4,9 @@
 // test builds a graph, runs one pass, and asserts the rewritten graph; where a
 // pass changes values, the graph is also run by the Executor against eager ATen
 // on fresh random inputs.
-#include "compiler/ir.h"
 #include "compiler/passes/pipeline.h"
-#include "compiler/verifier.h"
+#include "ir/ir.h"
+#include "ir/verifier.h"
 #include "ops/library_ops.h"
 #include "runtime/executor.h"
 

@@ -6,6 +6,8 @@
 // into the output's preplanned arena buffer (memory_planning) or a new tensor.
 // Without oneDNN (or for a node it cannot take), nullptr: the executor then
 // calls the node's torch_plugin:: op through the dispatcher (csrc/ops).
+// A runtime step (it reads IR nodes), so it lives here and not in csrc/libs,
+// whose wrappers (libs/onednn.h) know nothing of the IR.
 #include "runtime/step.h"
 
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN
@@ -19,7 +21,7 @@ namespace torch_plugin::runtime {
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN
 namespace {
 
-using compiler::Node;
+using ir::Node;
 
 libs::Epilogue epilogue_of(const Node& n, size_t residual_arg, size_t act_arg) {
   libs::Epilogue e;
@@ -30,7 +32,7 @@ libs::Epilogue epilogue_of(const Node& n, size_t residual_arg, size_t act_arg) {
   return e;
 }
 
-const float* data_or_null(const compiler::Value* v) {
+const float* data_or_null(const ir::Value* v) {
   return v ? v->constant.data_ptr<float>() : nullptr;
 }
 
@@ -110,18 +112,18 @@ class LinearStep final : public Step {
 };
 
 bool takes(const Node& n) {
-  for (const compiler::Value* v : n.inputs) {
+  for (const ir::Value* v : n.inputs) {
     if (v->dtype != c10::ScalarType::Float)
       return false;
   }
-  const compiler::Value* w = n.tensor_arg(1);
-  return w && w->kind == compiler::ValueKind::kConstant;
+  const ir::Value* w = n.tensor_arg(1);
+  return w && w->kind == ir::ValueKind::kConstant;
 }
 
 } // namespace
 
 std::unique_ptr<Step> make_library_step(
-    const compiler::Node& node,
+    const ir::Node& node,
     const SlotMap& slots) {
   if (node.op == "torch_plugin::conv_pointwise" && takes(node))
     return std::make_unique<ConvStep>(node, slots);
@@ -131,7 +133,7 @@ std::unique_ptr<Step> make_library_step(
   return nullptr;
 }
 #else
-std::unique_ptr<Step> make_library_step(const compiler::Node&, const SlotMap&) {
+std::unique_ptr<Step> make_library_step(const ir::Node&, const SlotMap&) {
   return nullptr;
 }
 #endif

@@ -1,23 +1,25 @@
 // ir.cpp: Graph construction, mutation and printing (see ir.h).
-#include "compiler/ir.h"
+#include "ir/ir.h"
 
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <sstream>
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::ir {
 
 int64_t Value::numel() const {
   int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+  for (int64_t s : sizes)
+    n *= s;
   return n;
 }
 
 bool Value::is_contiguous() const {
   int64_t expected = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
-    if (sizes[i] != 1 && strides[i] != expected) return false;
+    if (sizes[i] != 1 && strides[i] != expected)
+      return false;
     expected *= sizes[i];
   }
   return true;
@@ -26,7 +28,8 @@ bool Value::is_contiguous() const {
 int64_t Value::storage_span() const {
   int64_t span = 1;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) return 0;
+    if (sizes[i] == 0)
+      return 0;
     span += (sizes[i] - 1) * strides[i];
   }
   return span;
@@ -51,25 +54,33 @@ bool Node::is_in_place() const {
 }
 
 const AttrValue& Node::const_arg(size_t i) const {
-  TORCH_CHECK(i < args.size() && args[i].kind == Arg::Kind::kConst, qualified_name(),
-              ": argument ", i, " should be a constant");
+  TORCH_CHECK(
+      i < args.size() && args[i].kind == Arg::Kind::kConst,
+      qualified_name(),
+      ": argument ",
+      i,
+      " should be a constant");
   return args[i].value;
 }
 
 Value* Node::tensor_arg(size_t i) const {
-  if (i >= args.size() || args[i].kind != Arg::Kind::kTensor) return nullptr;
+  if (i >= args.size() || args[i].kind != Arg::Kind::kTensor)
+    return nullptr;
   return inputs[args[i].inputs[0]];
 }
 
 int64_t Node::int_attr(const std::string& name, int64_t fallback) const {
   auto it = attrs.find(name);
-  if (it == attrs.end()) return fallback;
+  if (it == attrs.end())
+    return fallback;
   return std::get<int64_t>(it->second);
 }
 
-std::string Node::str_attr(const std::string& name, const std::string& fallback) const {
+std::string Node::str_attr(const std::string& name, const std::string& fallback)
+    const {
   auto it = attrs.find(name);
-  if (it == attrs.end()) return fallback;
+  if (it == attrs.end())
+    return fallback;
   return std::get<std::string>(it->second);
 }
 
@@ -80,8 +91,11 @@ Value* Graph::new_value() {
   return v;
 }
 
-Value* Graph::add_input(c10::ScalarType dtype, std::vector<int64_t> sizes,
-                        std::vector<int64_t> strides, c10::Device device) {
+Value* Graph::add_input(
+    c10::ScalarType dtype,
+    std::vector<int64_t> sizes,
+    std::vector<int64_t> strides,
+    c10::Device device) {
   Value* v = new_value();
   v->kind = ValueKind::kInput;
   set_type(v, dtype, std::move(sizes), std::move(strides), device);
@@ -98,18 +112,34 @@ Value* Graph::add_constant(const at::Tensor& t) {
   return v;
 }
 
-void Graph::set_type(Value* v, c10::ScalarType dtype, std::vector<int64_t> sizes,
-                     std::vector<int64_t> strides, c10::Device device) {
-  TORCH_CHECK(sizes.size() == strides.size(), "value %", v->id, " has ", sizes.size(),
-              " sizes but ", strides.size(), " strides");
+void Graph::set_type(
+    Value* v,
+    c10::ScalarType dtype,
+    std::vector<int64_t> sizes,
+    std::vector<int64_t> strides,
+    c10::Device device) {
+  TORCH_CHECK(
+      sizes.size() == strides.size(),
+      "value %",
+      v->id,
+      " has ",
+      sizes.size(),
+      " sizes but ",
+      strides.size(),
+      " strides");
   v->dtype = dtype;
   v->sizes = std::move(sizes);
   v->strides = std::move(strides);
   v->device = device;
 }
 
-Node* Graph::create_node(std::string op, std::string overload, std::vector<Value*> inputs,
-                         std::vector<Arg> args, size_t num_outputs, Node* before) {
+Node* Graph::create_node(
+    std::string op,
+    std::string overload,
+    std::vector<Value*> inputs,
+    std::vector<Arg> args,
+    size_t num_outputs,
+    Node* before) {
   auto owned = std::make_unique<Node>();
   Node* n = owned.get();
   n->op = std::move(op);
@@ -132,52 +162,71 @@ Node* Graph::create_node(std::string op, std::string overload, std::vector<Value
   return n;
 }
 
-void Graph::set_outputs(std::vector<Value*> outputs) { outputs_ = std::move(outputs); }
+void Graph::set_outputs(std::vector<Value*> outputs) {
+  outputs_ = std::move(outputs);
+}
 
 void Graph::replace_input(Node* node, size_t i, Value* to) {
   Value* from = node->inputs[i];
   auto& uses = from->uses;
-  uses.erase(std::remove_if(uses.begin(), uses.end(),
-                            [&](const Use& u) { return u.user == node && u.input_index == i; }),
-             uses.end());
+  uses.erase(
+      std::remove_if(
+          uses.begin(),
+          uses.end(),
+          [&](const Use& u) { return u.user == node && u.input_index == i; }),
+      uses.end());
   node->inputs[i] = to;
   to->uses.push_back({node, i});
 }
 
 void Graph::replace_all_uses(Value* from, Value* to) {
-  if (from == to) return;
-  for (const Use& u : std::vector<Use>(from->uses)) replace_input(u.user, u.input_index, to);
+  if (from == to)
+    return;
+  for (const Use& u : std::vector<Use>(from->uses))
+    replace_input(u.user, u.input_index, to);
   for (Value*& out : outputs_) {
-    if (out == from) out = to;
+    if (out == from)
+      out = to;
   }
 }
 
 void Graph::erase_node(Node* node) {
   for (Value* out : node->outputs) {
-    TORCH_CHECK(out->uses.empty() && !is_output(out), "cannot erase ", node->qualified_name(),
-                ": its output %", out->id, " is still used");
+    TORCH_CHECK(
+        out->uses.empty() && !is_output(out),
+        "cannot erase ",
+        node->qualified_name(),
+        ": its output %",
+        out->id,
+        " is still used");
   }
   for (size_t i = 0; i < node->inputs.size(); ++i) {
     auto& uses = node->inputs[i]->uses;
-    uses.erase(std::remove_if(uses.begin(), uses.end(),
-                              [&](const Use& u) { return u.user == node; }),
-               uses.end());
+    uses.erase(
+        std::remove_if(
+            uses.begin(),
+            uses.end(),
+            [&](const Use& u) { return u.user == node; }),
+        uses.end());
   }
-  for (Value* out : node->outputs) out->producer = nullptr;
+  for (Value* out : node->outputs)
+    out->producer = nullptr;
   nodes_.erase(node->self);
 }
 
 std::vector<Node*> Graph::nodes() const {
   std::vector<Node*> out;
   out.reserve(nodes_.size());
-  for (const auto& n : nodes_) out.push_back(n.get());
+  for (const auto& n : nodes_)
+    out.push_back(n.get());
   return out;
 }
 
 std::vector<Value*> Graph::constants() const {
   std::vector<Value*> out;
   for (const auto& v : values_) {
-    if (v->kind == ValueKind::kConstant && (!v->uses.empty() || is_output(v.get())))
+    if (v->kind == ValueKind::kConstant &&
+        (!v->uses.empty() || is_output(v.get())))
       out.push_back(v.get());
   }
   return out;
@@ -192,18 +241,21 @@ namespace {
 template <typename T>
 void print_list(std::ostream& os, const std::vector<T>& xs) {
   os << "[";
-  for (size_t i = 0; i < xs.size(); ++i) os << (i ? ", " : "") << xs[i];
+  for (size_t i = 0; i < xs.size(); ++i)
+    os << (i ? ", " : "") << xs[i];
   os << "]";
 }
 
 void print_type(std::ostream& os, const Value* v) {
   os << c10::toString(v->dtype);
   print_list(os, v->sizes);
-  if (!v->is_contiguous()) print_list(os, v->strides);
-  if (v->arena_offset >= 0) os << "@arena+" << v->arena_offset;
+  if (!v->is_contiguous())
+    print_list(os, v->strides);
+  if (v->arena_offset >= 0)
+    os << "@arena+" << v->arena_offset;
 }
 
-}  // namespace
+} // namespace
 
 std::string to_string(const AttrValue& v) {
   std::ostringstream os;
@@ -218,10 +270,12 @@ std::string to_string(const AttrValue& v) {
           os << "'" << x << "'";
         } else if constexpr (std::is_same_v<T, std::vector<bool>>) {
           os << "[";
-          for (size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << (x[i] ? "True" : "False");
+          for (size_t i = 0; i < x.size(); ++i)
+            os << (i ? ", " : "") << (x[i] ? "True" : "False");
           os << "]";
-        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
-                             std::is_same_v<T, std::vector<double>>) {
+        } else if constexpr (
+            std::is_same_v<T, std::vector<int64_t>> ||
+            std::is_same_v<T, std::vector<double>>) {
           print_list(os, x);
         } else {
           os << x;
@@ -263,24 +317,30 @@ std::string Graph::str() const {
         os << "[";
         for (size_t i = 0; i < a.inputs.size(); ++i) {
           os << (i ? ", " : "");
-          if (a.inputs[i] < 0) os << "None";
-          else os << "%" << n->inputs[a.inputs[i]]->id;
+          if (a.inputs[i] < 0)
+            os << "None";
+          else
+            os << "%" << n->inputs[a.inputs[i]]->id;
         }
         os << "]";
       }
     }
-    for (const auto& [k, v] : n->attrs) os << (first ? "" : ", ") << k << "=" << to_string(v), first = false;
+    for (const auto& [k, v] : n->attrs)
+      os << (first ? "" : ", ") << k << "=" << to_string(v), first = false;
     os << ")\n";
     if (n->body) {
       std::istringstream body(n->body->str());
-      for (std::string line; std::getline(body, line);) os << "    | " << line << "\n";
+      for (std::string line; std::getline(body, line);)
+        os << "    | " << line << "\n";
     }
   }
   os << "  return (";
-  for (size_t i = 0; i < outputs_.size(); ++i) os << (i ? ", " : "") << "%" << outputs_[i]->id;
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    os << (i ? ", " : "") << "%" << outputs_[i]->id;
   os << ")\n";
-  if (arena_bytes > 0) os << "  # arena: " << arena_bytes << " bytes\n";
+  if (arena_bytes > 0)
+    os << "  # arena: " << arena_bytes << " bytes\n";
   return os.str();
 }
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::ir
