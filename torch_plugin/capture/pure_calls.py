@@ -124,15 +124,20 @@ def is_mutating_call(kind: str, target: Any, kwargs: dict) -> bool:
     ``operator.setitem`` / ``Tensor.__setitem__`` and in-place methods (name ending in
     ``_``)."""
     if kind == "call_method":
-        return target == "__setitem__" or (
-            isinstance(target, str) and target.endswith("_") and not target.startswith("_")
-        )
+        return _is_inplace_method(target)
     if kind == "call_function":
         try:
             return target in _SETITEM
         except TypeError:
             return False
     return False
+
+
+def _is_inplace_method(name: Any) -> bool:
+    """``__setitem__`` or a method named ``*_`` (``add_``, ``copy_``)."""
+    return name == "__setitem__" or (
+        isinstance(name, str) and name.endswith("_") and not name.startswith("_")
+    )
 
 
 def tensor_versions(args: tuple, kwargs: dict) -> list[tuple[torch.Tensor, int]]:
@@ -198,11 +203,7 @@ def mutated_tensor(kind: str, target: Any, args: tuple) -> torch.Tensor | None:
     if not args or not isinstance(args[0], torch.Tensor):
         return None
     if kind == "call_method":
-        if target == "__setitem__" or (
-            isinstance(target, str) and target.endswith("_") and not target.startswith("_")
-        ):
-            return args[0]
-        return None
+        return args[0] if _is_inplace_method(target) else None
     try:
         if target in _SETITEM or target in _INPLACE_OPERATORS:
             return args[0]
