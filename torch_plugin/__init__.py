@@ -43,7 +43,11 @@ __version__ = "0.1.0"
 
 
 def optimize(
-    backend: str | Callable = "plugin", *, nopython: bool = False, dynamic: bool | None = None
+    backend: str | Callable = "plugin",
+    *,
+    nopython: bool = False,
+    dynamic: bool | None = None,
+    mode: str | None = None,
 ) -> OptimizeContext:
     """Capture frames run under the returned context into FX graphs compiled by ``backend``.
 
@@ -60,6 +64,9 @@ def optimize(
             True: every dimension of every input tensor is symbolic from the first compile.
             False: always static (each new size compiles again). Dims marked with
             :func:`mark_dynamic` are symbolic in every mode. See docs/dynamic_shapes.md.
+        mode: None or "default"; or "reduce-overhead": CUDA graphs for "plugin" (kept wherever
+            a graph can be captured; by default they are used where safe and measured faster)
+            and "inductor" (Inductor's ``triton.cudagraphs``). Other backends take no mode.
 
     Returns:
         An :class:`OptimizeContext`: use it as a decorator (``@optimize("eager")``), call it
@@ -68,13 +75,14 @@ def optimize(
         (``with optimize("eager"): f(x)``).
 
     Raises:
-        ValueError: unknown backend name (the message lists the known ones).
+        ValueError: unknown backend name (the message lists the known ones), unknown mode,
+            or a mode for a backend that takes none.
         TypeError: ``backend`` is neither a string nor a callable, or ``dynamic`` is not
             None, True or False.
     """
     if dynamic not in (None, True, False):
         raise TypeError(f"optimize(dynamic=...) must be None, True or False, got {dynamic!r}")
-    return OptimizeContext(callback_for(backend, nopython, dynamic))
+    return OptimizeContext(callback_for(backend, nopython, dynamic, mode))
 
 
 __all__ = [

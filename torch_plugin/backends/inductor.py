@@ -28,16 +28,34 @@ import torch
 from torch_plugin.backends.aot_eager import flatten_graph_outputs, without_capture
 
 
-def inductor(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
-    """Compile ``gm`` with Inductor's ``compile_fx``."""
+def inductor(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[torch.Tensor],
+    config_patches: dict[str, Any] | None = None,
+) -> Callable[..., Any]:
+    """Compile ``gm`` with Inductor's ``compile_fx`` (``config_patches``: Inductor config
+    overrides for this graph, as ``torch.compile(options=...)`` passes them)."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     rebuild = flatten_graph_outputs(gm)
     # The backward graph is compiled on the first backward(), outside the compiled forward
     # call, maybe inside an optimize region: keep capture off while Inductor compiles.
-    compiled = compile_fx(gm, example_inputs, inner_compile=without_capture(compile_fx_inner))
+    compiled = compile_fx(
+        gm,
+        example_inputs,
+        inner_compile=without_capture(compile_fx_inner),
+        config_patches=config_patches,
+    )
 
     def run(*args: Any) -> Any:
         return rebuild(compiled(*args))
 
     return run
+
+
+def inductor_reduce_overhead(
+    gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]
+) -> Callable[..., Any]:
+    """:func:`inductor` with CUDA graphs (``triton.cudagraphs``), as
+    ``torch.compile(mode="reduce-overhead")``."""
+    return inductor(gm, example_inputs, {"triton.cudagraphs": True})

@@ -14,9 +14,25 @@ lowering recipe in the graph cache (:mod:`torch_plugin.compiler.graph_cache`, un
 input metadata, options and versions) replays the recipe instead of tracing with
 AOTAutograd. Weights are never cached: they come from the live module.
 
+On CUDA (any example input on a CUDA device) three more rules apply (issue #11):
+
+- *Never slower than eager.* A graph that needs gradients runs as the eager graph (the
+  captured FX graph as it is; GPU training is compiled by a later part). For an inference
+  graph, the compiled graph and the eager graph are both timed at compile time on the example
+  inputs when that is safe (the ATen graph mutates no input and draws no random numbers), and
+  the faster one runs from then on; a log line on ``torch_plugin.backends.plugin`` says which
+  and why.
+- *CUDA graphs.* A compiled inference graph is captured into a CUDA graph on its second call
+  and replayed after (:mod:`torch_plugin.compiler.cuda_graphs`) unless it cannot be (ops that
+  synchronize, draw random numbers or write an input; the log says which);
+  ``TORCH_PLUGIN_CUDA_GRAPHS=0`` turns that off.
+- ``mode="reduce-overhead"`` (``optimize("plugin", mode="reduce-overhead")``) keeps the CUDA
+  graph whenever it can be captured, without the timing.
+
 Key parts:
 - :func:`plugin`: the backend, registered as ``"plugin"`` and exposed to ``torch.compile``
   through the ``torch_dynamo_backends`` entry-point group (pyproject.toml).
+- :func:`plugin_reduce_overhead`: the backend with ``mode="reduce-overhead"``.
 """
 
 from __future__ import annotations
@@ -34,8 +50,132 @@ from torch_plugin.backends.aot_eager import flatten_graph_outputs, without_captu
 log = logging.getLogger(__name__)
 
 
-def plugin(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
-    """Compile ``gm`` with the "plugin" compiler."""
+MODES = ("default", "reduce-overhead")
+
+
+def plugin(
+    gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor], *, mode: str = "default"
+) -> Callable[..., Any]:
+    """Compile ``gm`` with the "plugin" compiler.
+
+    ``mode``: "default", or "reduce-overhead" (CUDA graphs wherever they can be captured; see
+    the module docstring). Raises ValueError for another mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"plugin: unknown mode {mode!r}; modes: {', '.join(MODES)}")
+    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs) or any(
+        t.is_cuda for t in [*gm.parameters(), *gm.buffers()]
+    )
+    if not cuda:
+        return _plugin(gm, example_inputs, mode, None)
+    needs_grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad
+        for t in [*gm.parameters(), *gm.buffers(), *example_inputs]
+    )
+    eager = without_capture(gm.forward)
+    if needs_grad:
+        log.info("plugin: a CUDA graph that needs gradients runs as the eager graph")
+        return eager
+    facts: dict[str, Any] = {}
+    compiled = _plugin(gm, example_inputs, mode, facts)
+    if mode == "reduce-overhead":
+        return compiled
+    return _faster_of(compiled, eager, example_inputs, facts)
+
+
+def plugin_reduce_overhead(
+    gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]
+) -> Callable[..., Any]:
+    """:func:`plugin` with ``mode="reduce-overhead"``."""
+    return plugin(gm, example_inputs, mode="reduce-overhead")
+
+
+def _faster_of(
+    compiled: Callable[..., Any],
+    eager: Callable[..., Any],
+    example_inputs: list[torch.Tensor],
+    facts: dict[str, Any],
+) -> Callable[..., Any]:
+    """``compiled`` or ``eager``, whichever runs ``example_inputs`` faster on the GPU; only
+    measured when running the graph twice more is unobservable (``facts["pure"]``: no input
+    mutation, no random op in the ATen graph); otherwise ``compiled``."""
+    why = facts.get("impure")
+    if why is not None or "pure" not in facts:
+        log.info("plugin: not timing the compiled graph against eager (%s)", why or "unknown")
+        return compiled
+    try:
+        with torch.no_grad():
+            t_compiled = _median_ms(compiled, example_inputs)
+            t_eager = _median_ms(eager, example_inputs)
+    except Exception as e:  # noqa: BLE001 - timing is advisory; the compiled graph stays
+        log.info("plugin: timing against eager failed (%s); keeping the compiled graph", e)
+        return compiled
+    if t_compiled <= t_eager:
+        log.info(
+            "plugin: compiled graph %.3f ms, eager graph %.3f ms: running the compiled graph",
+            t_compiled, t_eager,
+        )  # fmt: skip
+        return compiled
+    log.info(
+        "plugin: compiled graph %.3f ms is slower than the eager graph %.3f ms: running the "
+        "eager graph",
+        t_compiled, t_eager,
+    )  # fmt: skip
+    return eager
+
+
+def _median_ms(fn: Callable[..., Any], args: list[Any], runs: int = 10) -> float:
+    """Median CUDA-event milliseconds of ``fn(*args)`` after 3 warm-up calls (which also let
+    a CUDA graph be captured)."""
+    import statistics
+
+    for _ in range(3):
+        fn(*args)
+    times = []
+    for _ in range(runs):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def aten_graph_impurity(fx_graph: torch.fx.GraphModule) -> str | None:
+    """Why running ``fx_graph`` (an ATen graph from AOTAutograd) an extra time would be
+    observable: the first op that mutates an argument or draws random numbers; None if none."""
+    from torch_plugin.compiler.cuda_graphs import op_impurity
+
+    for node in fx_graph.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            why = op_impurity(node.target.name())
+            if why:
+                return why
+    return None
+
+
+def _recipe_impurity(recipe: Any) -> str | None:
+    """:func:`aten_graph_impurity` for a cached lowering recipe (its ``add_node`` calls)."""
+    from torch_plugin.compiler.cuda_graphs import op_impurity
+
+    for method, args, _ in recipe.calls:
+        if method == "add_node":
+            why = op_impurity(f"{args[0]}.{args[1]}" if args[1] else args[0])
+            if why:
+                return why
+    return None
+
+
+def _plugin(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[torch.Tensor],
+    mode: str,
+    facts: dict[str, Any] | None,
+) -> Callable[..., Any]:
+    """The compiler proper (CPU and CUDA). ``facts``, when given, receives ``"pure"`` or
+    ``"impure"`` (why) about the inference graph."""
     from torch_plugin.compiler import graph_cache, options
     from torch_plugin.compiler.compile import compile_graph, compile_recipe
 
@@ -61,11 +201,14 @@ def plugin(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Call
         recipe = graph_cache.load(opts.cache_dir, key)
         if recipe is not None:
             try:
-                cached = compile_recipe(recipe, params_flat)
+                cached = compile_recipe(recipe, params_flat, mode=mode)
             except ValueError as e:
                 log.warning("plugin: graph cache entry %s not used: %s", key, e)
             else:
                 log.info("plugin: graph cache hit %s", key)
+                if facts is not None:
+                    impure = _recipe_impurity(recipe)
+                    facts["impure" if impure else "pure"] = impure or True
                 cached_run = without_capture(_run_flat(cached, params_flat))
                 return lambda *args: rebuild(cached_run(*args))
 
@@ -74,6 +217,9 @@ def plugin(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Call
 
     def inference_compiler(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
         frozen = params_flat if _placeholders_match(fx_graph, params_flat) else []
+        if facts is not None:
+            impure = aten_graph_impurity(fx_graph)
+            facts["impure" if impure else "pure"] = impure or True
         on_lowered = None
         if key is not None:
             why_not = graph_cache.trivially_wrapped(fx_graph, num_args, num_outputs)
@@ -81,7 +227,7 @@ def plugin(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Call
                 on_lowered = functools.partial(graph_cache.store, opts.cache_dir, key)
             else:
                 log.info("plugin: graph not cached: %s", why_not)
-        return compile_graph(fx_graph, frozen, on_lowered)
+        return compile_graph(fx_graph, frozen, on_lowered, mode=mode)
 
     # Imported here, not above: a graph cache hit never needs AOTAutograd, whose first
     # import takes about 0.3 s.

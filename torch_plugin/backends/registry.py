@@ -133,6 +133,39 @@ def lookup_backend(backend: str | CompilerFn) -> CompilerFn:
     )
 
 
+MODES = ("default", "reduce-overhead")
+
+
+def backend_with_mode(backend: str | CompilerFn, mode: str | None) -> CompilerFn:
+    """The compiler of ``backend`` (see :func:`lookup_backend`) in ``mode``.
+
+    ``mode``: None or "default" (the backend as it is), or "reduce-overhead": CUDA graphs —
+    ``"plugin"`` keeps a CUDA graph wherever one can be captured
+    (:func:`torch_plugin.backends.plugin.plugin_reduce_overhead`); ``"inductor"`` runs with
+    Inductor's ``triton.cudagraphs`` on, as ``torch.compile(mode="reduce-overhead")`` does.
+
+    Raises ValueError for an unknown mode, or for a mode other than the default with a backend
+    that has no modes (the message names the backends that have).
+    """
+    fn = lookup_backend(backend)
+    if mode is None or mode == "default":
+        return fn
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
+    if fn is _BACKENDS.get("plugin"):
+        from torch_plugin.backends.plugin import plugin_reduce_overhead
+
+        return plugin_reduce_overhead
+    if fn is _BACKENDS.get("inductor"):
+        from torch_plugin.backends.inductor import inductor_reduce_overhead
+
+        return inductor_reduce_overhead
+    raise ValueError(
+        f"mode {mode!r} is not available for backend {backend!r}: only 'plugin' and "
+        "'inductor' take a mode"
+    )
+
+
 def list_backends() -> list[str]:
     """Names of the registered backends, sorted."""
     _ensure_builtins_registered()

@@ -29,18 +29,19 @@ if not torch.cuda.is_available():
 
 
 def callback_for(
-    backend: str | Callable, nopython: bool, dynamic: bool | None = None
+    backend: str | Callable, nopython: bool, dynamic: bool | None = None, mode: str | None = None
 ) -> ConvertFrame:
-    """The ConvertFrame for this backend (memoized so cache entries are shared)."""
-    from torch_plugin.backends.registry import lookup_backend
+    """The ConvertFrame for this backend in this mode (memoized so cache entries are
+    shared)."""
+    from torch_plugin.backends.registry import backend_with_mode
 
-    compiler = lookup_backend(backend)
+    compiler = backend_with_mode(backend, mode)
     name = (
         backend
         if isinstance(backend, str)
         else getattr(backend, "__name__", type(backend).__name__)
     )
-    key = (backend if isinstance(backend, str) else id(backend), nopython, dynamic)
+    key = (backend if isinstance(backend, str) else id(backend), nopython, dynamic, mode)
     cb = _callbacks.get(key)
     if cb is None or cb.backend is not compiler:
         cb = ConvertFrame(compiler, name, nopython, dynamic)

@@ -8,7 +8,10 @@ Key parts:
   (:mod:`torch_plugin.compiler.graph_cache`) instead of an FX graph.
 - :class:`CompiledGraph`: AOTAutograd's "boxed" calling convention (one list of arguments).
   For a frozen graph it guards each frozen argument on identity and version
-  (``tensor._version``); a failed guard recompiles with the arguments it now gets.
+  (``tensor._version``); a failed guard recompiles with the arguments it now gets. On CUDA its
+  executor runs through a :class:`~torch_plugin.compiler.cuda_graphs.CudaGraphRunner` (captured
+  on the second call) unless CUDA graphs are off (``TORCH_PLUGIN_CUDA_GRAPHS=0``) or the graph
+  cannot be captured (the log says why).
 """
 
 from __future__ import annotations
@@ -38,10 +41,13 @@ class CompiledGraph:
         opts: options_mod.Options,
         recipe: graph_cache.Recipe | None = None,
         on_lowered: Callable[[graph_cache.Recipe], None] | None = None,
+        mode: str = "default",
     ):
         """Compile ``gm`` (or replay ``recipe`` when ``gm`` is None); ``on_lowered``, when
-        given, receives the recipe of ``gm``'s lowering if it is cacheable."""
+        given, receives the recipe of ``gm``'s lowering if it is cacheable; ``mode``: the
+        backend's mode ("default" or "reduce-overhead"; both use CUDA graphs where they can)."""
         self.gm = gm
+        self.mode = mode
         self.recipe = recipe
         self.options = opts
         self._on_lowered = on_lowered
@@ -69,6 +75,28 @@ class CompiledGraph:
         self.ir = str(g)
         self.executor = _C._compiler.Executor(g)
         self.num_frozen = len(frozen)
+        self.cuda_graph = None
+        self._run = self._first_run
+
+    def _first_run(self, args: list[Any]) -> list[torch.Tensor]:
+        """Runs the executor once and decides how later calls run: through a CUDA graph
+        runner when the graph is on CUDA and can be captured, else the executor directly."""
+        self._run = self.executor.run
+        tensors = [*self.frozen, *(a for a in args if isinstance(a, torch.Tensor))]
+        if any(t.is_cuda for t in tensors):
+            from torch_plugin.compiler.cuda_graphs import CudaGraphRunner, why_not_capturable
+
+            if not self.options.cuda_graphs:
+                log.info("plugin: CUDA graphs are off (TORCH_PLUGIN_CUDA_GRAPHS=0)")
+            else:
+                steps = [line.split(": ", 1)[1] for line in self.describe().splitlines()]
+                why = why_not_capturable(steps, args, self.frozen)
+                if why is None:
+                    self.cuda_graph = CudaGraphRunner(self.executor.run, "compiled graph")
+                    self._run = self.cuda_graph
+                else:
+                    log.info("plugin: graph not captured into a CUDA graph: %s", why)
+        return self._run(args)
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
         n = self.num_frozen
@@ -83,8 +111,7 @@ class CompiledGraph:
             args = args[n:]
         else:
             args = list(args)
-        out = self.executor.run(args)
-        return out
+        return self._run(args)
 
     def describe(self) -> str:
         """The executor's steps, one per line."""
@@ -111,6 +138,7 @@ def compile_graph(
     gm: torch.fx.GraphModule,
     frozen: Sequence[torch.Tensor] = (),
     on_lowered: Callable[[graph_cache.Recipe], None] | None = None,
+    mode: str = "default",
 ) -> Callable[[list[Any]], Any]:
     """Compile ``gm``; its first ``len(frozen)`` placeholders become these constants
     (freezing, when the ``freeze`` option is on; otherwise they stay inputs).
@@ -125,21 +153,27 @@ def compile_graph(
 
     try:
         with _disable_current_modes():
-            return CompiledGraph(gm, frozen, opts, on_lowered=on_lowered)
+            return CompiledGraph(gm, frozen, opts, on_lowered=on_lowered, mode=mode)
     except lowering.Unsupported as e:
         log.info("plugin: running the ATen graph unmodified: %s", e)
-        return _run_unmodified(gm)
+        return _run_unmodified(gm, opts)
 
 
-def compile_recipe(recipe: graph_cache.Recipe, args: Sequence[torch.Tensor]) -> CompiledGraph:
+def compile_recipe(
+    recipe: graph_cache.Recipe, args: Sequence[torch.Tensor], mode: str = "default"
+) -> CompiledGraph:
     """Compile a cached lowering recipe; ``args`` are the graph's leading arguments, of
     which the first ``recipe.num_frozen`` are frozen (as when the recipe was recorded).
     Raises ValueError for a recipe the builder does not reproduce."""
     opts = options_mod.current()
-    return CompiledGraph(None, list(args[: recipe.num_frozen]), opts, recipe=recipe)
+    return CompiledGraph(None, list(args[: recipe.num_frozen]), opts, recipe=recipe, mode=mode)
 
 
-def _run_unmodified(gm: torch.fx.GraphModule) -> Callable[[list[Any]], Any]:
+def _run_unmodified(
+    gm: torch.fx.GraphModule, opts: options_mod.Options
+) -> Callable[[list[Any]], Any]:
+    """``gm`` run as it is (boxed); on CUDA through a CUDA graph runner when it can be
+    captured (its ATen ops checked as for a compiled graph)."""
     from torch_plugin.backends.aot_eager import without_capture
 
     forward = without_capture(gm.forward)
@@ -147,5 +181,27 @@ def _run_unmodified(gm: torch.fx.GraphModule) -> Callable[[list[Any]], Any]:
     def run(args: list[Any]) -> Any:
         return forward(*args)
 
-    run._boxed_call = True  # type: ignore[attr-defined]
-    return run
+    def first(args: list[Any]) -> Any:
+        chosen[0] = run
+        if opts.cuda_graphs and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            from torch_plugin.compiler.cuda_graphs import CudaGraphRunner, why_not_capturable
+
+            ops = [
+                "fallback " + n.target.name()
+                for n in gm.graph.nodes
+                if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+            ]
+            why = why_not_capturable(ops, args, [])
+            if why is None:
+                chosen[0] = CudaGraphRunner(lambda a: list(run(a)), "ATen graph")
+            else:
+                log.info("plugin: graph not captured into a CUDA graph: %s", why)
+        return run(args)
+
+    chosen: list[Callable[[list[Any]], Any]] = [first]
+
+    def boxed(args: list[Any]) -> Any:
+        return chosen[0](args)
+
+    boxed._boxed_call = True  # type: ignore[attr-defined]
+    return boxed

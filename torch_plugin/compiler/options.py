@@ -15,6 +15,7 @@ Key parts:
 | ``log_kernels`` | ``TORCH_PLUGIN_LOGS`` contains ``kernels`` | off | print each generated kernel and its fusion group |
 | ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``~/.cache/torch_plugin`` | compiled kernels (.so), keyed by a hash of source, flags and CPU; lowered inference graphs (``graphs/``, see ``graph_cache.py``) |
 | ``graph_cache`` | ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
+| ``cuda_graphs`` | ``TORCH_PLUGIN_CUDA_GRAPHS`` | ``1`` | CUDA inference graphs are captured into CUDA graphs where that is safe (``compiler/cuda_graphs.py``) |
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Options:
     log_kernels: bool = False
     cache_dir: str = ""
     graph_cache: bool = True
+    cuda_graphs: bool = True
 
     def pass_options(self) -> dict[str, object]:
         """The subset the C++ pipeline reads (csrc/compiler/passes/pass.h, PassOptions)."""
@@ -73,4 +75,5 @@ def current() -> Options:
         log_kernels="kernels" in os.environ.get("TORCH_PLUGIN_LOGS", "").split(","),
         cache_dir=cache_dir,
         graph_cache=_flag("TORCH_PLUGIN_GRAPH_CACHE", True),
+        cuda_graphs=_flag("TORCH_PLUGIN_CUDA_GRAPHS", True),
     )

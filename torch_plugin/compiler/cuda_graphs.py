@@ -1,0 +1,220 @@
+"""CUDA graphs for compiled inference graphs: capture once, replay on every later call.
+
+A compiled graph whose steps launch many small kernels spends its time launching them (at
+batch 1 a transformer layer's kernels take microseconds each); a CUDA graph replays them all
+with one launch. :class:`CudaGraphRunner` wraps a compiled graph's boxed runner
+(``run(list_of_inputs) -> list_of_outputs``, e.g. the C++ executor's ``run``):
+
+- the first call runs the graph normally (warm-up: cuBLAS/cuDNN handles, workspaces, lazily
+  loaded kernels), then captures it on a side stream into a ``torch.cuda.CUDAGraph`` reading
+  *static input buffers* (copies of the inputs, allocated outside the capture);
+- later calls copy their inputs into the static buffers, replay the graph on the caller's
+  current stream and return *copies* of the static outputs, so an output the caller keeps is
+  never overwritten by the next replay (a copy per output: correct first; Inductor's cudagraph
+  trees return the static buffers instead and warn on reuse);
+- the graphs of one device share one memory pool (``torch.cuda.graph_pool_handle``), so
+  a model whose graph breaks into several graphs holds one set of intermediate buffers. That is
+  safe because each replay's outputs are copied out before another graph of the pool replays,
+  and replays of one pool are ordered across streams by an event (:class:`_Pool`).
+
+:func:`why_not_capturable` says why a compiled graph must not be captured (its executor's
+steps name each op): inputs or constants not all on one CUDA device, an op that synchronizes
+with the CPU (``nonzero``, ``item``, ...), a random op (a replay would repeat the captured
+random numbers' offsets differently from eager), an in-place op on a graph input (it would
+write the static buffer, not the caller's tensor). A capture that fails anyway (an op that
+turns out not to be capturable) is logged with the reason and the graph runs uncaptured.
+
+Key parts: :class:`CudaGraphRunner`, :func:`why_not_capturable`, :data:`counters` (graphs
+captured, replays, failed captures in this process; for tests and logs).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+# Ops that synchronize with the host (their output size or value depends on data), which a
+# CUDA graph cannot capture.
+_SYNCING_OPS = (
+    "aten::nonzero", "aten::_local_scalar_dense", "aten::item", "aten::masked_select",
+    "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_consecutive",
+    "aten::unique_dim", "aten::repeat_interleave", "aten::bincount", "aten::histc",
+    "aten::index.Tensor_bool", "aten::nonzero_static", "aten::_assert_async",
+    "aten::equal", "aten::is_nonzero", "aten::allclose", "aten::to_sparse",
+    "aten::_to_cpu", "aten::cpu",
+)  # fmt: skip
+
+
+def op_impurity(name: str) -> str | None:
+    """Why running ATen op ``name`` ("aten::bernoulli.p", "aten::add_.Tensor") once more than
+    eager would is observable (it mutates an argument or draws random numbers), or None.
+    Names that do not resolve to an op count as impure."""
+    op_name, _, overload = name.partition(".")
+    ns, _, base = op_name.partition("::")
+    try:
+        op = getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
+    except AttributeError:
+        return f"{name} is not a known op"
+    if op._schema.is_mutable:
+        return f"{name} mutates an argument"
+    if torch.Tag.nondeterministic_seeded in op.tags:
+        return f"{name} draws random numbers"
+    return None
+
+
+def why_not_capturable(
+    steps: Sequence[str], inputs: Sequence[torch.Tensor], constants: Sequence[torch.Tensor]
+) -> str | None:
+    """Why a compiled graph cannot be captured into a CUDA graph, or None when it can.
+
+    Args:
+        steps: the executor's step descriptions ("fallback aten::add.Tensor", "kernel fused_3").
+        inputs: example inputs of the graph (its runtime inputs, without frozen constants).
+        constants: the graph's frozen constants.
+    """
+    tensors = [t for t in [*inputs, *constants] if isinstance(t, torch.Tensor)]
+    if not tensors:
+        return "the graph has no tensor inputs"
+    devices = {t.device for t in tensors}
+    if len(devices) != 1 or next(iter(devices)).type != "cuda":
+        return f"its tensors are not all on one CUDA device ({sorted(map(str, devices))})"
+    if any(not isinstance(t, torch.Tensor) for t in inputs):
+        return "an input is not a tensor"
+    for step in steps:
+        op = step.split()[-1] if step.startswith("fallback ") else ""
+        if not op:
+            continue
+        if op.split(".")[0] in _SYNCING_OPS:
+            return f"{op} synchronizes with the CPU"
+        why = op_impurity(op)
+        if why:
+            return why
+    return None
+
+
+class _Pool:
+    """The memory pool shared by the CUDA graphs of one device, and the event that orders
+    their replays across streams."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.handle = torch.cuda.graph_pool_handle()
+        self.lock = threading.Lock()
+        self.last_replay: torch.cuda.Event | None = None
+        self.device = device
+
+
+counters = {"captured": 0, "replays": 0, "failed": 0}
+
+_pools: dict[torch.device, _Pool] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool_for(device: torch.device) -> _Pool:
+    with _pools_lock:
+        pool = _pools.get(device)
+        if pool is None:
+            pool = _pools[device] = _Pool(device)
+        return pool
+
+
+class CudaGraphRunner:
+    """``run`` (boxed: a list of CUDA tensors in, a list of tensors out) captured into a CUDA
+    graph on its second call and replayed from then on (see the module docstring).
+
+    The inputs of every call must have the sizes, strides and dtypes of the first (the
+    compiled graph's own checks and guards ensure that); a call whose inputs differ runs
+    ``run`` uncaptured. Thread-safe: replays of one pool are serialized.
+    """
+
+    def __init__(self, run: Callable[[list[torch.Tensor]], list[torch.Tensor]], name: str) -> None:
+        self.run = run
+        self.name = name
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static_inputs: list[torch.Tensor] = []
+        self.static_outputs: list[torch.Tensor] = []
+        self.failed: str | None = None
+        self.calls = 0
+        self.pool: _Pool | None = None
+
+    def __call__(self, args: list[torch.Tensor]) -> list[Any]:
+        self.calls += 1
+        if self.failed is not None or self.calls == 1:
+            return self.run(args)  # the first call warms up
+        if self.graph is None:
+            self._capture(args)
+            if self.graph is None:
+                return self.run(args)
+        if not self._matches(args):
+            return self.run(args)
+        pool = self.pool
+        assert pool is not None
+        with pool.lock:
+            stream = torch.cuda.current_stream(pool.device)
+            if pool.last_replay is not None:
+                stream.wait_event(pool.last_replay)
+            for static, a in zip(self.static_inputs, args):
+                if static.data_ptr() != a.data_ptr():
+                    static.copy_(a)
+            self.graph.replay()
+            outputs = [o.clone(memory_format=torch.preserve_format) for o in self.static_outputs]
+            event = torch.cuda.Event()
+            event.record(stream)
+            pool.last_replay = event
+        counters["replays"] += 1
+        return outputs
+
+    def _matches(self, args: list[torch.Tensor]) -> bool:
+        if len(args) != len(self.static_inputs):
+            return False
+        for s, a in zip(self.static_inputs, args):
+            if (
+                not isinstance(a, torch.Tensor)
+                or a.device != s.device
+                or a.dtype != s.dtype
+                or a.shape != s.shape
+                or a.stride() != s.stride()
+            ):
+                return False
+        return True
+
+    def _capture(self, args: list[torch.Tensor]) -> None:
+        device = args[0].device
+        pool = _pool_for(device)
+        try:
+            static = [
+                torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+                for a in args
+            ]
+            graph = torch.cuda.CUDAGraph()
+            with pool.lock:
+                side = torch.cuda.Stream(device)
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):
+                    self.run(static)  # warm-up on the capture stream, as PyTorch advises
+                    with torch.cuda.graph(graph, pool=pool.handle, stream=side):
+                        outputs = self.run(static)
+                torch.cuda.current_stream(device).wait_stream(side)
+        except Exception as e:  # noqa: BLE001 - any capture failure falls back, logged
+            self.failed = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            counters["failed"] += 1
+            log.info(
+                "plugin: %s runs without a CUDA graph: capture failed (%s)", self.name, self.failed
+            )
+            return
+        if not all(isinstance(o, torch.Tensor) for o in outputs):
+            self.failed = "an output is not a tensor"
+            log.info("plugin: %s runs without a CUDA graph: %s", self.name, self.failed)
+            return
+        self.graph, self.static_inputs, self.static_outputs, self.pool = (
+            graph,
+            static,
+            outputs,
+            pool,
+        )
+        log.info("plugin: %s captured into a CUDA graph (%d inputs)", self.name, len(static))
