@@ -66,18 +66,22 @@ def plugin(
     cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs) or any(
         t.is_cuda for t in [*gm.parameters(), *gm.buffers()]
     )
-    if not cuda:
-        return _plugin(gm, example_inputs, mode, None)
+    # Bound now: the compiler below rewrites gm's outputs (flatten_graph_outputs).
+    eager = without_capture(gm.forward)
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad
         for t in [*gm.parameters(), *gm.buffers(), *example_inputs]
     )
-    eager = without_capture(gm.forward)
-    if needs_grad:
+    if cuda and needs_grad:
         log.info("plugin: a CUDA graph that needs gradients runs as the eager graph")
         return eager
     facts: dict[str, Any] = {}
     compiled = _plugin(gm, example_inputs, mode, facts)
+    if not cuda:
+        if "unlowered" in facts:
+            log.info("plugin: the inference graph runs as the eager graph: %s", facts["unlowered"])
+            return eager
+        return compiled
     if mode == "reduce-overhead":
         return compiled
     return _faster_of(compiled, eager, example_inputs, facts)
@@ -227,7 +231,11 @@ def _plugin(
                 on_lowered = functools.partial(graph_cache.store, opts.cache_dir, key)
             else:
                 log.info("plugin: graph not cached: %s", why_not)
-        return compile_graph(fx_graph, frozen, on_lowered, mode=mode)
+        result = compile_graph(fx_graph, frozen, on_lowered, mode=mode)
+        unlowered = getattr(result, "unlowered", None)
+        if unlowered is not None and facts is not None:
+            facts["unlowered"] = unlowered
+        return result
 
     # Imported here, not above: a graph cache hit never needs AOTAutograd, whose first
     # import takes about 0.3 s.

@@ -156,7 +156,9 @@ def compile_graph(
             return CompiledGraph(gm, frozen, opts, on_lowered=on_lowered, mode=mode)
     except lowering.Unsupported as e:
         log.info("plugin: running the ATen graph unmodified: %s", e)
-        return _run_unmodified(gm, opts)
+        run = _run_unmodified(gm, opts)
+        run.unlowered = str(e)  # type: ignore[attr-defined]
+        return run
 
 
 def compile_recipe(
