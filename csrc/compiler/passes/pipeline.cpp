@@ -22,6 +22,7 @@ const std::vector<const PassInfo*>& pipeline() {
       &kRemoveClones,
       &kFoldConvBatchNorm,
       &kConstantFolding,
+      &kAttentionPatterns,
       &kLibraryPatterns,
       &kPropagateStrides,
       &kFusion,
