@@ -8,6 +8,8 @@ observe: outputs kept from an earlier call, mutated inputs, gradients.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -69,7 +71,8 @@ def _mlp():
 
 @requires_cuda
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
-def test_cuda_graph_replays_match_eager_and_keep_earlier_outputs(mode):
+def test_cuda_graph_replays_match_eager_and_keep_earlier_outputs(mode, caplog):
+    caplog.set_level(logging.INFO, logger="torch_plugin")
     torch_plugin.reset()
     model = _mlp()
     fast = torch_plugin.optimize("plugin", mode=mode)(model)
@@ -85,7 +88,7 @@ def test_cuda_graph_replays_match_eager_and_keep_earlier_outputs(mode):
         for x, out in kept:
             torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
     if mode == "reduce-overhead":
-        assert cuda_graphs.counters["captured"] > before["captured"]
+        assert cuda_graphs.counters["captured"] > before["captured"], caplog.text
         assert cuda_graphs.counters["replays"] > before["replays"]
 
 
