@@ -56,14 +56,24 @@ AttrValue to_attr(py::handle h) {
                        std::string(py::str(h.get_type())));
 }
 
+c10::Device parse_device(const std::string& device) {
+  try {
+    return c10::Device(device);
+  } catch (const c10::Error&) {
+    throw py::value_error("not a device: '" + device + "'");
+  }
+}
+
 // Builds a Graph from Python, naming values by the ids this object hands out.
 class GraphBuilder {
  public:
   std::shared_ptr<Graph> graph = std::make_shared<Graph>();
 
-  int64_t add_input(int dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+  // device: "cpu", "cuda:0", ... (c10::Device's spelling); throws ValueError otherwise.
+  int64_t add_input(int dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                    const std::string& device) {
     return keep(graph->add_input(static_cast<c10::ScalarType>(dtype), std::move(sizes),
-                                 std::move(strides), c10::Device(c10::kCPU)));
+                                 std::move(strides), parse_device(device)));
   }
   int64_t add_constant(py::handle t) { return keep(graph->add_constant(to_tensor(t))); }
 
@@ -102,9 +112,10 @@ class GraphBuilder {
     return ids;
   }
 
-  void set_type(int64_t id, int dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+  void set_type(int64_t id, int dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                const std::string& device) {
     Graph::set_type(value(id), static_cast<c10::ScalarType>(dtype), std::move(sizes),
-                    std::move(strides), c10::Device(c10::kCPU));
+                    std::move(strides), parse_device(device));
   }
   void set_outputs(const std::vector<int64_t>& ids) {
     std::vector<Value*> outs;
@@ -146,10 +157,13 @@ void init_compiler(py::module_& parent) {
   py::module_ m = parent.def_submodule("_compiler", "the 'plugin' compiler: IR, passes, executor");
   py::class_<GraphBuilder>(m, "Graph")
       .def(py::init<>())
-      .def("add_input", &GraphBuilder::add_input)
+      .def("add_input", &GraphBuilder::add_input, py::arg("dtype"), py::arg("sizes"),
+           py::arg("strides"), py::arg("device") = "cpu")
       .def("add_constant", &GraphBuilder::add_constant)
       .def("add_node", &GraphBuilder::add_node)
-      .def("set_type", &GraphBuilder::set_type)
+      .def("set_type", &GraphBuilder::set_type, py::arg("id"), py::arg("dtype"), py::arg("sizes"),
+           py::arg("strides"), py::arg("device") = "cpu")
+      .def("device", [](GraphBuilder& b) { return graph_device(*b.graph).str(); })
       .def("set_outputs", &GraphBuilder::set_outputs)
       .def("verify", [](GraphBuilder& b) { verify(*b.graph); })
       .def("run_pass",
@@ -201,11 +215,14 @@ void init_compiler(py::module_& parent) {
     return py::dict(py::arg("compiled") = s.compiled, py::arg("disk_hits") = s.disk_hits,
                     py::arg("memory_hits") = s.memory_hits);
   });
-  m.def("pass_names", [] {
-    std::vector<std::string> names;
-    for (const PassInfo* p : pipeline()) names.push_back(p->name);
-    return names;
-  });
+  m.def(
+      "pass_names",
+      [](const std::string& device) {
+        std::vector<std::string> names;
+        for (const PassInfo* p : pipeline(parse_device(device).type())) names.push_back(p->name);
+        return names;
+      },
+      py::arg("device") = "cpu");
 }
 
 }  // namespace torch_plugin::compiler

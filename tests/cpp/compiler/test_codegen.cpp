@@ -229,5 +229,149 @@ TEST(Codegen, UnfuseGroupPutsTheBodyBackInPlace) {
   EXPECT_THROW(unfuse_group(b.g, b.g.outputs()[1]->producer), c10::Error);
 }
 
+TEST(Codegen, ExecutorRefusesAKernelTargetItCannotRun) {
+  Builder b;
+  softmax_graph(b);
+  fuse(b.g, PassOptions());
+  Node* group = b.nodes("torch_plugin::fused").at(0);
+  group->attrs["target"] = std::string("metal");
+  try {
+    runtime::Executor e(b.g);
+    FAIL() << "the executor built a step for target 'metal'";
+  } catch (const c10::Error& err) {
+    const std::string what = err.what_without_backtrace();
+    EXPECT_NE(what.find("target 'metal'"), std::string::npos) << what;
+    EXPECT_NE(what.find(group->str_attr("name", "?")), std::string::npos)
+        << what;
+  }
+}
+
+// The pass pipeline per device.
+
+std::vector<std::string> pass_names(c10::DeviceType device) {
+  std::vector<std::string> names;
+  for (const PassInfo* p : pipeline(device))
+    names.push_back(p->name);
+  return names;
+}
+
+TEST(Pipeline, PassListsPerDevice) {
+  const std::vector<std::string> expected = {
+      "dead_code_elimination",
+      "remove_clones",
+      "fold_conv_bn",
+      "constant_folding",
+      "library_patterns",
+      "propagate_strides",
+      "fusion",
+      "codegen",
+      "dead_code_elimination",
+      "memory_planning"};
+  EXPECT_EQ(pass_names(c10::kCPU), expected);
+  EXPECT_EQ(pass_names(c10::kCUDA), expected);
+  for (const std::string& name : pass_names(c10::kMeta))
+    EXPECT_TRUE(name == "dead_code_elimination" || name == "remove_clones")
+        << name;
+}
+
+TEST(Pipeline, GraphDeviceIsTheOneDeviceOfItsTensors) {
+  Builder cpu;
+  softmax_graph(cpu);
+  EXPECT_EQ(graph_device(cpu.g), c10::Device(c10::kCPU));
+  Builder cuda(c10::Device(c10::kCUDA, 0));
+  softmax_graph(cuda);
+  EXPECT_EQ(graph_device(cuda.g), c10::Device(c10::kCUDA, 0));
+  EXPECT_EQ(graph_device(Graph()), c10::Device(c10::kCPU));
+  cuda.g.add_input(ScalarType::Float, {2}, {1}, c10::Device(c10::kCPU));
+  EXPECT_THROW(graph_device(cuda.g), c10::Error);
+}
+
+// A graph on `device` with oneDNN patterns: addmm with a constant weight and
+// bias, then relu; a convolution with constant weights, then relu; and a
+// pointwise chain. Constants are host tensors whose IR values are moved to
+// `device` (no GPU needed: nothing runs them there).
+void library_graph(Builder& b) {
+  auto constant = [&](at::Tensor t) {
+    Value* c = b.g.add_constant(t);
+    c->device = b.device;
+    return c;
+  };
+  Value* x = b.input({4, 8});
+  Value* w = constant(at::randn({8, 16}));
+  Value* bias = constant(at::randn({16}));
+  Value* mm = b.op(
+      "aten::addmm",
+      "default",
+      {bias, x, w},
+      {int64_t{1}, int64_t{1}},
+      {4, 16});
+  Value* r = b.op("aten::relu", "default", {mm}, {}, {4, 16});
+  Value* t = b.op(
+      "aten::tanh",
+      "default",
+      {b.op("aten::mul", "Tensor", {r, r}, {}, {4, 16})},
+      {},
+      {4, 16});
+  Value* img = b.input({1, 3, 6, 6});
+  Value* wc = constant(at::randn({5, 3, 3, 3}));
+  Value* bc = constant(at::randn({5}));
+  Value* conv = b.op(
+      "aten::convolution",
+      "default",
+      {img, wc, bc},
+      {std::vector<int64_t>{1, 1},
+       std::vector<int64_t>{1, 1},
+       std::vector<int64_t>{1, 1},
+       false,
+       std::vector<int64_t>{0, 0},
+       int64_t{1}},
+      {1, 5, 6, 6});
+  Value* cr = b.op("aten::relu", "default", {conv}, {}, {1, 5, 6, 6});
+  b.g.set_outputs({t, cr});
+}
+
+TEST(Pipeline, CudaGraphNeverGetsOneDnnNodesAndEveryGroupIsRenderedOrUnfused) {
+  Builder b(c10::Device(c10::kCUDA, 0));
+  library_graph(b);
+  PassOptions o;
+  o.freeze = true;
+  o.verify = true;
+  run_pipeline(b.g, o);
+  verify(b.g);
+  for (const auto& n : b.g.node_list()) {
+    EXPECT_NE(n->op, "torch_plugin::conv_pointwise");
+    EXPECT_NE(n->op, "torch_plugin::linear_pointwise");
+    if (n->op == "torch_plugin::fused")
+      EXPECT_EQ(n->str_attr("target", ""), "cuda")
+          << "a CUDA group without a CUDA kernel";
+    for (const Value* v : n->outputs)
+      EXPECT_EQ(v->device, c10::Device(c10::kCUDA, 0)) << n->qualified_name();
+  }
+  EXPECT_EQ(graph_device(b.g), c10::Device(c10::kCUDA, 0));
+#ifdef TORCH_PLUGIN_HAVE_ONEDNN
+  // The same graph on the CPU does get them.
+  Builder cpu;
+  library_graph(cpu);
+  run_pipeline(cpu.g, o);
+  EXPECT_EQ(cpu.nodes("torch_plugin::linear_pointwise").size(), 1u);
+  EXPECT_EQ(cpu.nodes("torch_plugin::conv_pointwise").size(), 1u);
+#endif
+}
+
+TEST(Pipeline, CudaFusionAcceptsHalfCpuDoesNot) {
+  for (c10::DeviceType device : {c10::kCPU, c10::kCUDA}) {
+    Builder b(
+        device == c10::kCPU ? c10::Device(c10::kCPU)
+                            : c10::Device(c10::kCUDA, 0));
+    Value* x = b.input({16}, ScalarType::Half);
+    Value* m = b.op("aten::mul", "Tensor", {x, x}, {}, {16}, ScalarType::Half);
+    b.g.set_outputs(
+        {b.op("aten::relu", "default", {m}, {}, {16}, ScalarType::Half)});
+    EXPECT_EQ(
+        run_pass(find_pass("fusion"), b.g, PassOptions()),
+        device == c10::kCUDA);
+  }
+}
+
 } // namespace
 } // namespace torch_plugin::compiler
