@@ -3,6 +3,8 @@
 // THPVariable_Wrap (a new reference to the same tensor). GIL: held.
 #include "compiler/bindings_graph_export.h"
 
+#include "compiler/bindings_graph.h"
+
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -98,6 +100,11 @@ py::dict export_graph(const Graph& g) {
   out["nodes"] = nodes;
   out["outputs"] = outputs;
   return out;
+}
+
+void init_graph_export_bindings(py::module_& m) {
+  graph_class(m).def(
+      "export", [](GraphBuilder& b) { return export_graph(*b.graph); });
 }
 
 } // namespace torch_plugin::compiler

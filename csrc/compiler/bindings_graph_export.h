@@ -1,6 +1,7 @@
 // bindings_graph_export.h: the compiled IR graph as Python data, for building
 // the compiled artifact's FX graph (torch_plugin/compiler/fx_artifact.py).
-// Reached as torch_plugin._C._compiler.Graph.export() (compiler/bindings.cpp).
+// Reached as torch_plugin._C._compiler.Graph.export() (registered by
+// init_graph_export_bindings, bindings_graph.h).
 #pragma once
 
 #include "ir/ir.h"

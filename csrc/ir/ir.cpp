@@ -343,4 +343,32 @@ std::string Graph::str() const {
   return os.str();
 }
 
+c10::Device graph_device(const Graph& g) {
+  const Value* first = nullptr;
+  auto check = [&](const Value* v) {
+    if (!first) {
+      first = v;
+      return;
+    }
+    TORCH_CHECK(
+        v->device == first->device,
+        "graph_device: the graph's tensors are on several devices: %",
+        first->id,
+        " on ",
+        first->device,
+        ", %",
+        v->id,
+        " on ",
+        v->device);
+  };
+  for (const Value* v : g.inputs())
+    check(v);
+  for (const Value* v : g.constants())
+    check(v);
+  for (const auto& n : g.node_list())
+    for (const Value* v : n->outputs)
+      check(v);
+  return first ? first->device : c10::Device(c10::kCPU);
+}
+
 } // namespace torch_plugin::ir

@@ -183,5 +183,10 @@ struct Graph {
 
 std::string to_string(const AttrValue& v);
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+// The one device of `g`'s tensors (inputs, constants, node outputs): what the
+// pass pipeline and the executor are chosen by. CPU for a graph without
+// tensors. Throws c10::Error naming two of them when they are on several
+// devices (the lowering makes one-device graphs only).
+c10::Device graph_device(const Graph& g);
 
 } // namespace torch_plugin::ir

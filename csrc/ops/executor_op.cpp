@@ -1,4 +1,4 @@
-// executor_op.cpp: torch_plugin::run_graph's CPU and Meta kernels (see
+// executor_op.cpp: torch_plugin::run_graph's CPU, CUDA and Meta kernels (see
 // executor_op.h; the schema and the custom class are in library_ops.cpp).
 #include "ops/executor_op.h"
 
@@ -49,19 +49,22 @@ void check_inputs(
   }
 }
 
-std::vector<at::Tensor> run_graph_cpu(
+// The CPU and CUDA kernel: runs the executor on the device it was compiled
+// for.
+std::vector<at::Tensor> run_graph_device(
     const c10::intrusive_ptr<ExecutorObject>& object,
     std::vector<at::Tensor> inputs) {
   const runtime::Executor& e = unwrap(object);
   check_inputs(e, inputs);
   for (const auto i : c10::irange(inputs.size())) {
     TORCH_CHECK(
-        inputs[i].device().is_cpu(),
+        inputs[i].device() == e.device(),
         "torch_plugin::run_graph: input ",
         i,
         " is on ",
         inputs[i].device(),
-        "; the graph was compiled for CPU");
+        "; the graph was compiled for ",
+        e.device());
   }
   return e.run(inputs);
 }
@@ -88,7 +91,11 @@ void link_executor_op() {}
 } // namespace torch_plugin::ops
 
 TORCH_LIBRARY_IMPL(torch_plugin, CPU, m) {
-  m.impl("run_graph", torch_plugin::ops::run_graph_cpu);
+  m.impl("run_graph", torch_plugin::ops::run_graph_device);
+}
+
+TORCH_LIBRARY_IMPL(torch_plugin, CUDA, m) {
+  m.impl("run_graph", torch_plugin::ops::run_graph_device);
 }
 
 TORCH_LIBRARY_IMPL(torch_plugin, Meta, m) {

@@ -8,7 +8,8 @@
 // `executor` is a torch.ScriptObject wrapping one runtime::Executor (made by
 // torch_plugin._C._compiler.Executor.script_object()); `inputs` are the
 // graph's inputs (frozen parameters are constants inside the executor). The
-// CPU kernel runs the executor's steps and returns its outputs with the strides
+// CPU and CUDA kernels (one function: inputs must be on the executor's device)
+// run the executor's steps and return its outputs with the strides
 // the graph promised; the Meta kernel (FakeTensor, make_fx) checks the inputs'
 // count, sizes and dtypes against the graph's and returns empty outputs of the
 // promised sizes, strides and dtypes. An input that does not match is an error

@@ -45,6 +45,7 @@ Executor::Executor(const ir::Graph& g) {
     output_slots_.push_back(slots.slot(out));
     output_specs_.push_back({out->dtype, out->sizes, out->strides});
   }
+  device_ = ir::graph_device(g);
   arena_bytes_ = g.arena_bytes;
   if (arena_bytes_ > 0) {
     arena_slot_ = num_slots_++;
@@ -89,10 +90,10 @@ Executor::Executor(const ir::Graph& g) {
       free_after_[last_use[s]].push_back(s);
   }
 
-  // Compile every generated kernel of the graph first, in parallel.
+  // Compile every generated C++ kernel of the graph first, in parallel.
   std::vector<std::string> sources;
   for (const ir::Node* n : nodes) {
-    if (n->op == "torch_plugin::fused")
+    if (n->op == "torch_plugin::fused" && n->str_attr("target", "cpp") == "cpp")
       sources.push_back(n->str_attr("source", ""));
   }
   if (!sources.empty())
@@ -147,8 +148,17 @@ std::vector<at::Tensor> Executor::run(
       " inputs, got ",
       inputs.size());
   Slots slots(num_slots_);
-  for (size_t i = 0; i < inputs.size(); ++i)
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TORCH_CHECK(
+        !inputs[i].defined() || inputs[i].device() == device_,
+        "compiled graph: input ",
+        i,
+        " is on ",
+        inputs[i].device(),
+        ", the graph was compiled for ",
+        device_);
     slots[input_slots_[i]] = inputs[i];
+  }
   for (const auto& [slot, t] : constants_)
     slots[slot] = t;
   if (arena_slot_ >= 0)
@@ -190,7 +200,8 @@ at::Tensor Executor::acquire_arena() const {
       return arena;
     }
   }
-  return at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
+  return at::empty(
+      {arena_bytes_}, at::TensorOptions().dtype(at::kByte).device(device_));
 }
 
 void Executor::release_arena(at::Tensor arena) const {
@@ -222,7 +233,7 @@ std::vector<at::Tensor> Executor::collect_outputs(const Slots& slots) const {
 }
 
 OutputBuffer::OutputBuffer(const ir::Value& v, const SlotMap& slots)
-    : dtype_(v.dtype), sizes_(v.sizes), strides_(v.strides) {
+    : dtype_(v.dtype), device_(v.device), sizes_(v.sizes), strides_(v.strides) {
   if (v.arena_offset >= 0 && slots.arena >= 0) {
     int64_t item = static_cast<int64_t>(c10::elementSize(v.dtype));
     TORCH_CHECK(
@@ -239,7 +250,7 @@ OutputBuffer::OutputBuffer(const ir::Value& v, const SlotMap& slots)
 at::Tensor OutputBuffer::get(const Slots& slots) const {
   if (arena_slot_ < 0) {
     return at::empty_strided(
-        sizes_, strides_, at::TensorOptions().dtype(dtype_));
+        sizes_, strides_, at::TensorOptions().dtype(dtype_).device(device_));
   }
   const at::Tensor& arena = slots[arena_slot_];
   auto impl = c10::make_intrusive<c10::TensorImpl>(

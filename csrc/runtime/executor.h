@@ -63,6 +63,11 @@ class Executor {
   int num_planned() const {
     return num_planned_;
   }
+  // The device of the graph's tensors (ir::graph_device): where the arena is
+  // allocated and where run() expects its inputs.
+  c10::Device device() const {
+    return device_;
+  }
 
  private:
   std::vector<std::unique_ptr<Step>> steps_;
@@ -77,6 +82,7 @@ class Executor {
   int num_slots_ = 0;
   int arena_slot_ = -1;
   int64_t arena_bytes_ = 0;
+  c10::Device device_ = c10::Device(c10::kCPU);
   int num_planned_ = 0;
   mutable std::mutex pool_mutex_;
   mutable std::vector<at::Tensor> arena_pool_; // arenas not in use by a run

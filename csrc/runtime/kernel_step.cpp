@@ -9,6 +9,7 @@
 #include "runtime/kernel_cache.h"
 
 #include <ATen/ops/empty_strided.h>
+#include <c10/util/Exception.h>
 
 namespace torch_plugin::runtime {
 namespace {
@@ -77,6 +78,24 @@ std::unique_ptr<Step> make_kernel_step(
     const SlotMap& slots) {
   if (node.op != "torch_plugin::fused")
     return nullptr;
+  const std::string target = node.str_attr("target", "cpp");
+  const std::string name = node.str_attr("name", "fused");
+  TORCH_CHECK(
+      target == "cpp",
+      "executor: fusion group ",
+      name,
+      " has a kernel for target '",
+      target,
+      "', which this executor cannot run (no kernel step for it in this "
+      "build)");
+  for (const ir::Value* v : node.outputs) {
+    TORCH_CHECK(
+        v->device.is_cpu(),
+        "executor: fusion group ",
+        name,
+        " has a C++ kernel but its outputs are on ",
+        v->device);
+  }
   KernelFn fn = load_kernels({node.str_attr("source", "")})[0];
   return std::make_unique<KernelStep>(node, slots, fn);
 }

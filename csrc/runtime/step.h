@@ -31,7 +31,8 @@ struct SlotMap {
 
 // Where a step writes one output value: its preplanned buffer in the run's
 // arena (Value::arena_offset, set by the memory_planning pass), or else a new
-// tensor. Either way the tensor has the value's dtype, sizes and strides (CPU).
+// tensor on the value's device. Either way the tensor has the value's dtype,
+// sizes, strides and device.
 class OutputBuffer {
  public:
   OutputBuffer(const ir::Value& v, const SlotMap& slots);
@@ -45,6 +46,7 @@ class OutputBuffer {
   int arena_slot_ = -1;
   int64_t offset_elements_ = 0;
   c10::ScalarType dtype_;
+  c10::Device device_;
   std::vector<int64_t> sizes_, strides_;
 };
 
@@ -64,6 +66,10 @@ std::unique_ptr<Step> make_fallback_step(
 std::unique_ptr<Step> make_library_step(
     const ir::Node& node,
     const SlotMap& slots);
+// A fusion group (torch_plugin::fused) runs its generated kernel: attrs
+// "target" "cpp" (the default when absent) through the host kernel cache.
+// Throws c10::Error naming the group and its target for a target this build's
+// executor cannot run, or a "cpp" kernel whose values are not on the CPU.
 std::unique_ptr<Step> make_kernel_step(
     const ir::Node& node,
     const SlotMap& slots);

@@ -8,8 +8,8 @@ compile time on a large inference graph (ResNet-50: see docs/internals/compiler.
 give an output this type. This module records that list (a *lowering recipe*) while a graph
 is lowered, stores it on disk, and replays it on a later compile of the same graph.
 
-What is cached: the recipe's ops, names, constant arguments, sizes, strides and dtypes —
-never tensor values. Frozen parameters are referenced by their position and come from the
+What is cached: the recipe's ops, names, constant arguments, sizes, strides, dtypes and
+devices — never tensor values. Frozen parameters are referenced by their position and come from the
 live module on every replay, so a recipe cannot return stale weights. Graphs with other
 tensor constants (``get_attr`` tensors in the ATen graph) are not cached.
 
@@ -53,8 +53,8 @@ from torch_plugin import _C
 
 log = logging.getLogger(__name__)
 
-# Bumped when the recipe format changes.
-_FORMAT = 1
+# Bumped when the recipe format changes (2: add_input and set_type record the device).
+_FORMAT = 2
 
 
 @dataclasses.dataclass
@@ -93,8 +93,8 @@ class RecordingGraph:
         self.calls.append((method, args, result))
         return result
 
-    def add_input(self, dtype: int, sizes: list[int], strides: list[int]) -> int:
-        return self._call("add_input", dtype, sizes, strides)
+    def add_input(self, dtype: int, sizes: list[int], strides: list[int], device: str) -> int:
+        return self._call("add_input", dtype, sizes, strides, device)
 
     def add_constant(self, t: torch.Tensor) -> int:
         result = self.graph.add_constant(t)
@@ -107,8 +107,10 @@ class RecordingGraph:
     def add_node(self, op: str, overload: str, args: list, n: int, may_alias: bool) -> list[int]:
         return self._call("add_node", op, overload, args, n, may_alias)
 
-    def set_type(self, i: int, dtype: int, sizes: list[int], strides: list[int]) -> None:
-        self._call("set_type", i, dtype, sizes, strides)
+    def set_type(
+        self, i: int, dtype: int, sizes: list[int], strides: list[int], device: str
+    ) -> None:
+        self._call("set_type", i, dtype, sizes, strides, device)
 
     def set_outputs(self, ids: list[int]) -> None:
         self._call("set_outputs", ids)

@@ -5,11 +5,17 @@ the op's schema-ordered arguments: tensors become IR values, everything else a c
 (dtype, layout and memory format as their c10 enum value, a device as its string).
 ``operator.getitem`` on a multi-output node selects one of the node's outputs. Placeholders
 become graph inputs, or constants when frozen. Types come from each node's ``meta["val"]``
-(FakeTensors): sizes, strides, dtype.
+(FakeTensors): sizes, strides, dtype, device.
+
+One device per graph: every tensor (inputs, constants, node outputs) is on the same CPU or
+CUDA device, which the IR values carry and which chooses the pass pipeline and the executor's
+kernels. A graph with tensors on several devices (a CPU scalar tensor beside CUDA tensors
+included) or on another device type raises :class:`Unsupported`.
 
 Key parts:
 - :func:`lower`: the lowering; raises :class:`Unsupported` for graphs the IR does not take
-  (symbolic sizes, non-ATen calls, non-CPU tensors), which then run unmodified.
+  (symbolic sizes, non-ATen calls, several devices or a device other than cpu/cuda), which
+  then run unmodified.
 - :class:`Unsupported`.
 """
 
@@ -34,6 +40,8 @@ _MEMORY_FORMATS = {
     torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
     torch.channels_last_3d: 3,
 }  # fmt: skip
+# Device types the compiler has a pipeline for.
+_DEVICE_TYPES = ("cpu", "cuda")
 
 
 class Unsupported(Exception):
@@ -55,22 +63,28 @@ def lower(gm: torch.fx.GraphModule, constants: dict[int, torch.Tensor], builder:
     """
     g = _C._compiler.Graph() if builder is None else builder
     env: dict[torch.fx.Node, Any] = {}
+    device = _GraphDevice()
     placeholder_index = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             if placeholder_index in constants:
-                env[node] = g.add_constant(constants[placeholder_index])
+                value = constants[placeholder_index]
+                device.check(node, value)
+                env[node] = g.add_constant(value)
             else:
                 t = _tensor_meta(node, node.meta.get("val"))
-                env[node] = g.add_input(dtype_code(t.dtype), _ints(t.shape), _ints(t.stride()))
+                env[node] = g.add_input(
+                    dtype_code(t.dtype), _ints(t.shape), _ints(t.stride()), device.check(node, t)
+                )
             placeholder_index += 1
         elif node.op == "get_attr":
             value = getattr(gm, node.target)
             if not isinstance(value, torch.Tensor):
                 raise Unsupported(f"get_attr {node.target} of type {type(value).__name__}")
+            device.check(node, value)
             env[node] = g.add_constant(value)
         elif node.op == "call_function":
-            env[node] = _lower_call(g, node, env)
+            env[node] = _lower_call(g, node, env, device)
         elif node.op == "output":
             outputs = []
             for out in torch.fx.node.map_arg(node.args[0], lambda n: n) or ():
@@ -83,7 +97,37 @@ def lower(gm: torch.fx.GraphModule, constants: dict[int, torch.Tensor], builder:
     return g
 
 
-def _lower_call(g: Any, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+class _GraphDevice:
+    """The one device of the graph being lowered (the first tensor's), checked on each."""
+
+    def __init__(self) -> None:
+        self.device: torch.device | None = None
+
+    def check(self, node: torch.fx.Node, t: torch.Tensor) -> str:
+        """``t``'s device as the IR spells it ("cpu", "cuda:0"); raises Unsupported when it
+        is not cpu/cuda or not the graph's device."""
+        d = t.device
+        if d.type not in _DEVICE_TYPES:
+            raise Unsupported(f"node {node.name} is on {d} (cpu and cuda only)")
+        if d.type == "cuda" and d.index is None:
+            d = torch.device(
+                "cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0
+            )
+        if self.device is None:
+            self.device = d
+        elif d != self.device:
+            raise Unsupported(
+                f"node {node.name} is on {d}, the graph on {self.device} (one device per graph)"
+            )
+        return str(d)
+
+    def spelled(self) -> str:
+        return "cpu" if self.device is None else str(self.device)
+
+
+def _lower_call(
+    g: Any, node: torch.fx.Node, env: dict[torch.fx.Node, Any], device: _GraphDevice
+) -> Any:
     if node.target is operator.getitem:
         base, index = node.args
         return env[base][index]
@@ -112,10 +156,12 @@ def _lower_call(g: Any, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> A
     ids = g.add_node(f"{ns}::{name}", schema.overload_name or "default", args, len(flat), may_alias)
     for i, v in zip(ids, flat):
         if v is None:
-            g.set_type(i, dtype_code(torch.float32), [0], [1])
+            g.set_type(i, dtype_code(torch.float32), [0], [1], device.spelled())
         else:
             t = _tensor_meta(node, v)
-            g.set_type(i, dtype_code(t.dtype), _ints(t.shape), _ints(t.stride()))
+            g.set_type(
+                i, dtype_code(t.dtype), _ints(t.shape), _ints(t.stride()), device.check(node, t)
+            )
     resolved = [ids[s] if isinstance(s, int) else [ids[k] for k in s] for s in structure]
     return resolved[0] if len(returns) == 1 else resolved
 
@@ -159,7 +205,7 @@ def _constant(op: str, arg: Any, value: Any) -> Any:
     if isinstance(value, torch.memory_format):
         return _MEMORY_FORMATS[value]
     if isinstance(value, torch.device):
-        if value.type != "cpu":
+        if value.type not in _DEVICE_TYPES:
             raise Unsupported(f"{op}: device {value}")
         return str(value)
     if isinstance(value, (list, tuple)):
@@ -172,8 +218,6 @@ def _constant(op: str, arg: Any, value: Any) -> Any:
 def _tensor_meta(node: torch.fx.Node, val: Any) -> torch.Tensor:
     if not isinstance(val, torch.Tensor):
         raise Unsupported(f"node {node.name} has no tensor metadata")
-    if val.device.type != "cpu":
-        raise Unsupported(f"node {node.name} is on {val.device} (CPU only for now)")
     return val
 
 

@@ -9,6 +9,8 @@
 //   linear_pointwise(x, w, b?, residual?, activation, alpha, beta)
 // Their outputs: conv_pointwise writes channels_last (oneDNN's fast layout);
 // the propagate_strides pass then updates the strides downstream.
+// Each rule is for one device and fires only on nodes whose tensors are there:
+// the oneDNN rules on CPU values (a CUDA graph never gets a oneDNN node).
 #include "compiler/passes/pass.h"
 
 #include <ATen/ATen.h>
@@ -220,24 +222,34 @@ bool fuse_activation(Graph& g, Node* n) {
 
 struct Rule {
   const char* name;
+  c10::DeviceType device;  // the rule fires only on nodes on this device
   bool (*apply)(Graph& g, Node* n);
 };
 
 // Tried in this order on every node until none applies.
 const Rule kRules[] = {
-    {"conv_to_library", conv_to_library},
-    {"matmul_to_library", matmul_to_library},
-    {"fuse_bias_add", fuse_bias_add},
-    {"fuse_residual_add", fuse_residual_add},
-    {"fuse_activation", fuse_activation},
+    {"conv_to_library", c10::kCPU, conv_to_library},
+    {"matmul_to_library", c10::kCPU, matmul_to_library},
+    {"fuse_bias_add", c10::kCPU, fuse_bias_add},
+    {"fuse_residual_add", c10::kCPU, fuse_residual_add},
+    {"fuse_activation", c10::kCPU, fuse_activation},
 };
+
+// Whether every tensor of `n` is on `device`.
+bool on_device(const Node* n, c10::DeviceType device) {
+  for (const Value* v : n->inputs)
+    if (v->device.type() != device) return false;
+  for (const Value* v : n->outputs)
+    if (v->device.type() != device) return false;
+  return true;
+}
 
 bool run(Graph& g, const PassOptions& options) {
   if (!options.library_patterns) return false;
   bool changed = false;
   for (const Rule& rule : kRules) {
     for (Node* n : g.nodes()) {
-      if (n->owner != &g) continue;
+      if (n->owner != &g || !on_device(n, rule.device)) continue;
       if (rule.apply(g, n)) {
         changed = true;
         VLOG(1) << "library_patterns: rule " << rule.name << " fired";

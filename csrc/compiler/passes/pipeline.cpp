@@ -1,11 +1,18 @@
-// pipeline.cpp: the pass list and the code that runs it (see pipeline.h).
+// pipeline.cpp: the pass lists per device and the code that runs them (see
+// pipeline.h).
 //
 // Order: dead code first (less to fold), copies that cannot be observed
 // (remove_clones), then freezing's rewrites of constants
 // (conv+batch-norm folding, constant folding), then library patterns (they
-// claim convolutions and matrix products with their epilogues), then fusion of
-// what is left, dead code again, and memory planning last (it plans the final
-// graph; the executor frees the unplanned values after their last use).
+// claim convolutions and matrix products with their epilogues; each rule is
+// for one device: oneDNN's for CPU values), strides after those rewrites, then
+// fusion of what is left into groups (on CUDA, attention_patterns first turns
+// attention written op by op into one fused attention call), codegen (each group's kernel for its
+// device, or the group un-fused), dead code again, and memory planning last (it
+// plans the final graph; the executor frees the unplanned values after their
+// last use). CPU and CUDA graphs run the same passes; constant_folding and
+// fold_conv_bn run ATen ops on the graph's own (frozen) constants, i.e. on the
+// GPU for a CUDA graph, and propagate_strides on Meta tensors.
 #include "compiler/passes/pipeline.h"
 
 #include "ir/verifier.h"
@@ -16,8 +23,20 @@
 
 namespace torch_plugin::compiler {
 
-const std::vector<const PassInfo*>& pipeline() {
-  static const std::vector<const PassInfo*> passes = {
+const std::vector<const PassInfo*>& pipeline(c10::DeviceType device) {
+  static const std::vector<const PassInfo*> cpu = {
+      &kDeadCodeElimination,
+      &kRemoveClones,
+      &kFoldConvBatchNorm,
+      &kConstantFolding,
+      &kLibraryPatterns,
+      &kPropagateStrides,
+      &kFusion,
+      &kCodegen,
+      &kDeadCodeElimination,
+      &kMemoryPlanning,
+  };
+  static const std::vector<const PassInfo*> cuda = {
       &kDeadCodeElimination,
       &kRemoveClones,
       &kFoldConvBatchNorm,
@@ -26,10 +45,23 @@ const std::vector<const PassInfo*>& pipeline() {
       &kLibraryPatterns,
       &kPropagateStrides,
       &kFusion,
+      &kCodegen,
       &kDeadCodeElimination,
       &kMemoryPlanning,
   };
-  return passes;
+  static const std::vector<const PassInfo*> other = {
+      &kDeadCodeElimination,
+      &kRemoveClones,
+      &kDeadCodeElimination,
+  };
+  switch (device) {
+    case c10::DeviceType::CPU:
+      return cpu;
+    case c10::DeviceType::CUDA:
+      return cuda;
+    default:
+      return other;
+  }
 }
 
 bool run_pass(const PassInfo& pass, Graph& g, const PassOptions& options) {
@@ -62,14 +94,16 @@ bool run_pass(const PassInfo& pass, Graph& g, const PassOptions& options) {
 void run_pipeline(Graph& g, const PassOptions& options) {
   if (options.verify)
     verify(g);
-  for (const PassInfo* pass : pipeline())
+  for (const PassInfo* pass : pipeline(graph_device(g).type()))
     run_pass(*pass, g, options);
 }
 
 const PassInfo& find_pass(const std::string& name) {
-  for (const PassInfo* pass : pipeline()) {
-    if (name == pass->name)
-      return *pass;
+  for (c10::DeviceType device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
+    for (const PassInfo* pass : pipeline(device)) {
+      if (name == pass->name)
+        return *pass;
+    }
   }
   TORCH_CHECK(false, "unknown pass '", name, "'");
 }

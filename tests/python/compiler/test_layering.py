@@ -22,11 +22,21 @@ FORBIDDEN: dict[str, dict[str, str]] = {
         "runtime/": "passes build on csrc/ir, not on the runtime",
         "ops/": "passes build on csrc/ir, not on the ops",
         "libs/": "passes build on csrc/ir, not on library wrappers",
+        "compiler/codegen/cpp/": "passes reach renderers through codegen/renderer.h",
+        "compiler/codegen/cuda/": "passes reach renderers through codegen/renderer.h",
     },
     "compiler/codegen": {
         "runtime/": "codegen builds on csrc/ir, not on the runtime",
         "ops/": "codegen builds on csrc/ir, not on the ops",
         "libs/": "codegen builds on csrc/ir, not on library wrappers",
+        "compiler/passes/": "codegen renders fusion groups; the passes call it, not the reverse",
+    },
+    # One renderer per target, side by side (codegen/renderer.h chooses by device).
+    "compiler/codegen/cpp": {
+        "compiler/codegen/cuda/": "renderers do not include each other",
+    },
+    "compiler/codegen/cuda": {
+        "compiler/codegen/cpp/": "renderers do not include each other",
     },
     "runtime": {
         "compiler/": "the runtime builds on csrc/ir, not on the compiler or its passes",
