@@ -31,7 +31,8 @@ struct SlotMap {
 
 // Where a step writes one output value: its preplanned buffer in the run's
 // arena (Value::arena_offset, set by the memory_planning pass), or else a new
-// tensor. Either way the tensor has the value's dtype, sizes and strides (CPU).
+// tensor. Either way the tensor has the value's dtype, sizes, strides and
+// device.
 class OutputBuffer {
  public:
   OutputBuffer(const ir::Value& v, const SlotMap& slots);
@@ -45,6 +46,7 @@ class OutputBuffer {
   int arena_slot_ = -1;
   int64_t offset_elements_ = 0;
   c10::ScalarType dtype_;
+  c10::Device device_ = c10::Device(c10::kCPU);
   std::vector<int64_t> sizes_, strides_;
 };
 
