@@ -52,7 +52,11 @@ void* open_first(
 }
 
 template <typename F>
-void bind(void* handle, const char* symbol, const std::string& lib, F* out) {
+void bind_symbol(
+    void* handle,
+    const char* symbol,
+    const std::string& lib,
+    F* out) {
   void* p = dlsym(handle, symbol);
   TORCH_CHECK(
       p,
@@ -95,7 +99,7 @@ NvrtcApi open_nvrtc() {
       tried,
       "\nInstall the NVRTC wheel torch was built with (pip install "
       "nvidia-cuda-nvrtc) or a CUDA toolkit whose lib64 is on the linker path.");
-#define TP_BIND(name) bind(h, TP_SYMBOL_NAME(name), api.path, &api.name)
+#define TP_BIND(name) bind_symbol(h, TP_SYMBOL_NAME(name), api.path, &api.name)
   TP_BIND(nvrtcVersion);
   TP_BIND(nvrtcGetErrorString);
   TP_BIND(nvrtcCreateProgram);
