@@ -156,3 +156,16 @@ class RootGuardManager(GuardManager):
         """The first failing check in source terms and the value found, e.g.
         ``"L['x'].size()[0] == 8 failed: got 16 (expected size [8], got [16])"``, or None."""
     def num_checks(self) -> int: ...
+
+# Submodule ``_cuda`` (csrc/python/bindings_cuda.cpp; present only when the extension
+# was built with its CUDA parts, i.e. ``hasattr(torch_plugin._C, "_cuda")``):
+#   nvrtc_compile_check(source: str, arch: str) -> str
+#       PTX of CUDA C++ ``source`` compiled by NVRTC for ``arch`` ("sm_90"/"compute_90");
+#       RuntimeError with NVRTC's log and the failing source lines. Needs no GPU.
+#   nvrtc_version() -> tuple[int, int]
+#   launch(source: str, entry: str, grid: int, block: int, shared_bytes: int,
+#          tensors: list[torch.Tensor]) -> None
+#       compile (or find cached) and launch ``entry`` 1-d on the tensors' device and
+#       current stream, one pointer parameter per tensor.
+#   cache_stats() -> dict[str, int]   (compiled, disk_hits, memory_hits, disk_rejected)
+#   cache_dir() -> str                (<kernel cache dir>/cuda)

@@ -101,6 +101,18 @@ FusedCall read_fused_call(const torch::jit::Stack& stack) {
   call.source = &a[1].toStringRef();
   call.input_types = operands(name, "input", a[2], a[3], a[4]);
   call.output_types = operands(name, "output", a[5], a[6], a[7]);
+  call.target = &a[9].toStringRef();
+  call.entry = &a[10].toStringRef();
+  call.grid = a[11].toInt();
+  call.block = a[12].toInt();
+  call.shared_bytes = a[13].toInt();
+  TORCH_CHECK(
+      *call.target == "cpp" || *call.target == "cuda",
+      "torch_plugin::fused (",
+      name,
+      "): unknown target '",
+      *call.target,
+      "' (expected \"cpp\" or \"cuda\")");
   TORCH_CHECK(
       call.inputs.size() == call.input_types.size(),
       "torch_plugin::fused (",

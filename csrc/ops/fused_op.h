@@ -6,7 +6,18 @@
 //   fused(Tensor[] inputs, str source, int[][] input_sizes,
 //         int[][] input_strides, ScalarType[] input_dtypes,
 //         int[][] output_sizes, int[][] output_strides,
-//         ScalarType[] output_dtypes, str name="fused") -> Tensor[]
+//         ScalarType[] output_dtypes, str name="fused", str target="cpp",
+//         str entry="kernel", int grid=0, int block=0,
+//         int shared_bytes=0) -> Tensor[]
+//
+// `target` says which renderer generated the source: "cpp" (C++ compiled by
+// the system compiler, run by the CPU kernel) or "cuda" (CUDA C++ compiled by
+// NVRTC, run by the CUDA kernel, cuda/fused_kernel_cuda.cpp, which launches
+// `entry` 1-d with `grid` blocks of `block` threads and `shared_bytes` of
+// dynamic shared memory on the current stream). A kernel called with inputs
+// on a device its target does not run on raises an error. The last five
+// arguments were added after the first nine, with defaults, so graphs saved
+// before them still load (as C++ kernels).
 //
 // The kernel's identity is its generated C++ source: a saved graph carries the
 // source, and the CPU kernel finds the compiled library in the kernel cache
@@ -19,10 +30,12 @@
 // output with the planned sizes, strides and dtype (which is all the Meta
 // kernel needs). `name` is the fusion group's name, for messages only.
 //
-// Kernel ABI (what codegen must produce): `extern "C" void kernel(void** args)`
-// with args = the output data pointers in order, then the input data pointers
-// in order. Generic over what the kernel computes (pointwise, reductions,
-// norms; any dtype): the op never looks inside the source.
+// Kernel ABI (what codegen must produce): for "cpp", `extern "C" void
+// kernel(void** args)` with args = the output data pointers in order, then the
+// input data pointers in order; for "cuda", `extern "C" __global__ void
+// <entry>(T0* out0, ..., const Ti* in0, ...)`, the same pointers as parameters.
+// Generic over what the kernel computes (pointwise, reductions, norms; any
+// dtype): the op never looks inside the source.
 //
 // Autograd: none. Compiled graphs with these ops come after AOTAutograd (the
 // backward is its own compiled graph), so the ops never see inputs that
@@ -54,6 +67,9 @@ struct FusedCall {
   std::vector<FusedOperand> input_types;
   std::vector<FusedOperand> output_types;
   const std::string* name = nullptr;
+  const std::string* target = nullptr; // "cpp" or "cuda"
+  const std::string* entry = nullptr;
+  int64_t grid = 0, block = 0, shared_bytes = 0;
 };
 
 // Reads and checks the arguments: list lengths agree, each input has its
@@ -63,12 +79,15 @@ struct FusedCall {
 FusedCall read_fused_call(const torch::jit::Stack& stack);
 
 // The number of arguments in the schema above.
-constexpr size_t kFusedNumArguments = 9;
+constexpr size_t kFusedNumArguments = 14;
 
 // Referenced from link_library_ops() so that the linker keeps the
-// registrations of fused_op.cpp and cpu/fused_kernel.cpp from the static
-// library.
+// registrations of fused_op.cpp, cpu/fused_kernel.cpp and
+// cuda/fused_kernel_cuda.cpp from the static library.
 void link_fused_op();
 void link_fused_op_cpu();
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+void link_fused_op_cuda();
+#endif
 
 } // namespace torch_plugin::ops

@@ -11,9 +11,10 @@
 //   linear_pointwise(x, w, b?, residual?, activation, alpha, beta) -> Tensor
 //       act(x @ w.T + b [+ residual]); x [..., K], w [N, K], b [N]; output
 //       [..., N], contiguous.
-//   fused(inputs, source, <signature>, name) -> Tensor[]
+//   fused(inputs, source, <signature>, name, target, entry, grid, block,
+//         shared_bytes) -> Tensor[]
 //       one generated kernel; see fused_op.h (Meta: fused_op.cpp, CPU:
-//       cpu/fused_kernel.cpp).
+//       cpu/fused_kernel.cpp, CUDA: cuda/fused_kernel_cuda.cpp).
 //   run_graph(executor, inputs) -> Tensor[]
 //       a whole compiled graph: its Executor, an object of the custom class
 //       torch.classes.torch_plugin.Executor; see executor_op.h (CPU and Meta:
@@ -144,6 +145,9 @@ at::Tensor linear_pointwise_meta(
 void link_library_ops() {
   link_fused_op();
   link_fused_op_cpu();
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+  link_fused_op_cuda();
+#endif
   link_executor_op();
 }
 
@@ -160,7 +164,8 @@ TORCH_LIBRARY(torch_plugin, m) {
   m.def(
       "fused(Tensor[] inputs, str source, int[][] input_sizes, int[][] input_strides, "
       "ScalarType[] input_dtypes, int[][] output_sizes, int[][] output_strides, "
-      "ScalarType[] output_dtypes, str name=\"fused\") -> Tensor[]");
+      "ScalarType[] output_dtypes, str name=\"fused\", str target=\"cpp\", "
+      "str entry=\"kernel\", int grid=0, int block=0, int shared_bytes=0) -> Tensor[]");
   m.class_<torch_plugin::ops::ExecutorObject>("Executor")
       .def(
           "describe",

@@ -9,6 +9,9 @@
 
 #include "capture/bindings.h"
 #include "compiler/bindings.h"
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+#include "python/bindings_cuda.h"
+#endif
 
 PYBIND11_MODULE(_C, m) {
   m.doc() =
@@ -16,4 +19,7 @@ PYBIND11_MODULE(_C, m) {
   pybind11::module_::import("torch");
   torch_plugin::capture::init_capture(m);
   torch_plugin::compiler::init_compiler(m);
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+  torch_plugin::python::init_cuda(m);
+#endif
 }

@@ -2,6 +2,9 @@
 #include "runtime/executor.h"
 
 #include "runtime/kernel_cache.h"
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+#include "runtime/cuda/kernel_step_cuda.h"
+#endif
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -90,14 +93,26 @@ Executor::Executor(const ir::Graph& g) {
       free_after_[last_use[s]].push_back(s);
   }
 
-  // Compile every generated C++ kernel of the graph first, in parallel.
+  // Compile every generated kernel of the graph first, in parallel (CUDA
+  // kernels with NVRTC, runtime/cuda; the others with the C++ compiler).
   std::vector<std::string> sources;
+  bool any_cuda = false;
   for (const ir::Node* n : nodes) {
-    if (n->op == "torch_plugin::fused" && n->str_attr("target", "cpp") == "cpp")
+    if (n->op != "torch_plugin::fused")
+      continue;
+    if (n->str_attr("target", "cpp") == "cuda")
+      any_cuda = true;
+    else
       sources.push_back(n->str_attr("source", ""));
   }
   if (!sources.empty())
     load_kernels(sources);
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+  if (any_cuda)
+    cuda::preload_cuda_kernels(nodes);
+#else
+  (void)any_cuda; // make_kernel_step raises for a CUDA kernel
+#endif
 
   // Library steps (oneDNN primitive creation, which JIT-compiles kernels, and
   // weight prepacking) are most of the build time and independent of each
@@ -253,6 +268,14 @@ at::Tensor OutputBuffer::get(const Slots& slots) const {
         sizes_, strides_, at::TensorOptions().dtype(dtype_).device(device_));
   }
   const at::Tensor& arena = slots[arena_slot_];
+  // The arena is allocated on the CPU (acquire_arena); never hand out a CPU
+  // buffer for a value planned on another device.
+  TORCH_CHECK(
+      arena.device().type() == device_.type(),
+      "torch_plugin: value planned in the ",
+      arena.device(),
+      " arena is on ",
+      device_);
   auto impl = c10::make_intrusive<c10::TensorImpl>(
       c10::Storage(arena.storage()),
       arena.key_set(),

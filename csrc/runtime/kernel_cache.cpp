@@ -73,8 +73,8 @@ std::string key_of(const std::string& source) {
   return buf;
 }
 
-std::string dir() {
-  std::lock_guard<std::mutex> lock(mu);
+// The cache folder; the caller holds `mu`.
+std::string cache_dir_locked() {
   if (cache_dir.empty()) {
     // Until the compiler sets it: also for kernels of a loaded graph module.
     const char* env = std::getenv("TORCH_PLUGIN_CACHE_DIR");
@@ -112,6 +112,11 @@ KernelFn load(const std::string& so) {
 
 }  // namespace
 
+std::string kernel_cache_dir() {
+  std::lock_guard<std::mutex> lock(mu);
+  return cache_dir_locked();
+}
+
 void set_kernel_cache_dir(const std::string& d) {
   std::lock_guard<std::mutex> lock(mu);
   cache_dir = d;
@@ -121,7 +126,7 @@ std::vector<KernelFn> load_kernels(const std::vector<std::string>& sources) {
   std::vector<KernelFn> out(sources.size(), nullptr);
   std::vector<std::string> keys;
   for (const std::string& s : sources) keys.push_back(key_of(s));
-  const std::string d = dir();
+  const std::string d = kernel_cache_dir();
   std::system(("mkdir -p '" + d + "'").c_str());
   std::vector<size_t> missing;
   {

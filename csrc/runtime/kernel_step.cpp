@@ -3,10 +3,14 @@
 // place in the run's arena, or new tensors) with the sizes, strides and dtypes
 // the IR planned (args[0..outputs)), then the input pointers. Inputs
 // whose runtime strides differ from the planned ones (which the kernel bakes
-// in) in a dimension of size > 1 are first copied to them.
+// in) in a dimension of size > 1 are first copied to them. A group generated
+// for CUDA (attrs["target"] == "cuda") gets runtime/cuda's step instead.
 #include "runtime/step.h"
 
 #include "runtime/kernel_cache.h"
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+#include "runtime/cuda/kernel_step_cuda.h"
+#endif
 
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
@@ -78,14 +82,26 @@ std::unique_ptr<Step> make_kernel_step(
     const SlotMap& slots) {
   if (node.op != "torch_plugin::fused")
     return nullptr;
-  const std::string target = node.str_attr("target", "cpp");
+  if (node.str_attr("target", "cpp") == "cuda") {
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+    return cuda::make_cuda_kernel_step(node, slots);
+#else
+    TORCH_CHECK(
+        false,
+        "torch_plugin: fusion group ",
+        node.str_attr("name", "fused"),
+        " has a CUDA kernel, but this build of torch_plugin has no CUDA "
+        "support (built with a CPU-only torch, without CUDA headers, or with "
+        "-DTORCH_PLUGIN_CUDA=OFF)");
+#endif
+  }
   const std::string name = node.str_attr("name", "fused");
   TORCH_CHECK(
-      target == "cpp",
+      node.str_attr("target", "cpp") == "cpp",
       "executor: fusion group ",
       name,
       " has a kernel for target '",
-      target,
+      node.str_attr("target", "cpp"),
       "', which this executor cannot run (no kernel step for it in this "
       "build)");
   for (const ir::Value* v : node.outputs) {

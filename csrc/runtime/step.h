@@ -46,7 +46,7 @@ class OutputBuffer {
   int arena_slot_ = -1;
   int64_t offset_elements_ = 0;
   c10::ScalarType dtype_;
-  c10::Device device_;
+  c10::Device device_ = c10::Device(c10::kCPU);
   std::vector<int64_t> sizes_, strides_;
 };
 

@@ -5,10 +5,12 @@ After the C++ pass pipeline, a compiled graph is a list of steps: library calls
 (``torch_plugin::fused``) and ATen calls (the fallback). :func:`to_graph_module` writes those
 steps as an FX graph whose nodes call ``torch.ops.torch_plugin.*`` and ``torch.ops.aten.*``,
 with the frozen and folded constants as buffers (``get_attr``) and each generated kernel's
-C++ source as a string attribute (``<kernel>_source``). The graph module
+source as a string attribute (``<kernel>_source``; a CUDA kernel's call also passes its
+``target="cuda"``, entry and launch configuration as keyword arguments). The graph module
 
 - prints as readable Python (``print(gm.code)``, ``gm.print_readable()``);
-- runs on CPU tensors and matches the compiled graph (and eager PyTorch);
+- runs on its tensors' device (CPU; CUDA for CUDA kernels) and matches the compiled
+  graph (and eager PyTorch);
 - re-traces: ``make_fx`` / FakeTensor go through the ops' Meta kernels;
 - survives ``torch.save`` / ``torch.load(weights_only=False)``, also in a fresh process
   whose kernel cache is empty: ``torch_plugin::fused`` rebuilds each kernel from its
@@ -270,6 +272,19 @@ class _Builder:
         source = self.graph.create_node("get_attr", source_attr)
         ins = [self.values[v] for v in inputs]
         outs = [self.values[v] for v in n["outputs"]]
+        # A CUDA kernel also carries its entry and launch configuration (the op's
+        # trailing arguments; a C++ kernel leaves them at their defaults).
+        attrs = n["attrs"]
+        target = attrs.get("target", "cpp")
+        launch: dict[str, Any] = {}
+        if target != "cpp":
+            launch = {
+                "target": target,
+                "entry": attrs.get("entry", "kernel"),
+                "grid": int(attrs.get("grid", 0)),
+                "block": int(attrs.get("block", 0)),
+                "shared_bytes": int(attrs.get("shared_bytes", 0)),
+            }
         call = self.graph.create_node(
             "call_function",
             torch.ops.torch_plugin.fused.default,
@@ -284,6 +299,7 @@ class _Builder:
                 [_DTYPE_OF[t[0]] for t in outs],
                 name,
             ),
+            launch,
             name=name,
         )
         call.meta["fusion_group"] = n["body"]

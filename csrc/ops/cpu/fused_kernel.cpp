@@ -38,6 +38,13 @@ runtime::KernelFn kernel_for(const std::string& source) {
 
 void fused_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   FusedCall call = read_fused_call(*stack);
+  TORCH_CHECK(
+      *call.target == "cpp",
+      "torch_plugin::fused (",
+      *call.name,
+      "): the kernel was generated for target '",
+      *call.target,
+      "', but its inputs are on the CPU");
   const size_t n_out = call.output_types.size();
   std::vector<void*> args(n_out + call.inputs.size());
   std::vector<at::Tensor> outputs;

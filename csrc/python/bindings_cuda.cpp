@@ -1,0 +1,99 @@
+// bindings_cuda.cpp: torch_plugin._C._cuda — Python access to runtime/cuda for
+// tests and diagnostics: compile-only NVRTC checks (no GPU needed), launching a
+// hand-written kernel on tensors, and the CUDA kernel cache's statistics.
+//
+// Python objects: tensors cross as borrowed PyObject* (THPVariable_Unpack).
+// GIL: released while NVRTC compiles and while a kernel is loaded and launched.
+#include "python/bindings_cuda.h"
+
+#include "runtime/cuda/cuda_kernels.h"
+
+#include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+namespace py = pybind11;
+
+namespace torch_plugin::python {
+
+void init_cuda(py::module_& parent) {
+  namespace rc = runtime::cuda;
+  py::module_ m = parent.def_submodule(
+      "_cuda", "torch_plugin's CUDA runtime (NVRTC + driver API)");
+  m.def(
+      "nvrtc_compile_check",
+      [](const std::string& source, const std::string& arch) {
+        py::gil_scoped_release no_gil;
+        return rc::nvrtc_compile_check(source, arch);
+      },
+      py::arg("source"),
+      py::arg("arch"),
+      "Compiles CUDA C++ `source` with NVRTC for `arch` ('sm_90' or "
+      "'compute_90') and returns the PTX; raises RuntimeError with NVRTC's "
+      "log and the failing source lines. Needs NVRTC only (no GPU).");
+  m.def(
+      "nvrtc_version",
+      [] {
+        int v = rc::nvrtc_version();
+        return py::make_tuple(v / 1000, (v % 1000) / 10);
+      },
+      "(major, minor) of the NVRTC in use.");
+  m.def(
+      "launch",
+      [](const std::string& source,
+         const std::string& entry,
+         int64_t grid,
+         int64_t block,
+         int64_t shared_bytes,
+         const std::vector<py::handle>& tensors) {
+        std::vector<at::Tensor> ts;
+        for (py::handle h : tensors) {
+          if (!THPVariable_Check(h.ptr()))
+            throw py::type_error("launch: expected torch.Tensor arguments");
+          ts.push_back(THPVariable_Unpack(h.ptr()));
+        }
+        TORCH_CHECK(!ts.empty(), "launch: give at least one tensor");
+        const c10::Device device = ts[0].device();
+        std::vector<void*> pointers;
+        for (const at::Tensor& t : ts) {
+          TORCH_CHECK(
+              t.device() == device,
+              "launch: every tensor must be on ",
+              device,
+              ", got one on ",
+              t.device());
+          pointers.push_back(t.data_ptr());
+        }
+        TORCH_CHECK(device.is_cuda(), "launch: tensors must be on CUDA");
+        py::gil_scoped_release no_gil;
+        rc::CudaFunction f =
+            rc::load_cuda_kernel(source, entry, device.index(), entry);
+        rc::launch_cuda_kernel(f, grid, block, shared_bytes, pointers);
+      },
+      py::arg("source"),
+      py::arg("entry"),
+      py::arg("grid"),
+      py::arg("block"),
+      py::arg("shared_bytes"),
+      py::arg("tensors"),
+      "Compiles (or finds in the kernel cache) `source` for the tensors' "
+      "device and launches `entry` 1-d on the current stream with one pointer "
+      "parameter per tensor (each tensor's data_ptr, in order).");
+  m.def(
+      "cache_stats",
+      [] {
+        auto s = rc::cuda_kernel_cache_stats();
+        py::dict d;
+        d["compiled"] = s.compiled;
+        d["disk_hits"] = s.disk_hits;
+        d["memory_hits"] = s.memory_hits;
+        d["disk_rejected"] = s.disk_rejected;
+        return d;
+      },
+      "Counters of the CUDA kernel cache in this process.");
+  m.def(
+      "cache_dir",
+      &rc::cuda_kernel_cache_dir,
+      "The folder of cached CUDA kernels (<kernel cache dir>/cuda).");
+}
+
+} // namespace torch_plugin::python
