@@ -1,0 +1,23 @@
+// cuda_renderer.cpp: render_cuda (cuda_renderer.h): picks the kernel kind of a
+// fusion group — pointwise (no reduce_dims) or row reduction — and checks
+// what both need.
+#include "compiler/codegen/cuda/cuda_renderer.h"
+
+#include "compiler/codegen/cuda/cuda_common.h"
+
+namespace torch_plugin::compiler {
+
+std::optional<KernelSource> render_cuda(const Node& group) {
+  if (!group.body || group.outputs.empty() || group.inputs.empty() ||
+      group.body->inputs().size() != group.inputs.size() ||
+      group.body->outputs().size() != group.outputs.size())
+    return std::nullopt;
+  for (const Value* v : group.outputs)
+    if (v->numel() == 0)
+      return std::nullopt;
+  if (group.attrs.count("reduce_dims"))
+    return cuda::render_row_reduction(group);
+  return cuda::render_pointwise(group);
+}
+
+} // namespace torch_plugin::compiler
