@@ -27,6 +27,55 @@ static inline uint16_t tp_store_bf16(float f) {
   return f != f ? static_cast<uint16_t>(0x7fc0u) : static_cast<uint16_t>(rounded);
 }
 static inline float tp_round_bf16(float f) { return tp_load_bf16(tp_store_bf16(f)); }
+// float -> fp16 -> float, round to nearest even with fp16 subnormals, overflow to
+// inf and NaN kept (c10::Half's fp16_ieee_from_fp32_value / fp16_ieee_to_fp32_value).
+static inline float tp_round_f16(float f) {
+  uint32_t w;
+  std::memcpy(&w, &f, 4);
+  const uint32_t inf_bits = 239u << 23, zero_bits = 17u << 23;
+  float to_inf, to_zero;
+  std::memcpy(&to_inf, &inf_bits, 4);
+  std::memcpy(&to_zero, &zero_bits, 4);
+  float base = (std::fabs(f) * to_inf) * to_zero;
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  const uint32_t bias_bits = (bias >> 1) + 0x07800000u;
+  float bias_f;
+  std::memcpy(&bias_f, &bias_bits, 4);
+  base = bias_f + base;
+  uint32_t bits;
+  std::memcpy(&bits, &base, 4);
+  const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+  const uint32_t h = (sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign);
+  // Back to float.
+  const uint32_t hw = h << 16;
+  const uint32_t two_w = hw + hw;
+  const uint32_t norm_bits = (two_w >> 4) + (0xE0u << 23);
+  float norm;
+  std::memcpy(&norm, &norm_bits, 4);
+  norm *= 0x1.0p-112f;
+  const uint32_t denorm_bits = (two_w >> 17) | (126u << 23);
+  float denorm;
+  std::memcpy(&denorm, &denorm_bits, 4);
+  denorm -= 0.5f;
+  uint32_t nb, db;
+  std::memcpy(&nb, &norm, 4);
+  std::memcpy(&db, &denorm, 4);
+  const uint32_t result = (hw & 0x80000000u) | (two_w < (1u << 27) ? db : nb);
+  float out;
+  std::memcpy(&out, &result, 4);
+  return out;
+}
+// The op-semantics helpers (codegen/op_semantics.h) that are one standard call.
+static inline float tp_max(float a, float b) { return std::max(a, b); }
+static inline float tp_min(float a, float b) { return std::min(a, b); }
+static inline float tp_log(float x) { return std::log(x); }
+static inline float tp_sqrt(float x) { return std::sqrt(x); }
+static inline float tp_rsqrt(float x) { return 1.0f / std::sqrt(x); }
+static inline float tp_abs(float x) { return std::fabs(x); }
+static inline float tp_pow(float x, float y) { return std::pow(x, y); }
 // Cephes expf: exp(x) = 2^n * exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; 2^n is
 // applied as 2^(n/2) * 2^(n - n/2) so that results near overflow and in the
 // denormal range are right; overflows to inf, underflows to 0, keeps NaN. No

@@ -3,7 +3,7 @@
 #include "compiler/codegen/cpp_kernel.h"
 
 #include "compiler/codegen/cpp_emit.h"
-#include "compiler/codegen/pointwise_ops.h"
+#include "compiler/codegen/op_semantics.h"
 
 #include <c10/util/Exception.h>
 

@@ -13,7 +13,7 @@
 #include "compiler/codegen/reduction_kernel.h"
 
 #include "compiler/codegen/cpp_emit.h"
-#include "compiler/codegen/pointwise_ops.h"
+#include "compiler/codegen/op_semantics.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,6 +1,6 @@
 // fusion.cpp: pass "fusion".
 //
-// Groups fp32/bf16 pointwise ATen ops (codegen/pointwise_ops.cpp), reductions
+// Groups fp32/bf16 pointwise ATen ops (codegen/op_semantics.cpp), reductions
 // (aten::sum.dim_IntList, mean.dim, amax, var.correction) and row-wise ops
 // (aten::_softmax, _log_softmax, native_layer_norm) into fusion groups, each
 // becoming one torch_plugin::fused node whose body holds the ops and whose
@@ -31,7 +31,7 @@
 
 #include "compiler/codegen/cpp_emit.h"
 #include "compiler/codegen/cpp_kernel.h"
-#include "compiler/codegen/pointwise_ops.h"
+#include "compiler/codegen/op_semantics.h"
 #include "compiler/codegen/reduction_kernel.h"
 
 #include <algorithm>

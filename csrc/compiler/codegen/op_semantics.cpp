@@ -1,17 +1,22 @@
-// pointwise_ops.cpp: ATen pointwise op -> C++ expression, one table entry per
-// op.
+// op_semantics.cpp: ATen pointwise op -> device-neutral fp32 expression, one
+// table entry per op (see op_semantics.h for the helpers an expression may
+// call).
 //
 // Each entry: the op's qualified name and a template in which $0, $1, ... stand
 // for the expressions of schema arguments 0, 1, ...; arithmetic in float.
-// Semantics follow ATen's CPU kernels (e.g. gelu uses erf, relu propagates NaN
-// like max would not: we use x > 0 ? x : 0 only where ATen does the same).
-// exp, sigmoid, silu, tanh, erf and gelu use the preamble's branch-free
-// tp_exp, tp_tanh and tp_erf (cpp_emit.cpp), so their loops vectorize; pow with
-// a small constant exponent (2, 3, 0.5, -0.5, -1, -2, 1) is multiplications, a
-// square root or a division.
-// aten::_to_copy between float32 and bfloat16 is a pointwise op too: to bf16 it
-// rounds (tp_round_bf16), to float it is the identity.
-#include "compiler/codegen/pointwise_ops.h"
+// Semantics follow ATen's kernels (e.g. gelu uses erf; relu is
+// tp_max(x, 0.0f), which keeps a NaN x as ATen does). How fast the helpers are
+// is each renderer's business (the C++ renderer's tp_exp, tp_tanh and tp_erf
+// are branch-free so that their loops vectorize); pow with a small constant
+// exponent (2, 3, 0.5, -0.5, -1, -2, 1) is multiplications, a square root or a
+// division here already, exact and fast on every target.
+// aten::_to_copy between float32, bfloat16 and float16 is a pointwise op too:
+// to bf16 / fp16 it rounds (tp_round_bf16 / tp_round_f16), to float it is the
+// identity.
+#include "compiler/codegen/op_semantics.h"
+
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
 
 #include <limits>
 #include <map>
@@ -32,27 +37,26 @@ const std::map<std::string, std::string>& table() {
       {"aten::div.Tensor", "($0 / $1)"},
       {"aten::div.Scalar", "($0 / $1)"},
       {"aten::neg", "(-$0)"},
-      {"aten::relu", "std::max($0, 0.0f)"},
+      {"aten::relu", "tp_max($0, 0.0f)"},
       {"aten::sigmoid", "tp_sigmoid($0)"},
       {"aten::silu", "($0 * tp_sigmoid($0))"},
       {"aten::tanh", "tp_tanh($0)"},
       {"aten::exp", "tp_exp($0)"},
-      {"aten::log", "std::log($0)"},
-      {"aten::sqrt", "std::sqrt($0)"},
-      {"aten::rsqrt", "(1.0f / std::sqrt($0))"},
-      {"aten::abs", "std::fabs($0)"},
+      {"aten::log", "tp_log($0)"},
+      {"aten::sqrt", "tp_sqrt($0)"},
+      {"aten::rsqrt", "tp_rsqrt($0)"},
+      {"aten::abs", "tp_abs($0)"},
       {"aten::erf", "tp_erf($0)"},
       {"aten::reciprocal", "(1.0f / $0)"},
-      {"aten::pow.Tensor_Scalar", "std::pow($0, (float)$1)"},
-      {"aten::maximum", "std::max($0, $1)"},
-      {"aten::minimum", "std::min($0, $1)"},
-      {"aten::clamp_min", "std::max($0, (float)$1)"},
-      {"aten::clamp_max", "std::min($0, (float)$1)"},
-      {"aten::hardtanh", "std::min(std::max($0, (float)$1), (float)$2)"},
+      {"aten::pow.Tensor_Scalar", "tp_pow($0, $1)"},
+      {"aten::maximum", "tp_max($0, $1)"},
+      {"aten::minimum", "tp_min($0, $1)"},
+      {"aten::clamp_min", "tp_max($0, $1)"},
+      {"aten::clamp_max", "tp_min($0, $1)"},
+      {"aten::hardtanh", "tp_min(tp_max($0, $1), $2)"},
       {"aten::hardswish",
-       "($0 * std::min(std::max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
-      {"aten::hardsigmoid",
-       "(std::min(std::max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
+       "($0 * tp_min(tp_max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
+      {"aten::hardsigmoid", "(tp_min(tp_max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
       {"aten::gelu",
        "(0.5f * $0 * (1.0f + tp_erf($0 * 0.70710678118654752f)))"},
       {"aten::_to_copy", "$0"},
@@ -60,11 +64,25 @@ const std::map<std::string, std::string>& table() {
   return t;
 }
 
-// _to_copy is pointwise only as a float32 <-> bfloat16 conversion on the same
-// device and layout (arguments: self, dtype, layout, device, pin_memory,
-// non_blocking, memory_format).
+// Whether the device argument `spelled` ("cpu", "cuda", "cuda:1") names
+// `device` (no index: the current one, i.e. the value's own).
+bool same_device(const std::string& spelled, const c10::Device& device) {
+  try {
+    const c10::Device d(spelled);
+    return d.type() == device.type() &&
+        (!d.has_index() || d.index() == device.index());
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
+// _to_copy is pointwise only as a dtype conversion on the same device and
+// layout (arguments: self, dtype, layout, device, pin_memory, non_blocking,
+// memory_format); which dtypes a kernel can load and store is the fusion
+// pass's per-device check.
 bool is_dtype_conversion(const Node& n) {
-  if (n.op != "aten::_to_copy" || n.args.size() < 7 || n.outputs.size() != 1)
+  if (n.op != "aten::_to_copy" || n.args.size() < 7 || n.outputs.size() != 1 ||
+      n.inputs.size() != 1)
     return false;
   for (size_t i : {2, 3, 4}) {
     const AttrValue& v = n.args[i].value;
@@ -73,7 +91,7 @@ bool is_dtype_conversion(const Node& n) {
     if (i == 2 && std::get_if<int64_t>(&v) && std::get<int64_t>(v) == 0)
       continue; // strided
     if (i == 3 && std::get_if<std::string>(&v) &&
-        std::get<std::string>(v) == "cpu")
+        same_device(std::get<std::string>(v), n.inputs[0]->device))
       continue;
     if (i == 4 && std::get_if<bool>(&v) && !std::get<bool>(v))
       continue;
@@ -83,6 +101,24 @@ bool is_dtype_conversion(const Node& n) {
 }
 
 } // namespace
+
+const std::vector<std::string>& pointwise_helper_names() {
+  static const std::vector<std::string> names = {
+      "tp_max",
+      "tp_min",
+      "tp_exp",
+      "tp_log",
+      "tp_sqrt",
+      "tp_rsqrt",
+      "tp_abs",
+      "tp_tanh",
+      "tp_erf",
+      "tp_sigmoid",
+      "tp_pow",
+      "tp_round_bf16",
+      "tp_round_f16"};
+  return names;
+}
 
 bool is_fusible_pointwise(const Node& n) {
   if (n.op == "aten::_to_copy")
@@ -109,8 +145,8 @@ std::optional<std::string> pointwise_expression(
       return std::nullopt;
   }
   if (n.op == "aten::pow") {
-    // std::pow is a scalar libm call (20-40 ns) that keeps the loop from
-    // vectorizing; these exponents are exact as products/roots (as ATen's
+    // tp_pow is a scalar libm call on the CPU (20-40 ns) that keeps the loop
+    // from vectorizing; these exponents are exact as products/roots (as ATen's
     // pow_tensor_scalar_optimized_kernel special-cases 2, 3, 0.5, -0.5, -1,
     // -2).
     const AttrValue& e = n.const_arg(1);
@@ -127,9 +163,9 @@ std::optional<std::string> pointwise_expression(
     if (exponent == 3.0)
       return "(" + x + " * " + x + " * " + x + ")";
     if (exponent == 0.5)
-      return "std::sqrt(" + x + ")";
+      return "tp_sqrt(" + x + ")";
     if (exponent == -0.5)
-      return "(1.0f / std::sqrt(" + x + "))";
+      return "tp_rsqrt(" + x + ")";
     if (exponent == -1.0)
       return "(1.0f / " + x + ")";
     if (exponent == -2.0)
@@ -140,6 +176,8 @@ std::optional<std::string> pointwise_expression(
       return std::nullopt;
     if (n.outputs[0]->dtype == c10::ScalarType::BFloat16)
       return "tp_round_bf16(" + operands.at(0) + ")";
+    if (n.outputs[0]->dtype == c10::ScalarType::Half)
+      return "tp_round_f16(" + operands.at(0) + ")";
   }
   if (n.op == "aten::clamp_min" || n.op == "aten::clamp_max" ||
       n.op == "aten::hardtanh") {

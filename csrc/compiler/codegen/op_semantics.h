@@ -1,0 +1,47 @@
+// op_semantics.h: the device-neutral op-semantics table of code generation —
+// for each ATen pointwise op that fusion groups may hold, how its IR node
+// becomes an fp32 expression. Every renderer (codegen/cpp, codegen/cuda) builds
+// its kernels' arithmetic from these expressions and spells only the loads,
+// stores, loops and the helpers below in its target's language.
+//
+// An expression uses only + - * / unary minus, comparisons, `?:`, float
+// literals (`0.5f`) and these helpers, which every renderer's preamble defines
+// for its target (all float -> float):
+//   tp_max(a, b)   a < b ? b : a  (as std::max: a NaN in `a` propagates)
+//   tp_min(a, b)   b < a ? b : a  (as std::min)
+//   tp_exp(x) tp_log(x) tp_sqrt(x) tp_rsqrt(x) (= 1 / sqrt(x)) tp_abs(x)
+//   tp_tanh(x) tp_erf(x) tp_sigmoid(x) (= 1 / (1 + exp(-x))) tp_pow(x, y)
+//   tp_round_bf16(x), tp_round_f16(x): x rounded to bfloat16 / float16
+//     precision (nearest even, as c10::BFloat16 / c10::Half), returned as
+//     float.
+// Numbers in the operands are the renderer's own literals.
+#pragma once
+
+#include "ir/ir.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch_plugin::compiler {
+
+// The graph IR (csrc/ir) that passes and codegen read and rewrite.
+using namespace ::torch_plugin::ir;
+
+// The helper functions an expression of pointwise_expression may call (see
+// above), for renderers and tests that check their preambles define each.
+const std::vector<std::string>& pointwise_helper_names();
+
+// The fp32 expression of `n` given the expressions of its schema arguments
+// (`operands[i]` is the renderer's expression for argument i when it is a
+// tensor, or its literal when it is a number). nullopt when the op (or this use
+// of it, e.g. gelu with an unknown approximation) is not in the table.
+std::optional<std::string> pointwise_expression(
+    const Node& n,
+    const std::vector<std::string>& operands);
+// Whether `n` is in the table (cheap pre-check for the fusion pass). Does not
+// look at dtypes: which dtypes a target can load and store is the fusion
+// pass's per-device check.
+bool is_fusible_pointwise(const Node& n);
+
+} // namespace torch_plugin::compiler
