@@ -7,7 +7,9 @@
 // it). ptxas's report must show no stack frame and no spills (register arrays
 // indexed at compile time only). The kernels' numerics are tested on a GPU in
 // tests/python/compiler/test_cuda_kernels.py.
+#include "compiler/codegen/cuda/cuda_common.h"
 #include "compiler/codegen/cuda/cuda_renderer.h"
+#include "compiler/codegen/op_semantics.h"
 #include "compiler/passes/pass.h"
 
 #include <dlfcn.h>
@@ -249,6 +251,13 @@ std::vector<KernelSource> render_all(Builder& b, bool f16 = false) {
 
 ScalarType dtype_of(int i) {
   return i == 0 ? ScalarType::Float : ScalarType::BFloat16;
+}
+
+TEST(CudaRenderer, PreambleDefinesEveryTableHelper) {
+  const std::string& p = cuda::preamble();
+  for (const std::string& name : pointwise_helper_names())
+    EXPECT_NE(p.find("float " + name + "("), std::string::npos) << name;
+  EXPECT_EQ(p.find("#include"), std::string::npos);
 }
 
 // ---- pointwise ------------------------------------------------------------------

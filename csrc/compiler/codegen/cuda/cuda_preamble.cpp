@@ -10,11 +10,7 @@
 // __half2float / __float2half_rn).
 #include "compiler/codegen/cuda/cuda_common.h"
 
-#if __has_include("compiler/codegen/op_semantics.h")
 #include "compiler/codegen/op_semantics.h"
-#else
-#include "compiler/codegen/pointwise_ops.h"
-#endif
 
 #include <c10/util/Exception.h>
 
