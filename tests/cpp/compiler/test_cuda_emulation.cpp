@@ -396,5 +396,45 @@ TEST(CudaEmulation, RmsNormAndReductionsOverLastDims) {
         1e-2);
 }
 
+TEST(CudaEmulation, ColumnReductions) {
+  check("col_sum0",
+        [&](Builder& b) {
+          Value* x = b.input({64, 33});
+          Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {33});
+          b.g.set_outputs({b.unary("aten::relu", s)});
+        },
+        [&](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{at::relu(in[0].sum({0}))};
+        },
+        1e-5);
+  check("col_mean_hw_channels_last",
+        [&](Builder& b) {
+          Value* x = b.input({2, 8, 5, 7}, ScalarType::BFloat16, {280, 1, 56, 8});
+          b.g.set_outputs({b.reduce("aten::mean", "dim", x, {2, 3}, true, {2, 8, 1, 1})});
+        },
+        [&](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{as_stored(in[0].mean({2, 3}, true), 1)};
+        },
+        1e-2);
+  check("col_softmax0",
+        [&](Builder& b) {
+          Value* x = b.input({37, 20});
+          b.g.set_outputs({b.softmax("aten::_log_softmax", x, 0)});
+        },
+        [&](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{at::log_softmax(in[0], 0)};
+        },
+        1e-5);
+  check("col_var_middle",
+        [&](Builder& b) {
+          Value* x = b.input({6, 50, 9});
+          b.g.set_outputs({b.reduce("aten::var", "correction", x, {1}, true, {6, 1, 9})});
+        },
+        [&](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{in[0].var({1}, true, true)};
+        },
+        1e-5);
+}
+
 } // namespace
 } // namespace torch_plugin::compiler

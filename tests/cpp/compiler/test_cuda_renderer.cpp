@@ -309,32 +309,57 @@ TEST(CudaRenderer, SumMeanAmaxVarOverLastDims) {
   expect_compiles(ks[0]);
 }
 
-TEST(CudaRenderer, ColumnReductionsAreNotHandled) {
+TEST(CudaRenderer, ColumnReductions) {
+  REQUIRE_NVRTC();
+  auto groups = [](Builder& b) {
+    PassOptions o;
+    kFusion.run(b.g, o);
+    std::vector<std::optional<KernelSource>> out;
+    for (Node* n : b.g.nodes())
+      if (n->op == "torch_plugin::fused")
+        out.push_back(render_cuda(*n));
+    return out;
+  };
   {
-    Builder b; // sum over the outer dim of a contiguous matrix
+    Builder b; // sum over the outer dim of a short matrix: one thread per column
     Value* x = b.input({64, 128});
     Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {128});
     b.g.set_outputs({b.unary("aten::relu", s)});
-    PassOptions o;
-    kFusion.run(b.g, o);
-    for (Node* n : b.g.nodes())
-      if (n->op == "torch_plugin::fused")
-        EXPECT_FALSE(render_cuda(*n).has_value());
+    auto ks = groups(b);
+    ASSERT_EQ(ks.size(), 1u);
+    ASSERT_TRUE(ks[0].has_value());
+    EXPECT_NE(ks[0]->source.find("1 threads per row"), std::string::npos);
+    expect_compiles(*ks[0]);
   }
   {
-    Builder b; // mean over H, W of channels_last NCHW
-    Value* x = b.input({2, 8, 5, 7}, ScalarType::Float, {280, 1, 56, 8});
-    Value* m = b.reduce("aten::mean", "dim", x, {2, 3}, true, {2, 8, 1, 1});
+    Builder b; // mean over H, W of channels_last NCHW (ResNet's pooling)
+    Value* x = b.input({32, 2048, 7, 7}, ScalarType::BFloat16,
+                       {2048 * 49, 1, 7 * 2048, 2048});
+    Value* m = b.reduce("aten::mean", "dim", x, {2, 3}, true, {32, 2048, 1, 1});
     b.g.set_outputs({b.unary("aten::relu", m)});
-    PassOptions o;
-    kFusion.run(b.g, o);
-    int groups = 0;
-    for (Node* n : b.g.nodes())
-      if (n->op == "torch_plugin::fused") {
-        ++groups;
-        EXPECT_FALSE(render_cuda(*n).has_value());
-      }
-    EXPECT_EQ(groups, 1);
+    auto ks = groups(b);
+    ASSERT_EQ(ks.size(), 1u);
+    ASSERT_TRUE(ks[0].has_value());
+    EXPECT_EQ(ks[0]->grid, 32 * 2048 / 256);
+    expect_compiles(*ks[0]);
+  }
+  {
+    Builder b; // a tall matrix's column sums: few, long columns
+    Value* x = b.input({100000, 4});
+    Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {4});
+    b.g.set_outputs({b.unary("aten::relu", s)});
+    auto ks = groups(b);
+    ASSERT_EQ(ks.size(), 1u);
+    EXPECT_FALSE(ks[0].has_value());
+  }
+  {
+    Builder b; // BatchNorm statistics: over N, H, W
+    Value* x = b.input({8, 16, 56, 56});
+    Value* s = b.reduce("aten::mean", "dim", x, {0, 2, 3}, true, {1, 16, 1, 1});
+    b.g.set_outputs({b.unary("aten::relu", s)});
+    auto ks = groups(b);
+    ASSERT_EQ(ks.size(), 1u);
+    EXPECT_FALSE(ks[0].has_value());
   }
 }
 

@@ -3,11 +3,14 @@
 //
 // Handled: groups of sum.dim_IntList, mean.dim, amax, var.correction,
 // _softmax, _log_softmax, native_layer_norm and their pointwise neighbours
-// (rms_norm's decomposition x * rsqrt(mean(x^2) + eps) included) where R,
+// (rms_norm's decomposition x * rsqrt(mean(x^2) + eps) included). Rows: R,
 // in the memory of the reference operand (the first input read at the full
-// level), is one contiguous block of N elements: a row. Every other group
-// (reductions over outer dims, or over H, W of a channels_last tensor: column
-// reductions) gets nullopt.
+// level), is one contiguous block of N elements. Columns (any other R: over
+// the outer dims, over H, W of a channels_last tensor): one thread per kept
+// index walks its column (coalesced across threads when a kept dim is
+// innermost), only with >= kColumnMinRows kept indices or columns of <=
+// kColumnMaxShort elements; other column reductions (BatchNorm statistics,
+// x.sum(0) of a tall matrix) get nullopt: ATen splits those across blocks.
 //
 // The body becomes terms, as in the C++ renderer: loads, fp32 expressions and
 // two primitive reductions (sum, NaN-propagating max) over R; a term is
@@ -17,7 +20,7 @@
 // (two passes, not E[x^2] - E[x]^2); softmax = exp(x - max) / sum, log_softmax
 // = x - max - log(sum), as ATen.
 //
-// Launch: G threads per row, G a power of two. Rows of N <= 1024 elements:
+// Launch of rows: G threads per row, G a power of two. Rows of N <= 1024 elements:
 // G <= 32 lanes of a warp (the fewest giving each lane <= 4 vectors), 256/G
 // rows per 256-thread block, warp shuffles only. Longer rows: one block of
 // G = 128..1024 threads per row (the fewest giving each thread <= 16
@@ -47,6 +50,13 @@
 
 namespace torch_plugin::compiler::cuda {
 namespace {
+
+// Column reductions (reduced dims not one contiguous block of the reference
+// operand) run one thread per kept index when there are at least this many
+// kept indices (8 warps on each of 132 SMs) ...
+constexpr int64_t kColumnMinRows = 132 * 256;
+// ... or when each column has at most this many elements.
+constexpr int64_t kColumnMaxShort = 256;
 
 std::string ref(int id) {
   return "\x01" + std::to_string(id) + "\x02";
@@ -291,13 +301,13 @@ bool RowKernel::plan() {
     return (*refst)[a] > (*refst)[b];
   });
   int64_t expect = 1;
+  bool rows = true;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     if (domain_[*it] == 1)
       continue;
     if (reduced_[*it]) {
       rdims_.insert(rdims_.begin(), *it);
-      if ((*refst)[*it] != expect)
-        return false; // R is not one contiguous block: a column reduction
+      rows &= (*refst)[*it] == expect; // else R is not one contiguous block
       expect *= domain_[*it];
     } else {
       kdims_.insert(kdims_.begin(), *it);
@@ -305,6 +315,10 @@ bool RowKernel::plan() {
   }
   for (size_t d : kdims_)
     m_ *= domain_[d];
+  // Column reductions: one thread per kept index, worth it only with enough
+  // kept indices to fill the chip or short columns; else nullopt (ATen).
+  if (!rows && m_ < kColumnMinRows && n_ > kColumnMaxShort)
+    return false;
   for (const Operand& o : operands_) {
     int64_t span = 0;
     for (size_t d = 0; d < domain_.size(); ++d)
@@ -323,7 +337,12 @@ bool RowKernel::plan() {
   while (v_ > 1 && n_ % v_ != 0)
     v_ /= 2;
   // Threads per row.
-  if (n_ <= 1024) {
+  if (!rows) {
+    v_ = 1;
+    g_ = 1;
+    rows_per_block_ = kBlock;
+    block_ = kBlock;
+  } else if (n_ <= 1024) {
     g_ = 1;
     while (g_ < 32 && g_ * v_ * 4 < n_)
       g_ *= 2;
@@ -340,7 +359,8 @@ bool RowKernel::plan() {
   grid_ = std::max<int64_t>(
       1, std::min<int64_t>((m_ + rows_per_block_ - 1) / rows_per_block_,
                            kMaxBlocks));
-  plan_cache();
+  if (rows)
+    plan_cache();
   return true;
 }
 

@@ -93,7 +93,8 @@ std::string RowKernel::element_loop(const std::set<int>& roots,
   const bool unroll = !cached_.empty() || chunks_ <= 16;
   os << (unroll ? "#pragma unroll\n" : "#pragma unroll 4\n");
   os << "    for (int c = 0; c < " << chunks_ << "; ++c) {\n"
-     << "      const int j0 = (c * " << g_ << " + tid) * " << v_ << ";\n";
+     << "      const int j0 = (c * " << g_ << " + tid) * " << v_ << ";\n"
+     << "      (void)j0;\n";
   std::string ind = "      ";
   const bool guard = n_ % (g_ * v_) != 0;
   if (guard) {

@@ -17,13 +17,14 @@
 // computes in fp32.
 //
 // Kernel kinds: pointwise groups (cuda_pointwise.cpp: 16-byte vectors,
-// grid-stride); reduction groups whose reduced dims are contiguous rows
-// (cuda_reduction.cpp: softmax, log_softmax, layer_norm, rms_norm's
-// decomposition, sum/mean/amax/var over the last dims, with their pointwise
-// neighbours: a warp or a block per row). nullopt for everything else:
-// column reductions (reduced dims not innermost in memory, e.g. over H, W of
-// a channels_last tensor, over N of NCHW, BatchNorm statistics), dtypes other
-// than float32/bfloat16/float16, body ops with several outputs that are not
+// grid-stride); reduction groups (cuda_reduction.cpp: softmax, log_softmax,
+// layer_norm, rms_norm's decomposition, sum/mean/amax/var, with their
+// pointwise neighbours): a warp or a block per contiguous row, or one thread
+// per column when the reduced dims are not contiguous (e.g. mean over H, W of
+// a channels_last tensor) and there are many columns or short ones. nullopt
+// for everything else: column reductions with few, long columns (BatchNorm
+// statistics, x.sum(0) of a tall matrix), dtypes other than
+// float32/bfloat16/float16, body ops with several outputs other than
 // native_layer_norm, bodies outside the op-semantics table.
 #pragma once
 
