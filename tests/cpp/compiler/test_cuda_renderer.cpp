@@ -222,7 +222,7 @@ TEST(CudaRenderer, SoftmaxAndLogSoftmaxRows) {
       for (int d = 0; d < 3; ++d) {
         Builder b;
         const ScalarType dt = dtype_of(d == 2 ? 1 : d);
-        Value* x = b.input({3, 5, n}, dt);
+        Value* x = b.input({8, 5, n}, dt);
         Value* scale = b.op("aten::mul", "Scalar", {x}, {0.125}, x->sizes, dt);
         b.g.set_outputs({b.softmax(op, scale, -1)});
         auto ks = render_all(b, d == 2);
@@ -232,7 +232,7 @@ TEST(CudaRenderer, SoftmaxAndLogSoftmaxRows) {
           EXPECT_EQ(k.block, 256);
         } else {
           EXPECT_GE(k.block, 128);
-          EXPECT_EQ(k.grid, 15); // one block per row
+          EXPECT_EQ(k.grid, 40); // one block per row
         }
         if (n <= 4096)
           EXPECT_NE(k.source.find("row kept in registers"), std::string::npos)
@@ -287,12 +287,12 @@ TEST(CudaRenderer, SumMeanAmaxVarOverLastDims) {
   REQUIRE_NVRTC();
   for (int64_t n : {int64_t{7}, int64_t{768}, int64_t{4096}, int64_t{50257}}) {
     Builder b;
-    Value* x = b.input({6, n});
-    Value* sq = b.binary("aten::mul", x, x, {6, n});
-    Value* s = b.reduce("aten::sum", "dim_IntList", sq, {1}, false, {6});
-    Value* m = b.reduce("aten::mean", "dim", x, {-1}, true, {6, 1});
-    Value* a = b.reduce("aten::amax", "default", x, {1}, false, {6});
-    Value* v = b.reduce("aten::var", "correction", x, {1}, false, {6});
+    Value* x = b.input({40, n});
+    Value* sq = b.binary("aten::mul", x, x, {40, n});
+    Value* s = b.reduce("aten::sum", "dim_IntList", sq, {1}, false, {40});
+    Value* m = b.reduce("aten::mean", "dim", x, {-1}, true, {40, 1});
+    Value* a = b.reduce("aten::amax", "default", x, {1}, false, {40});
+    Value* v = b.reduce("aten::var", "correction", x, {1}, false, {40});
     b.g.set_outputs({s, m, a, v});
     auto ks = render_all(b);
     ASSERT_GE(ks.size(), 1u);
@@ -347,6 +347,15 @@ TEST(CudaRenderer, ColumnReductions) {
     Builder b; // a tall matrix's column sums: few, long columns
     Value* x = b.input({100000, 4});
     Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {4});
+    b.g.set_outputs({b.unary("aten::relu", s)});
+    auto ks = groups(b);
+    ASSERT_EQ(ks.size(), 1u);
+    EXPECT_FALSE(ks[0].has_value());
+  }
+  {
+    Builder b; // a few long rows: x.sum() of a large tensor
+    Value* x = b.input({1 << 20});
+    Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {});
     b.g.set_outputs({b.unary("aten::relu", s)});
     auto ks = groups(b);
     ASSERT_EQ(ks.size(), 1u);

@@ -10,7 +10,9 @@
 // index walks its column (coalesced across threads when a kept dim is
 // innermost), only with >= kColumnMinRows kept indices or columns of <=
 // kColumnMaxShort elements; other column reductions (BatchNorm statistics,
-// x.sum(0) of a tall matrix) get nullopt: ATen splits those across blocks.
+// x.sum(0) of a tall matrix) get nullopt, as do fewer than kFewRows rows of
+// more than kLongRow elements (x.sum() of a large tensor): ATen splits those
+// across blocks.
 //
 // The body becomes terms, as in the C++ renderer: loads, fp32 expressions and
 // two primitive reductions (sum, NaN-propagating max) over R; a term is
@@ -57,6 +59,11 @@ namespace {
 constexpr int64_t kColumnMinRows = 132 * 256;
 // ... or when each column has at most this many elements.
 constexpr int64_t kColumnMaxShort = 256;
+// Fewer rows than this (a quarter of the SMs), each longer than kLongRow, get
+// nullopt: one block per row would leave most of the chip idle, where ATen
+// splits each row across blocks.
+constexpr int64_t kFewRows = 33;
+constexpr int64_t kLongRow = 32768;
 
 std::string ref(int id) {
   return "\x01" + std::to_string(id) + "\x02";
@@ -318,6 +325,9 @@ bool RowKernel::plan() {
   // Column reductions: one thread per kept index, worth it only with enough
   // kept indices to fill the chip or short columns; else nullopt (ATen).
   if (!rows && m_ < kColumnMinRows && n_ > kColumnMaxShort)
+    return false;
+  // A few long rows (x.sum() of a large tensor) would run on a few SMs.
+  if (rows && m_ < kFewRows && n_ > kLongRow)
     return false;
   for (const Operand& o : operands_) {
     int64_t span = 0;
