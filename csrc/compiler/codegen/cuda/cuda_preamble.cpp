@@ -63,6 +63,20 @@ __device__ __forceinline__ float tp_round_f16(float x) { return tp_ld_f16(tp_st_
 __device__ __forceinline__ float tp_max_nan(float a, float b) {
   return a != a ? a : (b != b ? b : fmaxf(a, b));
 }
+// Softmax partials (m, s): a row's max and the sum of exp(x - m) (online
+// normalizer, Milakov and Gimelshein 2018). tp_online_add adds x;
+// tp_online_merge adds another thread's partials. -inf elements add 0 (a
+// masked row stays finite); NaN propagates through the max.
+__device__ __forceinline__ void tp_online_add(float& m, float& s, float x) {
+  const float mn = tp_max_nan(m, x);
+  s = (m == mn ? s : s * expf(m - mn)) + (x == -TP_INF ? 0.0f : expf(x - mn));
+  m = mn;
+}
+__device__ __forceinline__ void tp_online_merge(float& m, float& s, float m2, float s2) {
+  const float mn = tp_max_nan(m, m2);
+  s = (m == mn ? s : s * expf(m - mn)) + (m2 == mn ? s2 : s2 * expf(m2 - mn));
+  m = mn;
+}
 // Whether every pointer given is aligned to `bytes` (a power of two).
 __device__ __forceinline__ bool tp_aligned(const void* p, unsigned int bytes) {
   return ((unsigned long long)p & (bytes - 1)) == 0;

@@ -223,6 +223,7 @@ bool RowKernel::build_terms() {
       const int d = expr("(" + ref(x) + " - " + ref(m) + ")", {x, m});
       const int e = expr("tp_exp(" + ref(d) + ")", {d});
       const int s = reduce(Kind::kSum, e);
+      softmax_pairs_[m] = {s, x};
       if (op == "aten::_softmax")
         set(n, 0, expr("(" + ref(e) + " / " + ref(s) + ")", {e, s}), "full");
       else {
@@ -371,6 +372,14 @@ bool RowKernel::plan() {
                            kMaxBlocks));
   if (rows)
     plan_cache();
+  // Re-read rows: softmax's max and sum in one pass over memory (online
+  // normalizer, Milakov and Gimelshein 2018, "Online normalizer calculation
+  // for softmax"): the running sum is rescaled by exp(old max - new max).
+  if (rows && cached_.empty())
+    for (const auto& [m, sx] : softmax_pairs_)
+      if (needed_.count(m) && needed_.count(sx.first) && !terms_[sx.second].outer &&
+          terms_[sx.second].stage == 0)
+        online_[m] = sx.first;
   return true;
 }
 

@@ -271,13 +271,22 @@ std::string RowKernel::emit() const {
       src << "    float c" << id << "[" << chunks_ * v_ << "];\n";
     src << element_loop(cached_, "", true, false);
   }
+  auto slot = [&](int id) {
+    return std::to_string(std::find(reductions.begin(), reductions.end(), id) -
+                          reductions.begin());
+  };
   for (int p = 1; p <= stages_; ++p) {
-    std::vector<int> red;
+    std::vector<int> red; // this pass's reductions; a softmax pair by its max
     std::set<int> roots;
     std::ostringstream tail;
     for (int id : reductions) {
       const Term& t = terms_[id];
       if (t.stage != p)
+        continue;
+      bool folded = false; // a softmax sum computed with its max (pass 1)
+      for (const auto& [m, sum] : online_)
+        folded |= sum == id;
+      if (folded)
         continue;
       red.push_back(id);
       const int arg = t.deps[0];
@@ -286,44 +295,72 @@ std::string RowKernel::emit() const {
       const std::string a = "a" + std::to_string(id);
       src << "    float " << a << " = "
           << (t.kind == Kind::kSum ? "0.0f" : "-TP_INF") << ";\n";
-      tail << "          "
-           << (t.kind == Kind::kSum
-                   ? a + " += t" + std::to_string(arg) + ";\n"
-                   : a + " = tp_max_nan(" + a + ", t" + std::to_string(arg) +
-                       ");\n");
+      const std::string x = "t" + std::to_string(arg);
+      if (online_.count(id)) {
+        const std::string as = "a" + std::to_string(online_.at(id));
+        src << "    float " << as << " = 0.0f;\n";
+        tail << "          tp_online_add(" << a << ", " << as << ", " << x << ");\n";
+      } else if (t.kind == Kind::kSum) {
+        tail << "          " << a << " += " << x << ";\n";
+      } else {
+        tail << "          " << a << " = tp_max_nan(" << a << ", " << x << ");\n";
+      }
+    }
+    if (red.empty()) { // every reduction of this pass was folded into pass 1
+      emit_outer(p, src);
+      continue;
     }
     src << element_loop(roots, tail.str(), false, false);
-    auto combine = [&](int id, const std::string& other) {
+    // Merges `other` (the partials of reduction `id`, and of its softmax sum
+    // `other_sum`) into this thread's.
+    auto combine = [&](int id, const std::string& other,
+                       const std::string& other_sum) {
       const std::string a = "a" + std::to_string(id);
+      if (online_.count(id))
+        return "tp_online_merge(" + a + ", a" + std::to_string(online_.at(id)) +
+            ", " + other + ", " + other_sum + ");";
       return terms_[id].kind == Kind::kSum
           ? a + " = " + a + " + " + other + ";"
           : a + " = tp_max_nan(" + a + ", " + other + ");";
     };
+    auto shfl = [](int id) {
+      return "__shfl_xor_sync(0xffffffffu, a" + std::to_string(id) + ", o)";
+    };
     const int64_t lanes = std::min<int64_t>(g_, 32);
     src << "#pragma unroll\n    for (int o = " << lanes / 2
         << "; o > 0; o >>= 1) {\n";
-    for (int id : red)
-      src << "      "
-          << combine(id, "__shfl_xor_sync(0xffffffffu, a" + std::to_string(id) +
-                             ", o)")
-          << "\n";
+    for (int id : red) {
+      if (online_.count(id))
+        src << "      { const float m2 = " << shfl(id)
+            << ", s2 = " << shfl(online_.at(id)) << "; "
+            << combine(id, "m2", "s2") << " }\n";
+      else
+        src << "      " << combine(id, shfl(id), "") << "\n";
+    }
     src << "    }\n";
     if (block_mode && g_ > 32) {
       src << "    if ((threadIdx.x & 31) == 0) {\n";
       for (int id : red) {
-        const size_t r =
-            std::find(reductions.begin(), reductions.end(), id) - reductions.begin();
-        src << "      tp_red[" << r << "][threadIdx.x >> 5] = a" << id << ";\n";
+        src << "      tp_red[" << slot(id) << "][threadIdx.x >> 5] = a" << id << ";\n";
+        if (online_.count(id))
+          src << "      tp_red[" << slot(online_.at(id))
+              << "][threadIdx.x >> 5] = a" << online_.at(id) << ";\n";
       }
       src << "    }\n    __syncthreads();\n";
       for (int id : red) {
-        const size_t r =
-            std::find(reductions.begin(), reductions.end(), id) - reductions.begin();
-        src << "    a" << id << " = tp_red[" << r << "][0];\n";
-        for (int64_t w = 1; w < g_ / 32; ++w)
-          src << "    " << combine(id, "tp_red[" + std::to_string(r) + "][" +
-                                       std::to_string(w) + "]")
+        src << "    a" << id << " = tp_red[" << slot(id) << "][0];\n";
+        if (online_.count(id))
+          src << "    a" << online_.at(id) << " = tp_red[" << slot(online_.at(id))
+              << "][0];\n";
+        for (int64_t w = 1; w < g_ / 32; ++w) {
+          const std::string ws = "][" + std::to_string(w) + "]";
+          src << "    "
+              << combine(id, "tp_red[" + slot(id) + ws,
+                         online_.count(id)
+                             ? "tp_red[" + slot(online_.at(id)) + ws
+                             : "")
               << "\n";
+        }
       }
     }
     emit_outer(p, src);

@@ -83,6 +83,12 @@ class RowKernel {
   std::unordered_map<const Value*, std::string> level_of_;
   std::vector<std::pair<int, bool>> outputs_; // term, full-level
   std::set<int> needed_, cached_;
+  // Softmax's max and sum of exp(x - max) over a row of full-level x, by the
+  // max term: candidates (max -> {sum, x}); online_ (max -> sum): the pairs
+  // computed together in pass 1 (rows read again per pass only: with the row
+  // in registers the extra pass costs no memory traffic).
+  std::map<int, std::pair<int, int>> softmax_pairs_;
+  std::map<int, int> online_;
   int stages_ = 0;
   std::vector<size_t> rdims_, kdims_; // outermost first
   int64_t v_ = 1; // elements per vector
