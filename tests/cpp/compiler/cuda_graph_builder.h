@@ -20,26 +20,37 @@ inline const c10::Device kCuda(c10::kCUDA, 0);
 
 struct Builder {
   Graph g;
-  Value* input(std::vector<int64_t> sizes, ScalarType dtype = ScalarType::Float,
-               std::vector<int64_t> strides = {}) {
+  Value* input(
+      std::vector<int64_t> sizes,
+      ScalarType dtype = ScalarType::Float,
+      std::vector<int64_t> strides = {}) {
     if (strides.empty())
       strides = contiguous_strides(sizes);
     return g.add_input(dtype, sizes, strides, kCuda);
   }
-  Value* op(const std::string& name, const std::string& overload,
-            std::vector<Value*> ins, std::vector<AttrValue> consts,
-            std::vector<int64_t> sizes, ScalarType dtype = ScalarType::Float) {
+  Value* op(
+      const std::string& name,
+      const std::string& overload,
+      std::vector<Value*> ins,
+      std::vector<AttrValue> consts,
+      std::vector<int64_t> sizes,
+      ScalarType dtype = ScalarType::Float) {
     std::vector<Arg> args;
     for (size_t i = 0; i < ins.size(); ++i)
       args.push_back(Arg::tensor(static_cast<int64_t>(i)));
     for (auto& c : consts)
       args.push_back(Arg::constant(c));
     Node* n = g.create_node(name, overload, ins, args, 1);
-    Graph::set_type(n->outputs[0], dtype, sizes, contiguous_strides(sizes), kCuda);
+    Graph::set_type(
+        n->outputs[0], dtype, sizes, contiguous_strides(sizes), kCuda);
     return n->outputs[0];
   }
-  Value* binary(const std::string& name, Value* a, Value* b,
-                std::vector<int64_t> sizes, ScalarType dt = ScalarType::Float) {
+  Value* binary(
+      const std::string& name,
+      Value* a,
+      Value* b,
+      std::vector<int64_t> sizes,
+      ScalarType dt = ScalarType::Float) {
     std::vector<AttrValue> consts;
     if (name == "aten::add" || name == "aten::sub")
       consts.push_back(int64_t{1});
@@ -54,9 +65,13 @@ struct Builder {
   Value* softmax(const std::string& name, Value* x, int64_t dim) {
     return op(name, "default", {x}, {dim, false}, x->sizes, x->dtype);
   }
-  Value* reduce(const std::string& name, const std::string& overload, Value* x,
-                std::vector<int64_t> dims, bool keepdim,
-                std::vector<int64_t> sizes) {
+  Value* reduce(
+      const std::string& name,
+      const std::string& overload,
+      Value* x,
+      std::vector<int64_t> dims,
+      bool keepdim,
+      std::vector<int64_t> sizes) {
     std::vector<AttrValue> consts = {dims, keepdim};
     if (name != "aten::amax")
       consts.push_back(std::monostate{});
@@ -67,10 +82,12 @@ struct Builder {
   Node* layer_norm(Value* x, Value* w, Value* b, double eps) {
     const int64_t c = x->sizes.back();
     std::vector<Value*> ins = {x};
-    std::vector<Arg> args = {Arg::tensor(0),
-                             Arg::constant(std::vector<int64_t>{c}),
-                             Arg::constant(std::monostate{}),
-                             Arg::constant(std::monostate{}), Arg::constant(eps)};
+    std::vector<Arg> args = {
+        Arg::tensor(0),
+        Arg::constant(std::vector<int64_t>{c}),
+        Arg::constant(std::monostate{}),
+        Arg::constant(std::monostate{}),
+        Arg::constant(eps)};
     if (w) {
       ins.push_back(w);
       args[2] = Arg::tensor(1);
@@ -82,11 +99,15 @@ struct Builder {
     Node* n = g.create_node("aten::native_layer_norm", "default", ins, args, 3);
     std::vector<int64_t> stat = x->sizes;
     stat.back() = 1;
-    Graph::set_type(n->outputs[0], x->dtype, x->sizes,
-                    contiguous_strides(x->sizes), kCuda);
+    Graph::set_type(
+        n->outputs[0], x->dtype, x->sizes, contiguous_strides(x->sizes), kCuda);
     for (size_t i : {1, 2})
-      Graph::set_type(n->outputs[i], ScalarType::Float, stat,
-                      contiguous_strides(stat), kCuda);
+      Graph::set_type(
+          n->outputs[i],
+          ScalarType::Float,
+          stat,
+          contiguous_strides(stat),
+          kCuda);
     return n;
   }
 

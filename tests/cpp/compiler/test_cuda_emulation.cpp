@@ -107,17 +107,19 @@ Launch build(const KernelSource& k, const Node& group, const std::string& tag) {
   EXPECT_TRUE(a != std::string::npos && b != std::string::npos);
   src = std::string(kShim) + src.substr(0, a) + kF16 + src.substr(b);
   std::ostringstream launch;
-  launch << "extern \"C\" void tp_launch(void** args, unsigned grid, unsigned block) {\n"
-         << "  gridDim.x = grid; blockDim.x = block;\n"
-         << "  tp_block_barrier.n = block;\n"
-         << "  for (unsigned w = 0; w < block / 32; ++w) tp_warp_barrier[w].n = 32;\n"
-         << "  for (unsigned b = 0; b < grid; ++b) {\n"
-         << "    std::vector<std::thread> ts;\n"
-         << "    for (unsigned t = 0; t < block; ++t) ts.emplace_back([=] {\n"
-         << "      blockIdx.x = b; threadIdx.x = t;\n      kernel(";
+  launch
+      << "extern \"C\" void tp_launch(void** args, unsigned grid, unsigned block) {\n"
+      << "  gridDim.x = grid; blockDim.x = block;\n"
+      << "  tp_block_barrier.n = block;\n"
+      << "  for (unsigned w = 0; w < block / 32; ++w) tp_warp_barrier[w].n = 32;\n"
+      << "  for (unsigned b = 0; b < grid; ++b) {\n"
+      << "    std::vector<std::thread> ts;\n"
+      << "    for (unsigned t = 0; t < block; ++t) ts.emplace_back([=] {\n"
+      << "      blockIdx.x = b; threadIdx.x = t;\n      kernel(";
   size_t i = 0;
   for (const Value* v : group.outputs)
-    launch << (i ? ", " : "") << "(" << elem(v->dtype) << "*)args[" << i++ << "]";
+    launch << (i ? ", " : "") << "(" << elem(v->dtype) << "*)args[" << i++
+           << "]";
   for (const Value* v : group.inputs)
     launch << ", (const " << elem(v->dtype) << "*)args[" << i++ << "]";
   launch << ");\n    });\n    for (auto& t : ts) t.join();\n  }\n}\n";
@@ -126,14 +128,16 @@ Launch build(const KernelSource& k, const Node& group, const std::string& tag) {
     std::string d = "/tmp/tp_cuda_emulation_" + std::to_string(getpid());
     std::system(("mkdir -p " + d).c_str());
     std::atexit([] {
-      std::system(("rm -rf /tmp/tp_cuda_emulation_" + std::to_string(getpid())).c_str());
+      std::system(("rm -rf /tmp/tp_cuda_emulation_" + std::to_string(getpid()))
+                      .c_str());
     });
     return d;
   }();
-  const std::string cpp = dir + "/" + tag + ".cpp", so = dir + "/" + tag + ".so";
+  const std::string cpp = dir + "/" + tag + ".cpp",
+                    so = dir + "/" + tag + ".so";
   std::ofstream(cpp) << src;
-  const std::string cmd = "c++ -std=c++17 -O1 -w -shared -fPIC -pthread -o " + so +
-      " " + cpp + " 2> " + dir + "/" + tag + ".log";
+  const std::string cmd = "c++ -std=c++17 -O1 -w -shared -fPIC -pthread -o " +
+      so + " " + cpp + " 2> " + dir + "/" + tag + ".log";
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream log(dir + "/" + tag + ".log");
     std::stringstream ss;
@@ -167,9 +171,14 @@ using Reference =
 // at most `max_grid` blocks (inputs `misalign` elements past an aligned
 // start: the kernels' scalar fallback), and compares every graph output with
 // `reference` (float64 inputs) within tol * max(1, max |ref|).
-void check(const std::string& tag, const std::function<void(Builder&)>& make_graph,
-           const Reference& reference, double tol, bool f16 = false,
-           int64_t max_grid = 3, int64_t misalign = 0) {
+void check(
+    const std::string& tag,
+    const std::function<void(Builder&)>& make_graph,
+    const Reference& reference,
+    double tol,
+    bool f16 = false,
+    int64_t max_grid = 3,
+    int64_t misalign = 0) {
   if (!have_compiler())
     GTEST_SKIP() << "no host C++ compiler";
   Builder b;
@@ -194,8 +203,10 @@ void check(const std::string& tag, const std::function<void(Builder&)>& make_gra
   for (const Value* v : group->inputs)
     args.push_back(inputs.at(v->input_index).data_ptr());
   const int64_t grid = std::min<int64_t>(ks[0].grid, max_grid);
-  launch(args.data(), static_cast<unsigned>(grid),
-         static_cast<unsigned>(ks[0].block));
+  launch(
+      args.data(),
+      static_cast<unsigned>(grid),
+      static_cast<unsigned>(ks[0].block));
   std::vector<at::Tensor> in64;
   for (const at::Tensor& t : inputs)
     in64.push_back(t.to(at::kDouble));
@@ -219,10 +230,13 @@ void check(const std::string& tag, const std::function<void(Builder&)>& make_gra
     const at::Tensor fin = ~r.isinf();
     const double scale =
         std::max(1.0, r.masked_select(fin).abs().max().item<double>());
-    const double err =
-        (g.masked_select(fin) - r.masked_select(fin)).abs().max().item<double>();
-    EXPECT_LE(err, tol * scale) << tag << " output " << i << " max error " << err
-                                << "\n" << ks[0].source.substr(0, 200);
+    const double err = (g.masked_select(fin) - r.masked_select(fin))
+                           .abs()
+                           .max()
+                           .item<double>();
+    EXPECT_LE(err, tol * scale)
+        << tag << " output " << i << " max error " << err << "\n"
+        << ks[0].source.substr(0, 200);
   }
 }
 
@@ -244,23 +258,25 @@ TEST(CudaEmulation, PointwiseContiguousBroadcastAndStrided) {
   for (int d = 0; d < 3; ++d)
     for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{1001}}) {
       const ScalarType dt = dt_of(d);
-      check(std::string("pw_") + dt_name(d) + "_" + std::to_string(n),
-            [&](Builder& b) {
-              Value* x = b.input({n, 24}, dt);
-              Value* y = b.input({24}, dt);
-              Value* s = b.input({}, dt);
-              Value* xt = b.input({n, 24}, dt, {1, n}); // transposed
-              Value* h = b.binary("aten::add", x, y, {n, 24}, dt);
-              Value* g = b.gelu(b.binary("aten::mul", h, s, {n, 24}, dt), "tanh");
-              b.g.set_outputs({b.binary("aten::sub", g, xt, {n, 24}, dt), h});
-            },
-            [&](const std::vector<at::Tensor>& in) {
-              at::Tensor h = in[0] + in[1];
-              at::Tensor g = at::gelu(h * in[2], "tanh");
-              return std::vector<at::Tensor>{as_stored(g - in[3], d),
-                                             as_stored(h, d)};
-            },
-            tol_of(dt), d == 2);
+      check(
+          std::string("pw_") + dt_name(d) + "_" + std::to_string(n),
+          [&](Builder& b) {
+            Value* x = b.input({n, 24}, dt);
+            Value* y = b.input({24}, dt);
+            Value* s = b.input({}, dt);
+            Value* xt = b.input({n, 24}, dt, {1, n}); // transposed
+            Value* h = b.binary("aten::add", x, y, {n, 24}, dt);
+            Value* g = b.gelu(b.binary("aten::mul", h, s, {n, 24}, dt), "tanh");
+            b.g.set_outputs({b.binary("aten::sub", g, xt, {n, 24}, dt), h});
+          },
+          [&](const std::vector<at::Tensor>& in) {
+            at::Tensor h = in[0] + in[1];
+            at::Tensor g = at::gelu(h * in[2], "tanh");
+            return std::vector<at::Tensor>{
+                as_stored(g - in[3], d), as_stored(h, d)};
+          },
+          tol_of(dt),
+          d == 2);
     }
 }
 
@@ -268,27 +284,35 @@ TEST(CudaEmulation, PointwiseVectorizedOddTail) {
   for (int d = 0; d < 3; ++d) {
     const ScalarType dt = dt_of(d);
     const int64_t n = 8 * 256 * 3 + 5; // grid-stride, then a scalar tail
-    check(std::string("pwv_") + dt_name(d),
-          [&](Builder& b) {
-            Value* x = b.input({n}, dt);
-            Value* y = b.input({n}, dt);
-            b.g.set_outputs({b.unary("aten::sigmoid",
-                                     b.binary("aten::mul", x, y, {n}, dt))});
-          },
-          [&](const std::vector<at::Tensor>& in) {
-            return std::vector<at::Tensor>{as_stored(at::sigmoid(in[0] * in[1]), d)};
-          },
-          tol_of(dt), d == 2, 2);
-  }
-  check("pwv_misaligned",
+    check(
+        std::string("pwv_") + dt_name(d),
         [&](Builder& b) {
-          Value* x = b.input({4096});
-          b.g.set_outputs({b.unary("aten::exp", b.unary("aten::neg", x))});
+          Value* x = b.input({n}, dt);
+          Value* y = b.input({n}, dt);
+          b.g.set_outputs(
+              {b.unary("aten::sigmoid", b.binary("aten::mul", x, y, {n}, dt))});
         },
         [&](const std::vector<at::Tensor>& in) {
-          return std::vector<at::Tensor>{at::exp(-in[0])};
+          return std::vector<at::Tensor>{
+              as_stored(at::sigmoid(in[0] * in[1]), d)};
         },
-        1e-5, false, 2, 1);
+        tol_of(dt),
+        d == 2,
+        2);
+  }
+  check(
+      "pwv_misaligned",
+      [&](Builder& b) {
+        Value* x = b.input({4096});
+        b.g.set_outputs({b.unary("aten::exp", b.unary("aten::neg", x))});
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        return std::vector<at::Tensor>{at::exp(-in[0])};
+      },
+      1e-5,
+      false,
+      2,
+      1);
 }
 
 TEST(CudaEmulation, SoftmaxLogSoftmaxRows) {
@@ -297,18 +321,21 @@ TEST(CudaEmulation, SoftmaxLogSoftmaxRows) {
       for (int d = 0; d < 3; ++d) {
         const ScalarType dt = dt_of(d);
         const bool log = std::string(op) == "aten::_log_softmax";
-        check(std::string(log ? "lsm_" : "sm_") + dt_name(d) + "_" + std::to_string(n),
-              [&](Builder& b) {
-                Value* x = b.input({3, n}, dt);
-                Value* s = b.op("aten::mul", "Scalar", {x}, {2.0}, x->sizes, dt);
-                b.g.set_outputs({b.softmax(op, s, 1)});
-              },
-              [&](const std::vector<at::Tensor>& in) {
-                at::Tensor s = in[0] * 2.0;
-                return std::vector<at::Tensor>{
-                    as_stored(log ? at::log_softmax(s, 1) : at::softmax(s, 1), d)};
-              },
-              tol_of(dt), d == 2);
+        check(
+            std::string(log ? "lsm_" : "sm_") + dt_name(d) + "_" +
+                std::to_string(n),
+            [&](Builder& b) {
+              Value* x = b.input({3, n}, dt);
+              Value* s = b.op("aten::mul", "Scalar", {x}, {2.0}, x->sizes, dt);
+              b.g.set_outputs({b.softmax(op, s, 1)});
+            },
+            [&](const std::vector<at::Tensor>& in) {
+              at::Tensor s = in[0] * 2.0;
+              return std::vector<at::Tensor>{as_stored(
+                  log ? at::log_softmax(s, 1) : at::softmax(s, 1), d)};
+            },
+            tol_of(dt),
+            d == 2);
       }
 }
 
@@ -320,20 +347,22 @@ TEST(CudaEmulation, MaskedAndLongSoftmaxRows) {
       for (int d = 0; d < 2; ++d) {
         const ScalarType dt = dt_of(d);
         const bool log = std::string(op) == "aten::_log_softmax";
-        check(std::string(log ? "mlsm_" : "msm_") + dt_name(d) + "_" + std::to_string(n),
-              [&](Builder& b) {
-                Value* x = b.input({2, n}, dt);
-                Value* y = b.input({2, n}, dt);
-                Value* mask = b.unary("aten::log", b.unary("aten::relu", y));
-                Value* h = b.binary("aten::add", x, mask, {2, n}, dt);
-                b.g.set_outputs({b.softmax(op, h, 1)});
-              },
-              [&](const std::vector<at::Tensor>& in) {
-                at::Tensor h = in[0] + at::log(at::relu(in[1]));
-                return std::vector<at::Tensor>{
-                    as_stored(log ? at::log_softmax(h, 1) : at::softmax(h, 1), d)};
-              },
-              tol_of(dt));
+        check(
+            std::string(log ? "mlsm_" : "msm_") + dt_name(d) + "_" +
+                std::to_string(n),
+            [&](Builder& b) {
+              Value* x = b.input({2, n}, dt);
+              Value* y = b.input({2, n}, dt);
+              Value* mask = b.unary("aten::log", b.unary("aten::relu", y));
+              Value* h = b.binary("aten::add", x, mask, {2, n}, dt);
+              b.g.set_outputs({b.softmax(op, h, 1)});
+            },
+            [&](const std::vector<at::Tensor>& in) {
+              at::Tensor h = in[0] + at::log(at::relu(in[1]));
+              return std::vector<at::Tensor>{as_stored(
+                  log ? at::log_softmax(h, 1) : at::softmax(h, 1), d)};
+            },
+            tol_of(dt));
       }
 }
 
@@ -341,138 +370,181 @@ TEST(CudaEmulation, LayerNormResidualAndStatistics) {
   for (int64_t c : {int64_t{48}, int64_t{1001}, int64_t{4096}})
     for (int d = 0; d < 2; ++d) {
       const ScalarType dt = dt_of(d);
-      check(std::string("ln_") + dt_name(d) + "_" + std::to_string(c),
-            [&](Builder& b) {
-              Value* x = b.input({2, 5, c}, dt);
-              Value* r = b.input({2, 5, c}, dt);
-              Value* w = b.input({c}, dt);
-              Value* bias = b.input({c}, dt);
-              Value* h = b.binary("aten::add", x, r, {2, 5, c}, dt);
-              Node* ln = b.layer_norm(h, w, bias, 1e-5);
-              b.g.set_outputs({b.gelu(ln->outputs[0], "none"), h, ln->outputs[1],
-                               ln->outputs[2]});
-            },
-            [&](const std::vector<at::Tensor>& in) {
-              at::Tensor h = in[0] + in[1];
-              if (d)
-                h = as_stored(h, d); // the stored residual feeds ATen's layer norm
-              auto [y, mean, rstd] =
-                  at::native_layer_norm(h, {c}, in[2], in[3], 1e-5);
-              return std::vector<at::Tensor>{as_stored(at::gelu(y), d),
-                                             as_stored(h, d), mean, rstd};
-            },
-            d == 0 ? 1e-5 : 3e-2);
+      check(
+          std::string("ln_") + dt_name(d) + "_" + std::to_string(c),
+          [&](Builder& b) {
+            Value* x = b.input({2, 5, c}, dt);
+            Value* r = b.input({2, 5, c}, dt);
+            Value* w = b.input({c}, dt);
+            Value* bias = b.input({c}, dt);
+            Value* h = b.binary("aten::add", x, r, {2, 5, c}, dt);
+            Node* ln = b.layer_norm(h, w, bias, 1e-5);
+            b.g.set_outputs(
+                {b.gelu(ln->outputs[0], "none"),
+                 h,
+                 ln->outputs[1],
+                 ln->outputs[2]});
+          },
+          [&](const std::vector<at::Tensor>& in) {
+            at::Tensor h = in[0] + in[1];
+            if (d)
+              h = as_stored(
+                  h, d); // the stored residual feeds ATen's layer norm
+            auto [y, mean, rstd] =
+                at::native_layer_norm(h, {c}, in[2], in[3], 1e-5);
+            return std::vector<at::Tensor>{
+                as_stored(at::gelu(y), d), as_stored(h, d), mean, rstd};
+          },
+          d == 0 ? 1e-5 : 3e-2);
     }
 }
 
 TEST(CudaEmulation, RmsNormAndReductionsOverLastDims) {
   for (int64_t n : {int64_t{7}, int64_t{768}, int64_t{2051}}) {
-    check("rms_" + std::to_string(n),
-          [&](Builder& b) {
-            Value* x = b.input({4, n});
-            Value* w = b.input({n});
-            Value* p = b.op("aten::pow", "Tensor_Scalar", {x}, {int64_t{2}}, x->sizes);
-            Value* m = b.op("aten::mean", "dim", {p},
-                            {std::vector<int64_t>{1}, true, std::monostate{}}, {4, 1});
-            Value* e = b.op("aten::add", "Scalar", {m}, {1e-6, int64_t{1}}, {4, 1});
-            Value* rs = b.unary("aten::rsqrt", e);
-            b.g.set_outputs({b.binary("aten::mul", b.binary("aten::mul", x, rs, x->sizes),
-                                      w, x->sizes)});
-          },
-          [&](const std::vector<at::Tensor>& in) {
-            at::Tensor r = at::rsqrt(in[0].pow(2).mean({1}, true) + 1e-6);
-            return std::vector<at::Tensor>{in[0] * r * in[1]};
-          },
-          1e-5);
+    check(
+        "rms_" + std::to_string(n),
+        [&](Builder& b) {
+          Value* x = b.input({4, n});
+          Value* w = b.input({n});
+          Value* p =
+              b.op("aten::pow", "Tensor_Scalar", {x}, {int64_t{2}}, x->sizes);
+          Value* m = b.op(
+              "aten::mean",
+              "dim",
+              {p},
+              {std::vector<int64_t>{1}, true, std::monostate{}},
+              {4, 1});
+          Value* e =
+              b.op("aten::add", "Scalar", {m}, {1e-6, int64_t{1}}, {4, 1});
+          Value* rs = b.unary("aten::rsqrt", e);
+          b.g.set_outputs({b.binary(
+              "aten::mul",
+              b.binary("aten::mul", x, rs, x->sizes),
+              w,
+              x->sizes)});
+        },
+        [&](const std::vector<at::Tensor>& in) {
+          at::Tensor r = at::rsqrt(in[0].pow(2).mean({1}, true) + 1e-6);
+          return std::vector<at::Tensor>{in[0] * r * in[1]};
+        },
+        1e-5);
     using Red = std::function<Value*(Builder&, Value*)>;
     using Ref = std::function<at::Tensor(const at::Tensor&)>;
     const std::vector<std::pair<Red, Ref>> reductions = {
         {[&](Builder& b, Value* x) {
-           return b.reduce("aten::sum", "dim_IntList",
-                           b.binary("aten::mul", x, x, {5, n}), {1}, false, {5});
+           return b.reduce(
+               "aten::sum",
+               "dim_IntList",
+               b.binary("aten::mul", x, x, {5, n}),
+               {1},
+               false,
+               {5});
          },
-         [](const at::Tensor& x) { return (x * x).sum({1}); }},
+         [](const at::Tensor& x) {
+           return (x * x).sum({1});
+         }},
         {[&](Builder& b, Value* x) {
            return b.reduce("aten::mean", "dim", x, {-1}, true, {5, 1});
          },
-         [](const at::Tensor& x) { return x.mean({1}, true); }},
+         [](const at::Tensor& x) {
+           return x.mean({1}, true);
+         }},
         {[&](Builder& b, Value* x) {
            return b.reduce("aten::amax", "default", x, {1}, false, {5});
          },
-         [](const at::Tensor& x) { return x.amax({1}); }},
+         [](const at::Tensor& x) {
+           return x.amax({1});
+         }},
         {[&](Builder& b, Value* x) {
            return b.reduce("aten::var", "correction", x, {1}, false, {5});
          },
-         [](const at::Tensor& x) { return x.var({1}); }},
+         [](const at::Tensor& x) {
+           return x.var({1});
+         }},
     };
     int i = 0;
     for (const auto& [red, ref] : reductions)
-      check("red_" + std::to_string(n) + "_" + std::to_string(i++),
-            [&](Builder& b) { b.g.set_outputs({red(b, b.input({5, n}))}); },
-            [&](const std::vector<at::Tensor>& in) {
-              return std::vector<at::Tensor>{ref(in[0])};
-            },
-            1e-5);
+      check(
+          "red_" + std::to_string(n) + "_" + std::to_string(i++),
+          [&](Builder& b) {
+            b.g.set_outputs({red(b, b.input({5, n}))});
+          },
+          [&](const std::vector<at::Tensor>& in) {
+            return std::vector<at::Tensor>{ref(in[0])};
+          },
+          1e-5);
   }
-  check("sm_misaligned",
-        [&](Builder& b) {
-          Value* x = b.input({3, 768}, ScalarType::BFloat16);
-          b.g.set_outputs({b.softmax("aten::_softmax", x, 1)});
-        },
-        [&](const std::vector<at::Tensor>& in) {
-          return std::vector<at::Tensor>{as_stored(at::softmax(in[0], 1), 1)};
-        },
-        2e-2, false, 3, 3);
+  check(
+      "sm_misaligned",
+      [&](Builder& b) {
+        Value* x = b.input({3, 768}, ScalarType::BFloat16);
+        b.g.set_outputs({b.softmax("aten::_softmax", x, 1)});
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        return std::vector<at::Tensor>{as_stored(at::softmax(in[0], 1), 1)};
+      },
+      2e-2,
+      false,
+      3,
+      3);
   // mean over H, W of a contiguous NCHW tensor (rows of H*W), bf16.
-  check("mean_hw",
-        [&](Builder& b) {
-          Value* x = b.input({2, 3, 5, 7}, ScalarType::BFloat16);
-          b.g.set_outputs({b.reduce("aten::mean", "dim", x, {2, 3}, true, {2, 3, 1, 1})});
-        },
-        [&](const std::vector<at::Tensor>& in) {
-          return std::vector<at::Tensor>{as_stored(in[0].mean({2, 3}, true), 1)};
-        },
-        1e-2);
+  check(
+      "mean_hw",
+      [&](Builder& b) {
+        Value* x = b.input({2, 3, 5, 7}, ScalarType::BFloat16);
+        b.g.set_outputs(
+            {b.reduce("aten::mean", "dim", x, {2, 3}, true, {2, 3, 1, 1})});
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        return std::vector<at::Tensor>{as_stored(in[0].mean({2, 3}, true), 1)};
+      },
+      1e-2);
 }
 
 TEST(CudaEmulation, ColumnReductions) {
-  check("col_sum0",
-        [&](Builder& b) {
-          Value* x = b.input({64, 33});
-          Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {33});
-          b.g.set_outputs({b.unary("aten::relu", s)});
-        },
-        [&](const std::vector<at::Tensor>& in) {
-          return std::vector<at::Tensor>{at::relu(in[0].sum({0}))};
-        },
-        1e-5);
-  check("col_mean_hw_channels_last",
-        [&](Builder& b) {
-          Value* x = b.input({2, 8, 5, 7}, ScalarType::BFloat16, {280, 1, 56, 8});
-          b.g.set_outputs({b.reduce("aten::mean", "dim", x, {2, 3}, true, {2, 8, 1, 1})});
-        },
-        [&](const std::vector<at::Tensor>& in) {
-          return std::vector<at::Tensor>{as_stored(in[0].mean({2, 3}, true), 1)};
-        },
-        1e-2);
-  check("col_softmax0",
-        [&](Builder& b) {
-          Value* x = b.input({37, 20});
-          b.g.set_outputs({b.softmax("aten::_log_softmax", x, 0)});
-        },
-        [&](const std::vector<at::Tensor>& in) {
-          return std::vector<at::Tensor>{at::log_softmax(in[0], 0)};
-        },
-        1e-5);
-  check("col_var_middle",
-        [&](Builder& b) {
-          Value* x = b.input({6, 50, 9});
-          b.g.set_outputs({b.reduce("aten::var", "correction", x, {1}, true, {6, 1, 9})});
-        },
-        [&](const std::vector<at::Tensor>& in) {
-          return std::vector<at::Tensor>{in[0].var({1}, true, true)};
-        },
-        1e-5);
+  check(
+      "col_sum0",
+      [&](Builder& b) {
+        Value* x = b.input({64, 33});
+        Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {33});
+        b.g.set_outputs({b.unary("aten::relu", s)});
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        return std::vector<at::Tensor>{at::relu(in[0].sum({0}))};
+      },
+      1e-5);
+  check(
+      "col_mean_hw_channels_last",
+      [&](Builder& b) {
+        Value* x = b.input({2, 8, 5, 7}, ScalarType::BFloat16, {280, 1, 56, 8});
+        b.g.set_outputs(
+            {b.reduce("aten::mean", "dim", x, {2, 3}, true, {2, 8, 1, 1})});
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        return std::vector<at::Tensor>{as_stored(in[0].mean({2, 3}, true), 1)};
+      },
+      1e-2);
+  check(
+      "col_softmax0",
+      [&](Builder& b) {
+        Value* x = b.input({37, 20});
+        b.g.set_outputs({b.softmax("aten::_log_softmax", x, 0)});
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        return std::vector<at::Tensor>{at::log_softmax(in[0], 0)};
+      },
+      1e-5);
+  check(
+      "col_var_middle",
+      [&](Builder& b) {
+        Value* x = b.input({6, 50, 9});
+        b.g.set_outputs(
+            {b.reduce("aten::var", "correction", x, {1}, true, {6, 1, 9})});
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        return std::vector<at::Tensor>{in[0].var({1}, true, true)};
+      },
+      1e-5);
 }
 
 } // namespace

@@ -1,17 +1,17 @@
 // test_cuda_renderer.cpp: unit tests of the CUDA renderer
 // (csrc/compiler/codegen/cuda): IR graphs of CUDA values go through the fusion
 // pass, each fusion group is rendered with render_cuda, and the source is
-// compiled by NVRTC for sm_90 (dlopen'ed: $TORCH_PLUGIN_NVRTC, libnvrtc.so.13/12,
-// /usr/local/cuda/lib64, or the pip package nvidia-cuda-nvrtc's copy under
-// the embedded interpreter's site-packages; the compile checks skip without
-// it). ptxas's report must show no stack frame and no spills (register arrays
-// indexed at compile time only). The kernels' numerics are tested on a GPU in
-// tests/python/compiler/test_cuda_kernels.py.
+// compiled by NVRTC for sm_90 (dlopen'ed: $TORCH_PLUGIN_NVRTC,
+// libnvrtc.so.13/12, /usr/local/cuda/lib64, or the pip package
+// nvidia-cuda-nvrtc's copy under the embedded interpreter's site-packages; the
+// compile checks skip without it). ptxas's report must show no stack frame and
+// no spills (register arrays indexed at compile time only). The kernels'
+// numerics are tested on a GPU in tests/python/compiler/test_cuda_kernels.py.
 #include "compiler/codegen/cuda/cuda_common.h"
 #include "compiler/codegen/cuda/cuda_renderer.h"
 #include "compiler/codegen/op_semantics.h"
-#include "cuda_graph_builder.h"
 #include "compiler/passes/pass.h"
+#include "cuda_graph_builder.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -28,10 +28,16 @@ namespace {
 using namespace testing;
 namespace py = pybind11;
 
-// ---- NVRTC, loaded at run time ------------------------------------------------
+// ---- NVRTC, loaded at run time
+// ------------------------------------------------
 struct Nvrtc {
-  using Create = int (*)(void**, const char*, const char*, int,
-                         const char* const*, const char* const*);
+  using Create = int (*)(
+      void**,
+      const char*,
+      const char*,
+      int,
+      const char* const*,
+      const char* const*);
   using Compile = int (*)(void*, int, const char* const*);
   using LogSize = int (*)(void*, size_t*);
   using Log = int (*)(void*, char*);
@@ -50,8 +56,11 @@ struct Nvrtc {
     std::vector<std::string> paths;
     if (const char* env = std::getenv("TORCH_PLUGIN_NVRTC"))
       paths.push_back(env);
-    for (const char* p : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-                          "/usr/local/cuda/lib64/libnvrtc.so"})
+    for (const char* p :
+         {"libnvrtc.so.13",
+          "libnvrtc.so.12",
+          "libnvrtc.so",
+          "/usr/local/cuda/lib64/libnvrtc.so"})
       paths.push_back(p);
     try {
       py::object site = py::module_::import("site");
@@ -69,7 +78,8 @@ struct Nvrtc {
       auto* n = new Nvrtc;
       n->create = reinterpret_cast<Create>(dlsym(h, "nvrtcCreateProgram"));
       n->compile = reinterpret_cast<Compile>(dlsym(h, "nvrtcCompileProgram"));
-      n->log_size = reinterpret_cast<LogSize>(dlsym(h, "nvrtcGetProgramLogSize"));
+      n->log_size =
+          reinterpret_cast<LogSize>(dlsym(h, "nvrtcGetProgramLogSize"));
       n->log = reinterpret_cast<Log>(dlsym(h, "nvrtcGetProgramLog"));
       n->destroy = reinterpret_cast<Destroy>(dlsym(h, "nvrtcDestroyProgram"));
       if (n->create && n->compile && n->log_size && n->log && n->destroy)
@@ -97,8 +107,8 @@ std::pair<bool, std::string> nvrtc_compile(const std::string& src) {
   return {rc == 0, log};
 }
 
-#define REQUIRE_NVRTC()                                        \
-  if (!Nvrtc::get())                                           \
+#define REQUIRE_NVRTC() \
+  if (!Nvrtc::get())    \
   GTEST_SKIP() << "NVRTC not found (set TORCH_PLUGIN_NVRTC)"
 
 // Compiles a rendered kernel and checks the resource report. With
@@ -111,12 +121,14 @@ void expect_compiles(const KernelSource& k) {
         ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
         std::to_string(count++) + ".cu";
     std::ofstream(name) << k.source << "\n/* grid " << k.grid << " block "
-                        << k.block << "\n" << log << "*/\n";
+                        << k.block << "\n"
+                        << log << "*/\n";
   }
   ASSERT_TRUE(ok) << log << "\n----- source -----\n" << k.source;
-  EXPECT_NE(log.find("0 bytes stack frame, 0 bytes spill stores"),
-            std::string::npos)
-      << log << "\n----- source -----\n" << k.source;
+  EXPECT_NE(
+      log.find("0 bytes stack frame, 0 bytes spill stores"), std::string::npos)
+      << log << "\n----- source -----\n"
+      << k.source;
   EXPECT_EQ(k.target, "cuda");
   EXPECT_EQ(k.entry, "kernel");
   EXPECT_GE(k.grid, 1);
@@ -136,7 +148,8 @@ TEST(CudaRenderer, PreambleDefinesEveryTableHelper) {
   EXPECT_EQ(p.find("#include"), std::string::npos);
 }
 
-// ---- pointwise ------------------------------------------------------------------
+// ---- pointwise
+// ------------------------------------------------------------------
 TEST(CudaRenderer, PointwiseVectorizedChainEveryDtype) {
   REQUIRE_NVRTC();
   for (int d = 0; d < 3; ++d) {
@@ -150,12 +163,12 @@ TEST(CudaRenderer, PointwiseVectorizedChainEveryDtype) {
     auto ks = render_all(b, d == 2);
     ASSERT_EQ(ks.size(), 1u);
     const int64_t v = d == 0 ? 4 : 8;
-    EXPECT_NE(ks[0].source.find(std::to_string(v) + " per vector"),
-              std::string::npos);
+    EXPECT_NE(
+        ks[0].source.find(std::to_string(v) + " per vector"),
+        std::string::npos);
     EXPECT_NE(ks[0].source.find("uint4"), std::string::npos);
     EXPECT_EQ(ks[0].block, 256);
-    EXPECT_EQ(ks[0].grid,
-              std::min<int64_t>(4096 * 1024 / v / 256, 132 * 64));
+    EXPECT_EQ(ks[0].grid, std::min<int64_t>(4096 * 1024 / v / 256, 132 * 64));
     if (d == 2)
       EXPECT_NE(ks[0].source.find("tp_st_f16("), std::string::npos);
     expect_compiles(ks[0]);
@@ -173,9 +186,10 @@ TEST(CudaRenderer, PointwiseOddSizesScalarsAndOneElement) {
     b.g.set_outputs({y, z});
     auto ks = render_all(b);
     ASSERT_EQ(ks.size(), 1u);
-    EXPECT_EQ(ks[0].grid,
-              std::max<int64_t>(1, std::min<int64_t>(((n + 3) / 4 + 255) / 256,
-                                                     132 * 64)));
+    EXPECT_EQ(
+        ks[0].grid,
+        std::max<int64_t>(
+            1, std::min<int64_t>(((n + 3) / 4 + 255) / 256, 132 * 64)));
     expect_compiles(ks[0]);
   }
 }
@@ -187,8 +201,8 @@ TEST(CudaRenderer, PointwiseBroadcastAndNonContiguous) {
   Value* xt = b.input({7, 13}, ScalarType::Float, {1, 7}); // transposed
   Value* y = b.input({13});
   Value* c = b.input({7, 1});
-  Value* h = b.binary("aten::mul", b.binary("aten::add", x, y, {7, 13}), xt,
-                      {7, 13});
+  Value* h =
+      b.binary("aten::mul", b.binary("aten::add", x, y, {7, 13}), xt, {7, 13});
   Value* r = b.unary("aten::relu", b.binary("aten::sub", h, c, {7, 13}));
   b.g.set_outputs({r});
   auto ks = render_all(b);
@@ -205,8 +219,9 @@ TEST(CudaRenderer, PointwiseBroadcastOverLeadingDimsStaysVectorized) {
   Value* w = b.input({64}, ScalarType::BFloat16);
   Value* s = b.input({3, 5, 1}, ScalarType::BFloat16);
   Value* h = b.binary("aten::mul", x, w, {3, 5, 64}, ScalarType::BFloat16);
-  Value* y = b.unary("aten::tanh", b.binary("aten::div", h, s, {3, 5, 64},
-                                            ScalarType::BFloat16));
+  Value* y = b.unary(
+      "aten::tanh",
+      b.binary("aten::div", h, s, {3, 5, 64}, ScalarType::BFloat16));
   b.g.set_outputs({y});
   auto ks = render_all(b);
   ASSERT_EQ(ks.size(), 1u);
@@ -214,7 +229,8 @@ TEST(CudaRenderer, PointwiseBroadcastOverLeadingDimsStaysVectorized) {
   expect_compiles(ks[0]);
 }
 
-// ---- row reductions ---------------------------------------------------------------
+// ---- row reductions
+// ---------------------------------------------------------------
 TEST(CudaRenderer, SoftmaxAndLogSoftmaxRows) {
   REQUIRE_NVRTC();
   for (const char* op : {"aten::_softmax", "aten::_log_softmax"})
@@ -268,14 +284,24 @@ TEST(CudaRenderer, RmsNormDecomposition) {
     Value* x = b.input({4, 9, 4096}, dt);
     Value* w = b.input({4096}, dt);
     Value* xf = x;
-    Value* p = b.op("aten::pow", "Tensor_Scalar", {xf}, {int64_t{2}}, x->sizes, dt);
-    Value* m = b.op("aten::mean", "dim", {p},
-                    {std::vector<int64_t>{2}, true, std::monostate{}}, {4, 9, 1},
-                    dt);
-    Value* e = b.op("aten::add", "Scalar", {m}, {1e-6, int64_t{1}}, {4, 9, 1}, dt);
+    Value* p =
+        b.op("aten::pow", "Tensor_Scalar", {xf}, {int64_t{2}}, x->sizes, dt);
+    Value* m = b.op(
+        "aten::mean",
+        "dim",
+        {p},
+        {std::vector<int64_t>{2}, true, std::monostate{}},
+        {4, 9, 1},
+        dt);
+    Value* e =
+        b.op("aten::add", "Scalar", {m}, {1e-6, int64_t{1}}, {4, 9, 1}, dt);
     Value* rs = b.unary("aten::rsqrt", e);
-    Value* y = b.binary("aten::mul", b.binary("aten::mul", x, rs, x->sizes, dt), w,
-                        x->sizes, dt);
+    Value* y = b.binary(
+        "aten::mul",
+        b.binary("aten::mul", x, rs, x->sizes, dt),
+        w,
+        x->sizes,
+        dt);
     b.g.set_outputs({y});
     auto ks = render_all(b, d == 2);
     ASSERT_EQ(ks.size(), 1u);
@@ -321,7 +347,8 @@ TEST(CudaRenderer, ColumnReductions) {
     return out;
   };
   {
-    Builder b; // sum over the outer dim of a short matrix: one thread per column
+    Builder
+        b; // sum over the outer dim of a short matrix: one thread per column
     Value* x = b.input({64, 128});
     Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {128});
     b.g.set_outputs({b.unary("aten::relu", s)});
@@ -333,8 +360,8 @@ TEST(CudaRenderer, ColumnReductions) {
   }
   {
     Builder b; // mean over H, W of channels_last NCHW (ResNet's pooling)
-    Value* x = b.input({32, 2048, 7, 7}, ScalarType::BFloat16,
-                       {2048 * 49, 1, 7 * 2048, 2048});
+    Value* x = b.input(
+        {32, 2048, 7, 7}, ScalarType::BFloat16, {2048 * 49, 1, 7 * 2048, 2048});
     Value* m = b.reduce("aten::mean", "dim", x, {2, 3}, true, {32, 2048, 1, 1});
     b.g.set_outputs({b.unary("aten::relu", m)});
     auto ks = groups(b);

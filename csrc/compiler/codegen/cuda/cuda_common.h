@@ -38,8 +38,10 @@ std::string element_type(c10::ScalarType t);
 // Bytes per element (4 or 2).
 int64_t element_size(c10::ScalarType t);
 // fp32 expression of element `offset` of `ptr`.
-std::string load(c10::ScalarType t, const std::string& ptr,
-                 const std::string& offset);
+std::string load(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset);
 // fp32 expression of raw element bits `bits` (an unsigned int expression
 // holding the element in its low bits for 2-byte types, all 32 bits for
 // float).
@@ -47,42 +49,57 @@ std::string from_bits(c10::ScalarType t, const std::string& bits);
 // The raw element bits (unsigned int, low bits) of the fp32 `value`.
 std::string to_bits(c10::ScalarType t, const std::string& value);
 // Statement storing fp32 `value` into `ptr[offset]`.
-std::string store(c10::ScalarType t, const std::string& ptr,
-                  const std::string& offset, const std::string& value);
+std::string store(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    const std::string& value);
 // A constant argument (int, float or bool) as a CUDA float literal; throws
 // c10::Error on others.
 std::string literal(const AttrValue& v);
 std::string literal(double v);
 // Strides of a value of `v_sizes`/`v_strides` broadcast to `sizes`
 // (right-aligned, 0 where broadcast); throws when the rank is larger.
-std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& v_sizes,
-                                       const std::vector<int64_t>& v_strides,
-                                       const std::vector<int64_t>& sizes);
+std::vector<int64_t> broadcast_strides(
+    const std::vector<int64_t>& v_sizes,
+    const std::vector<int64_t>& v_strides,
+    const std::vector<int64_t>& sizes);
 
 // The index of the element at row-major position `index` of a loop nest of
 // `sizes` (outermost first) in an operand of `strides` (per dim), as a CUDA
 // expression in `type`; dims of size 1 or stride 0 add nothing, and adjacent
 // dims that the operand stores contiguously are merged first.
-std::string offset_expr(const std::vector<int64_t>& sizes,
-                        const std::vector<int64_t>& strides,
-                        const std::string& index, const std::string& type);
+std::string offset_expr(
+    const std::vector<int64_t>& sizes,
+    const std::vector<int64_t>& strides,
+    const std::string& index,
+    const std::string& type);
 
 // One vector load of `n` consecutive elements of `ptr` at element offset
 // `offset` (aligned to n elements) into the floats dst[0..n): statements.
 // n * element size must be 2, 4, 8, 16 or a multiple of 16 bytes.
-std::string vector_load(c10::ScalarType t, const std::string& ptr,
-                        const std::string& offset, int64_t n,
-                        const std::string& dst, const std::string& indent);
+std::string vector_load(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    int64_t n,
+    const std::string& dst,
+    const std::string& indent);
 // One vector store of the floats src[0..n) (statements).
-std::string vector_store(c10::ScalarType t, const std::string& ptr,
-                         const std::string& offset, int64_t n,
-                         const std::string& src, const std::string& indent);
+std::string vector_store(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    int64_t n,
+    const std::string& src,
+    const std::string& indent);
 
 // The expressions of a body node given its tensor operands' expressions, via
 // the op-semantics table; throws when the op is not in it. `tensor_expr(i)`
 // gives the expression of the node's i-th input value.
-std::string node_expression(const Node& n,
-                            const std::vector<std::string>& input_exprs);
+std::string node_expression(
+    const Node& n,
+    const std::vector<std::string>& input_exprs);
 
 } // namespace torch_plugin::compiler::cuda
 

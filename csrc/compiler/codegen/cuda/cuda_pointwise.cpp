@@ -79,8 +79,8 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
       s.push_back(0);
   }
   const size_t D = sizes.size();
-  const int64_t numel =
-      std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
+  const int64_t numel = std::accumulate(
+      sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
 
   // Vector width.
   int64_t min_es = 4;
@@ -167,10 +167,10 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
   }
   src << ") {\n";
   auto ptr = [&](size_t k) {
-    return k < nout ? "out" + std::to_string(k) : "in" + std::to_string(k - nout);
+    return k < nout ? "out" + std::to_string(k)
+                    : "in" + std::to_string(k - nout);
   };
-  src << "  const " << idx << " step = (" << idx
-      << ")gridDim.x * blockDim.x;\n"
+  src << "  const " << idx << " step = (" << idx << ")gridDim.x * blockDim.x;\n"
       << "  const " << idx << " start = (" << idx
       << ")blockIdx.x * blockDim.x + threadIdx.x;\n"
       << "  " << idx << " tail = 0;\n";
@@ -210,8 +210,13 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
       src << ", r" << k << "[j]";
     src << ");\n";
     for (size_t k = 0; k < nout; ++k)
-      src << vector_store(dtypes[k], ptr(k), offset_expr(sizes, st[k], "i", idx),
-                          V, "r" + std::to_string(k), "      ");
+      src << vector_store(
+          dtypes[k],
+          ptr(k),
+          offset_expr(sizes, st[k], "i", idx),
+          V,
+          "r" + std::to_string(k),
+          "      ");
     src << "    }\n    tail = (" << idx << ")" << nv * V << ";\n  }\n";
   }
   src << "  for (" << idx << " i = tail + start; i < (" << idx << ")" << numel
@@ -227,8 +232,11 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
   src << "    tp_body(" << args << ");\n";
   for (size_t k = 0; k < nout; ++k)
     src << "    "
-        << store(dtypes[k], ptr(k), offset_expr(sizes, st[k], "i", idx),
-                 "r" + std::to_string(k))
+        << store(
+               dtypes[k],
+               ptr(k),
+               offset_expr(sizes, st[k], "i", idx),
+               "r" + std::to_string(k))
         << "\n";
   src << "  }\n}\n";
 

@@ -21,7 +21,8 @@
 namespace torch_plugin::compiler::cuda {
 
 const std::string& preamble() {
-  static const std::string s = R"(// ---- torch_plugin CUDA preamble (no includes: NVRTC) ----
+  static const std::string s =
+      R"(// ---- torch_plugin CUDA preamble (no includes: NVRTC) ----
 #define TP_INF __int_as_float(0x7f800000)
 #define TP_NAN __int_as_float(0x7fc00000)
 // The helpers of the op-semantics table (codegen/op_semantics.h), fp32.
@@ -117,16 +118,21 @@ std::string to_bits(c10::ScalarType t, const std::string& value) {
   return "(unsigned int)tp_st_f16(" + value + ")";
 }
 
-std::string load(c10::ScalarType t, const std::string& ptr,
-                 const std::string& offset) {
+std::string load(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset) {
   const std::string e = ptr + "[" + offset + "]";
   if (t == c10::ScalarType::Float)
     return e;
   return from_bits(t, e);
 }
 
-std::string store(c10::ScalarType t, const std::string& ptr,
-                  const std::string& offset, const std::string& value) {
+std::string store(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    const std::string& value) {
   std::string v = value;
   if (t == c10::ScalarType::BFloat16)
     v = "tp_st_bf16(" + value + ")";
@@ -158,11 +164,16 @@ std::string literal(const AttrValue& v) {
   TORCH_CHECK(false, "cuda codegen: no literal for ", to_string(v));
 }
 
-std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& v_sizes,
-                                       const std::vector<int64_t>& v_strides,
-                                       const std::vector<int64_t>& sizes) {
-  TORCH_CHECK(v_sizes.size() <= sizes.size(), "cuda codegen: cannot broadcast rank ",
-              v_sizes.size(), " to rank ", sizes.size());
+std::vector<int64_t> broadcast_strides(
+    const std::vector<int64_t>& v_sizes,
+    const std::vector<int64_t>& v_strides,
+    const std::vector<int64_t>& sizes) {
+  TORCH_CHECK(
+      v_sizes.size() <= sizes.size(),
+      "cuda codegen: cannot broadcast rank ",
+      v_sizes.size(),
+      " to rank ",
+      sizes.size());
   std::vector<int64_t> out(sizes.size(), 0);
   const size_t offset = sizes.size() - v_sizes.size();
   for (size_t i = 0; i < v_sizes.size(); ++i)
@@ -171,9 +182,11 @@ std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& v_sizes,
   return out;
 }
 
-std::string offset_expr(const std::vector<int64_t>& sizes,
-                        const std::vector<int64_t>& strides,
-                        const std::string& index, const std::string& type) {
+std::string offset_expr(
+    const std::vector<int64_t>& sizes,
+    const std::vector<int64_t>& strides,
+    const std::string& index,
+    const std::string& type) {
   // Merge (outer to inner) the dims this operand stores contiguously.
   struct Dim {
     int64_t size, stride;
@@ -226,13 +239,20 @@ Word word_of(int64_t bytes) {
 
 } // namespace
 
-std::string vector_load(c10::ScalarType t, const std::string& ptr,
-                        const std::string& offset, int64_t n,
-                        const std::string& dst, const std::string& indent) {
+std::string vector_load(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    int64_t n,
+    const std::string& dst,
+    const std::string& indent) {
   const int64_t es = element_size(t);
   const int64_t bytes = n * es;
-  TORCH_CHECK(bytes == 2 || bytes == 4 || bytes == 8 || bytes % 16 == 0,
-              "cuda codegen: vector of ", bytes, " bytes");
+  TORCH_CHECK(
+      bytes == 2 || bytes == 4 || bytes == 8 || bytes % 16 == 0,
+      "cuda codegen: vector of ",
+      bytes,
+      " bytes");
   if (n == 1)
     return indent + dst + "[0] = " + load(t, ptr, offset) + ";\n";
   const int64_t chunk = bytes >= 16 ? 16 : bytes;
@@ -241,8 +261,9 @@ std::string vector_load(c10::ScalarType t, const std::string& ptr,
   std::ostringstream os;
   for (int64_t c = 0; c < bytes / chunk; ++c) {
     const std::string v = dst + "_w" + std::to_string(c);
-    os << indent << "const " << w.type << " " << v << " = __ldg(reinterpret_cast<const "
-       << w.type << "*>(" << ptr << " + " << offset << ") + " << c << ");\n";
+    os << indent << "const " << w.type << " " << v
+       << " = __ldg(reinterpret_cast<const " << w.type << "*>(" << ptr << " + "
+       << offset << ") + " << c << ");\n";
     for (int64_t e = 0; e < per_chunk; ++e) {
       const int64_t word = es == 4 ? e : e / 2;
       const std::string bits = v + w.fields[word];
@@ -261,13 +282,20 @@ std::string vector_load(c10::ScalarType t, const std::string& ptr,
   return os.str();
 }
 
-std::string vector_store(c10::ScalarType t, const std::string& ptr,
-                         const std::string& offset, int64_t n,
-                         const std::string& src, const std::string& indent) {
+std::string vector_store(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    int64_t n,
+    const std::string& src,
+    const std::string& indent) {
   const int64_t es = element_size(t);
   const int64_t bytes = n * es;
-  TORCH_CHECK(bytes == 2 || bytes == 4 || bytes == 8 || bytes % 16 == 0,
-              "cuda codegen: vector of ", bytes, " bytes");
+  TORCH_CHECK(
+      bytes == 2 || bytes == 4 || bytes == 8 || bytes % 16 == 0,
+      "cuda codegen: vector of ",
+      bytes,
+      " bytes");
   if (n == 1)
     return indent + store(t, ptr, offset, src + "[0]") + "\n";
   const int64_t chunk = bytes >= 16 ? 16 : bytes;
@@ -282,9 +310,9 @@ std::string vector_store(c10::ScalarType t, const std::string& ptr,
       if (es == 4)
         words.push_back(lo);
       else
-        words.push_back("(" + lo + " | (" +
-                        to_bits(t, src + "[" + std::to_string(i + 1) + "]") +
-                        " << 16))");
+        words.push_back(
+            "(" + lo + " | (" +
+            to_bits(t, src + "[" + std::to_string(i + 1) + "]") + " << 16))");
     }
     os << indent << "*(reinterpret_cast<" << w.type << "*>(" << ptr << " + "
        << offset << ") + " << c << ") = ";
@@ -299,26 +327,29 @@ std::string vector_store(c10::ScalarType t, const std::string& ptr,
   return os.str();
 }
 
-std::string node_expression(const Node& n,
-                            const std::vector<std::string>& input_exprs) {
+std::string node_expression(
+    const Node& n,
+    const std::vector<std::string>& input_exprs) {
   std::vector<std::string> operands;
   for (const Arg& a : n.args) {
     if (a.kind == Arg::Kind::kTensor)
       operands.push_back(input_exprs.at(a.inputs.at(0)));
-    else if (std::holds_alternative<std::monostate>(a.value) ||
-             std::holds_alternative<std::string>(a.value))
+    else if (
+        std::holds_alternative<std::monostate>(a.value) ||
+        std::holds_alternative<std::string>(a.value))
       operands.push_back("0.0f");
-    else if (a.kind == Arg::Kind::kConst &&
-             (std::holds_alternative<int64_t>(a.value) ||
-              std::holds_alternative<double>(a.value) ||
-              std::holds_alternative<bool>(a.value)))
+    else if (
+        a.kind == Arg::Kind::kConst &&
+        (std::holds_alternative<int64_t>(a.value) ||
+         std::holds_alternative<double>(a.value) ||
+         std::holds_alternative<bool>(a.value)))
       operands.push_back(literal(a.value));
     else
       operands.push_back("0.0f");
   }
   auto e = pointwise_expression(n, operands);
-  TORCH_CHECK(e.has_value(), "cuda codegen: no expression for ",
-              n.qualified_name());
+  TORCH_CHECK(
+      e.has_value(), "cuda codegen: no expression for ", n.qualified_name());
   return *e;
 }
 

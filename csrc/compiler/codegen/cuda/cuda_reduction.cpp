@@ -22,10 +22,10 @@
 // (two passes, not E[x^2] - E[x]^2); softmax = exp(x - max) / sum, log_softmax
 // = x - max - log(sum), as ATen.
 //
-// Launch of rows: G threads per row, G a power of two. Rows of N <= 1024 elements:
-// G <= 32 lanes of a warp (the fewest giving each lane <= 4 vectors), 256/G
-// rows per 256-thread block, warp shuffles only. Longer rows: one block of
-// G = 128..1024 threads per row (the fewest giving each thread <= 16
+// Launch of rows: G threads per row, G a power of two. Rows of N <= 1024
+// elements: G <= 32 lanes of a warp (the fewest giving each lane <= 4 vectors),
+// 256/G rows per 256-thread block, warp shuffles only. Longer rows: one block
+// of G = 128..1024 threads per row (the fewest giving each thread <= 16
 // elements), warp shuffles then shared memory across warps. Grids stride over
 // rows, min(rows / rows per block, kMaxBlocks) blocks. Thread t handles the
 // vectors (c * G + t) * V .. + V of the row, c = 0..C-1, V = 16 bytes / the
@@ -73,7 +73,8 @@ std::string ref(int id) {
 
 RowKernel::RowKernel(const Node& group) : group_(group) {
   domain_ = std::get<std::vector<int64_t>>(group.attrs.at("domain"));
-  const auto& rd = std::get<std::vector<int64_t>>(group.attrs.at("reduce_dims"));
+  const auto& rd =
+      std::get<std::vector<int64_t>>(group.attrs.at("reduce_dims"));
   reduced_.assign(domain_.size(), false);
   for (int64_t d : rd)
     reduced_.at(d) = true;
@@ -133,10 +134,11 @@ int RowKernel::reduce(Kind k, int arg) {
 }
 
 // F-space strides of a value of `sizes`/`strides` used at `level`.
-std::vector<int64_t> RowKernel::map_strides(const std::vector<int64_t>& sizes,
-                                 const std::vector<int64_t>& strides,
-                                 const std::string& level,
-                                 const std::vector<int64_t>& level_sizes) {
+std::vector<int64_t> RowKernel::map_strides(
+    const std::vector<int64_t>& sizes,
+    const std::vector<int64_t>& strides,
+    const std::string& level,
+    const std::vector<int64_t>& level_sizes) {
   if (level == "full")
     return broadcast_strides(sizes, strides, domain_);
   std::vector<int64_t> st = broadcast_strides(sizes, strides, level_sizes);
@@ -154,14 +156,16 @@ std::vector<int64_t> RowKernel::map_strides(const std::vector<int64_t>& sizes,
   return out;
 }
 
-int RowKernel::operand_term(const Value* v, const std::string& level,
-                 const std::vector<int64_t>& level_sizes) {
+int RowKernel::operand_term(
+    const Value* v,
+    const std::string& level,
+    const std::vector<int64_t>& level_sizes) {
   if (auto it = term_of_.find(v); it != term_of_.end())
     return it->second;
   const auto& ins = group_.body->inputs();
   const size_t i = std::find(ins.begin(), ins.end(), v) - ins.begin();
-  TORCH_CHECK(i < ins.size(), "cuda codegen: value %", v->id,
-              " is not in the group");
+  TORCH_CHECK(
+      i < ins.size(), "cuda codegen: value %", v->id, " is not in the group");
   const Value* outer_v = group_.inputs[i];
   std::vector<int64_t> st =
       map_strides(outer_v->sizes, outer_v->strides, level, level_sizes);
@@ -174,7 +178,11 @@ int RowKernel::operand_term(const Value* v, const std::string& level,
   return loads_[key] = add(std::move(t));
 }
 
-void RowKernel::set(const Node& n, size_t i, int term, const std::string& level) {
+void RowKernel::set(
+    const Node& n,
+    size_t i,
+    int term,
+    const std::string& level) {
   term_of_[n.outputs.at(i)] = term;
   level_of_[n.outputs.at(i)] = level;
 }
@@ -188,14 +196,17 @@ bool RowKernel::build_terms() {
     const std::string level = n.str_attr("level", "full");
     const std::vector<int64_t>& out_sizes = n.outputs[0]->sizes;
     auto in = [&](size_t arg) {
-      return operand_term(n.inputs.at(n.args.at(arg).inputs.at(0)), "full",
-                          domain_);
+      return operand_term(
+          n.inputs.at(n.args.at(arg).inputs.at(0)), "full", domain_);
     };
-    auto keep = [&](size_t arg) { return std::get<bool>(n.const_arg(arg)); };
+    auto keep = [&](size_t arg) {
+      return std::get<bool>(n.const_arg(arg));
+    };
     const std::string& op = n.op;
     if (op == "aten::sum" || op == "aten::mean") {
       const int s = reduce(Kind::kSum, in(0));
-      set(n, 0,
+      set(n,
+          0,
           op == "aten::sum" ? s : expr("(" + ref(s) + " / " + n_lit + ")", {s}),
           keep(2) ? "outer_keep" : "outer");
     } else if (op == "aten::amax") {
@@ -211,11 +222,12 @@ bool RowKernel::build_terms() {
       const int s1 = reduce(Kind::kSum, x);
       const int mean = expr("(" + ref(s1) + " / " + n_lit + ")", {s1});
       const int dev = expr("(" + ref(x) + " - " + ref(mean) + ")", {x, mean});
-      const int q = reduce(Kind::kSum,
-                           expr("(" + ref(dev) + " * " + ref(dev) + ")", {dev}));
-      const double denom =
-          std::max(0.0, static_cast<double>(n_) - correction);
-      set(n, 0, expr("(" + ref(q) + " / " + literal(denom) + ")", {q}),
+      const int q = reduce(
+          Kind::kSum, expr("(" + ref(dev) + " * " + ref(dev) + ")", {dev}));
+      const double denom = std::max(0.0, static_cast<double>(n_) - correction);
+      set(n,
+          0,
+          expr("(" + ref(q) + " / " + literal(denom) + ")", {q}),
           keep(3) ? "outer_keep" : "outer");
     } else if (op == "aten::_softmax" || op == "aten::_log_softmax") {
       const int x = in(0);
@@ -235,14 +247,14 @@ bool RowKernel::build_terms() {
       const int s = reduce(Kind::kSum, x);
       const int mean = expr("(" + ref(s) + " / " + n_lit + ")", {s});
       const int dev = expr("(" + ref(x) + " - " + ref(mean) + ")", {x, mean});
-      const int q = reduce(Kind::kSum,
-                           expr("(" + ref(dev) + " * " + ref(dev) + ")", {dev}));
+      const int q = reduce(
+          Kind::kSum, expr("(" + ref(dev) + " * " + ref(dev) + ")", {dev}));
       const auto* eps = std::get_if<double>(&n.const_arg(4));
       if (!eps)
         return false;
-      const int rstd = expr("tp_rsqrt(" + ref(q) + " / " + n_lit + " + " +
-                                literal(*eps) + ")",
-                            {q});
+      const int rstd = expr(
+          "tp_rsqrt(" + ref(q) + " / " + n_lit + " + " + literal(*eps) + ")",
+          {q});
       int y = expr("(" + ref(dev) + " * " + ref(rstd) + ")", {dev, rstd});
       if (n.tensor_arg(2)) {
         const int w = in(2);
@@ -272,8 +284,10 @@ bool RowKernel::build_terms() {
     const Value* bv = body.outputs().at(i);
     const Value* o = group_.outputs[i];
     const std::string& level = level_of_.at(bv);
-    operands_[i] = {"out" + std::to_string(i), o->dtype,
-                    map_strides(o->sizes, o->strides, level, o->sizes)};
+    operands_[i] = {
+        "out" + std::to_string(i),
+        o->dtype,
+        map_strides(o->sizes, o->strides, level, o->sizes)};
     outputs_.push_back({term_of_.at(bv), level == "full"});
   }
   return true;
@@ -368,8 +382,9 @@ bool RowKernel::plan() {
   }
   chunks_ = (n_ + g_ * v_ - 1) / (g_ * v_);
   grid_ = std::max<int64_t>(
-      1, std::min<int64_t>((m_ + rows_per_block_ - 1) / rows_per_block_,
-                           kMaxBlocks));
+      1,
+      std::min<int64_t>(
+          (m_ + rows_per_block_ - 1) / rows_per_block_, kMaxBlocks));
   if (rows)
     plan_cache();
   // Re-read rows: softmax's max and sum in one pass over memory (online
@@ -377,8 +392,8 @@ bool RowKernel::plan() {
   // for softmax"): the running sum is rescaled by exp(old max - new max).
   if (rows && cached_.empty())
     for (const auto& [m, sx] : softmax_pairs_)
-      if (needed_.count(m) && needed_.count(sx.first) && !terms_[sx.second].outer &&
-          terms_[sx.second].stage == 0)
+      if (needed_.count(m) && needed_.count(sx.first) &&
+          !terms_[sx.second].outer && terms_[sx.second].stage == 0)
         online_[m] = sx.first;
   return true;
 }
@@ -416,7 +431,8 @@ std::set<int> RowKernel::closure(const std::vector<int>& roots) const {
   }
   return out;
 }
-std::vector<int> RowKernel::pass_roots(int pass) const { // 1..S; S + 1: the stores
+std::vector<int> RowKernel::pass_roots(
+    int pass) const { // 1..S; S + 1: the stores
   std::vector<int> roots;
   if (pass > stages_) {
     for (const auto& [t, full] : outputs_)
@@ -466,7 +482,6 @@ void RowKernel::plan_cache() {
   else
     cached_.clear();
 }
-
 
 std::optional<KernelSource> render_row_reduction(const Node& group) {
   if (!group.attrs.count("domain") || !group.attrs.count("reduce_dims"))

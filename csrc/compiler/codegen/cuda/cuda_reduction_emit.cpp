@@ -43,8 +43,11 @@ std::string RowKernel::row_offset(size_t k, const std::string& j) const {
 
 // One full-level term (after its full-level dependencies) inside the element
 // loop; cached terms read their registers unless `compute_cached`.
-void RowKernel::emit_full(int id, std::ostream& os, std::set<int>& done,
-                          const std::string& ind) const {
+void RowKernel::emit_full(
+    int id,
+    std::ostream& os,
+    std::set<int>& done,
+    const std::string& ind) const {
   if (done.count(id) || terms_[id].outer)
     return;
   done.insert(id);
@@ -59,8 +62,9 @@ void RowKernel::emit_full(int id, std::ostream& os, std::set<int>& done,
     os << ind << "const float " << name << " = l" << id << "[v];\n";
     return;
   }
-  TORCH_CHECK(t.kind == Kind::kExpr,
-              "cuda codegen: a reduction used as a full-level value");
+  TORCH_CHECK(
+      t.kind == Kind::kExpr,
+      "cuda codegen: a reduction used as a full-level value");
   for (int d : t.deps)
     emit_full(d, os, done, ind);
   os << ind << "const float " << name << " = " << render_expr(t.expr) << ";\n";
@@ -70,9 +74,11 @@ void RowKernel::emit_full(int id, std::ostream& os, std::set<int>& done,
 // running `tail` per element (with v the element within the vector). With
 // `fill_cache`, the roots are the cached terms, computed from memory and kept.
 // With `stores`, the full-level outputs are stored.
-std::string RowKernel::element_loop(const std::set<int>& roots,
-                                    const std::string& tail, bool fill_cache,
-                                    bool stores) const {
+std::string RowKernel::element_loop(
+    const std::set<int>& roots,
+    const std::string& tail,
+    bool fill_cache,
+    bool stores) const {
   const std::string idx = index_type(max_index_);
   // Loads this loop reads from memory.
   std::set<int> loads, seen;
@@ -110,10 +116,12 @@ std::string RowKernel::element_loop(const std::set<int>& roots,
     std::ostringstream scalar;
     for (int64_t v = 0; v < v_; ++v)
       scalar << ind << "  " << l << "[" << v << "] = "
-             << load(o.dtype, o.ptr,
-                     b + " + " +
-                         row_offset(k, "(" + idx + ")(j0 + " +
-                                           std::to_string(v) + ")"))
+             << load(
+                    o.dtype,
+                    o.ptr,
+                    b + " + " +
+                        row_offset(
+                            k, "(" + idx + ")(j0 + " + std::to_string(v) + ")"))
              << ";\n";
     if (vectorized(k))
       os << ind << "if (vec) {\n"
@@ -154,11 +162,14 @@ std::string RowKernel::element_loop(const std::set<int>& roots,
       std::ostringstream scalar;
       for (int64_t v = 0; v < v_; ++v)
         scalar << ind << "    "
-               << store(o.dtype, o.ptr,
-                        b + " + " +
-                            row_offset(i, "(" + idx + ")(j0 + " +
-                                              std::to_string(v) + ")"),
-                        src + "[" + std::to_string(v) + "]")
+               << store(
+                      o.dtype,
+                      o.ptr,
+                      b + " + " +
+                          row_offset(
+                              i,
+                              "(" + idx + ")(j0 + " + std::to_string(v) + ")"),
+                      src + "[" + std::to_string(v) + "]")
                << "\n";
       if (vectorized(i))
         os << ind << "  if (vec) {\n"
@@ -211,10 +222,10 @@ std::string RowKernel::emit() const {
   for (size_t d = 0; d < domain_.size(); ++d)
     if (reduced_[d])
       src << " " << d;
-  src << "; " << m_ << " rows of " << n_ << ", " << g_
-      << " threads per row, " << chunks_ << " x " << v_
-      << " elements per thread, " << stages_ << " pass(es)"
-      << (cached_.empty() ? "" : ", row kept in registers") << "\n"
+  src << "; " << m_ << " rows of " << n_ << ", " << g_ << " threads per row, "
+      << chunks_ << " x " << v_ << " elements per thread, " << stages_
+      << " pass(es)" << (cached_.empty() ? "" : ", row kept in registers")
+      << "\n"
       << preamble();
   src << "extern \"C\" __global__ void __launch_bounds__(" << block_
       << ") kernel(";
@@ -226,31 +237,33 @@ std::string RowKernel::emit() const {
         << "* __restrict__ in" << i;
   src << ") {\n";
   if (block_mode)
-    src << "  __shared__ float tp_red[" << std::max<size_t>(1, reductions.size())
-        << "][32];\n";
+    src << "  __shared__ float tp_red["
+        << std::max<size_t>(1, reductions.size()) << "][32];\n";
   src << "  const int tid = threadIdx.x % " << g_ << ";\n";
   std::string aligned;
   for (size_t k = 0; k < operands_.size(); ++k) {
     if (!vectorized(k))
       continue;
-    const int64_t bytes = std::min<int64_t>(16, v_ * element_size(operands_[k].dtype));
+    const int64_t bytes =
+        std::min<int64_t>(16, v_ * element_size(operands_[k].dtype));
     const std::string& p = operands_[k].ptr;
     if (aligned.find(p + ",") == std::string::npos)
-      aligned += std::string(aligned.empty() ? "" : " && ") + "tp_aligned(" + p +
-          ", " + std::to_string(bytes) + ")";
+      aligned += std::string(aligned.empty() ? "" : " && ") + "tp_aligned(" +
+          p + ", " + std::to_string(bytes) + ")";
   }
   src << "  const bool vec = " << (aligned.empty() ? "false" : aligned)
       << ";\n  (void)vec;\n";
   src << "  for (" << idx << " base = (" << idx << ")blockIdx.x * "
-      << rows_per_block_ << "; base < (" << idx << ")" << m_
-      << "; base += (" << idx << ")gridDim.x * " << rows_per_block_ << ") {\n";
+      << rows_per_block_ << "; base < (" << idx << ")" << m_ << "; base += ("
+      << idx << ")gridDim.x * " << rows_per_block_ << ") {\n";
   if (block_mode) {
-    src << "    const " << idx << " row = base;\n    const bool active = true;\n";
+    src << "    const " << idx
+        << " row = base;\n    const bool active = true;\n";
   } else {
     src << "    const " << idx << " row_raw = base + threadIdx.x / " << g_
         << ";\n    const bool active = row_raw < (" << idx << ")" << m_
-        << ";\n    const " << idx << " row = active ? row_raw : (" << idx
-        << ")" << m_ - 1 << ";\n";
+        << ";\n    const " << idx << " row = active ? row_raw : (" << idx << ")"
+        << m_ - 1 << ";\n";
   }
   src << "    (void)active;\n";
   {
@@ -272,8 +285,9 @@ std::string RowKernel::emit() const {
     src << element_loop(cached_, "", true, false);
   }
   auto slot = [&](int id) {
-    return std::to_string(std::find(reductions.begin(), reductions.end(), id) -
-                          reductions.begin());
+    return std::to_string(
+        std::find(reductions.begin(), reductions.end(), id) -
+        reductions.begin());
   };
   for (int p = 1; p <= stages_; ++p) {
     std::vector<int> red; // this pass's reductions; a softmax pair by its max
@@ -299,11 +313,13 @@ std::string RowKernel::emit() const {
       if (online_.count(id)) {
         const std::string as = "a" + std::to_string(online_.at(id));
         src << "    float " << as << " = 0.0f;\n";
-        tail << "          tp_online_add(" << a << ", " << as << ", " << x << ");\n";
+        tail << "          tp_online_add(" << a << ", " << as << ", " << x
+             << ");\n";
       } else if (t.kind == Kind::kSum) {
         tail << "          " << a << " += " << x << ";\n";
       } else {
-        tail << "          " << a << " = tp_max_nan(" << a << ", " << x << ");\n";
+        tail << "          " << a << " = tp_max_nan(" << a << ", " << x
+             << ");\n";
       }
     }
     if (red.empty()) { // every reduction of this pass was folded into pass 1
@@ -313,7 +329,8 @@ std::string RowKernel::emit() const {
     src << element_loop(roots, tail.str(), false, false);
     // Merges `other` (the partials of reduction `id`, and of its softmax sum
     // `other_sum`) into this thread's.
-    auto combine = [&](int id, const std::string& other,
+    auto combine = [&](int id,
+                       const std::string& other,
                        const std::string& other_sum) {
       const std::string a = "a" + std::to_string(id);
       if (online_.count(id))
@@ -341,7 +358,8 @@ std::string RowKernel::emit() const {
     if (block_mode && g_ > 32) {
       src << "    if ((threadIdx.x & 31) == 0) {\n";
       for (int id : red) {
-        src << "      tp_red[" << slot(id) << "][threadIdx.x >> 5] = a" << id << ";\n";
+        src << "      tp_red[" << slot(id) << "][threadIdx.x >> 5] = a" << id
+            << ";\n";
         if (online_.count(id))
           src << "      tp_red[" << slot(online_.at(id))
               << "][threadIdx.x >> 5] = a" << online_.at(id) << ";\n";
@@ -350,15 +368,16 @@ std::string RowKernel::emit() const {
       for (int id : red) {
         src << "    a" << id << " = tp_red[" << slot(id) << "][0];\n";
         if (online_.count(id))
-          src << "    a" << online_.at(id) << " = tp_red[" << slot(online_.at(id))
-              << "][0];\n";
+          src << "    a" << online_.at(id) << " = tp_red["
+              << slot(online_.at(id)) << "][0];\n";
         for (int64_t w = 1; w < g_ / 32; ++w) {
           const std::string ws = "][" + std::to_string(w) + "]";
           src << "    "
-              << combine(id, "tp_red[" + slot(id) + ws,
-                         online_.count(id)
-                             ? "tp_red[" + slot(online_.at(id)) + ws
-                             : "")
+              << combine(
+                     id,
+                     "tp_red[" + slot(id) + ws,
+                     online_.count(id) ? "tp_red[" + slot(online_.at(id)) + ws
+                                       : "")
               << "\n";
         }
       }
@@ -381,8 +400,11 @@ std::string RowKernel::emit() const {
       continue;
     const Operand& o = operands_[i];
     outer_stores << "      "
-                 << store(o.dtype, o.ptr, "b" + std::to_string(i),
-                          "t" + std::to_string(outputs_[i].first))
+                 << store(
+                        o.dtype,
+                        o.ptr,
+                        "b" + std::to_string(i),
+                        "t" + std::to_string(outputs_[i].first))
                  << "\n";
   }
   if (!outer_stores.str().empty())

@@ -47,12 +47,15 @@ class RowKernel {
   int add(Term t);
   int expr(const std::string& e, std::vector<int> deps);
   int reduce(Kind k, int arg);
-  std::vector<int64_t> map_strides(const std::vector<int64_t>& sizes,
-                                   const std::vector<int64_t>& strides,
-                                   const std::string& level,
-                                   const std::vector<int64_t>& level_sizes);
-  int operand_term(const Value* v, const std::string& level,
-                   const std::vector<int64_t>& level_sizes);
+  std::vector<int64_t> map_strides(
+      const std::vector<int64_t>& sizes,
+      const std::vector<int64_t>& strides,
+      const std::string& level,
+      const std::vector<int64_t>& level_sizes);
+  int operand_term(
+      const Value* v,
+      const std::string& level,
+      const std::vector<int64_t>& level_sizes);
   void set(const Node& n, size_t i, int term, const std::string& level);
   bool build_terms();
   bool plan();
@@ -65,10 +68,16 @@ class RowKernel {
   // cuda_reduction_emit.cpp: the source.
   std::string emit() const;
   std::string render_expr(const std::string& e) const;
-  void emit_full(int id, std::ostream& os, std::set<int>& done,
-                 const std::string& ind) const;
-  std::string element_loop(const std::set<int>& roots, const std::string& tail,
-                           bool fill_cache, bool stores) const;
+  void emit_full(
+      int id,
+      std::ostream& os,
+      std::set<int>& done,
+      const std::string& ind) const;
+  std::string element_loop(
+      const std::set<int>& roots,
+      const std::string& tail,
+      bool fill_cache,
+      bool stores) const;
   void emit_outer(int stage, std::ostream& os) const;
   std::string row_offset(size_t k, const std::string& j) const;
 
