@@ -1,10 +1,13 @@
 // fusion.cpp: pass "fusion".
 //
-// Groups fp32/bf16 pointwise ATen ops (codegen/op_semantics.cpp), reductions
+// Groups pointwise ATen ops (codegen/op_semantics.cpp), reductions
 // (aten::sum.dim_IntList, mean.dim, amax, var.correction) and row-wise ops
 // (aten::_softmax, _log_softmax, native_layer_norm) into fusion groups, each
-// becoming one torch_plugin::fused node whose body holds the ops and whose
-// "source" attribute holds the generated C++ kernel.
+// becoming one torch_plugin::fused node whose body holds the ops. Only values
+// whose dtype the device's kernels can load and store join
+// (codegen/renderer.h, kernel_dtype_supported: CPU float32/bfloat16, CUDA also
+// float16). The "codegen" pass, next, renders each group's kernel for its
+// device or un-fuses it (unfuse_group, fusion_group.h, below).
 //
 // A group is either pointwise (all members have the same output sizes) or a
 // reduction group with a domain: sizes F and reduced dims R, shared by all its
@@ -27,15 +30,15 @@
 // graph, becomes an output of the group. Groups with a reduction, and pointwise
 // groups of two or more ops, become kernels; a lone pointwise op stays an ATen
 // call (already vectorized; nothing to save).
+#include "compiler/passes/fusion_group.h"
 #include "compiler/passes/pass.h"
 
-#include "compiler/codegen/cpp_emit.h"
-#include "compiler/codegen/cpp_kernel.h"
 #include "compiler/codegen/op_semantics.h"
-#include "compiler/codegen/reduction_kernel.h"
+#include "compiler/codegen/renderer.h"
+
+#include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <iostream>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -62,12 +65,21 @@ struct Group {
   bool alive = true;
 };
 
+// All of `n`'s tensors are on one device whose kernels can load and store
+// their dtypes.
 bool tensor_dtypes_ok(const Node& n) {
+  if (n.outputs.empty())
+    return false;
+  const c10::Device device = n.outputs[0]->device;
+  auto ok = [&](const Value* v) {
+    return v->device == device &&
+        kernel_dtype_supported(device.type(), v->dtype);
+  };
   for (const Value* v : n.inputs)
-    if (!kernel_dtype(v->dtype))
+    if (!ok(v))
       return false;
   for (const Value* v : n.outputs)
-    if (!kernel_dtype(v->dtype))
+    if (!ok(v))
       return false;
   for (const Arg& a : n.args)
     if (a.kind == Arg::Kind::kTensorList)
@@ -202,7 +214,7 @@ class Fusion {
     }
   }
 
-  bool build(const PassOptions& options) {
+  bool build() {
     bool changed = false;
     int index = 0;
     for (Group& grp : groups_) {
@@ -214,17 +226,7 @@ class Fusion {
           grp.members.begin(),
           grp.members.end(),
           [&](const Node* a, const Node* b) { return pos_[a] < pos_[b]; });
-      Node* node = make_group(grp, index++);
-      const bool reduction = !grp.domain.reduce.empty();
-      std::string source = reduction
-          ? generate_reduction_kernel(*node, "kernel")
-          : generate_pointwise_kernel(*node, "kernel");
-      node->attrs["source"] = source;
-      if (options.log_kernels) {
-        std::cerr << "[torch_plugin kernels] "
-                  << std::get<std::string>(node->attrs["name"]) << ":\n"
-                  << node->body->str() << source << std::endl;
-      }
+      make_group(grp, index++);
       changed = true;
     }
     return changed;
@@ -474,15 +476,54 @@ bool run(Graph& g, const PassOptions& options) {
     return false;
   Fusion f(g);
   f.group_nodes();
-  return f.build(options);
+  return f.build();
 }
 
 } // namespace
 
+void unfuse_group(Graph& g, Node* group) {
+  TORCH_CHECK(
+      group && group->owner == &g && group->op == "torch_plugin::fused" &&
+          group->body,
+      "unfuse_group: not a fusion group of this graph");
+  const Graph& body = *group->body;
+  TORCH_CHECK(
+      body.inputs().size() == group->inputs.size() &&
+          body.outputs().size() == group->outputs.size(),
+      "unfuse_group: ",
+      group->str_attr("name", "fused"),
+      ": body and node disagree on inputs or outputs");
+  std::unordered_map<const Value*, Value*> outer; // body value -> graph value
+  for (size_t i = 0; i < body.inputs().size(); ++i)
+    outer[body.inputs()[i]] = group->inputs[i];
+  for (const auto& owned : body.node_list()) {
+    const Node& b = *owned;
+    std::vector<Value*> ins;
+    for (const Value* in : b.inputs)
+      ins.push_back(outer.at(in));
+    Node* n = g.create_node(
+        b.op, b.overload, std::move(ins), b.args, b.outputs.size(), group);
+    n->may_alias = b.may_alias;
+    for (const auto& [name, value] : b.attrs) {
+      if (name != "level")
+        n->attrs[name] = value;
+    }
+    for (size_t i = 0; i < b.outputs.size(); ++i) {
+      const Value* o = b.outputs[i];
+      Graph::set_type(n->outputs[i], o->dtype, o->sizes, o->strides, o->device);
+      outer[o] = n->outputs[i];
+    }
+  }
+  for (size_t i = 0; i < group->outputs.size(); ++i)
+    g.replace_all_uses(group->outputs[i], outer.at(body.outputs()[i]));
+  g.erase_node(group);
+}
+
 const PassInfo kFusion = {
     "fusion",
-    "Groups fp32/bf16 pointwise ops, reductions, softmax and layer norms into fusion groups "
-    "with generated C++/OpenMP kernels.",
+    "Groups pointwise ops, reductions, softmax and layer norms whose dtypes the device's "
+    "kernels handle into fusion groups (torch_plugin::fused nodes with a body; the codegen "
+    "pass renders their kernels).",
     run};
 
 } // namespace torch_plugin::compiler

@@ -27,7 +27,8 @@ struct PassOptions {
   std::string
       dump_dir; // write the graph before/after each pass here (empty: off)
   bool log_kernels =
-      false; // fusion: print each generated kernel (TORCH_PLUGIN_LOGS=kernels)
+      false; // codegen: print each generated kernel (TORCH_PLUGIN_LOGS=kernels)
+  bool codegen = true; // codegen: render kernels (false: un-fuse every group)
   bool memory_planning =
       true; // memory_planning: library outputs share one per-run arena
 };
@@ -47,6 +48,7 @@ extern const PassInfo kFoldConvBatchNorm;
 extern const PassInfo kLibraryPatterns;
 extern const PassInfo kPropagateStrides;
 extern const PassInfo kFusion;
+extern const PassInfo kCodegen;
 extern const PassInfo kMemoryPlanning;
 
 } // namespace torch_plugin::compiler

@@ -25,6 +25,7 @@ const std::vector<const PassInfo*>& pipeline() {
       &kLibraryPatterns,
       &kPropagateStrides,
       &kFusion,
+      &kCodegen,
       &kDeadCodeElimination,
       &kMemoryPlanning,
   };

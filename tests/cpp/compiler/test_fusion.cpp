@@ -69,9 +69,12 @@ struct Builder {
         sizes);
   }
 
+  // The fusion pass, then the codegen pass that renders its groups' kernels.
   bool run() {
     PassOptions o;
-    return kFusion.run(g, o);
+    bool changed = kFusion.run(g, o);
+    kCodegen.run(g, o);
+    return changed;
   }
   std::vector<Node*> nodes(const std::string& op) const {
     std::vector<Node*> out;

@@ -12,7 +12,7 @@ OPTS = {"freeze": True, "verify": True}
 def test_pipeline_lists_passes_in_order():
     assert _C._compiler.pass_names() == [
         "dead_code_elimination", "remove_clones", "fold_conv_bn", "constant_folding",
-        "library_patterns", "propagate_strides", "fusion", "dead_code_elimination",
+        "library_patterns", "propagate_strides", "fusion", "codegen", "dead_code_elimination",
         "memory_planning",
     ]  # fmt: skip
 

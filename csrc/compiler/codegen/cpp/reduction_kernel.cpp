@@ -10,9 +10,9 @@
 // Max at stage 1). Then the loops are emitted: per index of K, pass s
 // accumulates the reductions of stage s, the outer terms of stage s follow, and
 // a last pass stores the full-level outputs.
-#include "compiler/codegen/reduction_kernel.h"
+#include "compiler/codegen/cpp/reduction_kernel.h"
 
-#include "compiler/codegen/cpp_emit.h"
+#include "compiler/codegen/cpp/cpp_emit.h"
 #include "compiler/codegen/op_semantics.h"
 
 #include <c10/util/Exception.h>

@@ -1,5 +1,5 @@
 // cpp_emit.cpp: shared pieces of generated C++ (see cpp_emit.h).
-#include "compiler/codegen/cpp_emit.h"
+#include "compiler/codegen/cpp/cpp_emit.h"
 
 #include <c10/util/Exception.h>
 

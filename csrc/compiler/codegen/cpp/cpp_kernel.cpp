@@ -1,8 +1,8 @@
 // cpp_kernel.cpp: the C++ code generator for pointwise fusion groups (see
 // cpp_kernel.h).
-#include "compiler/codegen/cpp_kernel.h"
+#include "compiler/codegen/cpp/cpp_kernel.h"
 
-#include "compiler/codegen/cpp_emit.h"
+#include "compiler/codegen/cpp/cpp_emit.h"
 #include "compiler/codegen/op_semantics.h"
 
 #include <c10/util/Exception.h>

@@ -1,0 +1,28 @@
+// cpp_renderer.cpp: render_cpp (see cpp_renderer.h).
+#include "compiler/codegen/cpp/cpp_renderer.h"
+
+#include "compiler/codegen/cpp/cpp_emit.h"
+#include "compiler/codegen/cpp/cpp_kernel.h"
+#include "compiler/codegen/cpp/reduction_kernel.h"
+
+namespace torch_plugin::compiler {
+
+std::optional<KernelSource> render_cpp(const Node& group) {
+  if (!group.body)
+    return std::nullopt;
+  for (const Value* v : group.inputs)
+    if (!kernel_dtype(v->dtype))
+      return std::nullopt;
+  for (const Value* v : group.outputs)
+    if (!kernel_dtype(v->dtype))
+      return std::nullopt;
+  KernelSource k;
+  k.target = "cpp";
+  k.entry = "kernel";
+  k.source = group.attrs.count("reduce_dims")
+      ? generate_reduction_kernel(group, k.entry)
+      : generate_pointwise_kernel(group, k.entry);
+  return k;
+}
+
+} // namespace torch_plugin::compiler

@@ -1,0 +1,23 @@
+// fusion_group.h: operations on fusion groups (torch_plugin::fused nodes with a
+// body) shared by the passes that make and render them (passes/fusion.cpp,
+// passes/codegen.cpp).
+#pragma once
+
+#include "ir/ir.h"
+
+namespace torch_plugin::compiler {
+
+// The graph IR (csrc/ir) that passes and codegen read and rewrite.
+using namespace ::torch_plugin::ir;
+
+// Puts fusion group `group` (a node of `g`) back as the ATen nodes of its body,
+// in body order, where the group node was: each body node is recreated with its
+// op, arguments and output types (its "level" attr, a fusion-internal note,
+// dropped), the body's inputs become the group's inputs and every use of a
+// group output (graph outputs included) becomes a use of the matching body
+// output; the group node is erased. The inverse of the fusion pass's grouping:
+// the graph computes the same values with the same types. Throws c10::Error
+// when `group` is not a fusion group of `g`.
+void unfuse_group(Graph& g, Node* group);
+
+} // namespace torch_plugin::compiler

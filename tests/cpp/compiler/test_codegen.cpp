@@ -1,0 +1,233 @@
+// test_codegen.cpp: unit tests of code generation as a stage after fusion
+// (csrc/compiler/passes/codegen.cpp, codegen/renderer.h) and of the pass
+// pipeline per device (passes/pipeline.cpp): the codegen pass stores each
+// group's kernel attrs; a group no renderer handles is un-fused (unfuse_group)
+// and the graph still computes the same values; a CUDA graph's pipeline makes
+// no oneDNN library node. CUDA graphs are IR graphs whose values are on
+// c10::Device(kCUDA, 0): the passes run without a GPU as long as nothing
+// executes on it.
+#include "compiler/codegen/op_semantics.h"
+#include "compiler/codegen/renderer.h"
+#include "compiler/passes/fusion_group.h"
+#include "compiler/passes/pipeline.h"
+#include "ir/verifier.h"
+#include "runtime/executor.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace torch_plugin::compiler {
+namespace {
+
+using c10::ScalarType;
+
+// A small graph builder on one device.
+struct Builder {
+  Graph g;
+  c10::Device device;
+  explicit Builder(c10::Device d = c10::Device(c10::kCPU)) : device(d) {}
+
+  Value* input(
+      std::vector<int64_t> sizes,
+      ScalarType dtype = ScalarType::Float) {
+    return g.add_input(dtype, sizes, contiguous_strides(sizes), device);
+  }
+  // Tensor inputs first (schema args 0..n), then constants.
+  Value* op(
+      const std::string& name,
+      const std::string& overload,
+      std::vector<Value*> ins,
+      std::vector<AttrValue> consts,
+      std::vector<int64_t> sizes,
+      ScalarType dtype = ScalarType::Float) {
+    std::vector<Arg> args;
+    for (size_t i = 0; i < ins.size(); ++i)
+      args.push_back(Arg::tensor(static_cast<int64_t>(i)));
+    for (auto& c : consts)
+      args.push_back(Arg::constant(c));
+    Node* n = g.create_node(name, overload, ins, args, 1);
+    Graph::set_type(
+        n->outputs[0], dtype, sizes, contiguous_strides(sizes), device);
+    return n->outputs[0];
+  }
+  std::vector<Node*> nodes(const std::string& op) const {
+    std::vector<Node*> out;
+    for (Node* n : g.nodes())
+      if (n->op == op)
+        out.push_back(n);
+    return out;
+  }
+};
+
+std::vector<std::string> ops(const Graph& g) {
+  std::vector<std::string> out;
+  for (const auto& n : g.node_list())
+    out.push_back(n->qualified_name());
+  return out;
+}
+
+// x [6, 33], y [33]: w = relu(x * x + y); out = w / sum(w, 1, keepdim);
+// sm = _softmax(out, 1); m = amax(x, [1]). A pointwise prologue, a reduction
+// with an epilogue and a row-wise op in one group; a lone reduction in another.
+void softmax_graph(Builder& b, ScalarType dtype = ScalarType::Float) {
+  Value* x = b.input({6, 33}, dtype);
+  Value* y = b.input({33}, dtype);
+  Value* xx = b.op("aten::mul", "Tensor", {x, x}, {}, {6, 33}, dtype);
+  Value* a = b.op("aten::add", "Tensor", {xx, y}, {int64_t{1}}, {6, 33}, dtype);
+  Value* w = b.op("aten::relu", "default", {a}, {}, {6, 33}, dtype);
+  Value* s = b.op(
+      "aten::sum",
+      "dim_IntList",
+      {w},
+      {std::vector<int64_t>{1}, true, std::monostate{}},
+      {6, 1},
+      dtype);
+  Value* out = b.op("aten::div", "Tensor", {w, s}, {}, {6, 33}, dtype);
+  Value* sm = b.op(
+      "aten::_softmax", "default", {out}, {int64_t{1}, false}, {6, 33}, dtype);
+  Value* m = b.op(
+      "aten::amax",
+      "default",
+      {x},
+      {std::vector<int64_t>{1}, false},
+      {6},
+      dtype);
+  b.g.set_outputs({out, sm, m});
+}
+
+void fuse(Graph& g, const PassOptions& o) {
+  run_pass(find_pass("fusion"), g, o);
+  run_pass(find_pass("codegen"), g, o);
+  verify(g);
+}
+
+TEST(Codegen, PassStoresKernelAttrsOnEachGroup) {
+  Builder b;
+  softmax_graph(b);
+  PassOptions o;
+  ASSERT_TRUE(run_pass(find_pass("fusion"), b.g, o));
+  for (Node* n : b.nodes("torch_plugin::fused"))
+    EXPECT_EQ(n->attrs.count("source"), 0u) << "fusion renders nothing";
+  ASSERT_TRUE(run_pass(find_pass("codegen"), b.g, o));
+  auto fused = b.nodes("torch_plugin::fused");
+  ASSERT_FALSE(fused.empty());
+  for (Node* n : fused) {
+    EXPECT_EQ(n->str_attr("target", ""), "cpp");
+    EXPECT_EQ(n->str_attr("entry", ""), "kernel");
+    EXPECT_NE(
+        n->str_attr("source", "").find("extern \"C\" void kernel"),
+        std::string::npos);
+    EXPECT_EQ(n->int_attr("grid", -1), 0);
+    EXPECT_EQ(n->int_attr("block", -1), 0);
+    EXPECT_EQ(n->int_attr("shared_bytes", -1), 0);
+  }
+  // Rendered groups are left alone by a second run.
+  EXPECT_FALSE(run_pass(find_pass("codegen"), b.g, o));
+}
+
+TEST(Codegen, RendererDispatchAndDtypesPerDevice) {
+  EXPECT_TRUE(kernel_dtype_supported(c10::kCPU, ScalarType::BFloat16));
+  EXPECT_FALSE(kernel_dtype_supported(c10::kCPU, ScalarType::Half));
+  EXPECT_TRUE(kernel_dtype_supported(c10::kCUDA, ScalarType::Half));
+  EXPECT_FALSE(kernel_dtype_supported(c10::kCUDA, ScalarType::Double));
+  EXPECT_FALSE(kernel_dtype_supported(c10::kMeta, ScalarType::Float));
+  Builder b;
+  softmax_graph(b);
+  run_pass(find_pass("fusion"), b.g, PassOptions());
+  const Node* group = b.nodes("torch_plugin::fused").at(0);
+  EXPECT_TRUE(render_fusion_group(*group, c10::kCPU).has_value());
+  EXPECT_FALSE(render_fusion_group(*group, c10::kMeta).has_value());
+}
+
+TEST(Codegen, OpTableUsesOnlyTheHelpers) {
+  // The device-neutral table spells no std:: call (contract: tp_* helpers
+  // only).
+  Builder b;
+  Value* x = b.input({4});
+  for (const char* op :
+       {"aten::relu",
+        "aten::sqrt",
+        "aten::rsqrt",
+        "aten::abs",
+        "aten::log",
+        "aten::exp",
+        "aten::tanh",
+        "aten::sigmoid",
+        "aten::erf"}) {
+    Value* y = b.op(op, "default", {x}, {}, {4});
+    auto e = pointwise_expression(*y->producer, {"x"});
+    ASSERT_TRUE(e.has_value()) << op;
+    EXPECT_EQ(e->find("std::"), std::string::npos) << op << ": " << *e;
+    EXPECT_NE(e->find("tp_"), std::string::npos) << op << ": " << *e;
+  }
+  Value* h = b.op(
+      "aten::_to_copy",
+      "default",
+      {x},
+      {int64_t{5},
+       std::monostate{},
+       std::string("cpu"),
+       std::monostate{},
+       false,
+       std::monostate{}},
+      {4},
+      ScalarType::Half);
+  EXPECT_EQ(
+      pointwise_expression(*h->producer, {"x"}).value_or(""),
+      "tp_round_f16(x)");
+}
+
+TEST(Codegen, UnrenderedGroupsAreUnfusedAndTheGraphStaysEquivalent) {
+  Builder ref, unfused, rendered;
+  softmax_graph(ref);
+  softmax_graph(unfused);
+  softmax_graph(rendered);
+  PassOptions off;
+  off.codegen = false; // no renderer: every group goes back to its ATen ops
+  fuse(unfused.g, off);
+  EXPECT_TRUE(unfused.nodes("torch_plugin::fused").empty());
+  EXPECT_EQ(ops(unfused.g), ops(ref.g));
+  fuse(rendered.g, PassOptions());
+  EXPECT_EQ(rendered.nodes("torch_plugin::fused").size(), 2u);
+
+  runtime::Executor e_ref(ref.g), e_unfused(unfused.g), e_rendered(rendered.g);
+  for (int run = 0; run < 2; ++run) {
+    std::vector<at::Tensor> in = {at::randn({6, 33}), at::randn({33})};
+    auto r = e_ref.run(in), u = e_unfused.run(in), k = e_rendered.run(in);
+    ASSERT_EQ(r.size(), 3u);
+    for (size_t i = 0; i < r.size(); ++i) {
+      EXPECT_TRUE(at::equal(r[i], u[i])) << "output " << i;
+      EXPECT_TRUE(at::allclose(r[i], k[i], 1e-5, 1e-6)) << "output " << i;
+    }
+  }
+}
+
+TEST(Codegen, UnfuseGroupPutsTheBodyBackInPlace) {
+  Builder b;
+  Value* x = b.input({8});
+  Value* m = b.op("aten::mul", "Tensor", {x, x}, {}, {8});
+  Value* r = b.op("aten::relu", "default", {m}, {}, {8});
+  Value* n = b.op("aten::neg", "default", {x}, {}, {8}); // after the group
+  Value* t =
+      b.op("aten::add", "Tensor", {r, n}, {int64_t{1}}, {8}, ScalarType::Float);
+  b.g.set_outputs({t, r});
+  run_pass(find_pass("fusion"), b.g, PassOptions());
+  auto fused = b.nodes("torch_plugin::fused");
+  ASSERT_EQ(fused.size(), 1u);
+  unfuse_group(b.g, fused[0]);
+  verify(b.g);
+  EXPECT_EQ(
+      ops(b.g),
+      (std::vector<std::string>{
+          "aten::mul.Tensor", "aten::relu", "aten::neg", "aten::add.Tensor"}));
+  for (const auto& node : b.g.node_list())
+    EXPECT_EQ(node->attrs.count("level"), 0u);
+  EXPECT_EQ(b.g.outputs()[1]->producer->op, "aten::relu");
+  EXPECT_THROW(unfuse_group(b.g, b.g.outputs()[1]->producer), c10::Error);
+}
+
+} // namespace
+} // namespace torch_plugin::compiler
