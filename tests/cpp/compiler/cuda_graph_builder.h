@@ -111,6 +111,13 @@ struct Builder {
     return n;
   }
 
+  std::vector<Node*> nodes(const std::string& op) const {
+    std::vector<Node*> out;
+    for (Node* n : g.nodes())
+      if (n->op == op)
+        out.push_back(n);
+    return out;
+  }
   // Retypes every fusion group's bf16 values as fp16 (the fusion pass of
   // today admits float32 and bfloat16 only).
   void bf16_to_f16() {

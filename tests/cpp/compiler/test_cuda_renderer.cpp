@@ -335,6 +335,35 @@ TEST(CudaRenderer, SumMeanAmaxVarOverLastDims) {
   expect_compiles(ks[0]);
 }
 
+TEST(CudaRenderer, CodegenPassStoresCudaKernelsAndUnfusesTheRest) {
+  REQUIRE_NVRTC();
+  Builder b;
+  Value* x = b.input({64, 768}, ScalarType::Half);
+  Value* y = b.softmax("aten::_softmax", b.unary("aten::tanh", x), 1);
+  Value* t = b.input({100000, 4});
+  Value* s = b.reduce("aten::sum", "dim_IntList", t, {0}, false, {4});
+  b.g.set_outputs({y, b.unary("aten::relu", s)});
+  PassOptions o;
+  kFusion.run(b.g, o);
+  kCodegen.run(b.g, o);
+  int kernels = 0;
+  for (Node* n : b.g.nodes()) {
+    if (n->op != "torch_plugin::fused")
+      continue;
+    ++kernels;
+    EXPECT_EQ(n->str_attr("target", ""), "cuda");
+    KernelSource k;
+    k.target = n->str_attr("target", "");
+    k.source = n->str_attr("source", "");
+    k.entry = n->str_attr("entry", "");
+    k.grid = n->int_attr("grid", 0);
+    k.block = n->int_attr("block", 0);
+    expect_compiles(k);
+  }
+  EXPECT_EQ(kernels, 1); // the tall column sum went back to ATen ops
+  EXPECT_EQ(b.nodes("aten::sum").size(), 1u);
+}
+
 TEST(CudaRenderer, ColumnReductions) {
   REQUIRE_NVRTC();
   auto groups = [](Builder& b) {
