@@ -1,12 +1,23 @@
-// cuda_renderer.cpp: placeholder of the CUDA renderer (see cuda_renderer.h):
-// renders no group yet, so every CUDA fusion group is un-fused by the codegen
-// pass and its ops run as ATen calls. Replaced by the CUDA renderer proper.
+// cuda_renderer.cpp: render_cuda (cuda_renderer.h): picks the kernel kind of a
+// fusion group — pointwise (no reduce_dims) or row reduction — and checks
+// what both need.
 #include "compiler/codegen/cuda/cuda_renderer.h"
+
+#include "compiler/codegen/cuda/cuda_common.h"
 
 namespace torch_plugin::compiler {
 
 std::optional<KernelSource> render_cuda(const Node& group) {
-  return std::nullopt;
+  if (!group.body || group.outputs.empty() || group.inputs.empty() ||
+      group.body->inputs().size() != group.inputs.size() ||
+      group.body->outputs().size() != group.outputs.size())
+    return std::nullopt;
+  for (const Value* v : group.outputs)
+    if (v->numel() == 0)
+      return std::nullopt;
+  if (group.attrs.count("reduce_dims"))
+    return cuda::render_row_reduction(group);
+  return cuda::render_pointwise(group);
 }
 
 } // namespace torch_plugin::compiler

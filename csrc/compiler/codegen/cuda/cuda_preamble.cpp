@@ -1,0 +1,356 @@
+// cuda_preamble.cpp: the pieces of CUDA source every kernel of the CUDA
+// renderer shares (see cuda_common.h): the preamble with the op-semantics
+// helpers and the bf16/fp16 conversions, loads and stores, literals and index
+// expressions.
+//
+// Conversions (pinned contract 3): bf16 is widened exactly (bits << 16) and
+// stored rounding to nearest even with NaN kept a quiet NaN, as
+// c10::BFloat16's round_to_nearest_even; fp16 converts with the PTX
+// instructions cvt.f32.f16 / cvt.rn.f16.f32 (as cuda_fp16.hpp's
+// __half2float / __float2half_rn).
+#include "compiler/codegen/cuda/cuda_common.h"
+
+#include "compiler/codegen/op_semantics.h"
+
+#include <c10/util/Exception.h>
+
+#include <cfloat>
+#include <cmath>
+#include <sstream>
+
+namespace torch_plugin::compiler::cuda {
+
+const std::string& preamble() {
+  static const std::string s =
+      R"(// ---- torch_plugin CUDA preamble (no includes: NVRTC) ----
+#define TP_INF __int_as_float(0x7f800000)
+#define TP_NAN __int_as_float(0x7fc00000)
+// The helpers of the op-semantics table (codegen/op_semantics.h), fp32.
+__device__ __forceinline__ float tp_max(float a, float b) { return a < b ? b : a; }
+__device__ __forceinline__ float tp_min(float a, float b) { return b < a ? b : a; }
+__device__ __forceinline__ float tp_exp(float x) { return expf(x); }
+__device__ __forceinline__ float tp_log(float x) { return logf(x); }
+__device__ __forceinline__ float tp_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ float tp_rsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ float tp_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ float tp_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ float tp_erf(float x) { return erff(x); }
+__device__ __forceinline__ float tp_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float tp_pow(float x, float y) { return powf(x, y); }
+// bf16 (raw bits in the low 16 bits): exact widening; store rounds to nearest
+// even, NaN stays a quiet NaN (c10::BFloat16's round_to_nearest_even).
+__device__ __forceinline__ float tp_ld_bf16(unsigned int h) { return __uint_as_float(h << 16); }
+__device__ __forceinline__ unsigned short tp_st_bf16(float f) {
+  const unsigned int u = __float_as_uint(f);
+  return f != f ? (unsigned short)0x7fc0u
+                : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+// fp16 (raw bits): the PTX conversions of __half2float / __float2half_rn.
+__device__ __forceinline__ float tp_ld_f16(unsigned int h) {
+  float f;
+  const unsigned short b = (unsigned short)h;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+  return f;
+}
+__device__ __forceinline__ unsigned short tp_st_f16(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float tp_round_bf16(float x) { return tp_ld_bf16(tp_st_bf16(x)); }
+__device__ __forceinline__ float tp_round_f16(float x) { return tp_ld_f16(tp_st_f16(x)); }
+// Max that propagates NaN from either side (amax, softmax's row max), as
+// ATen's CUDA max reductions.
+__device__ __forceinline__ float tp_max_nan(float a, float b) {
+  return a != a ? a : (b != b ? b : fmaxf(a, b));
+}
+// Softmax partials (m, s): a row's max and the sum of exp(x - m) (online
+// normalizer, Milakov and Gimelshein 2018). tp_online_add adds x;
+// tp_online_merge adds another thread's partials. -inf elements add 0 (a
+// masked row stays finite); NaN propagates through the max.
+__device__ __forceinline__ void tp_online_add(float& m, float& s, float x) {
+  const float mn = tp_max_nan(m, x);
+  s = (m == mn ? s : s * expf(m - mn)) + (x == -TP_INF ? 0.0f : expf(x - mn));
+  m = mn;
+}
+__device__ __forceinline__ void tp_online_merge(float& m, float& s, float m2, float s2) {
+  const float mn = tp_max_nan(m, m2);
+  s = (m == mn ? s : s * expf(m - mn)) + (m2 == mn ? s2 : s2 * expf(m2 - mn));
+  m = mn;
+}
+// Whether every pointer given is aligned to `bytes` (a power of two).
+__device__ __forceinline__ bool tp_aligned(const void* p, unsigned int bytes) {
+  return ((unsigned long long)p & (bytes - 1)) == 0;
+}
+// ---- end of preamble ----
+)";
+  return s;
+}
+
+bool cuda_dtype(c10::ScalarType t) {
+  return t == c10::ScalarType::Float || t == c10::ScalarType::BFloat16 ||
+      t == c10::ScalarType::Half;
+}
+
+std::string element_type(c10::ScalarType t) {
+  TORCH_CHECK(cuda_dtype(t), "cuda codegen: no kernel type for ", t);
+  return t == c10::ScalarType::Float ? "float" : "unsigned short";
+}
+
+int64_t element_size(c10::ScalarType t) {
+  TORCH_CHECK(cuda_dtype(t), "cuda codegen: no kernel type for ", t);
+  return t == c10::ScalarType::Float ? 4 : 2;
+}
+
+std::string from_bits(c10::ScalarType t, const std::string& bits) {
+  if (t == c10::ScalarType::Float)
+    return "__uint_as_float(" + bits + ")";
+  if (t == c10::ScalarType::BFloat16)
+    return "tp_ld_bf16(" + bits + ")";
+  return "tp_ld_f16(" + bits + ")";
+}
+
+std::string to_bits(c10::ScalarType t, const std::string& value) {
+  if (t == c10::ScalarType::Float)
+    return "__float_as_uint(" + value + ")";
+  if (t == c10::ScalarType::BFloat16)
+    return "(unsigned int)tp_st_bf16(" + value + ")";
+  return "(unsigned int)tp_st_f16(" + value + ")";
+}
+
+std::string load(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset) {
+  const std::string e = ptr + "[" + offset + "]";
+  if (t == c10::ScalarType::Float)
+    return e;
+  return from_bits(t, e);
+}
+
+std::string store(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    const std::string& value) {
+  std::string v = value;
+  if (t == c10::ScalarType::BFloat16)
+    v = "tp_st_bf16(" + value + ")";
+  else if (t == c10::ScalarType::Half)
+    v = "tp_st_f16(" + value + ")";
+  return ptr + "[" + offset + "] = " + v + ";";
+}
+
+std::string literal(double d) {
+  std::ostringstream os;
+  if (std::isnan(d))
+    return "TP_NAN";
+  if (std::isinf(d) || std::fabs(d) > FLT_MAX)
+    return d > 0 ? "TP_INF" : "(-TP_INF)";
+  os.precision(9);
+  os << std::scientific << d << "f";
+  return d < 0 ? "(" + os.str() + ")" : os.str();
+}
+
+std::string literal(const AttrValue& v) {
+  if (auto* i = std::get_if<int64_t>(&v)) {
+    std::string s = std::to_string(*i) + ".0f";
+    return *i < 0 ? "(" + s + ")" : s;
+  }
+  if (auto* d = std::get_if<double>(&v))
+    return literal(*d);
+  if (auto* b = std::get_if<bool>(&v))
+    return *b ? "1.0f" : "0.0f";
+  TORCH_CHECK(false, "cuda codegen: no literal for ", to_string(v));
+}
+
+std::vector<int64_t> broadcast_strides(
+    const std::vector<int64_t>& v_sizes,
+    const std::vector<int64_t>& v_strides,
+    const std::vector<int64_t>& sizes) {
+  TORCH_CHECK(
+      v_sizes.size() <= sizes.size(),
+      "cuda codegen: cannot broadcast rank ",
+      v_sizes.size(),
+      " to rank ",
+      sizes.size());
+  std::vector<int64_t> out(sizes.size(), 0);
+  const size_t offset = sizes.size() - v_sizes.size();
+  for (size_t i = 0; i < v_sizes.size(); ++i)
+    out[offset + i] =
+        v_sizes[i] == 1 && sizes[offset + i] != 1 ? 0 : v_strides[i];
+  return out;
+}
+
+std::string offset_expr(
+    const std::vector<int64_t>& sizes,
+    const std::vector<int64_t>& strides,
+    const std::string& index,
+    const std::string& type) {
+  // Merge (outer to inner) the dims this operand stores contiguously.
+  struct Dim {
+    int64_t size, stride;
+  };
+  std::vector<Dim> dims;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1)
+      continue;
+    if (!dims.empty() && dims.back().stride == strides[d] * sizes[d]) {
+      dims.back() = {dims.back().size * sizes[d], strides[d]};
+      continue;
+    }
+    dims.push_back({sizes[d], strides[d]});
+  }
+  std::string e;
+  int64_t inner = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    const Dim& dim = dims[d];
+    if (dim.stride != 0) {
+      std::string t = index;
+      if (inner != 1)
+        t = "(" + t + " / (" + type + ")" + std::to_string(inner) + ")";
+      if (d != 0)
+        t = "(" + t + " % (" + type + ")" + std::to_string(dim.size) + ")";
+      if (dim.stride != 1)
+        t += " * (" + type + ")" + std::to_string(dim.stride);
+      e = e.empty() ? t : t + " + " + e;
+    }
+    inner *= dim.size;
+  }
+  return e.empty() ? "(" + type + ")0" : "(" + e + ")";
+}
+
+namespace {
+
+// The unsigned word type of a load/store of `bytes` bytes and its fields.
+struct Word {
+  std::string type;
+  std::vector<std::string> fields; // 32-bit words (or the single 16-bit one)
+};
+Word word_of(int64_t bytes) {
+  if (bytes == 2)
+    return {"unsigned short", {""}};
+  if (bytes == 4)
+    return {"unsigned int", {""}};
+  if (bytes == 8)
+    return {"uint2", {".x", ".y"}};
+  return {"uint4", {".x", ".y", ".z", ".w"}};
+}
+
+} // namespace
+
+std::string vector_load(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    int64_t n,
+    const std::string& dst,
+    const std::string& indent) {
+  const int64_t es = element_size(t);
+  const int64_t bytes = n * es;
+  TORCH_CHECK(
+      bytes == 2 || bytes == 4 || bytes == 8 || bytes % 16 == 0,
+      "cuda codegen: vector of ",
+      bytes,
+      " bytes");
+  if (n == 1)
+    return indent + dst + "[0] = " + load(t, ptr, offset) + ";\n";
+  const int64_t chunk = bytes >= 16 ? 16 : bytes;
+  const Word w = word_of(chunk);
+  const int64_t per_chunk = chunk / es;
+  std::ostringstream os;
+  for (int64_t c = 0; c < bytes / chunk; ++c) {
+    const std::string v = dst + "_w" + std::to_string(c);
+    os << indent << "const " << w.type << " " << v
+       << " = __ldg(reinterpret_cast<const " << w.type << "*>(" << ptr << " + "
+       << offset << ") + " << c << ");\n";
+    for (int64_t e = 0; e < per_chunk; ++e) {
+      const int64_t word = es == 4 ? e : e / 2;
+      const std::string bits = v + w.fields[word];
+      std::string val;
+      if (t == c10::ScalarType::Float)
+        val = "__uint_as_float(" + bits + ")";
+      else if (t == c10::ScalarType::BFloat16)
+        val = e % 2 == 0 ? "__uint_as_float(" + bits + " << 16)"
+                         : "__uint_as_float(" + bits + " & 0xffff0000u)";
+      else
+        val = e % 2 == 0 ? "tp_ld_f16(" + bits + " & 0xffffu)"
+                         : "tp_ld_f16(" + bits + " >> 16)";
+      os << indent << dst << "[" << c * per_chunk + e << "] = " << val << ";\n";
+    }
+  }
+  return os.str();
+}
+
+std::string vector_store(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    int64_t n,
+    const std::string& src,
+    const std::string& indent) {
+  const int64_t es = element_size(t);
+  const int64_t bytes = n * es;
+  TORCH_CHECK(
+      bytes == 2 || bytes == 4 || bytes == 8 || bytes % 16 == 0,
+      "cuda codegen: vector of ",
+      bytes,
+      " bytes");
+  if (n == 1)
+    return indent + store(t, ptr, offset, src + "[0]") + "\n";
+  const int64_t chunk = bytes >= 16 ? 16 : bytes;
+  const Word w = word_of(chunk);
+  const int64_t per_chunk = chunk / es;
+  std::ostringstream os;
+  for (int64_t c = 0; c < bytes / chunk; ++c) {
+    std::vector<std::string> words;
+    for (int64_t e = 0; e < per_chunk; e += (es == 4 ? 1 : 2)) {
+      const int64_t i = c * per_chunk + e;
+      const std::string lo = to_bits(t, src + "[" + std::to_string(i) + "]");
+      if (es == 4)
+        words.push_back(lo);
+      else
+        words.push_back(
+            "(" + lo + " | (" +
+            to_bits(t, src + "[" + std::to_string(i + 1) + "]") + " << 16))");
+    }
+    os << indent << "*(reinterpret_cast<" << w.type << "*>(" << ptr << " + "
+       << offset << ") + " << c << ") = ";
+    if (words.size() == 1)
+      os << words[0] << ";\n";
+    else if (words.size() == 2)
+      os << "make_uint2(" << words[0] << ", " << words[1] << ");\n";
+    else
+      os << "make_uint4(" << words[0] << ", " << words[1] << ", " << words[2]
+         << ", " << words[3] << ");\n";
+  }
+  return os.str();
+}
+
+std::string node_expression(
+    const Node& n,
+    const std::vector<std::string>& input_exprs) {
+  std::vector<std::string> operands;
+  for (const Arg& a : n.args) {
+    if (a.kind == Arg::Kind::kTensor)
+      operands.push_back(input_exprs.at(a.inputs.at(0)));
+    else if (
+        std::holds_alternative<std::monostate>(a.value) ||
+        std::holds_alternative<std::string>(a.value))
+      operands.push_back("0.0f");
+    else if (
+        a.kind == Arg::Kind::kConst &&
+        (std::holds_alternative<int64_t>(a.value) ||
+         std::holds_alternative<double>(a.value) ||
+         std::holds_alternative<bool>(a.value)))
+      operands.push_back(literal(a.value));
+    else
+      operands.push_back("0.0f");
+  }
+  auto e = pointwise_expression(n, operands);
+  TORCH_CHECK(
+      e.has_value(), "cuda codegen: no expression for ", n.qualified_name());
+  return *e;
+}
+
+} // namespace torch_plugin::compiler::cuda
