@@ -75,8 +75,7 @@ bool is_pow2(int v) {
 // Validates a descriptor before any cuBLASLt call sees it.
 void validate(const MatmulDesc& d) {
   TORCH_CHECK(
-      d.m > 0 && d.n > 0 && d.k > 0 && d.batch >= 1 &&
-          d.batch <= INT32_MAX,
+      d.m > 0 && d.n > 0 && d.k > 0 && d.batch >= 1 && d.batch <= INT32_MAX,
       "cuBLASLt: invalid matmul sizes (",
       d.str(),
       ")");
@@ -218,8 +217,7 @@ std::string MatmulDesc::str() const {
 size_t MatmulDescHash::operator()(const MatmulDesc& d) const {
   size_t h = 0;
   auto mix = [&h](int64_t v) {
-    h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) +
-        (h >> 2);
+    h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   };
   for (int64_t v :
        {d.m,
@@ -241,8 +239,8 @@ size_t MatmulDescHash::operator()(const MatmulDesc& d) const {
       int64_t(d.trans_a) << 16 | int64_t(d.trans_b) << 17 |
       int64_t(d.has_c) << 18 | int64_t(d.allow_tf32) << 19 |
       int64_t(d.reduced_precision_reduction) << 20);
-  mix(int64_t(d.align_a) | int64_t(d.align_b) << 16 |
-      int64_t(d.align_c) << 32 | int64_t(d.align_d) << 48);
+  mix(int64_t(d.align_a) | int64_t(d.align_b) << 16 | int64_t(d.align_c) << 32 |
+      int64_t(d.align_d) << 48);
   mix(d.device);
   return h;
 }
@@ -321,8 +319,8 @@ struct PlanBuilder {
     set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c, d);
     set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d, d);
     if (d.dtype != DType::kFloat32 && !d.reduced_precision_reduction) {
-      uint32_t mask =
-          CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+      uint32_t mask = CUBLASLT_REDUCTION_SCHEME_MASK &
+          ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
       set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, mask, d);
     }
 
@@ -613,8 +611,7 @@ bool run_linear(
   const c10::ScalarType dtype = y2d.scalar_type();
   const c10::Device device = y2d.device();
   auto same = [&](const at::Tensor& t) {
-    return !t.defined() ||
-        (t.scalar_type() == dtype && t.device() == device);
+    return !t.defined() || (t.scalar_type() == dtype && t.device() == device);
   };
   if (!device.is_cuda() || !same(x2d) || !same(w_in) || !same(bias_in) ||
       !same(c2d_in) || x2d.dim() != 2 || w_in.dim() != 2 || y2d.dim() != 2)
@@ -643,11 +640,10 @@ bool run_linear(
       y2d.strides());
   c10::cuda::CUDAGuard guard(device);
 
-  at::Tensor x = matrix_layout(x2d.sizes(), x2d.strides()) ? x2d
-                                                           : x2d.contiguous();
-  at::Tensor w = matrix_layout(w_in.sizes(), w_in.strides())
-      ? w_in
-      : w_in.contiguous();
+  at::Tensor x =
+      matrix_layout(x2d.sizes(), x2d.strides()) ? x2d : x2d.contiguous();
+  at::Tensor w =
+      matrix_layout(w_in.sizes(), w_in.strides()) ? w_in : w_in.contiguous();
   at::Tensor bias = bias_in;
   if (bias.defined()) {
     TORCH_CHECK(

@@ -71,8 +71,7 @@ at::Tensor linear_pointwise_cuda(
   auto same = [&](const at::Tensor& t) {
     return t.scalar_type() == dtype && t.device() == x.device();
   };
-  const bool bias_ok =
-      !b || (same(*b) && b->dim() == 1 && b->size(0) == n);
+  const bool bias_ok = !b || (same(*b) && b->dim() == 1 && b->size(0) == n);
   if (!lt::dtype_of(dtype) || !same(w) || !bias_ok || x.numel() == 0 ||
       n == 0 || k == 0)
     return linear_pointwise_reference(

@@ -69,8 +69,8 @@ class CublasLtLinearStep final : public Step {
     if (!lt::run_linear(x2d, w, bias, c2d, epilogue_, y2d, plan_.get())) {
       // No algorithm for this run's descriptor (see the file comment): the
       // reference of ops/cpu/library_ops_kernel.cpp, on this device.
-      at::Tensor ref = at::linear(x, w, b_ >= 0 ? std::optional(bias)
-                                               : std::nullopt);
+      at::Tensor ref =
+          at::linear(x, w, b_ >= 0 ? std::optional(bias) : std::nullopt);
       if (r_ >= 0)
         ref = ref + s[r_];
       y.copy_(ops::apply_activation(ref, activation_, 0.0, 0.0));
@@ -166,8 +166,8 @@ std::unique_ptr<Step> make_cublaslt_step(
   // Inputs come from torch's caching allocator (aligned far beyond 256
   // bytes); a planned output sits at its arena offset.
   if (out->arena_offset > 0)
-    desc->align_d = lt::alignment_of(
-        reinterpret_cast<const void*>(static_cast<uintptr_t>(out->arena_offset)));
+    desc->align_d = lt::alignment_of(reinterpret_cast<const void*>(
+        static_cast<uintptr_t>(out->arena_offset)));
   std::shared_ptr<const lt::MatmulPlan> plan = lt::plan_on_torch_handle(*desc);
   if (!plan)
     return nullptr;

@@ -46,8 +46,7 @@ Value* node(
   n->may_alias = may_alias;
   if (strides.empty())
     strides = contiguous_strides(sizes);
-  Graph::set_type(
-      n->outputs[0], ins[0]->dtype, sizes, strides, ins[0]->device);
+  Graph::set_type(n->outputs[0], ins[0]->dtype, sizes, strides, ins[0]->device);
   return n->outputs[0];
 }
 
@@ -93,7 +92,8 @@ TEST(CublasLtPatterns, AddmmWithPermutedWeightAndReluBecomesOneNode) {
   Value* w = input(g, {32, 16}, at::kBFloat16, kCuda);
   Value* b = input(g, {32}, at::kBFloat16, kCuda);
   Value* wt = transpose(g, w);
-  Value* y = node(g, "aten::addmm", {b, x, wt}, {int64_t{1}, int64_t{1}}, {4, 32});
+  Value* y =
+      node(g, "aten::addmm", {b, x, wt}, {int64_t{1}, int64_t{1}}, {4, 32});
   Value* r = node(g, "aten::relu", {y}, {}, {4, 32});
   g.set_outputs({r});
   ASSERT_TRUE(run_patterns(g));
@@ -125,7 +125,13 @@ TEST(CublasLtPatterns, TanhGeluJoinsThroughAView) {
       {int64_t{1}, int64_t{1}},
       {6, 8});
   Value* y3 = node(
-      g, "aten::view", {y}, {std::vector<int64_t>{2, 3, 8}}, {2, 3, 8}, {}, true);
+      g,
+      "aten::view",
+      {y},
+      {std::vector<int64_t>{2, 3, 8}},
+      {2, 3, 8},
+      {},
+      true);
   Value* out = node(g, "aten::gelu", {y3}, {std::string("tanh")}, {2, 3, 8});
   g.set_outputs({out});
   ASSERT_TRUE(run_patterns(g));
@@ -198,7 +204,11 @@ TEST(CublasLtPatterns, CpuValuesAreLeftAlone) {
   Value* w = input(g, {32, 16}, at::kFloat, kCpu);
   Value* b = input(g, {32}, at::kFloat, kCpu);
   Value* y = node(
-      g, "aten::addmm", {b, x, transpose(g, w)}, {int64_t{1}, int64_t{1}}, {4, 32});
+      g,
+      "aten::addmm",
+      {b, x, transpose(g, w)},
+      {int64_t{1}, int64_t{1}},
+      {4, 32});
   Value* r = node(g, "aten::relu", {y}, {}, {4, 32});
   g.set_outputs({r});
   EXPECT_FALSE(run_patterns(g));
@@ -215,7 +225,11 @@ TEST(CublasLtPatterns, UnsupportedAddmmsStayAten) {
   Value* scaled = node(
       g, "aten::addmm", {b, x, transpose(g, w)}, {int64_t{1}, 0.5}, {4, 32});
   Value* row = node(
-      g, "aten::addmm", {b2, x, transpose(g, w)}, {int64_t{1}, int64_t{1}}, {4, 32});
+      g,
+      "aten::addmm",
+      {b2, x, transpose(g, w)},
+      {int64_t{1}, int64_t{1}},
+      {4, 32});
   Value* xi = input(g, {4, 16}, at::kInt, kCuda);
   Value* wi = input(g, {16, 32}, at::kInt, kCuda);
   Value* ints = node(g, "aten::mm", {xi, wi}, {}, {4, 32});
