@@ -248,8 +248,12 @@ bool cublaslt_dtype(c10::ScalarType t) {
 
 // The [N, K] weight of a matmul whose right operand wt is [K, N]: the input of
 // the permute(w, [1, 0]) / t(w) that made wt (what AOTAutograd emits for
-// F.linear), else a new view permute(wt, [1, 0]) inserted before `before`.
+// F.linear); for a constant wt (freezing folded the permute), a constant that
+// views it transposed (no copy); else a new view permute(wt, [1, 0]) inserted
+// before `before`.
 Value* transposed_weight(Graph& g, Value* wt, Node* before) {
+  if (is_const(wt) && wt->constant.defined())
+    return g.add_constant(wt->constant.t());
   const Node* p = wt->producer;
   if (p && p->inputs.size() == 1 && p->inputs[0]->sizes.size() == 2) {
     bool transposes = p->op == "aten::t";

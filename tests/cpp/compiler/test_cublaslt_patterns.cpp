@@ -196,6 +196,26 @@ TEST(CublasLtPatterns, ConstantCudaWeightIsNotRepacked) {
   EXPECT_EQ(g.constants().size(), constants);
 }
 
+// A constant right operand (freezing folded the weight's permute): w is a
+// constant viewing it transposed, sharing its storage.
+TEST(CublasLtPatterns, ConstantRightOperandIsViewedTransposed) {
+  Graph g;
+  Value* x = input(g, {4, 16}, at::kFloat, kCuda);
+  at::Tensor wt_tensor = at::randn({16, 32});
+  Value* wt = g.add_constant(wt_tensor);
+  wt->device = kCuda; // IR only: nothing runs
+  Value* y = node(g, "aten::mm", {x, wt}, {}, {4, 32});
+  g.set_outputs({y});
+  ASSERT_TRUE(run_patterns(g));
+  const Node* lib = the_node(g, "torch_plugin::linear_pointwise");
+  ASSERT_NE(lib, nullptr);
+  const Value* w = lib->tensor_arg(1);
+  ASSERT_EQ(w->kind, ValueKind::kConstant);
+  EXPECT_EQ(w->sizes, (std::vector<int64_t>{32, 16}));
+  EXPECT_EQ(w->strides, (std::vector<int64_t>{1, 32}));
+  EXPECT_TRUE(w->constant.is_alias_of(wt_tensor));
+}
+
 // CPU values: the CUDA rules never fire (the oneDNN rules need a constant
 // weight; here it is an input, so nothing changes).
 TEST(CublasLtPatterns, CpuValuesAreLeftAlone) {
