@@ -7,9 +7,10 @@
 // descriptor and kept in a process-wide cache), and the at::Tensor glue of the
 // linear product that the torch_plugin::linear_pointwise CUDA kernel
 // (ops/cuda/library_ops_cuda.cpp) and the executor's cuBLASLt step
-// (runtime/cuda/cublaslt_step.cpp) share: torch's cuBLASLt handle and
-// workspace (at::cuda::getCurrentCUDABlasLtHandle, getCUDABlasLtWorkspace),
-// torch's current stream, and torch's TF32 / reduced-precision settings.
+// (runtime/cuda/cublaslt_step.cpp) share (cublaslt_linear.cpp): torch's
+// cuBLASLt handle and workspace (at::cuda::getCurrentCUDABlasLtHandle,
+// getCUDABlasLtWorkspace), torch's current stream, and torch's TF32 /
+// reduced-precision settings.
 //
 // Semantics (row-major operands, as torch stores them):
 //   D[b] = act(A[b] @ B[b] + bias + C[b])   for b < batch
