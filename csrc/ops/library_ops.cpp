@@ -19,6 +19,7 @@
 //       a whole compiled graph: its Executor, an object of the custom class
 //       torch.classes.torch_plugin.Executor; see executor_op.h (CPU and Meta:
 //       executor_op.cpp).
+// CUDA kernel of linear_pointwise: ops/cuda/library_ops_cuda.cpp (cuBLASLt).
 // activation: "", "relu", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh",
 // "hardswish", "clamp" (alpha=min, beta=max). Any float dtype the ATen ops
 // take. CPU kernels: ops/cpu/library_ops_kernel.cpp (the reference; compiled
@@ -149,6 +150,9 @@ void link_library_ops() {
   link_fused_op_cuda();
 #endif
   link_executor_op();
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+  link_library_ops_cuda();
+#endif
 }
 
 } // namespace torch_plugin::ops

@@ -9,6 +9,8 @@ namespace torch_plugin::ops {
 // library_ops.cpp and cpu/library_ops_kernel.cpp from the static library.
 void link_library_ops();
 void link_library_ops_cpu();
+// ops/cuda/library_ops_cuda.cpp (builds with the CUDA toolkit only).
+void link_library_ops_cuda();
 
 // Raises c10::Error unless `activation` is one of the library ops' activation
 // names (library_ops.cpp).

@@ -8,7 +8,14 @@
 // calls the node's torch_plugin:: op through the dispatcher (csrc/ops).
 // A runtime step (it reads IR nodes), so it lives here and not in csrc/libs,
 // whose wrappers (libs/onednn.h) know nothing of the IR.
+//
+// Nodes on a CUDA device go to the cuBLASLt step (runtime/cuda/cublaslt_step.h,
+// with the CUDA toolkit only); oneDNN takes CPU nodes only.
 #include "runtime/step.h"
+
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+#include "runtime/cuda/cublaslt_step.h"
+#endif
 
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN
 #include "libs/onednn.h"
@@ -18,9 +25,9 @@
 
 namespace torch_plugin::runtime {
 
-#ifdef TORCH_PLUGIN_HAVE_ONEDNN
 namespace {
 
+#ifdef TORCH_PLUGIN_HAVE_ONEDNN
 using ir::Node;
 
 libs::Epilogue epilogue_of(const Node& n, size_t residual_arg, size_t act_arg) {
@@ -120,11 +127,11 @@ bool takes(const Node& n) {
   return w && w->kind == ir::ValueKind::kConstant;
 }
 
-} // namespace
-
-std::unique_ptr<Step> make_library_step(
+std::unique_ptr<Step> make_onednn_step(
     const ir::Node& node,
     const SlotMap& slots) {
+  if (node.outputs.empty() || !node.outputs[0]->device.is_cpu())
+    return nullptr;
   if (node.op == "torch_plugin::conv_pointwise" && takes(node))
     return std::make_unique<ConvStep>(node, slots);
   if (node.op == "torch_plugin::linear_pointwise" && takes(node) &&
@@ -133,9 +140,21 @@ std::unique_ptr<Step> make_library_step(
   return nullptr;
 }
 #else
-std::unique_ptr<Step> make_library_step(const ir::Node&, const SlotMap&) {
+std::unique_ptr<Step> make_onednn_step(const ir::Node&, const SlotMap&) {
   return nullptr;
 }
 #endif
+
+} // namespace
+
+std::unique_ptr<Step> make_library_step(
+    const ir::Node& node,
+    const SlotMap& slots) {
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+  if (!node.outputs.empty() && node.outputs[0]->device.is_cuda())
+    return cuda::make_cublaslt_step(node, slots);
+#endif
+  return make_onednn_step(node, slots);
+}
 
 } // namespace torch_plugin::runtime

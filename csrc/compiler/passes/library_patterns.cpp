@@ -11,6 +11,12 @@
 // the propagate_strides pass then updates the strides downstream.
 // Each rule is for one device and fires only on nodes whose tensors are there:
 // the oneDNN rules on CPU values (a CUDA graph never gets a oneDNN node).
+//
+// CUDA values have rules of their own (kCudaRules, tried first; built with the
+// CUDA toolkit only, where linear_pointwise has its cuBLASLt kernel and step):
+// mm/addmm of any weight (no freezing needed: training graphs too) become
+// linear_pointwise with the bias, and a single-use relu or tanh-GELU after it
+// joins as the cuBLASLt epilogue. The oneDNN rules are for CPU values.
 #include "compiler/passes/pass.h"
 
 #include <ATen/ATen.h>
@@ -244,9 +250,137 @@ bool on_device(const Node* n, c10::DeviceType device) {
   return true;
 }
 
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+// --- CUDA rules (cuBLASLt: libs/cublaslt.h, runtime/cuda/cublaslt_step.cpp) ---
+
+bool on_cuda(const Value* v) { return v && v->device.is_cuda(); }
+bool cublaslt_dtype(c10::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+}
+
+// The [N, K] weight of a matmul whose right operand wt is [K, N]: the input of
+// the permute(w, [1, 0]) / t(w) that made wt (what AOTAutograd emits for
+// F.linear); for a constant wt (freezing folded the permute), a constant that
+// views it transposed (no copy); else a new view permute(wt, [1, 0]) inserted
+// before `before`.
+Value* transposed_weight(Graph& g, Value* wt, Node* before) {
+  if (is_const(wt) && wt->constant.defined())
+    return g.add_constant(wt->constant.t());
+  const Node* p = wt->producer;
+  if (p && p->inputs.size() == 1 && p->inputs[0]->sizes.size() == 2) {
+    bool transposes = p->op == "aten::t";
+    if (p->op == "aten::permute" && p->args.size() > 1 && p->args[1].kind == Arg::Kind::kConst &&
+        std::holds_alternative<std::vector<int64_t>>(p->args[1].value))
+      transposes = std::get<std::vector<int64_t>>(p->args[1].value) == std::vector<int64_t>{1, 0};
+    if (transposes) return p->inputs[0];
+  }
+  Node* perm = g.create_node("aten::permute", "default", {wt},
+                             {Arg::tensor(0), Arg::constant(std::vector<int64_t>{1, 0})}, 1, before);
+  perm->may_alias = true;  // a view of wt
+  Graph::set_type(perm->outputs[0], wt->dtype, {wt->sizes[1], wt->sizes[0]}, {wt->strides[1], wt->strides[0]},
+                  wt->device);
+  return perm->outputs[0];
+}
+
+// On CUDA values of one dtype (fp32, bf16, fp16), any operands:
+//   mm(x, wt)                   => linear_pointwise(x, w, None)
+//   addmm(b [N], x, wt)         => linear_pointwise(x, w, b)
+//   addmm(c [M, N], x, wt)      => linear_pointwise(x, w, None, residual=c)
+// with w [N, K] = wt^T (see transposed_weight); beta = alpha = 1.
+bool cuda_matmul_to_library(Graph& g, Node* n) {
+  bool addmm = n->op == "aten::addmm";
+  if (!addmm && n->op != "aten::mm") return false;
+  Value* y = n->outputs[0];
+  if (!on_cuda(y) || !cublaslt_dtype(y->dtype)) return false;
+  Value* c = addmm ? n->tensor_arg(0) : nullptr;
+  Value* x = n->tensor_arg(addmm ? 1 : 0);
+  Value* wt = n->tensor_arg(addmm ? 2 : 1);
+  if (!x || !wt || (addmm && !c)) return false;
+  for (const Value* v : {x, wt, c}) {
+    if (v && (v->dtype != y->dtype || v->device != y->device)) return false;
+  }
+  if (x->sizes.size() != 2 || wt->sizes.size() != 2 || y->sizes.size() != 2) return false;
+  if (addmm) {
+    for (size_t i = 3; i < 5 && i < n->args.size(); ++i) {  // beta, alpha
+      const AttrValue& v = n->const_arg(i);
+      double s = std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) : std::get<double>(v);
+      if (s != 1.0) return false;
+    }
+  }
+  Value* bias = nullptr;
+  Value* residual = nullptr;
+  if (c && c->sizes == std::vector<int64_t>{wt->sizes[1]}) {
+    bias = c;
+  } else if (c && c->sizes == y->sizes) {
+    residual = c;
+  } else if (c) {
+    return false;  // a scalar or [1, N] addend: ATen's addmm
+  }
+  Value* w = transposed_weight(g, wt, n);
+  Node* lib = make_library_node(g, "torch_plugin::linear_pointwise", n, x, w, bias, {}, y);
+  if (residual) {
+    Node* with_c = with_tensor_arg(g, lib, 3, residual, n);
+    g.erase_node(lib);
+    lib = with_c;
+  }
+  lib->outputs[0]->strides = contiguous_strides(y->sizes);  // the op's output is contiguous
+  g.replace_all_uses(y, lib->outputs[0]);
+  g.erase_node(n);
+  return true;
+}
+
+// relu(lib) or gelu(lib, approximate="tanh") [lib a CUDA linear_pointwise
+// without an activation, single use; also through one view of it] =>
+// lib(..., activation "relu" | "gelu_tanh"): cuBLASLt's RELU and GELU
+// epilogues. The exact (erf) GELU and other activations stay separate ops
+// (for the generated kernels): cuBLASLt has no epilogue for them.
+bool cuda_fuse_activation(Graph& g, Node* n) {
+  std::string name;
+  if (n->op == "aten::relu") {
+    name = "relu";
+  } else if (n->op == "aten::gelu" && n->args.size() > 1 && n->args[1].kind == Arg::Kind::kConst &&
+             std::holds_alternative<std::string>(n->args[1].value) &&
+             std::get<std::string>(n->args[1].value) == "tanh") {
+    name = "gelu_tanh";
+  } else {
+    return false;
+  }
+  Value* y = n->tensor_arg(0);
+  if (!on_cuda(y) || !y->producer || !single_use(y, g)) return false;
+  Node* view = nullptr;
+  Node* lib = producer_through_view(y, g, &view);
+  if (lib->op != "torch_plugin::linear_pointwise" || !on_cuda(lib->outputs[0]) ||
+      !std::get<std::string>(lib->const_arg(4)).empty() || n->outputs[0]->dtype != y->dtype)
+    return false;
+  lib->args[4] = Arg::constant(name);
+  lib->args[5] = Arg::constant(0.0);
+  lib->args[6] = Arg::constant(0.0);
+  g.replace_all_uses(n->outputs[0], view ? view->outputs[0] : lib->outputs[0]);
+  g.erase_node(n);
+  return true;
+}
+
+// Tried before kRules, in this order, on every node until none applies.
+const Rule kCudaRules[] = {
+    {"cuda_matmul_to_library", c10::kCUDA, cuda_matmul_to_library},
+    {"cuda_fuse_activation", c10::kCUDA, cuda_fuse_activation},
+};
+#endif  // TORCH_PLUGIN_HAVE_CUDA
+
 bool run(Graph& g, const PassOptions& options) {
   if (!options.library_patterns) return false;
   bool changed = false;
+#ifdef TORCH_PLUGIN_HAVE_CUDA
+  for (const Rule& rule : kCudaRules) {
+    for (Node* n : g.nodes()) {
+      if (n->owner != &g) continue;
+      if (rule.apply(g, n)) {
+        changed = true;
+        VLOG(1) << "library_patterns: rule " << rule.name << " fired";
+      }
+    }
+  }
+#endif
   for (const Rule& rule : kRules) {
     for (Node* n : g.nodes()) {
       if (n->owner != &g || !on_device(n, rule.device)) continue;
@@ -264,7 +398,8 @@ bool run(Graph& g, const PassOptions& options) {
 const PassInfo kLibraryPatterns = {
     "library_patterns",
     "Convolutions and matrix products with constant weights become oneDNN library nodes; "
-    "a following bias add (linear), residual add and activation join them.",
+    "a following bias add (linear), residual add and activation join them. On CUDA, "
+    "mm/addmm become cuBLASLt linear nodes with their bias and a relu/tanh-GELU epilogue.",
     run};
 
 }  // namespace torch_plugin::compiler

@@ -1,0 +1,482 @@
+// cublaslt.cpp: the cuBLASLt matmul plans and their process-wide cache (see
+// cublaslt.h); the at::Tensor glue is in cublaslt_linear.cpp.
+//
+// Sources: the cuBLASLt API reference (docs.nvidia.com/cuda/cublas,
+// "Using the cuBLASLt API": cublasLtMatmul, cublasLtMatmulAlgoGetHeuristic,
+// the epilogue and preference attributes) and cublasLt.h of CUDA 13.
+// CUBLASLT_EPILOGUE_GELU is the tanh approximation of GELU (PyTorch's
+// _addmm_activation relies on this: pytorch/pytorch#104061).
+#include "libs/cublaslt.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+#include <unordered_map>
+
+namespace torch_plugin::libs::cublaslt {
+
+namespace {
+
+// Raises "cuBLASLt: <call> failed: CUBLAS_STATUS_... (<descriptor>)".
+void check(cublasStatus_t status, const char* call, const MatmulDesc& d) {
+  TORCH_CHECK(
+      status == CUBLAS_STATUS_SUCCESS,
+      "cuBLASLt: ",
+      call,
+      " failed: ",
+      cublasLtGetStatusName(status),
+      " (",
+      d.str(),
+      ")");
+}
+
+cudaDataType_t cuda_type(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return CUDA_R_32F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+  }
+  return CUDA_R_32F;
+}
+
+cublasLtEpilogue_t cuda_epilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::kRelu:
+      return CUBLASLT_EPILOGUE_RELU;
+    case Epilogue::kGelu:
+      return CUBLASLT_EPILOGUE_GELU;
+    case Epilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::kReluBias:
+      return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case Epilogue::kGeluBias:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+bool is_pow2(int v) {
+  return v > 0 && (v & (v - 1)) == 0;
+}
+
+// Validates a descriptor before any cuBLASLt call sees it.
+void validate(const MatmulDesc& d) {
+  TORCH_CHECK(
+      d.m > 0 && d.n > 0 && d.k > 0 && d.batch >= 1 && d.batch <= INT32_MAX,
+      "cuBLASLt: invalid matmul sizes (",
+      d.str(),
+      ")");
+  // Stored column counts: A [m, k] or [k, m]; B [k, n] or [n, k].
+  const int64_t a_cols = d.trans_a ? d.m : d.k;
+  const int64_t b_cols = d.trans_b ? d.k : d.n;
+  TORCH_CHECK(
+      d.lda >= a_cols && d.ldb >= b_cols && d.ldd >= d.n &&
+          (!d.has_c || d.ldc >= d.n),
+      "cuBLASLt: a leading dimension is smaller than its row (",
+      d.str(),
+      ")");
+  TORCH_CHECK(
+      is_pow2(d.align_a) && is_pow2(d.align_b) && is_pow2(d.align_c) &&
+          is_pow2(d.align_d),
+      "cuBLASLt: alignments must be powers of two (",
+      d.str(),
+      ")");
+}
+
+// A column-major cuBLASLt layout of rows x cols with leading dimension ld.
+cublasLtMatrixLayout_t make_layout(
+    const MatmulDesc& d,
+    int64_t rows,
+    int64_t cols,
+    int64_t ld,
+    int64_t batch_stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  check(
+      cublasLtMatrixLayoutCreate(
+          &layout,
+          cuda_type(d.dtype),
+          static_cast<uint64_t>(rows),
+          static_cast<uint64_t>(cols),
+          ld),
+      "cublasLtMatrixLayoutCreate",
+      d);
+  if (d.batch > 1) {
+    int32_t count = static_cast<int32_t>(d.batch);
+    check(
+        cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+        "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)",
+        d);
+    check(
+        cublasLtMatrixLayoutSetAttribute(
+            layout,
+            CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+            &batch_stride,
+            sizeof(batch_stride)),
+        "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)",
+        d);
+  }
+  return layout;
+}
+
+struct PlanCache {
+  std::mutex mutex;
+  // nullptr entries record descriptors without an algorithm.
+  std::unordered_map<
+      MatmulDesc,
+      std::shared_ptr<const MatmulPlan>,
+      MatmulDescHash>
+      plans;
+};
+
+PlanCache& plan_cache() {
+  // Never destroyed: plans may be used until the process exits.
+  static PlanCache* cache = new PlanCache;
+  return *cache;
+}
+
+} // namespace
+
+const char* to_string(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "fp32";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat16:
+      return "fp16";
+  }
+  return "?";
+}
+
+const char* to_string(Epilogue e) {
+  switch (e) {
+    case Epilogue::kNone:
+      return "none";
+    case Epilogue::kRelu:
+      return "relu";
+    case Epilogue::kGelu:
+      return "gelu_tanh";
+    case Epilogue::kBias:
+      return "bias";
+    case Epilogue::kReluBias:
+      return "relu_bias";
+    case Epilogue::kGeluBias:
+      return "gelu_tanh_bias";
+  }
+  return "?";
+}
+
+bool has_bias(Epilogue e) {
+  return e == Epilogue::kBias || e == Epilogue::kReluBias ||
+      e == Epilogue::kGeluBias;
+}
+
+bool MatmulDesc::operator==(const MatmulDesc& o) const {
+  return m == o.m && n == o.n && k == o.k && batch == o.batch &&
+      dtype == o.dtype && trans_a == o.trans_a && trans_b == o.trans_b &&
+      lda == o.lda && ldb == o.ldb && ldc == o.ldc && ldd == o.ldd &&
+      stride_a == o.stride_a && stride_b == o.stride_b &&
+      stride_c == o.stride_c && stride_d == o.stride_d &&
+      epilogue == o.epilogue && has_c == o.has_c &&
+      allow_tf32 == o.allow_tf32 &&
+      reduced_precision_reduction == o.reduced_precision_reduction &&
+      align_a == o.align_a && align_b == o.align_b && align_c == o.align_c &&
+      align_d == o.align_d && device == o.device &&
+      workspace_limit == o.workspace_limit;
+}
+
+std::string MatmulDesc::str() const {
+  std::ostringstream s;
+  s << "m=" << m << ", n=" << n << ", k=" << k << ", batch=" << batch
+    << ", dtype=" << to_string(dtype) << ", epilogue=" << to_string(epilogue)
+    << (has_c ? ", +C" : "") << ", trans_a=" << trans_a
+    << ", trans_b=" << trans_b << ", lda=" << lda << ", ldb=" << ldb
+    << ", ldd=" << ldd;
+  if (has_c)
+    s << ", ldc=" << ldc;
+  if (dtype == DType::kFloat32)
+    s << ", tf32=" << allow_tf32;
+  s << ", device=" << device;
+  return s.str();
+}
+
+size_t MatmulDescHash::operator()(const MatmulDesc& d) const {
+  size_t h = 0;
+  auto mix = [&h](int64_t v) {
+    h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  };
+  for (int64_t v :
+       {d.m,
+        d.n,
+        d.k,
+        d.batch,
+        d.lda,
+        d.ldb,
+        d.ldc,
+        d.ldd,
+        d.stride_a,
+        d.stride_b,
+        d.stride_c,
+        d.stride_d,
+        static_cast<int64_t>(d.workspace_limit)}) {
+    mix(v);
+  }
+  mix(static_cast<int64_t>(d.dtype) | static_cast<int64_t>(d.epilogue) << 8 |
+      int64_t(d.trans_a) << 16 | int64_t(d.trans_b) << 17 |
+      int64_t(d.has_c) << 18 | int64_t(d.allow_tf32) << 19 |
+      int64_t(d.reduced_precision_reduction) << 20);
+  mix(int64_t(d.align_a) | int64_t(d.align_b) << 16 | int64_t(d.align_c) << 32 |
+      int64_t(d.align_d) << 48);
+  mix(d.device);
+  return h;
+}
+
+struct MatmulPlan::Impl {
+  cublasLtMatmulDesc_t op = nullptr;
+  // Column-major operands of D^T = B^T A^T: "A" is our B, "B" is our A.
+  cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_c = nullptr,
+                         lt_d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Impl() {
+    for (cublasLtMatrixLayout_t l : {lt_a, lt_b, lt_c, lt_d}) {
+      if (l)
+        cublasLtMatrixLayoutDestroy(l);
+    }
+    if (op)
+      cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Builds a plan's descriptors and picks its algorithm (a friend of
+// MatmulPlan). Returns nullptr when cuBLASLt has no algorithm.
+struct PlanBuilder {
+  static std::shared_ptr<MatmulPlan> build(
+      const MatmulDesc& d,
+      cublasLtHandle_t handle) {
+    validate(d);
+    std::shared_ptr<MatmulPlan> plan(new MatmulPlan(d));
+    MatmulPlan::Impl& p = *plan->impl_;
+    const cublasComputeType_t compute =
+        d.dtype == DType::kFloat32 && d.allow_tf32
+        ? CUBLAS_COMPUTE_32F_FAST_TF32
+        : CUBLAS_COMPUTE_32F;
+    check(
+        cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F),
+        "cublasLtMatmulDescCreate",
+        d);
+    // D^T [n, m] = op(B') op(A'), B' = our B's memory, A' = our A's.
+    cublasOperation_t op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    set(p.op, CUBLASLT_MATMUL_DESC_TRANSA, op_a, d);
+    set(p.op, CUBLASLT_MATMUL_DESC_TRANSB, op_b, d);
+    cublasLtEpilogue_t epilogue = cuda_epilogue(d.epilogue);
+    set(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, d);
+    if (has_bias(d.epilogue)) {
+      int32_t bias_type = cuda_type(d.dtype);
+      set(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type, d);
+      int64_t bias_stride = 0; // one bias for every batch
+      set(p.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, bias_stride, d);
+    }
+    // Our B [k, n] row-major is B^T [n, k] column-major (op N); stored
+    // [n, k] row-major (trans_b) it is [k, n] column-major (op T).
+    p.lt_a = d.trans_b ? make_layout(d, d.k, d.n, d.ldb, d.stride_b)
+                       : make_layout(d, d.n, d.k, d.ldb, d.stride_b);
+    p.lt_b = d.trans_a ? make_layout(d, d.m, d.k, d.lda, d.stride_a)
+                       : make_layout(d, d.k, d.m, d.lda, d.stride_a);
+    p.lt_d = make_layout(d, d.n, d.m, d.ldd, d.stride_d);
+    p.lt_c = d.has_c ? make_layout(d, d.n, d.m, d.ldc, d.stride_c)
+                     : make_layout(d, d.n, d.m, d.ldd, d.stride_d);
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(
+        cublasLtMatmulPreferenceCreate(&pref),
+        "cublasLtMatmulPreferenceCreate",
+        d);
+    std::unique_ptr<
+        std::remove_pointer_t<cublasLtMatmulPreference_t>,
+        cublasStatus_t (*)(cublasLtMatmulPreference_t)>
+        pref_guard(pref, cublasLtMatmulPreferenceDestroy);
+    uint64_t ws = d.workspace_limit;
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws, d);
+    uint32_t align_a = d.align_b, align_b = d.align_a,
+             align_c = d.has_c ? d.align_c : d.align_d, align_d = d.align_d;
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a, d);
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b, d);
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c, d);
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d, d);
+    if (d.dtype != DType::kFloat32 && !d.reduced_precision_reduction) {
+      uint32_t mask = CUBLASLT_REDUCTION_SCHEME_MASK &
+          ~CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+      set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, mask, d);
+    }
+
+    constexpr int kRequested = 8;
+    cublasLtMatmulHeuristicResult_t results[kRequested] = {};
+    int returned = 0;
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        handle,
+        p.op,
+        p.lt_a,
+        p.lt_b,
+        p.lt_c,
+        p.lt_d,
+        pref,
+        kRequested,
+        results,
+        &returned);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+      return nullptr;
+    check(status, "cublasLtMatmulAlgoGetHeuristic", d);
+    // Results come best first (estimated time); take the first that fits.
+    for (int i = 0; i < returned; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS &&
+          results[i].workspaceSize <= d.workspace_limit) {
+        p.algo = results[i].algo;
+        plan->workspace_bytes_ = results[i].workspaceSize;
+        int id = -1;
+        if (cublasLtMatmulAlgoConfigGetAttribute(
+                &p.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), nullptr) ==
+            CUBLAS_STATUS_SUCCESS)
+          plan->algo_id_ = id;
+        return plan;
+      }
+    }
+    return nullptr;
+  }
+
+  template <typename T>
+  static void set(
+      cublasLtMatmulDesc_t op,
+      cublasLtMatmulDescAttributes_t attr,
+      const T& v,
+      const MatmulDesc& d) {
+    check(
+        cublasLtMatmulDescSetAttribute(op, attr, &v, sizeof(v)),
+        "cublasLtMatmulDescSetAttribute",
+        d);
+  }
+  template <typename T>
+  static void set_pref(
+      cublasLtMatmulPreference_t pref,
+      cublasLtMatmulPreferenceAttributes_t attr,
+      const T& v,
+      const MatmulDesc& d) {
+    check(
+        cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)),
+        "cublasLtMatmulPreferenceSetAttribute",
+        d);
+  }
+};
+
+MatmulPlan::MatmulPlan(const MatmulDesc& desc)
+    : desc_(desc), impl_(std::make_unique<Impl>()) {}
+
+MatmulPlan::~MatmulPlan() = default;
+
+std::shared_ptr<const MatmulPlan> MatmulPlan::get(
+    const MatmulDesc& desc,
+    cublasLtHandle_t handle) {
+  PlanCache& cache = plan_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    auto it = cache.plans.find(desc);
+    if (it != cache.plans.end())
+      return it->second;
+  }
+  // Built outside the lock: heuristics of different shapes run in parallel
+  // (the executor builds its library steps on several threads).
+  std::shared_ptr<const MatmulPlan> plan = PlanBuilder::build(desc, handle);
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  return cache.plans.emplace(desc, std::move(plan)).first->second;
+}
+
+void MatmulPlan::run(
+    cublasLtHandle_t handle,
+    const void* a,
+    const void* b,
+    const void* c,
+    const void* bias,
+    void* d,
+    void* workspace,
+    size_t workspace_size,
+    cudaStream_t stream) const {
+  TORCH_CHECK(
+      (c != nullptr) == desc_.has_c &&
+          (bias != nullptr) == has_bias(desc_.epilogue),
+      "cuBLASLt: the C and bias pointers do not match the plan (",
+      desc_.str(),
+      ")");
+  TORCH_CHECK(
+      workspace_size >= workspace_bytes_ &&
+          (workspace != nullptr || workspace_bytes_ == 0),
+      "cuBLASLt: the plan needs ",
+      workspace_bytes_,
+      " bytes of workspace, got ",
+      workspace_size,
+      " (",
+      desc_.str(),
+      ")");
+  const float alpha = 1.0f, beta = desc_.has_c ? 1.0f : 0.0f;
+  auto matmul = [&] {
+    check(
+        cublasLtMatmul(
+            handle,
+            impl_->op,
+            &alpha,
+            b,
+            impl_->lt_a,
+            a,
+            impl_->lt_b,
+            &beta,
+            desc_.has_c ? c : d,
+            impl_->lt_c,
+            d,
+            impl_->lt_d,
+            &impl_->algo,
+            workspace,
+            workspace_size,
+            stream),
+        "cublasLtMatmul",
+        desc_);
+  };
+  if (!bias) {
+    matmul();
+    return;
+  }
+  // The bias pointer is an attribute of the shared descriptor, read when
+  // cublasLtMatmul enqueues the kernel: set and enqueue under the lock.
+  std::lock_guard<std::mutex> lock(mutex_);
+  PlanBuilder::set(impl_->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, desc_);
+  matmul();
+}
+
+std::string MatmulPlan::describe() const {
+  std::ostringstream s;
+  s << "m=" << desc_.m << " n=" << desc_.n << " k=" << desc_.k;
+  if (desc_.batch > 1)
+    s << " batch=" << desc_.batch;
+  s << " " << to_string(desc_.dtype);
+  if (desc_.dtype == DType::kFloat32 && desc_.allow_tf32)
+    s << "(tf32)";
+  s << " epilogue=" << to_string(desc_.epilogue) << (desc_.has_c ? "+C" : "")
+    << " algo=" << algo_id_ << " ws=" << workspace_bytes_;
+  return s.str();
+}
+
+int alignment_of(const void* p) {
+  auto addr = reinterpret_cast<uintptr_t>(p);
+  int align = 1;
+  while (align < 256 && addr % (2 * static_cast<uintptr_t>(align)) == 0)
+    align *= 2;
+  return align;
+}
+
+} // namespace torch_plugin::libs::cublaslt

@@ -1,0 +1,221 @@
+// cublaslt.h: thin wrapper of NVIDIA cuBLASLt for the "plugin" compiler's
+// matrix products with fused epilogues. Knows nothing of the IR.
+//
+// Owns: MatmulDesc (one matrix product's shape, layouts, dtype, epilogue and
+// the torch settings it depends on), MatmulPlan (its cuBLASLt descriptors and
+// the algorithm chosen by cublasLtMatmulAlgoGetHeuristic, built once per
+// descriptor and kept in a process-wide cache), and the at::Tensor glue of the
+// linear product that the torch_plugin::linear_pointwise CUDA kernel
+// (ops/cuda/library_ops_cuda.cpp) and the executor's cuBLASLt step
+// (runtime/cuda/cublaslt_step.cpp) share (cublaslt_linear.cpp): torch's
+// cuBLASLt handle and workspace (at::cuda::getCurrentCUDABlasLtHandle,
+// getCUDABlasLtWorkspace), torch's current stream, and torch's TF32 /
+// reduced-precision settings.
+//
+// Semantics (row-major operands, as torch stores them):
+//   D[b] = act(A[b] @ B[b] + bias + C[b])   for b < batch
+// A [m, k], B [k, n], C and D [m, n], bias [n] broadcast over the rows;
+// `+ C` only when MatmulDesc::has_c (beta = 1), `+ bias` and act per the
+// Epilogue. fp32 (TF32 tensor cores when allow_tf32), bf16 and fp16 with fp32
+// compute and accumulation; A, B, C, D and bias all of the one dtype.
+// Row-major through the usual transpose trick: cuBLASLt is column-major, so
+// the plan computes D^T = B^T A^T, whose bias runs along D^T's rows, as
+// cuBLASLt's bias epilogues expect.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace torch_plugin::libs::cublaslt {
+
+enum class DType : uint8_t { kFloat32, kBFloat16, kFloat16 };
+
+// cuBLASLt epilogues used here. kGelu is CUBLASLT_EPILOGUE_GELU, the tanh
+// approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (torch's
+// gelu(approximate="tanh"); PyTorch's own _addmm_activation(use_gelu=True)
+// maps to the same epilogue): never use it for the exact erf GELU.
+enum class Epilogue : uint8_t {
+  kNone,
+  kRelu,
+  kGelu,
+  kBias,
+  kReluBias,
+  kGeluBias
+};
+
+const char* to_string(DType d);
+const char* to_string(Epilogue e);
+bool has_bias(Epilogue e);
+
+// One matrix product. Every field is part of the plan cache key.
+struct MatmulDesc {
+  int64_t m = 0, n = 0, k = 0; // all > 0
+  int64_t batch = 1; // >= 1, at most INT32_MAX
+  DType dtype = DType::kFloat32;
+  // Row-major storage: A is stored [m, k] with row stride lda, or, when
+  // trans_a, [k, m] (A = stored^T); likewise B [k, n] or, when trans_b,
+  // [n, k]. C and D are [m, n] with row strides ldc, ldd. Each leading
+  // dimension is at least the stored matrix's column count (and >= 1).
+  bool trans_a = false, trans_b = false;
+  int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
+  // Elements between consecutive matrices of the batch (0 broadcasts A or
+  // B; unused when batch == 1). The bias is shared by every batch.
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0, stride_d = 0;
+  Epilogue epilogue = Epilogue::kNone;
+  bool has_c = false; // D = act(A @ B + bias + C)
+  // Settings the result depends on, read from torch by the caller.
+  bool allow_tf32 = false; // fp32 only: CUBLAS_COMPUTE_32F_FAST_TF32
+  // fp16/bf16: split-K partial sums may be reduced in the output type
+  // (torch's allow_fp16/bf16_reduced_precision_reduction).
+  bool reduced_precision_reduction = true;
+  // Guaranteed byte alignment of the A, B, C, D pointers (a power of two,
+  // at most 256): heuristics may pick kernels that need it.
+  int align_a = 256, align_b = 256, align_c = 256, align_d = 256;
+  int device = 0; // CUDA device index: the algorithm is chosen per GPU
+  uint64_t workspace_limit = 0; // bytes of workspace the algorithm may use
+
+  bool operator==(const MatmulDesc& o) const;
+  bool operator!=(const MatmulDesc& o) const {
+    return !(*this == o);
+  }
+  // "m=128, n=3072, k=768, batch=1, dtype=bf16, epilogue=gelu_bias, ..."
+  std::string str() const;
+};
+
+struct MatmulDescHash {
+  size_t operator()(const MatmulDesc& d) const;
+};
+
+// The cuBLASLt descriptors and the algorithm of one MatmulDesc. Immutable
+// after construction except for the bias pointer, which run() sets under a
+// mutex: a plan may be run from several threads.
+class MatmulPlan {
+ public:
+  // The plan of `desc` from the process-wide cache (keyed by the whole
+  // descriptor), created on first use: cublasLtMatmulAlgoGetHeuristic picks
+  // the best algorithm whose workspace fits desc.workspace_limit. `handle`
+  // must belong to desc.device. Returns nullptr when cuBLASLt has no
+  // algorithm for the descriptor (the caller computes the product another
+  // way); throws c10::Error naming the cuBLASLt call and status on any other
+  // failure, and for an invalid descriptor.
+  static std::shared_ptr<const MatmulPlan> get(
+      const MatmulDesc& desc,
+      cublasLtHandle_t handle);
+
+  ~MatmulPlan();
+  MatmulPlan(const MatmulPlan&) = delete;
+  MatmulPlan& operator=(const MatmulPlan&) = delete;
+
+  // Enqueues D = act(A @ B + bias + C) on `stream`. `c` must be non-null
+  // exactly when desc().has_c, `bias` exactly when the epilogue has one; the
+  // pointers must have the descriptor's alignments and `workspace` at least
+  // workspace_bytes() bytes. Throws c10::Error
+  // "cuBLASLt: cublasLtMatmul failed: CUBLAS_STATUS_... (m=..., ...)".
+  void run(
+      cublasLtHandle_t handle,
+      const void* a,
+      const void* b,
+      const void* c,
+      const void* bias,
+      void* d,
+      void* workspace,
+      size_t workspace_size,
+      cudaStream_t stream) const;
+
+  const MatmulDesc& desc() const {
+    return desc_;
+  }
+  size_t workspace_bytes() const {
+    return workspace_bytes_;
+  }
+  // "cublaslt m=.. n=.. k=.. bf16 gelu_bias algo=<id> ws=<bytes>"
+  std::string describe() const;
+
+  struct Impl; // cuBLASLt objects (cublaslt.cpp)
+
+ private:
+  explicit MatmulPlan(const MatmulDesc& desc);
+  MatmulDesc desc_;
+  std::unique_ptr<Impl> impl_;
+  size_t workspace_bytes_ = 0;
+  int algo_id_ = -1;
+  mutable std::mutex mutex_; // guards the bias pointer attribute
+  friend struct PlanBuilder;
+};
+
+// Largest power of two, at most 256, that divides the address.
+int alignment_of(const void* p);
+
+// ---------------------------------------------------------------------------
+// at::Tensor glue: the linear product y = act(x @ w^T + bias + c) of
+// torch_plugin::linear_pointwise on torch's handle, workspace and stream.
+
+// The cuBLASLt dtype of a torch dtype, or nullopt (only float32, bfloat16,
+// float16 are taken).
+std::optional<DType> dtype_of(c10::ScalarType t);
+
+// How a 2-d matrix [rows, cols] with these strides is stored for cuBLASLt:
+// row-major (transposed = false, ld = row stride) or column-major
+// (transposed = true: stored row-major as [cols, rows], ld = column stride).
+// nullopt when it is neither (the caller makes it contiguous first).
+struct MatrixLayout {
+  bool transposed = false;
+  int64_t ld = 0;
+};
+std::optional<MatrixLayout> matrix_layout(
+    at::IntArrayRef sizes,
+    at::IntArrayRef strides);
+
+// The strides of `sizes` [..., K] viewed as 2-d [M, K] without a copy, or
+// nullopt when the leading dimensions do not collapse into one.
+std::optional<std::vector<int64_t>> flatten_to_2d_strides(
+    at::IntArrayRef sizes,
+    at::IntArrayRef strides);
+
+// The descriptor of y [M, N] = act(x [M, K] @ w [N, K]^T + bias + c) for
+// these 2-d layouts (y and c row-major with row strides ldd and ldc), with
+// torch's current settings (TF32, reduced-precision reduction, workspace
+// size) for `device`, pointer alignments 256. nullopt when cuBLASLt cannot
+// take it: a dtype other than float32/bfloat16/float16, an empty dimension,
+// or a layout that is neither row- nor column-major.
+std::optional<MatmulDesc> linear_desc(
+    at::IntArrayRef x_sizes,
+    at::IntArrayRef x_strides,
+    at::IntArrayRef w_sizes,
+    at::IntArrayRef w_strides,
+    int64_t ldd,
+    std::optional<int64_t> ldc,
+    c10::ScalarType dtype,
+    Epilogue epilogue,
+    int device);
+
+// Runs y2d = act(x2d @ w^T + bias + c2d) on torch's current CUDA stream of
+// y2d's device with torch's cuBLASLt handle and workspace. x2d [M, K] and w
+// [N, K] any strides (made contiguous when neither row- nor column-major),
+// bias [N] or undefined, c2d [M, N] or undefined, y2d [M, N] row-major
+// (stride(1) == 1); all CUDA tensors of one device and one dtype. `hint`
+// (may be null) is used when its descriptor is this call's, else the plan
+// comes from the cache. Returns false, having written nothing, when cuBLASLt
+// cannot take the call (see linear_desc; no algorithm); the caller then
+// computes the reference. Throws c10::Error on a cuBLASLt failure.
+bool run_linear(
+    const at::Tensor& x2d,
+    const at::Tensor& w,
+    const at::Tensor& bias,
+    const at::Tensor& c2d,
+    Epilogue epilogue,
+    const at::Tensor& y2d,
+    const MatmulPlan* hint = nullptr);
+
+// The plan of `desc` on torch's cuBLASLt handle of desc.device (see
+// MatmulPlan::get).
+std::shared_ptr<const MatmulPlan> plan_on_torch_handle(const MatmulDesc& desc);
+
+} // namespace torch_plugin::libs::cublaslt

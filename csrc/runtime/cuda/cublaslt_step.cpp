@@ -1,0 +1,178 @@
+// cublaslt_step.cpp: the executor's cuBLASLt step for CUDA
+// torch_plugin::linear_pointwise nodes (see cublaslt_step.h).
+//
+// Built once per compiled graph: the node's shapes are static, so the
+// cuBLASLt descriptor (libs::cublaslt::MatmulDesc) is derived from the IR
+// values' sizes and strides and its plan — the algorithm from
+// cublasLtMatmulAlgoGetHeuristic — is fetched from (or put into) the
+// process-wide plan cache here, at executor build time. Each run derives the
+// descriptor again from the actual tensors and torch's current settings, a
+// few integer compares: when it equals the prebuilt one (the usual case) the
+// prebuilt plan runs; when something differs (torch's TF32 setting changed
+// after compilation, a less aligned pointer, other strides) the plan of the
+// new descriptor comes from the cache, so a setting change is honoured at the
+// next run and never runs a stale plan.
+#include "runtime/cuda/cublaslt_step.h"
+
+#include "libs/cublaslt.h"
+#include "ops/library_ops.h"
+
+#include <ATen/ATen.h>
+
+namespace torch_plugin::runtime::cuda {
+
+namespace {
+
+namespace lt = libs::cublaslt;
+using ir::Node;
+using ir::Value;
+
+class CublasLtLinearStep final : public Step {
+ public:
+  CublasLtLinearStep(
+      const Node& n,
+      const SlotMap& slots,
+      lt::Epilogue epilogue,
+      std::shared_ptr<const lt::MatmulPlan> plan)
+      : x_(slots.slot(n.tensor_arg(0))),
+        w_(slots.slot(n.tensor_arg(1))),
+        b_(n.tensor_arg(2) ? slots.slot(n.tensor_arg(2)) : -1),
+        r_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
+        out_(slots.slot(n.outputs[0])),
+        m_(plan->desc().m),
+        n_(plan->desc().n),
+        k_(plan->desc().k),
+        activation_(std::get<std::string>(n.const_arg(4))),
+        epilogue_(epilogue),
+        plan_(std::move(plan)),
+        buffer_(*n.outputs[0], slots),
+        sizes_(n.outputs[0]->sizes),
+        strides_(n.outputs[0]->strides),
+        options_(at::TensorOptions()
+                     .dtype(n.outputs[0]->dtype)
+                     .device(n.outputs[0]->device)) {}
+
+  void run(Slots& s) const override {
+    const at::Tensor& x = s[x_];
+    const at::Tensor& w = s[w_];
+    at::Tensor y;
+    if (buffer_.planned())
+      y = buffer_.get(s);
+    // An arena on another device than the node's (the executor's arena is
+    // host memory until the CUDA runtime plans device arenas): own buffer.
+    if (!y.defined() || y.device() != options_.device())
+      y = at::empty_strided(sizes_, strides_, options_);
+    at::Tensor y2d = y.view({m_, n_});
+    at::Tensor x2d = x.dim() == 2 ? x : x.reshape({m_, k_});
+    at::Tensor bias = b_ >= 0 ? s[b_] : at::Tensor();
+    at::Tensor c2d = r_ >= 0 ? s[r_].reshape({m_, n_}) : at::Tensor();
+    if (!lt::run_linear(x2d, w, bias, c2d, epilogue_, y2d, plan_.get())) {
+      // No algorithm for this run's descriptor (see the file comment): the
+      // reference of ops/cpu/library_ops_kernel.cpp, on this device.
+      at::Tensor ref =
+          at::linear(x, w, b_ >= 0 ? std::optional(bias) : std::nullopt);
+      if (r_ >= 0)
+        ref = ref + s[r_];
+      y.copy_(ops::apply_activation(ref, activation_, 0.0, 0.0));
+    }
+    s[out_] = std::move(y);
+  }
+
+  std::string describe() const override {
+    return "cublaslt linear_pointwise " + plan_->describe();
+  }
+
+ private:
+  int x_, w_, b_, r_, out_;
+  int64_t m_, n_, k_;
+  std::string activation_;
+  lt::Epilogue epilogue_;
+  std::shared_ptr<const lt::MatmulPlan> plan_;
+  OutputBuffer buffer_;
+  std::vector<int64_t> sizes_, strides_;
+  at::TensorOptions options_;
+};
+
+// The 2-d strides of v as the run will see it: collapsed to [M, K] when the
+// leading dimensions allow, else contiguous (run_linear copies).
+std::vector<int64_t> strides_2d(const Value& v) {
+  if (auto s = lt::flatten_to_2d_strides(v.sizes, v.strides)) {
+    if (lt::matrix_layout({v.numel() / v.sizes.back(), v.sizes.back()}, *s))
+      return *s;
+  }
+  return {v.sizes.back(), 1};
+}
+
+} // namespace
+
+std::unique_ptr<Step> make_cublaslt_step(
+    const ir::Node& node,
+    const SlotMap& slots) {
+  if (node.op != "torch_plugin::linear_pointwise" || node.outputs.size() != 1)
+    return nullptr;
+  const Value* x = node.tensor_arg(0);
+  const Value* w = node.tensor_arg(1);
+  const Value* b = node.tensor_arg(2);
+  const Value* r = node.tensor_arg(3);
+  const Value* out = node.outputs[0];
+  if (!x || !w || !out->device.is_cuda() || !out->is_contiguous() ||
+      x->sizes.empty() || w->sizes.size() != 2 || !lt::dtype_of(out->dtype))
+    return nullptr;
+  for (const Value* v : {x, w, b, r}) {
+    if (v && (v->dtype != out->dtype || v->device != out->device))
+      return nullptr;
+  }
+  const int64_t k = w->sizes[1], n = w->sizes[0];
+  if (x->sizes.back() != k || k <= 0 || n <= 0 || out->numel() == 0)
+    return nullptr;
+  if (b && b->sizes != std::vector<int64_t>{n})
+    return nullptr;
+  if (r && r->sizes != out->sizes)
+    return nullptr;
+  const std::string& act = std::get<std::string>(node.const_arg(4));
+  lt::Epilogue epilogue;
+  if (act.empty())
+    epilogue = b ? lt::Epilogue::kBias : lt::Epilogue::kNone;
+  else if (act == "relu")
+    epilogue = b ? lt::Epilogue::kReluBias : lt::Epilogue::kRelu;
+  else if (act == "gelu_tanh")
+    epilogue = b ? lt::Epilogue::kGeluBias : lt::Epilogue::kGelu;
+  else
+    return nullptr; // the op's kernel applies it after the product
+
+  const int64_t m = x->numel() / k;
+  std::vector<int64_t> x_strides = strides_2d(*x);
+  std::vector<int64_t> w_strides = w->strides;
+  if (!lt::matrix_layout(w->sizes, w_strides))
+    w_strides = {k, 1};
+  std::optional<int64_t> ldc;
+  if (r) {
+    std::vector<int64_t> rs = strides_2d(*r);
+    auto layout = lt::matrix_layout({m, n}, rs);
+    ldc = layout && !layout->transposed ? layout->ld : n;
+  }
+  std::optional<lt::MatmulDesc> desc = lt::linear_desc(
+      {m, k},
+      x_strides,
+      w->sizes,
+      w_strides,
+      n,
+      ldc,
+      out->dtype,
+      epilogue,
+      out->device.index());
+  if (!desc)
+    return nullptr;
+  // Inputs come from torch's caching allocator (aligned far beyond 256
+  // bytes); a planned output sits at its arena offset.
+  if (out->arena_offset > 0)
+    desc->align_d = lt::alignment_of(reinterpret_cast<const void*>(
+        static_cast<uintptr_t>(out->arena_offset)));
+  std::shared_ptr<const lt::MatmulPlan> plan = lt::plan_on_torch_handle(*desc);
+  if (!plan)
+    return nullptr;
+  return std::make_unique<CublasLtLinearStep>(
+      node, slots, epilogue, std::move(plan));
+}
+
+} // namespace torch_plugin::runtime::cuda
