@@ -19,11 +19,12 @@ namespace torch_plugin::compiler {
 void init_compiler(py::module_& parent) {
   ops::link_library_ops();
   ops::link_library_ops_cpu();
-  py::module_ m = parent.def_submodule("_compiler", "the 'plugin' compiler: IR, passes, executor");
+  py::module_ m = parent.def_submodule(
+      "_compiler", "the 'plugin' compiler: IR, passes, executor");
   init_graph_bindings(m);
   init_pass_bindings(m);
   init_runtime_bindings(m);
   init_graph_export_bindings(m);
 }
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

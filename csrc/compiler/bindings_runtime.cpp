@@ -17,36 +17,47 @@ namespace py = pybind11;
 namespace torch_plugin::compiler {
 
 void init_runtime_bindings(py::module_& m) {
-  py::class_<runtime::Executor, std::shared_ptr<runtime::Executor>>(m, "Executor")
-      .def(py::init([](GraphBuilder& b) { return std::make_shared<runtime::Executor>(*b.graph); }))
-      .def("run",
-           [](const runtime::Executor& e, py::sequence args) {
-             std::vector<at::Tensor> inputs;
-             inputs.reserve(args.size());
-             for (py::handle a : args) inputs.push_back(to_tensor(a));
-             std::vector<at::Tensor> outputs;
-             {
-               py::gil_scoped_release release;
-               outputs = e.run(inputs);
-             }
-             py::list result(outputs.size());
-             for (size_t i = 0; i < outputs.size(); ++i) result[i] = from_tensor(outputs[i]);
-             return result;
-           })
-      .def("script_object",
-           [](std::shared_ptr<runtime::Executor> e) {
-             // torch.classes.torch_plugin.Executor, the argument of
-             // torch.ops.torch_plugin.run_graph (ops/executor_op.h).
-             return torch::jit::toPyObject(
-                 c10::IValue(c10::make_intrusive<ops::ExecutorObject>(std::move(e))));
-           })
+  py::class_<runtime::Executor, std::shared_ptr<runtime::Executor>>(
+      m, "Executor")
+      .def(py::init([](GraphBuilder& b) {
+        return std::make_shared<runtime::Executor>(*b.graph);
+      }))
+      .def(
+          "run",
+          [](const runtime::Executor& e, py::sequence args) {
+            std::vector<at::Tensor> inputs;
+            inputs.reserve(args.size());
+            for (py::handle a : args)
+              inputs.push_back(to_tensor(a));
+            std::vector<at::Tensor> outputs;
+            {
+              py::gil_scoped_release release;
+              outputs = e.run(inputs);
+            }
+            py::list result(outputs.size());
+            for (size_t i = 0; i < outputs.size(); ++i)
+              result[i] = from_tensor(outputs[i]);
+            return result;
+          })
+      .def(
+          "script_object",
+          [](std::shared_ptr<runtime::Executor> e) {
+            // torch.classes.torch_plugin.Executor, the argument of
+            // torch.ops.torch_plugin.run_graph (ops/executor_op.h).
+            return torch::jit::toPyObject(c10::IValue(
+                c10::make_intrusive<ops::ExecutorObject>(std::move(e))));
+          })
       .def("describe", &runtime::Executor::describe)
       .def("step_counts", &runtime::Executor::step_counts)
       .def("num_inputs", &runtime::Executor::num_inputs)
-      .def("num_outputs", [](const runtime::Executor& e) { return e.output_specs().size(); })
+      .def(
+          "num_outputs",
+          [](const runtime::Executor& e) { return e.output_specs().size(); })
       .def("arena_bytes", &runtime::Executor::arena_bytes)
       .def("num_planned", &runtime::Executor::num_planned)
-      .def("device", [](const runtime::Executor& e) { return e.device().str(); });
+      .def("device", [](const runtime::Executor& e) {
+        return e.device().str();
+      });
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN
   m.attr("has_onednn") = true;
 #else
@@ -54,9 +65,11 @@ void init_runtime_bindings(py::module_& m) {
 #endif
   m.def("kernel_cache_stats", [] {
     auto s = runtime::kernel_cache_stats();
-    return py::dict(py::arg("compiled") = s.compiled, py::arg("disk_hits") = s.disk_hits,
-                    py::arg("memory_hits") = s.memory_hits);
+    return py::dict(
+        py::arg("compiled") = s.compiled,
+        py::arg("disk_hits") = s.disk_hits,
+        py::arg("memory_hits") = s.memory_hits);
   });
 }
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

@@ -222,7 +222,7 @@ def test_gelu_tanh_of_gpt2_is_one_vectorizable_kernel(graphs, compile_plugin, as
 
     x = torch.randn(64, 1024)
     c = compile_plugin(fn, x)
-    (step,) = kernel_steps(graphs)
+    (_step,) = kernel_steps(graphs)
     sources = [v for k, v in vars(graphs[0].graph_module).items() if k.endswith("_source")]
     (source,) = sources
     # The kernel after the preamble (which defines tp_pow as std::pow for other exponents).
