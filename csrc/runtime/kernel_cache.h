@@ -39,8 +39,9 @@ inline bool has_kernel_strides(
 
 void set_kernel_cache_dir(const std::string& dir);
 // The kernel cache folder: set_kernel_cache_dir's, else TORCH_PLUGIN_CACHE_DIR,
-// else ~/.cache/torch_plugin. Generated kernels of every device are cached under
-// it (CUDA kernels in its cuda/ subfolder, see runtime/cuda/cuda_kernels.h).
+// else ~/.cache/torch_plugin. Generated kernels of every device are cached
+// under it (CUDA kernels in its cuda/ subfolder, see
+// runtime/cuda/cuda_kernels.h).
 std::string kernel_cache_dir();
 // The entry point `kernel` of each source, compiling the missing ones in
 // parallel (one compiler process per core).

@@ -219,11 +219,12 @@ def test_corrupted_cached_kernel_is_recompiled(tmp_path: Path):
     source = _unique_source()
     _run_in_fresh_process(tmp_path, source)
     (cached,) = (tmp_path / "cuda").iterdir()
-    good_size = cached.stat().st_size
-    cached.write_bytes(b"\x7fELF garbage, not a cubin")
+    garbage = b"\x7fELF garbage, not a cubin"
+    cached.write_bytes(garbage)
     stats = _run_in_fresh_process(tmp_path, source)
     assert stats["disk_rejected"] == 1 and stats["compiled"] == 1
-    assert cached.stat().st_size == good_size  # rewritten
+    assert cached.read_bytes() != garbage  # rewritten
+    assert _run_in_fresh_process(tmp_path, source)["disk_hits"] == 1
     assert not [p for p in (tmp_path / "cuda").iterdir() if p.name.startswith(".")]
 
 
