@@ -118,34 +118,11 @@ struct Builder {
         out.push_back(n);
     return out;
   }
-  // Retypes every fusion group's bf16 values as fp16 (the fusion pass of
-  // today admits float32 and bfloat16 only).
-  void bf16_to_f16() {
-    auto fix = [](Value* v) {
-      if (v->dtype == ScalarType::BFloat16)
-        v->dtype = ScalarType::Half;
-    };
-    for (Node* n : g.nodes()) {
-      if (n->op != "torch_plugin::fused")
-        continue;
-      for (Value* v : n->inputs)
-        fix(v);
-      for (Value* v : n->outputs)
-        fix(v);
-      for (Value* v : n->body->inputs())
-        fix(v);
-      for (const auto& b : n->body->node_list())
-        for (Value* v : b->outputs)
-          fix(v);
-    }
-  }
 };
 
-inline std::vector<KernelSource> render_all(Builder& b, bool f16 = false) {
+inline std::vector<KernelSource> render_all(Builder& b) {
   PassOptions o;
   kFusion.run(b.g, o);
-  if (f16)
-    b.bf16_to_f16();
   std::vector<KernelSource> out;
   for (Node* n : b.g.nodes()) {
     if (n->op != "torch_plugin::fused")

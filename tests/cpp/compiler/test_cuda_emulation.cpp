@@ -176,7 +176,6 @@ void check(
     const std::function<void(Builder&)>& make_graph,
     const Reference& reference,
     double tol,
-    bool f16 = false,
     int64_t max_grid = 3,
     int64_t misalign = 0) {
   if (!have_compiler())
@@ -184,7 +183,7 @@ void check(
   Builder b;
   make_graph(b);
   std::vector<Value*> graph_inputs = b.g.inputs();
-  auto ks = render_all(b, f16);
+  auto ks = render_all(b);
   ASSERT_EQ(ks.size(), 1u) << tag;
   ASSERT_EQ(b.g.num_nodes(), 1u) << tag << "\n" << b.g.str();
   const Node* group = b.g.nodes()[0];
@@ -244,7 +243,9 @@ double tol_of(ScalarType t) {
   return t == ScalarType::Float ? 1e-5 : 2e-2;
 }
 ScalarType dt_of(int d) {
-  return d == 0 ? ScalarType::Float : ScalarType::BFloat16;
+  return d == 0 ? ScalarType::Float
+      : d == 1  ? ScalarType::BFloat16
+                : ScalarType::Half;
 }
 const char* dt_name(int d) {
   return d == 0 ? "f32" : d == 1 ? "bf16" : "f16";
@@ -275,8 +276,7 @@ TEST(CudaEmulation, PointwiseContiguousBroadcastAndStrided) {
             return std::vector<at::Tensor>{
                 as_stored(g - in[3], d), as_stored(h, d)};
           },
-          tol_of(dt),
-          d == 2);
+          tol_of(dt));
     }
 }
 
@@ -297,7 +297,6 @@ TEST(CudaEmulation, PointwiseVectorizedOddTail) {
               as_stored(at::sigmoid(in[0] * in[1]), d)};
         },
         tol_of(dt),
-        d == 2,
         2);
   }
   check(
@@ -310,7 +309,6 @@ TEST(CudaEmulation, PointwiseVectorizedOddTail) {
         return std::vector<at::Tensor>{at::exp(-in[0])};
       },
       1e-5,
-      false,
       2,
       1);
 }
@@ -334,8 +332,7 @@ TEST(CudaEmulation, SoftmaxLogSoftmaxRows) {
               return std::vector<at::Tensor>{as_stored(
                   log ? at::log_softmax(s, 1) : at::softmax(s, 1), d)};
             },
-            tol_of(dt),
-            d == 2);
+            tol_of(dt));
       }
 }
 
@@ -484,7 +481,6 @@ TEST(CudaEmulation, RmsNormAndReductionsOverLastDims) {
         return std::vector<at::Tensor>{as_stored(at::softmax(in[0], 1), 1)};
       },
       2e-2,
-      false,
       3,
       3);
   // mean over H, W of a contiguous NCHW tensor (rows of H*W), bf16.

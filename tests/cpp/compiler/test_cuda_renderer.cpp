@@ -138,7 +138,9 @@ void expect_compiles(const KernelSource& k) {
 }
 
 ScalarType dtype_of(int i) {
-  return i == 0 ? ScalarType::Float : ScalarType::BFloat16;
+  return i == 0 ? ScalarType::Float
+      : i == 1  ? ScalarType::BFloat16
+                : ScalarType::Half;
 }
 
 TEST(CudaRenderer, PreambleDefinesEveryTableHelper) {
@@ -154,13 +156,13 @@ TEST(CudaRenderer, PointwiseVectorizedChainEveryDtype) {
   REQUIRE_NVRTC();
   for (int d = 0; d < 3; ++d) {
     Builder b;
-    const ScalarType dt = dtype_of(d == 2 ? 1 : d);
+    const ScalarType dt = dtype_of(d);
     Value* x = b.input({4096, 1024}, dt);
     Value* bias = b.input({1024}, dt);
     Value* h = b.binary("aten::add", x, bias, {4096, 1024}, dt);
     Value* y = b.gelu(h, d == 0 ? "tanh" : "none");
     b.g.set_outputs({y});
-    auto ks = render_all(b, d == 2);
+    auto ks = render_all(b);
     ASSERT_EQ(ks.size(), 1u);
     const int64_t v = d == 0 ? 4 : 8;
     EXPECT_NE(
@@ -237,11 +239,11 @@ TEST(CudaRenderer, SoftmaxAndLogSoftmaxRows) {
     for (int64_t n : {int64_t{7}, int64_t{768}, int64_t{4096}, int64_t{50257}})
       for (int d = 0; d < 3; ++d) {
         Builder b;
-        const ScalarType dt = dtype_of(d == 2 ? 1 : d);
+        const ScalarType dt = dtype_of(d);
         Value* x = b.input({8, 5, n}, dt);
         Value* scale = b.op("aten::mul", "Scalar", {x}, {0.125}, x->sizes, dt);
         b.g.set_outputs({b.softmax(op, scale, -1)});
-        auto ks = render_all(b, d == 2);
+        auto ks = render_all(b);
         ASSERT_EQ(ks.size(), 1u) << op << " " << n;
         const KernelSource& k = ks[0];
         if (n <= 1024) {
@@ -280,7 +282,7 @@ TEST(CudaRenderer, RmsNormDecomposition) {
   REQUIRE_NVRTC();
   for (int d = 0; d < 3; ++d) {
     Builder b;
-    const ScalarType dt = dtype_of(d == 2 ? 1 : d);
+    const ScalarType dt = dtype_of(d);
     Value* x = b.input({4, 9, 4096}, dt);
     Value* w = b.input({4096}, dt);
     Value* xf = x;
@@ -303,7 +305,7 @@ TEST(CudaRenderer, RmsNormDecomposition) {
         x->sizes,
         dt);
     b.g.set_outputs({y});
-    auto ks = render_all(b, d == 2);
+    auto ks = render_all(b);
     ASSERT_EQ(ks.size(), 1u);
     expect_compiles(ks[0]);
   }
