@@ -217,4 +217,5 @@ class CudaGraphRunner:
             outputs,
             pool,
         )
+        counters["captured"] += 1
         log.info("plugin: %s captured into a CUDA graph (%d inputs)", self.name, len(static))
