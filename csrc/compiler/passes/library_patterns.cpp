@@ -264,8 +264,11 @@ bool cublaslt_dtype(c10::ScalarType t) {
 // views it transposed (no copy); else a new view permute(wt, [1, 0]) inserted
 // before `before`.
 Value* transposed_weight(Graph& g, Value* wt, Node* before) {
-  if (is_const(wt) && wt->constant.defined())
-    return g.add_constant(wt->constant.t());
+  if (is_const(wt) && wt->constant.defined()) {
+    Value* w = g.add_constant(wt->constant.t());
+    w->device = wt->device; // the IR's device, also where a test moved it
+    return w;
+  }
   const Node* p = wt->producer;
   if (p && p->inputs.size() == 1 && p->inputs[0]->sizes.size() == 2) {
     bool transposes = p->op == "aten::t";

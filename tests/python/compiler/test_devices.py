@@ -43,8 +43,9 @@ def test_cuda_graph_lowers_with_its_device_and_groups_without_kernel_are_unfused
         assert not node["op"].startswith("torch_plugin::") or (
             node["op"] == "torch_plugin::fused" and node["attrs"]["target"] == "cuda"
         ), node["op"]
-    executor = _C._compiler.Executor(g)  # builds without a GPU: nothing runs yet
-    assert executor.num_outputs() == 2
+    if torch.cuda.is_available():  # building compiles its CUDA kernels for the GPU's arch
+        executor = _C._compiler.Executor(g)
+        assert executor.num_outputs() == 2
 
 
 def test_cpu_graph_keeps_its_kernels():
