@@ -54,7 +54,7 @@ from torch_plugin import _C
 log = logging.getLogger(__name__)
 
 # Bumped when the recipe format changes (2: add_input and set_type record the device).
-_FORMAT = 2
+_FORMAT = 3
 
 
 @dataclasses.dataclass
@@ -203,6 +203,21 @@ def _has_symbolic_placeholder(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+def _tracing_state() -> str:
+    """The global torch state that changes the ATen graph AOTAutograd traces from the same
+    captured graph: autocast (ambient, entered outside the captured frame, so not in the
+    graph's code) per device type, and the default dtype. A recipe traced under autocast
+    replayed without it ran the bf16 graph for fp32 inputs (wrong results, and kernels whose
+    baked dtypes read past their buffers)."""
+    parts = [f"default_dtype={torch.get_default_dtype()}"]
+    for device in ("cpu", "cuda"):
+        enabled = torch.is_autocast_enabled(device)
+        dtype = torch.get_autocast_dtype(device) if enabled else None
+        parts.append(f"autocast_{device}={enabled}:{dtype}")
+    parts.append(f"autocast_cache={torch.is_autocast_cache_enabled()}")
+    return ",".join(parts)
+
+
 def graph_key(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -221,7 +236,7 @@ def graph_key(
         return None
     h = hashlib.sha256()
     h.update(f"{_FORMAT}|{torch.__version__}|{_source_hash()}|{sorted(options.items())}".encode())
-    h.update(f"|grad={torch.is_grad_enabled()}|".encode())
+    h.update(f"|grad={torch.is_grad_enabled()}|{_tracing_state()}|".encode())
     for t in tensors:
         if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_sparse:
             return None

@@ -135,3 +135,31 @@ def test_cache_can_be_turned_off(cache_dir, monkeypatch):
         compiled = _compile(model, torch.randn(2, 3, 9, 9))
     assert _entries(cache_dir) == []
     _check(compiled, model, torch.randn(2, 3, 9, 9))
+
+
+@pytest.mark.parametrize("first_autocast", [True, False])
+def test_autocast_is_part_of_the_key(cache_dir, first_autocast):
+    """A graph compiled under ambient autocast (entered outside the captured code, so not in
+    the graph's code) and the same graph compiled without it are two entries: the bf16 recipe
+    replayed for fp32 gave bf16-precision results (and, on CUDA, kernels whose baked dtypes
+    read past their buffers)."""
+    model = _model()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        want = model(x)
+        with torch.autocast("cpu", torch.bfloat16):
+            want_bf16 = model(x)
+    for use_autocast in (first_autocast, not first_autocast):
+        with torch.no_grad():
+            if use_autocast:
+                with torch.autocast("cpu", torch.bfloat16):
+                    got = _compile(model, x)(x)
+                expected = want_bf16
+            else:
+                got = _compile(model, x)(x)
+                expected = want
+        for g, w in zip(got, expected):
+            assert g.dtype == w.dtype
+            tol = 1e-4 if w.dtype == torch.float32 else 5e-2
+            torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+    assert len(_entries(cache_dir)) == 2
