@@ -60,14 +60,22 @@ def poison_allocator() -> None:
     del blocks
 
 
-def check_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+def check_close(
+    got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str, low_tol: float = 1e-2
+) -> None:
+    """``got`` within 1e-4 (fp32) or ``low_tol`` (bf16/fp16) of ``want``'s scale; NaN only
+    where ``want`` has NaN, and infinities only where ``want`` has the same one."""
     assert got.shape == want.shape, what
     assert got.dtype == want.dtype, what
     g, w = got.double(), want.double()
     assert not (g.isnan() & ~w.isnan()).any(), f"{what}: NaN (unwritten output?)"
-    scale = max(1.0, w.abs().max().item())
-    tol = 1e-4 if dtype == torch.float32 else 1e-2
-    err = (g - w).abs().max().item()
+    same_inf = g.isinf() & (g == w)
+    assert (g.isinf() == same_inf).all(), f"{what}: infinity where the reference has none"
+    g, w = g.masked_fill(same_inf, 0.0), w.masked_fill(same_inf, 0.0)
+    finite = w[w.isfinite()]
+    scale = max(1.0, finite.abs().max().item() if finite.numel() else 1.0)
+    tol = 1e-4 if dtype == torch.float32 else low_tol
+    err = (g - w).abs().nan_to_num(0.0).max().item()
     assert err <= tol * scale, f"{what}: max error {err:.3g} > {tol:.0e} * {scale:.3g}"
 
 
@@ -100,8 +108,10 @@ def run_and_compare(fn, make, dtype, compile_plugin, graphs, min_kernels=1):
             poison_allocator()
             got = c(*args)
             got = got if isinstance(got, tuple) else (got,)
+            # The backend may run the eager graph (measured faster), whose bf16/fp16 rounding
+            # after every op is ~1% off the fp32 computation the reference rounds once.
             for i, (g, w) in enumerate(zip(got, want)):
-                check_close(g, w, dtype, f"backend output {i}")
+                check_close(g, w, dtype, f"backend output {i}", low_tol=3e-2)
 
 
 def randn(*sizes, dtype=torch.float32):
