@@ -92,7 +92,8 @@ class CompiledGraph:
                 steps = [line.split(": ", 1)[1] for line in self.describe().splitlines()]
                 why = why_not_capturable(steps, args, self.frozen)
                 if why is None:
-                    self.cuda_graph = CudaGraphRunner(self.executor.run, "compiled graph")
+                    keep = "always" if self.mode == "reduce-overhead" else "faster"
+                    self.cuda_graph = CudaGraphRunner(self.executor.run, "compiled graph", keep)
                     self._run = self.cuda_graph
                 else:
                     log.info("plugin: graph not captured into a CUDA graph: %s", why)
@@ -156,7 +157,7 @@ def compile_graph(
             return CompiledGraph(gm, frozen, opts, on_lowered=on_lowered, mode=mode)
     except lowering.Unsupported as e:
         log.info("plugin: running the ATen graph unmodified: %s", e)
-        run = _run_unmodified(gm, opts)
+        run = _run_unmodified(gm, opts, mode)
         run.unlowered = str(e)  # type: ignore[attr-defined]
         return run
 
@@ -172,7 +173,7 @@ def compile_recipe(
 
 
 def _run_unmodified(
-    gm: torch.fx.GraphModule, opts: options_mod.Options
+    gm: torch.fx.GraphModule, opts: options_mod.Options, mode: str = "default"
 ) -> Callable[[list[Any]], Any]:
     """``gm`` run as it is (boxed); on CUDA through a CUDA graph runner when it can be
     captured (its ATen ops checked as for a compiled graph)."""
@@ -195,7 +196,8 @@ def _run_unmodified(
             ]
             why = why_not_capturable(ops, args, [])
             if why is None:
-                chosen[0] = CudaGraphRunner(lambda a: list(run(a)), "ATen graph")
+                keep = "always" if mode == "reduce-overhead" else "faster"
+                chosen[0] = CudaGraphRunner(lambda a: list(run(a)), "ATen graph", keep)
             else:
                 log.info("plugin: graph not captured into a CUDA graph: %s", why)
         return run(args)

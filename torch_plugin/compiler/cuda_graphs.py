@@ -109,7 +109,7 @@ class _Pool:
         self.device = device
 
 
-counters = {"captured": 0, "replays": 0, "failed": 0}
+counters = {"captured": 0, "replays": 0, "failed": 0, "dropped": 0}
 
 _pools: dict[torch.device, _Pool] = {}
 _pools_lock = threading.Lock()
@@ -132,9 +132,19 @@ class CudaGraphRunner:
     ``run`` uncaptured. Thread-safe: replays of one pool are serialized.
     """
 
-    def __init__(self, run: Callable[[list[torch.Tensor]], list[torch.Tensor]], name: str) -> None:
+    def __init__(
+        self,
+        run: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+        name: str,
+        keep: str = "faster",
+    ) -> None:
+        """``keep``: "faster" (default mode) times the replay, with its input and output
+        copies, against running ``run`` directly right after capturing, and keeps the CUDA
+        graph only when it is faster (a graph of a few large kernels gains nothing from one
+        launch and pays the copies); "always" (``mode="reduce-overhead"``) keeps it."""
         self.run = run
         self.name = name
+        self.keep = keep
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list[torch.Tensor] = []
         self.static_outputs: list[torch.Tensor] = []
@@ -150,8 +160,13 @@ class CudaGraphRunner:
             self._capture(args)
             if self.graph is None:
                 return self.run(args)
+            if self.keep == "faster" and self._matches(args) and not self._replay_is_faster(args):
+                return self.run(args)
         if not self._matches(args):
             return self.run(args)
+        return self._replay(args)
+
+    def _replay(self, args: list[torch.Tensor]) -> list[Any]:
         pool = self.pool
         assert pool is not None
         with pool.lock:
@@ -168,6 +183,40 @@ class CudaGraphRunner:
             pool.last_replay = event
         counters["replays"] += 1
         return outputs
+
+    def _replay_is_faster(self, args: list[torch.Tensor], runs: int = 5) -> bool:
+        """Times replays against direct runs on ``args`` (median of ``runs`` each, CUDA
+        events); drops the graph (``self.failed`` says why) when the direct run is faster."""
+        import statistics
+
+        def median_ms(call: Callable[[], Any]) -> float:
+            times = []
+            for _ in range(runs):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                call()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            return statistics.median(times)
+
+        replay = median_ms(lambda: self._replay(args))
+        direct = median_ms(lambda: self.run(args))
+        if replay < direct:
+            log.info(
+                "plugin: %s keeps its CUDA graph (%.3f ms, uncaptured %.3f ms)",
+                self.name,
+                replay,
+                direct,
+            )
+            return True
+        self.failed = f"replay with copies {replay:.3f} ms, uncaptured {direct:.3f} ms"
+        self.graph = None
+        self.static_inputs, self.static_outputs = [], []
+        counters["dropped"] += 1
+        log.info("plugin: %s runs without a CUDA graph: %s", self.name, self.failed)
+        return False
 
     def _matches(self, args: list[torch.Tensor]) -> bool:
         if len(args) != len(self.static_inputs):
