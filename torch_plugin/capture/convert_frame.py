@@ -130,6 +130,12 @@ class _capture_isolation:
             (d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
         ]
         self.autocast_cache = torch.is_autocast_cache_enabled()
+        # Autocast caches the low-precision copy of each parameter it casts, keyed by the
+        # real parameter, until the outermost autocast region exits: a cast traced on a
+        # FakeTensor would be cached there and handed to the program's own eager code in
+        # the same region (a ViT under bf16 autocast computed FakeTensors after its first
+        # compiled call). No tracing reads or fills that cache.
+        torch.set_autocast_cache_enabled(False)
         self.default_dtype = torch.get_default_dtype()
         self.hooks_tracing = torch._C._autograd._saved_tensors_hooks_set_tracing(True)
         return self

@@ -478,3 +478,33 @@ def test_saved_tensor_hooks_never_see_fakes(backend, monitor):
         _assert_same(w.grad, g)
         w.grad = None
     assert seen and all(t is torch.Tensor or t is torch.nn.Parameter for t in seen)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "plugin"])
+def test_autocast_weight_cache_never_holds_fake_tensors(backend):
+    """Autocast caches each parameter's low-precision copy until the outermost autocast region
+    exits; a copy cast while tracing (a FakeTensor) was cached under the real parameter, so the
+    program's own eager call in the same region computed FakeTensors (a ViT under bf16
+    autocast, found on CUDA)."""
+    torch_plugin.reset()
+    torch.manual_seed(0)
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+            self.fc = torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            return self.fc(self.attn(x, x, x, need_weights=False)[0])
+
+    model = Block().eval()
+    fast = torch_plugin.optimize(backend)(model)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 5, 16)
+            with torch.autocast("cpu", torch.bfloat16):
+                out = fast(x)
+                ref = model(x)  # same autocast region: reads the weight cache
+                assert type(ref) is torch.Tensor and type(out) is torch.Tensor
+                torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
+    torch_plugin.reset()
