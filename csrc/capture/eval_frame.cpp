@@ -618,14 +618,35 @@ struct DisabledCallable {
   vectorcallfunc vectorcall;
 };
 
+// Runs the wrapped function with this thread's frames uncaptured (busy). When
+// this thread is the only one with a callback and ours is the evaluator, the
+// hook is also taken out for the call and put back after: while any PEP 523
+// evaluator is installed CPython sends every frame through it and inlines no
+// Python-to-Python call, which made the Python of compiled code (Inductor's
+// wrapper and kernel launchers, FX code) about 1.5x slower per op (issue #11:
+// optimize("inductor") against torch.compile, whose disabled regions restore
+// CPython's evaluator the same way). Another thread that sets a callback
+// meanwhile re-installs the hook (update_hook); so does this one on return.
 PyObject* disabled_vectorcall(
     PyObject* self,
     PyObject* const* args,
     size_t nargsf,
     PyObject* kwnames) {
-  BusyScope busy(tls_state);
-  return PyObject_Vectorcall(
+  ThreadCaptureState& state = tls_state;
+  BusyScope busy(state);
+  const bool lift = hook_installed && state.callback != nullptr &&
+      threads_with_callback == 1 &&
+      previous_eval == compat::default_eval_frame_function() &&
+      compat::get_eval_frame_function() == &eval_frame_hook;
+  if (lift) {
+    compat::set_eval_frame_function(previous_eval);
+  }
+  PyObject* result = PyObject_Vectorcall(
       reinterpret_cast<DisabledCallable*>(self)->fn, args, nargsf, kwnames);
+  if (lift) {
+    update_hook();
+  }
+  return result;
 }
 
 int disabled_traverse(PyObject* self, visitproc visit, void* arg) {

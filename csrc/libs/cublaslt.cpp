@@ -8,12 +8,15 @@
 // _addmm_activation relies on this: pytorch/pytorch#104061).
 #include "libs/cublaslt.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 namespace torch_plugin::libs::cublaslt {
 
@@ -260,7 +263,8 @@ struct MatmulPlan::Impl {
 struct PlanBuilder {
   static std::shared_ptr<MatmulPlan> build(
       const MatmulDesc& d,
-      cublasLtHandle_t handle) {
+      cublasLtHandle_t handle,
+      cudaStream_t tune_stream) {
     validate(d);
     std::shared_ptr<MatmulPlan> plan(new MatmulPlan(d));
     MatmulPlan::Impl& p = *plan->impl_;
@@ -335,21 +339,135 @@ struct PlanBuilder {
     if (status == CUBLAS_STATUS_NOT_SUPPORTED)
       return nullptr;
     check(status, "cublasLtMatmulAlgoGetHeuristic", d);
-    // Results come best first (estimated time); take the first that fits.
+    // Results come best first (estimated time): the first that fits, or,
+    // with a tuning stream, the fastest of those that fit.
+    std::vector<const cublasLtMatmulHeuristicResult_t*> fits;
     for (int i = 0; i < returned; ++i) {
       if (results[i].state == CUBLAS_STATUS_SUCCESS &&
-          results[i].workspaceSize <= d.workspace_limit) {
-        p.algo = results[i].algo;
-        plan->workspace_bytes_ = results[i].workspaceSize;
-        int id = -1;
-        if (cublasLtMatmulAlgoConfigGetAttribute(
-                &p.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), nullptr) ==
-            CUBLAS_STATUS_SUCCESS)
-          plan->algo_id_ = id;
-        return plan;
-      }
+          results[i].workspaceSize <= d.workspace_limit)
+        fits.push_back(&results[i]);
     }
-    return nullptr;
+    if (fits.empty())
+      return nullptr;
+    size_t best = 0;
+    if (tune_stream != nullptr && fits.size() > 1)
+      best = fastest(*plan, fits, handle, tune_stream);
+    use(*plan, *fits[best]);
+    return plan;
+  }
+
+  static void use(
+      MatmulPlan& plan,
+      const cublasLtMatmulHeuristicResult_t& result) {
+    plan.impl_->algo = result.algo;
+    plan.workspace_bytes_ = result.workspaceSize;
+    int id = -1;
+    plan.algo_id_ = cublasLtMatmulAlgoConfigGetAttribute(
+                        &plan.impl_->algo,
+                        CUBLASLT_ALGO_CONFIG_ID,
+                        &id,
+                        sizeof(id),
+                        nullptr) == CUBLAS_STATUS_SUCCESS
+        ? id
+        : -1;
+  }
+
+  // Index of the candidate that runs the plan's product fastest on `stream`
+  // (one warm-up, then kTuneRuns runs between CUDA events, on scratch
+  // operands from PyTorch's caching allocator filled with a constant: no
+  // random number is drawn). 0 (the heuristic's first choice) when the
+  // operands would need more than kTuneBytes or anything fails. Tunings
+  // are serialised so that plans built on several threads do not time each
+  // other's kernels.
+  static size_t fastest(
+      MatmulPlan& plan,
+      const std::vector<const cublasLtMatmulHeuristicResult_t*>& fits,
+      cublasLtHandle_t handle,
+      cudaStream_t stream) {
+    constexpr int kTuneRuns = 3;
+    constexpr size_t kTuneBytes = size_t(256) << 20;
+    const MatmulDesc& d = plan.desc();
+    const size_t elem = d.dtype == DType::kFloat32 ? 4 : 2;
+    auto extent = [&](int64_t rows, int64_t cols, int64_t ld, int64_t bs) {
+      int64_t n = (rows - 1) * ld + cols + (d.batch - 1) * bs;
+      return (static_cast<size_t>(n) * elem + 255) / 256 * 256;
+    };
+    const size_t bytes_a = d.trans_a ? extent(d.k, d.m, d.lda, d.stride_a)
+                                     : extent(d.m, d.k, d.lda, d.stride_a);
+    const size_t bytes_b = d.trans_b ? extent(d.n, d.k, d.ldb, d.stride_b)
+                                     : extent(d.k, d.n, d.ldb, d.stride_b);
+    const size_t bytes_d = extent(d.m, d.n, d.ldd, d.stride_d);
+    const size_t bytes_c = d.has_c ? extent(d.m, d.n, d.ldc, d.stride_c) : 0;
+    const size_t bytes_bias =
+        has_bias(d.epilogue) ? (d.n * elem + 255) / 256 * 256 : 0;
+    size_t ws = 0;
+    for (const auto* r : fits)
+      ws = std::max(ws, r->workspaceSize);
+    const size_t total =
+        bytes_a + bytes_b + bytes_d + bytes_c + bytes_bias + ws;
+    if (total > kTuneBytes)
+      return 0;
+
+    static std::mutex tune_mutex;
+    std::lock_guard<std::mutex> lock(tune_mutex);
+    namespace alloc = c10::cuda::CUDACachingAllocator;
+    char* base = nullptr;
+    std::vector<cudaEvent_t> events;
+    size_t best = 0;
+    try {
+      base = static_cast<char*>(alloc::raw_alloc_with_stream(total, stream));
+      if (cudaMemsetAsync(base, 0x3C, total, stream) != cudaSuccess)
+        throw std::runtime_error("cudaMemsetAsync");
+      const char* a = base;
+      const char* b = a + bytes_a;
+      char* out = const_cast<char*>(b + bytes_b);
+      const char* c = d.has_c ? out + bytes_d : nullptr;
+      const char* bias =
+          bytes_bias ? out + bytes_d + bytes_c : static_cast<char*>(nullptr);
+      void* workspace = ws ? out + bytes_d + bytes_c + bytes_bias : nullptr;
+      std::vector<bool> ran(fits.size(), false);
+      events.assign(2 * fits.size(), nullptr);
+      for (cudaEvent_t& e : events) {
+        if (cudaEventCreate(&e) != cudaSuccess)
+          throw std::runtime_error("cudaEventCreate");
+      }
+      for (size_t i = 0; i < fits.size(); ++i) {
+        use(plan, *fits[i]);
+        try {
+          plan.run(handle, a, b, c, bias, out, workspace, ws, stream);
+          cudaEventRecord(events[2 * i], stream);
+          for (int r = 0; r < kTuneRuns; ++r)
+            plan.run(handle, a, b, c, bias, out, workspace, ws, stream);
+          cudaEventRecord(events[2 * i + 1], stream);
+          ran[i] = true;
+        } catch (const c10::Error&) {
+          // This algorithm does not run here: not a candidate.
+        }
+      }
+      if (cudaStreamSynchronize(stream) != cudaSuccess)
+        throw std::runtime_error("cudaStreamSynchronize");
+      float best_ms = 0;
+      for (size_t i = 0; i < fits.size(); ++i) {
+        float ms = 0;
+        if (ran[i] &&
+            cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]) ==
+                cudaSuccess &&
+            (best_ms == 0 || ms < best_ms)) {
+          best_ms = ms;
+          best = i;
+        }
+      }
+    } catch (const std::exception&) {
+      cudaGetLastError(); // clear a sticky launch error; keep the heuristic's
+      best = 0;
+    }
+    for (cudaEvent_t e : events) {
+      if (e)
+        cudaEventDestroy(e);
+    }
+    if (base)
+      alloc::raw_delete(base);
+    return best;
   }
 
   template <typename T>
@@ -383,7 +501,8 @@ MatmulPlan::~MatmulPlan() = default;
 
 std::shared_ptr<const MatmulPlan> MatmulPlan::get(
     const MatmulDesc& desc,
-    cublasLtHandle_t handle) {
+    cublasLtHandle_t handle,
+    cudaStream_t tune_stream) {
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -393,7 +512,8 @@ std::shared_ptr<const MatmulPlan> MatmulPlan::get(
   }
   // Built outside the lock: heuristics of different shapes run in parallel
   // (the executor builds its library steps on several threads).
-  std::shared_ptr<const MatmulPlan> plan = PlanBuilder::build(desc, handle);
+  std::shared_ptr<const MatmulPlan> plan =
+      PlanBuilder::build(desc, handle, tune_stream);
   std::lock_guard<std::mutex> lock(cache.mutex);
   return cache.plans.emplace(desc, std::move(plan)).first->second;
 }

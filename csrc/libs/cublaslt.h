@@ -99,15 +99,20 @@ struct MatmulDescHash {
 class MatmulPlan {
  public:
   // The plan of `desc` from the process-wide cache (keyed by the whole
-  // descriptor), created on first use: cublasLtMatmulAlgoGetHeuristic picks
-  // the best algorithm whose workspace fits desc.workspace_limit. `handle`
-  // must belong to desc.device. Returns nullptr when cuBLASLt has no
-  // algorithm for the descriptor (the caller computes the product another
-  // way); throws c10::Error naming the cuBLASLt call and status on any other
-  // failure, and for an invalid descriptor.
+  // descriptor), created on first use: cublasLtMatmulAlgoGetHeuristic
+  // proposes up to 8 algorithms whose workspace fits desc.workspace_limit;
+  // without `tune_stream` the plan takes the heuristic's first, with one it
+  // times each on scratch operands on that stream (a few ms, once per
+  // descriptor; a stream that is not being captured into a CUDA graph, on
+  // desc.device) and takes the fastest: the heuristic ranks by an estimate.
+  // `handle` must belong to desc.device. Returns nullptr when cuBLASLt
+  // has no algorithm for the descriptor (the caller computes the product
+  // another way); throws c10::Error naming the cuBLASLt call and status on any
+  // other failure, and for an invalid descriptor.
   static std::shared_ptr<const MatmulPlan> get(
       const MatmulDesc& desc,
-      cublasLtHandle_t handle);
+      cublasLtHandle_t handle,
+      cudaStream_t tune_stream = nullptr);
 
   ~MatmulPlan();
   MatmulPlan(const MatmulPlan&) = delete;
@@ -215,7 +220,8 @@ bool run_linear(
     const MatmulPlan* hint = nullptr);
 
 // The plan of `desc` on torch's cuBLASLt handle of desc.device (see
-// MatmulPlan::get).
+// MatmulPlan::get), its algorithm timed on torch's current stream unless that
+// stream is being captured into a CUDA graph.
 std::shared_ptr<const MatmulPlan> plan_on_torch_handle(const MatmulDesc& desc);
 
 } // namespace torch_plugin::libs::cublaslt

@@ -129,7 +129,14 @@ std::optional<MatmulDesc> linear_desc(
 
 std::shared_ptr<const MatmulPlan> plan_on_torch_handle(const MatmulDesc& desc) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(desc.device));
-  return MatmulPlan::get(desc, at::cuda::getCurrentCUDABlasLtHandle());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
+      capturing != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    stream = nullptr; // no timing inside a capture: the heuristic's choice
+  }
+  return MatmulPlan::get(desc, at::cuda::getCurrentCUDABlasLtHandle(), stream);
 }
 
 bool run_linear(

@@ -15,6 +15,10 @@
 //         shared_bytes) -> Tensor[]
 //       one generated kernel; see fused_op.h (Meta: fused_op.cpp, CPU:
 //       cpu/fused_kernel.cpp, CUDA: cuda/fused_kernel_cuda.cpp).
+//   scaled_dot_product_attention(query, key, value, attn_mask?, dropout_p,
+//       is_causal, scale?, enable_gqa) -> Tensor
+//       aten's, with a fixed output layout and no dropout, a leaf of traced
+//       inference graphs; see attention_op.cpp (schema and kernels there).
 //   run_graph(executor, inputs) -> Tensor[]
 //       a whole compiled graph: its Executor, an object of the custom class
 //       torch.classes.torch_plugin.Executor; see executor_op.h (CPU and Meta:
@@ -144,6 +148,7 @@ at::Tensor linear_pointwise_meta(
 } // namespace
 
 void link_library_ops() {
+  link_attention_op();
   link_fused_op();
   link_fused_op_cpu();
 #ifdef TORCH_PLUGIN_HAVE_CUDA
@@ -182,7 +187,11 @@ TORCH_LIBRARY(torch_plugin, m) {
 
 TORCH_LIBRARY_IMPL(torch_plugin, Autograd, m) {
   for (const char* op :
-       {"conv_pointwise", "linear_pointwise", "fused", "run_graph"}) {
+       {"conv_pointwise",
+        "linear_pointwise",
+        "fused",
+        "run_graph",
+        "scaled_dot_product_attention"}) {
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
   }
 }

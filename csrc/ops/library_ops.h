@@ -9,6 +9,8 @@ namespace torch_plugin::ops {
 // library_ops.cpp and cpu/library_ops_kernel.cpp from the static library.
 void link_library_ops();
 void link_library_ops_cpu();
+// ops/attention_op.cpp.
+void link_attention_op();
 // ops/cuda/library_ops_cuda.cpp (builds with the CUDA toolkit only).
 void link_library_ops_cuda();
 

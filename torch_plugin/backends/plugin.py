@@ -17,7 +17,8 @@ AOTAutograd. Weights are never cached: they come from the live module.
 On CUDA (any example input on a CUDA device) three more rules apply (issue #11):
 
 - *Never slower than eager.* A graph that needs gradients runs as the eager graph (the
-  captured FX graph as it is; GPU training is compiled by a later part). For an inference
+  captured FX graph as it is; GPU training is compiled by a later part), and so does an
+  inference graph the compiler cannot lower (as on the CPU). For an inference
   graph, the compiled graph and the eager graph are both timed at compile time on the example
   inputs when that is safe (the ATen graph mutates no input and draws no random numbers), and
   the faster one runs from then on; a log line on ``torch_plugin.backends.plugin`` says which
@@ -37,6 +38,7 @@ Key parts:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -77,10 +79,11 @@ def plugin(
         return eager
     facts: dict[str, Any] = {}
     compiled = _plugin(gm, example_inputs, mode, facts)
+    if "unlowered" in facts:
+        # The ATen graph would run op by op from Python: the captured graph is never slower.
+        log.info("plugin: the inference graph runs as the eager graph: %s", facts["unlowered"])
+        return eager
     if not cuda:
-        if "unlowered" in facts:
-            log.info("plugin: the inference graph runs as the eager graph: %s", facts["unlowered"])
-            return eager
         return compiled
     if mode == "reduce-overhead":
         return compiled
@@ -243,15 +246,21 @@ def _plugin(
 
     from torch_plugin.compiler.decompositions import decomposition_table
 
-    compiled = aot_module_simplified(
-        gm,
-        example_inputs,
-        fw_compiler=training_compiler,
-        bw_compiler=without_capture(training_compiler),
-        inference_compiler=inference_compiler,
-        decompositions=decomposition_table(),
-        keep_inference_input_mutations=True,
-    )
+    from torch_plugin.compiler.attention import LeafAttention
+
+    # On CUDA, attention is traced as a leaf op (torch_plugin.compiler.attention says why).
+    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in [*params_flat, *example_inputs])
+    tracing = LeafAttention("cuda") if cuda else contextlib.nullcontext()
+    with tracing:
+        compiled = aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=training_compiler,
+            bw_compiler=without_capture(training_compiler),
+            inference_compiler=inference_compiler,
+            decompositions=decomposition_table(),
+            keep_inference_input_mutations=True,
+        )
 
     def run(*args: Any) -> Any:
         return rebuild(compiled(*args))
