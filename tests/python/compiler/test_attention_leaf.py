@@ -45,7 +45,7 @@ def test_op_matches_aten_and_has_the_fixed_layout(contiguous, kwargs):
                  scale=kw.get("scale"))  # fmt: skip
         ref = F.scaled_dot_product_attention(q, k, v, **kw)
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-        b, h, s, ev = out.shape
+        _, h, s, ev = out.shape
         # [B, H, L, Ev] stored as [B, L, H, Ev]
         assert out.stride() == (s * h * ev, ev, h * ev, 1)
 
