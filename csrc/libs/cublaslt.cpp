@@ -12,6 +12,9 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -70,6 +73,20 @@ bool is_pow2(int v) {
 }
 
 // Validates a descriptor before any cuBLASLt call sees it.
+// TORCH_PLUGIN_CUBLASLT_TUNING: unset or "1" times the heuristic's candidates
+// (MatmulPlan::get), "0" takes the heuristic's first, "verbose" also prints
+// each candidate's time (ms per product) to stderr.
+const char* tuning_setting() {
+  const char* v = std::getenv("TORCH_PLUGIN_CUBLASLT_TUNING");
+  return v ? v : "1";
+}
+bool tuning_enabled() {
+  return std::strcmp(tuning_setting(), "0") != 0;
+}
+bool tuning_verbose() {
+  return std::strcmp(tuning_setting(), "verbose") == 0;
+}
+
 void validate(const MatmulDesc& d) {
   TORCH_CHECK(
       d.m > 0 && d.n > 0 && d.k > 0 && d.batch >= 1 && d.batch <= INT32_MAX,
@@ -264,7 +281,7 @@ struct PlanBuilder {
   static std::shared_ptr<MatmulPlan> build(
       const MatmulDesc& d,
       cublasLtHandle_t handle,
-      cudaStream_t tune_stream) {
+      std::optional<cudaStream_t> tune_stream) {
     validate(d);
     std::shared_ptr<MatmulPlan> plan(new MatmulPlan(d));
     MatmulPlan::Impl& p = *plan->impl_;
@@ -347,11 +364,24 @@ struct PlanBuilder {
           results[i].workspaceSize <= d.workspace_limit)
         fits.push_back(&results[i]);
     }
+    if (tuning_verbose()) {
+      for (int i = 0; i < returned; ++i)
+        std::fprintf(
+            stderr,
+            "torch_plugin cublaslt heuristic: %s result %d: status %d, "
+            "workspace %zu of %llu, estimated %g\n",
+            d.str().c_str(),
+            i,
+            static_cast<int>(results[i].state),
+            results[i].workspaceSize,
+            static_cast<unsigned long long>(d.workspace_limit),
+            static_cast<double>(results[i].wavesCount));
+    }
     if (fits.empty())
       return nullptr;
     size_t best = 0;
-    if (tune_stream != nullptr && fits.size() > 1)
-      best = fastest(*plan, fits, handle, tune_stream);
+    if (tune_stream && fits.size() > 1 && tuning_enabled())
+      best = fastest(*plan, fits, handle, *tune_stream);
     use(*plan, *fits[best]);
     return plan;
   }
@@ -384,7 +414,7 @@ struct PlanBuilder {
       const std::vector<const cublasLtMatmulHeuristicResult_t*>& fits,
       cublasLtHandle_t handle,
       cudaStream_t stream) {
-    constexpr int kTuneRuns = 3;
+    constexpr int kTuneRuns = 5;
     constexpr size_t kTuneBytes = size_t(256) << 20;
     const MatmulDesc& d = plan.desc();
     const size_t elem = d.dtype == DType::kFloat32 ? 4 : 2;
@@ -447,12 +477,22 @@ struct PlanBuilder {
       if (cudaStreamSynchronize(stream) != cudaSuccess)
         throw std::runtime_error("cudaStreamSynchronize");
       float best_ms = 0;
+      const bool verbose = tuning_verbose();
       for (size_t i = 0; i < fits.size(); ++i) {
         float ms = 0;
-        if (ran[i] &&
+        const bool timed = ran[i] &&
             cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]) ==
-                cudaSuccess &&
-            (best_ms == 0 || ms < best_ms)) {
+                cudaSuccess;
+        if (verbose) {
+          use(plan, *fits[i]);
+          std::fprintf(
+              stderr,
+              "torch_plugin cublaslt tuning: %s candidate %zu: %s\n",
+              plan.describe().c_str(),
+              i,
+              timed ? std::to_string(ms / kTuneRuns).c_str() : "did not run");
+        }
+        if (timed && (best_ms == 0 || ms < best_ms)) {
           best_ms = ms;
           best = i;
         }
@@ -502,7 +542,7 @@ MatmulPlan::~MatmulPlan() = default;
 std::shared_ptr<const MatmulPlan> MatmulPlan::get(
     const MatmulDesc& desc,
     cublasLtHandle_t handle,
-    cudaStream_t tune_stream) {
+    std::optional<cudaStream_t> tune_stream) {
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);

@@ -101,7 +101,8 @@ class MatmulPlan {
   // The plan of `desc` from the process-wide cache (keyed by the whole
   // descriptor), created on first use: cublasLtMatmulAlgoGetHeuristic
   // proposes up to 8 algorithms whose workspace fits desc.workspace_limit;
-  // without `tune_stream` the plan takes the heuristic's first, with one it
+  // without `tune_stream` the plan takes the heuristic's first, with one (the
+  // legacy default stream, whose handle is null, included) it
   // times each on scratch operands on that stream (a few ms, once per
   // descriptor; a stream that is not being captured into a CUDA graph, on
   // desc.device) and takes the fastest: the heuristic ranks by an estimate.
@@ -112,7 +113,7 @@ class MatmulPlan {
   static std::shared_ptr<const MatmulPlan> get(
       const MatmulDesc& desc,
       cublasLtHandle_t handle,
-      cudaStream_t tune_stream = nullptr);
+      std::optional<cudaStream_t> tune_stream = std::nullopt);
 
   ~MatmulPlan();
   MatmulPlan(const MatmulPlan&) = delete;

@@ -129,14 +129,16 @@ std::optional<MatmulDesc> linear_desc(
 
 std::shared_ptr<const MatmulPlan> plan_on_torch_handle(const MatmulDesc& desc) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(desc.device));
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  // The legacy default stream's handle is null: a stream is told apart from
+  // "no tuning" by the optional, not by the handle.
+  std::optional<cudaStream_t> tune = at::cuda::getCurrentCUDAStream().stream();
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
+  if (cudaStreamIsCapturing(*tune, &capturing) != cudaSuccess ||
       capturing != cudaStreamCaptureStatusNone) {
     cudaGetLastError();
-    stream = nullptr; // no timing inside a capture: the heuristic's choice
+    tune = std::nullopt; // no timing inside a capture: the heuristic's choice
   }
-  return MatmulPlan::get(desc, at::cuda::getCurrentCUDABlasLtHandle(), stream);
+  return MatmulPlan::get(desc, at::cuda::getCurrentCUDABlasLtHandle(), tune);
 }
 
 bool run_linear(

@@ -25,6 +25,13 @@
 // usual transpose(1, 2).reshape(B, L, H * Ev) after attention reads without a
 // copy), otherwise contiguous. A result in another layout is copied into it.
 //
+// Mask: the fused kernels take a mask only when its last dimension has stride
+// 1. A mask built by broadcasting a column (Hugging Face's sdpa_mask: a
+// [1, 1, L, 1] comparison expanded to [B, 1, L, S], last-dimension stride 0)
+// made ATen pick the math path for BERT under capture, where eager, given no
+// mask, ran memory-efficient attention; such a mask is copied contiguously
+// first (same values, one small copy).
+//
 // query [..., L, E], key [..., S, E], value [..., S, Ev], all of one float
 // dtype and with query's batch dimensions (no broadcasting; with enable_gqa
 // key and value may have fewer heads). dropout_p must be 0: the op is pure, so
@@ -123,8 +130,13 @@ at::Tensor attention_kernel(
     std::optional<double> scale,
     bool enable_gqa) {
   check_attention(query, key, value, dropout_p);
+  std::optional<at::Tensor> mask = attn_mask;
+  if (mask.has_value() && mask->dim() > 0 && mask->stride(-1) != 1 &&
+      mask->size(-1) > 1) {
+    mask = mask->contiguous();
+  }
   at::Tensor out = at::scaled_dot_product_attention(
-      query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa);
+      query, key, value, mask, 0.0, is_causal, scale, enable_gqa);
   if (has_output_layout(out)) {
     return out;
   }

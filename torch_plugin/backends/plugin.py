@@ -219,11 +219,19 @@ def _plugin(
                 cached_run = without_capture(_run_flat(cached, params_flat))
                 return lambda *args: rebuild(cached_run(*args))
 
+    from torch_plugin.compiler.attention import LeafAttention, fused_attention_to_leaf
+
+    # On CUDA, attention is traced as a leaf op (torch_plugin.compiler.attention says why).
+    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in [*params_flat, *example_inputs])
     num_args = len(params_flat) + len(example_inputs)
     num_outputs = len(next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0])
 
     def inference_compiler(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
         frozen = params_flat if _placeholders_match(fx_graph, params_flat) else []
+        if cuda:
+            rewritten = fused_attention_to_leaf(fx_graph)
+            if rewritten:
+                log.info("plugin: %d fused attention call(s) became the leaf op", rewritten)
         if facts is not None:
             impure = aten_graph_impurity(fx_graph)
             facts["impure" if impure else "pure"] = impure or True
@@ -246,10 +254,6 @@ def _plugin(
 
     from torch_plugin.compiler.decompositions import decomposition_table
 
-    from torch_plugin.compiler.attention import LeafAttention
-
-    # On CUDA, attention is traced as a leaf op (torch_plugin.compiler.attention says why).
-    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in [*params_flat, *example_inputs])
     tracing = LeafAttention("cuda") if cuda else contextlib.nullcontext()
     with tracing:
         compiled = aot_module_simplified(

@@ -19,16 +19,28 @@ gradients, broadcast batch dimensions, another device) and attention inside othe
 functions (``nn.MultiheadAttention``'s ``multi_head_attention_forward``, whose own
 ``__torch_function__`` dispatch hides its inner calls from the mode) are traced as before.
 
+Attention the mode cannot reach still reaches the traced graph as one of ATen's fused
+attention ops (``_scaled_dot_product_efficient_attention`` for the fp32 attention inside
+``multi_head_attention_forward``). Those ops carry the ``nondeterministic_seeded`` tag
+because they may apply dropout, which keeps the graph from being timed against eager or
+captured into a CUDA graph, and they return the backend's auxiliary results.
+:func:`fused_attention_to_leaf` replaces each call made without dropout, whose other
+results are unused and whose output has the leaf op's layout, by the leaf op: the same
+attention, computed by the kernel eager's dispatcher picks, with no random numbers.
+
 Key parts:
 - :class:`LeafAttention`: the torch-function mode.
 - :func:`leaf_arguments`: whether a call can be the leaf op, and its arguments.
+- :func:`fused_attention_to_leaf`: the ATen-graph rewrite of fused attention ops.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
+import torch.fx
 from torch.overrides import TorchFunctionMode
 
 _SDPA = torch._C._nn.scaled_dot_product_attention
@@ -113,3 +125,95 @@ class LeafAttention(TorchFunctionMode):
                     q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=gqa
                 )
         return func(*args, **kwargs)
+
+
+# ATen's fused attention ops and the name of their mask argument (None: they take none).
+_FUSED_ATTENTION = {
+    "aten::_scaled_dot_product_efficient_attention": "attn_bias",
+    "aten::_scaled_dot_product_flash_attention": None,
+    "aten::_scaled_dot_product_cudnn_attention": "attn_bias",
+}
+
+
+def _leaf_layout(shape: torch.Size) -> tuple[int, ...]:
+    """Strides of the leaf op's output of ``shape`` ([B, H, L, Ev]): a contiguous
+    [B, L, H, Ev] (csrc/ops/attention_op.cpp)."""
+    _, h, seq, ev = shape
+    return (seq * h * ev, ev, h * ev, 1)
+
+
+def _bound_arguments(node: torch.fx.Node) -> dict[str, Any] | None:
+    """``node``'s arguments by schema name, defaults filled in; None when they do not bind."""
+    schema = node.target._schema
+    bound: dict[str, Any] = {}
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    if len(node.args) > len(positional):
+        return None
+    for arg, value in zip(positional, node.args):
+        bound[arg.name] = value
+    for name, value in node.kwargs.items():
+        if name in bound or name not in {a.name for a in schema.arguments}:
+            return None
+        bound[name] = value
+    for arg in schema.arguments:
+        if arg.name not in bound:
+            if not arg.has_default_value():
+                return None
+            bound[arg.name] = arg.default_value
+    return bound
+
+
+def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:
+    """Rewrites ``gm`` (an ATen inference graph with ``meta["val"]`` on its nodes) in place:
+    each call of a fused attention op of ATen (efficient, flash, cuDNN) with
+    ``dropout_p == 0``, 4-d query/key/value of equal batch and head counts, no use of any
+    result but the output, and an output in the leaf op's layout becomes a call of
+    ``torch_plugin::scaled_dot_product_attention`` (see the module doc). Returns the number
+    of calls rewritten; calls that do not qualify are left as they are."""
+    leaf = torch.ops.torch_plugin.scaled_dot_product_attention.default
+    rewritten = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target._schema.name not in _FUSED_ATTENTION:
+            continue
+        mask_name = _FUSED_ATTENTION[node.target._schema.name]
+        bound = _bound_arguments(node)
+        if bound is None or bound.get("dropout_p") != 0:
+            continue
+        if bound.get("return_debug_mask") or not isinstance(bound.get("is_causal"), bool):
+            continue
+        scale = bound.get("scale")
+        if scale is not None and not isinstance(scale, (int, float)):
+            continue
+        users = list(node.users)
+        if not all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+            continue
+        q, k, v = (bound[n] for n in ("query", "key", "value"))
+        vals = [getattr(x, "meta", {}).get("val") for x in (q, k, v)]
+        out = node.meta.get("val")
+        if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in vals):
+            continue
+        if any(t.shape[:2] != vals[0].shape[:2] for t in vals):
+            continue
+        if not isinstance(out, (tuple, list)) or not isinstance(out[0], torch.Tensor):
+            continue
+        if tuple(out[0].stride()) != _leaf_layout(out[0].shape):
+            continue
+        mask = bound.get(mask_name) if mask_name else None
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(
+                leaf,
+                (q, k, v, mask, 0.0, bound["is_causal"]),
+                {"scale": None if scale is None else float(scale), "enable_gqa": False},
+            )
+        call.meta["val"] = out[0]
+        for user in users:
+            user.replace_all_uses_with(call)
+            gm.graph.erase_node(user)
+        gm.graph.erase_node(node)
+        rewritten += 1
+    if rewritten:
+        gm.graph.lint()
+        gm.recompile()
+    return rewritten

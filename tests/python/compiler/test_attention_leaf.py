@@ -6,12 +6,14 @@ calls. The CUDA side is in test_cuda_attention.py."""
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from torch_plugin import _C  # noqa: F401 - registers the torch_plugin ops
-from torch_plugin.compiler.attention import LeafAttention, leaf_arguments
+from torch_plugin.compiler.attention import LeafAttention, fused_attention_to_leaf, leaf_arguments
 
 op = torch.ops.torch_plugin.scaled_dot_product_attention
 
@@ -185,3 +187,65 @@ def test_autocast_casts_the_leaf_ops_arguments_like_atens():
                 ref = model(*inputs)[0]
             assert out.dtype == ref.dtype == torch.bfloat16
             torch.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2)
+
+
+def _fused_attention_graph(dropout_p=0.0, use_logsumexp=False, q_layout="blhe"):
+    """An ATen graph calling _scaled_dot_product_efficient_attention, as AOTAutograd traces
+    nn.MultiheadAttention's attention on CUDA, with meta["val"] from the op's meta kernel."""
+    b, h, s, e = 2, 4, 8, 16
+    g = torch.fx.Graph()
+    names = ("q", "k", "v", "bias")
+    shapes = {"q": (b, h, s, e), "k": (b, h, s, e), "v": (b, h, s, e), "bias": (b, h, s, s)}
+    nodes, metas = [], []
+    for n in names:
+        node = g.placeholder(n)
+        if n != "bias" and q_layout == "blhe":
+            meta = torch.empty(b, s, h, e, device="meta").transpose(1, 2)
+        else:
+            meta = torch.empty(shapes[n], device="meta")
+        node.meta["val"] = meta
+        nodes.append(node)
+        metas.append(meta)
+    efficient = torch.ops.aten._scaled_dot_product_efficient_attention.default
+    call = g.call_function(efficient, (*nodes, use_logsumexp, dropout_p))
+    call.meta["val"] = efficient(*metas, use_logsumexp, dropout_p)
+    out = g.call_function(operator.getitem, (call, 0))
+    out.meta["val"] = call.meta["val"][0]
+    results = [out]
+    if use_logsumexp:
+        lse = g.call_function(operator.getitem, (call, 1))
+        lse.meta["val"] = call.meta["val"][1]
+        results.append(lse)
+    g.output(tuple(results))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def test_fused_attention_without_dropout_becomes_the_leaf_op():
+    gm = _fused_attention_graph()
+    assert fused_attention_to_leaf(gm) == 1
+    assert "aten._scaled_dot_product_efficient_attention.default" not in _targets(gm)
+    assert "torch_plugin.scaled_dot_product_attention.default" in _targets(gm)
+    torch.manual_seed(0)
+    for _ in range(3):  # fresh inputs each call; the rewritten graph runs the leaf op on CPU
+        q, k, v = _qkv()
+        bias = torch.randn(2, 4, 8, 8)
+        (got,) = gm(q, k, v, bias)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("case", ["dropout", "logsumexp used", "other layout"])
+def test_fused_attention_that_the_leaf_op_cannot_replace_stays(case):
+    gm = _fused_attention_graph(
+        dropout_p=0.1 if case == "dropout" else 0.0,
+        use_logsumexp=case == "logsumexp used",
+        q_layout="contiguous" if case == "other layout" else "blhe",
+    )
+    before = str(gm.graph)
+    if case == "other layout":
+        # the efficient op's meta output follows its own layout; force a mismatch
+        node = next(n for n in gm.graph.nodes if n.op == "call_function")
+        val = node.meta["val"]
+        node.meta["val"] = (torch.empty(val[0].shape, device="meta"), *val[1:])
+    assert fused_attention_to_leaf(gm) == 0
+    assert str(gm.graph) == before

@@ -115,3 +115,56 @@ def test_sdpa_is_traced_as_the_leaf_op_and_matches_eager(dtype, masked, monkeypa
     targets = {str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"}
     assert "torch_plugin.scaled_dot_product_attention.default" in targets, targets
     assert not any("_scaled_dot_product" in t or "bmm" in t for t in targets), targets
+
+
+def test_leaf_op_takes_a_column_broadcast_mask_without_the_math_path():
+    """A bool mask expanded from a column (Hugging Face's sdpa_mask under capture: last
+    dimension stride 0) is given to the fused kernels; with the math path switched off the
+    leaf op still runs, and it matches eager attention with the math path allowed."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from torch_plugin import _C  # noqa: F401 - registers the torch_plugin ops
+
+    torch.manual_seed(0)
+    for _ in range(3):
+        q, k, v = (torch.randn(4, 64, 6, 32, device="cuda").transpose(1, 2) for _ in range(3))
+        # as sdpa_mask builds it: (query index >= 0) as a [1, 1, L, 1] column, expanded
+        mask = (torch.arange(64, device="cuda")[None, None, :, None] >= 0).expand(4, 1, 64, 64)
+        assert mask.stride(-1) == 0
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+            got = torch.ops.torch_plugin.scaled_dot_product_attention(q, k, v, mask)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_multihead_attention_fused_call_becomes_the_leaf_op(monkeypatch):
+    """nn.MultiheadAttention (fp32, eval) reaches the ATen graph as
+    _scaled_dot_product_efficient_attention, tagged as drawing random numbers; without
+    dropout it is rewritten to the leaf op, so the graph is pure (timed against eager, may be
+    captured); outputs match eager over several calls."""
+    from torch_plugin.backends import plugin as plugin_mod
+
+    graphs = []
+    real = plugin_mod.aten_graph_impurity
+
+    def recording(gm):
+        graphs.append(gm)
+        return real(gm)
+
+    monkeypatch.setattr(plugin_mod, "aten_graph_impurity", recording)
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(64, 4, batch_first=True).cuda().eval()
+
+    def block(x):
+        return mha(x, x, x, need_weights=False)[0].relu() + x
+
+    fast = torch_plugin.optimize("plugin")(block)
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(3, 20, 64, device="cuda")
+            torch.testing.assert_close(fast(x), block(x), rtol=1e-4, atol=1e-4)
+    assert graphs, "no inference graph was compiled"
+    targets = {str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"}
+    assert "torch_plugin.scaled_dot_product_attention.default" in targets, targets
+    assert not any("_scaled_dot_product" in t for t in targets), targets
+    assert all(real(gm) is None for gm in graphs)
