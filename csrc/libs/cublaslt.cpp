@@ -380,10 +380,79 @@ struct PlanBuilder {
     if (fits.empty())
       return nullptr;
     size_t best = 0;
+    std::vector<cublasLtMatmulHeuristicResult_t> variants;
+    if (tune_stream && tuning_enabled()) {
+      variants = split_k_variants(p, handle, d, fits);
+      for (const auto& v : variants)
+        fits.push_back(&v);
+    }
     if (tune_stream && fits.size() > 1 && tuning_enabled())
       best = fastest(*plan, fits, handle, *tune_stream);
     use(*plan, *fits[best]);
     return plan;
+  }
+
+  // Split-K versions of the heuristic's first candidate of each of its
+  // first three algorithm ids (K cut into 2, 4 or 8 slices, partial products
+  // reduced in place or in fp32 workspace), those cublasLtMatmulAlgoCheck
+  // accepts within desc.workspace_limit. The heuristic proposes none for fp32
+  // products with few output tiles (BERT at batch 1: M = 128 tokens, N = 768),
+  // where it ranks a largeK kernel first that an H100 runs 2x slower than the
+  // split-K kernel cuBLAS's own gemm picks (52.5 against 23.4 us for
+  // 128x768x3072). Timed with the heuristic's candidates by fastest(); never
+  // used untimed.
+  static std::vector<cublasLtMatmulHeuristicResult_t> split_k_variants(
+      const MatmulPlan::Impl& p,
+      cublasLtHandle_t handle,
+      const MatmulDesc& d,
+      const std::vector<const cublasLtMatmulHeuristicResult_t*>& fits) {
+    constexpr size_t kBases = 3;
+    const int32_t slices[] = {2, 4, 8};
+    const uint32_t schemes[] = {
+        CUBLASLT_REDUCTION_SCHEME_INPLACE,
+        CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE};
+    std::vector<cublasLtMatmulHeuristicResult_t> out;
+    std::vector<int> seen_ids; // the first candidate of each algorithm id
+    for (size_t i = 0; i < fits.size() && seen_ids.size() < kBases; ++i) {
+      int id = -1;
+      if (cublasLtMatmulAlgoConfigGetAttribute(
+              &fits[i]->algo,
+              CUBLASLT_ALGO_CONFIG_ID,
+              &id,
+              sizeof(id),
+              nullptr) != CUBLAS_STATUS_SUCCESS ||
+          std::find(seen_ids.begin(), seen_ids.end(), id) != seen_ids.end())
+        continue;
+      seen_ids.push_back(id);
+      for (int32_t split : slices) {
+        if (d.k < 64 * split)
+          continue; // slices too thin to pay for the reduction
+        for (uint32_t scheme : schemes) {
+          cublasLtMatmulAlgo_t algo = fits[i]->algo;
+          if (cublasLtMatmulAlgoConfigSetAttribute(
+                  &algo,
+                  CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                  &split,
+                  sizeof(split)) != CUBLAS_STATUS_SUCCESS ||
+              cublasLtMatmulAlgoConfigSetAttribute(
+                  &algo,
+                  CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                  &scheme,
+                  sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
+            continue;
+          cublasLtMatmulHeuristicResult_t r = {};
+          if (cublasLtMatmulAlgoCheck(
+                  handle, p.op, p.lt_a, p.lt_b, p.lt_c, p.lt_d, &algo, &r) !=
+                  CUBLAS_STATUS_SUCCESS ||
+              r.state != CUBLAS_STATUS_SUCCESS ||
+              r.workspaceSize > d.workspace_limit)
+            continue;
+          r.algo = algo;
+          out.push_back(r);
+        }
+      }
+    }
+    return out;
   }
 
   static void use(
@@ -485,10 +554,19 @@ struct PlanBuilder {
                 cudaSuccess;
         if (verbose) {
           use(plan, *fits[i]);
+          int32_t split = 1;
+          cublasLtMatmulAlgoConfigGetAttribute(
+              &fits[i]->algo,
+              CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+              &split,
+              sizeof(split),
+              nullptr);
           std::fprintf(
               stderr,
-              "torch_plugin cublaslt tuning: %s candidate %zu: %s\n",
+              "torch_plugin cublaslt tuning: %s split-k %d candidate %zu: "
+              "%s\n",
               plan.describe().c_str(),
+              static_cast<int>(split),
               i,
               timed ? std::to_string(ms / kTuneRuns).c_str() : "did not run");
         }
