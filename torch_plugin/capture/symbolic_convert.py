@@ -20,6 +20,7 @@ from __future__ import annotations
 import dis
 import inspect
 import operator
+import os
 import sys
 import types
 
@@ -335,6 +336,11 @@ class InstructionTranslatorBase(ContainerInstructions):
                 unimplemented(reason)
         from .skipfiles import check_inline, is_pure_stdlib
 
+        if isinstance(fn_var, UserFunctionVariable) and fn_var.fn is os.getenv:
+            from .variables.environ import call_getenv
+
+            return call_getenv(self, args, kwargs)
+
         if isinstance(fn_var, UserFunctionVariable) and is_pure_stdlib(code):
             # Pure standard-library helpers (inspect, dataclasses, ...) on values known at
             # capture time run for real; their result is a constant of this capture.
@@ -588,6 +594,7 @@ class InstructionTranslatorBase(ContainerInstructions):
             result = contains(self, container.items, item).value
         elif (
             isinstance(container, (ConstDictVariable, NNModuleVariable))
+            or (isinstance(container, UserDefinedObjectVariable) and container.value is os.environ)
             or not container.is_python_constant()
         ):
             result = container.call_method(self, "__contains__", [item], {}).as_python_constant()

@@ -258,7 +258,9 @@ class NNModuleVariable(VariableTracker):
             return self.var_getattr(tx, key)
         if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)):
             if isinstance(key, slice):
-                unimplemented("slicing a Sequential/ModuleList")
+                if isinstance(m, torch.nn.ParameterList):
+                    unimplemented("slicing a ParameterList")
+                return ModuleSliceVariable(self, list(m._modules)[key])
             names = (
                 list(m._modules)
                 if not isinstance(m, torch.nn.ParameterList)
@@ -317,3 +319,61 @@ def class_attribute(tx, obj_var: VariableTracker, static, name: str) -> Variable
     return wrap_value(
         tx, static, AttrSource(obj_var.source, name) if obj_var.source is not None else None
     )
+
+
+class ModuleSliceVariable(VariableTracker):
+    """``container[a:b]`` of a ``Sequential`` or ``ModuleList`` (``self.layers[:n]`` in HF
+    decoders). Eager builds a new container holding the same child modules; the translator
+    keeps the parent's variable and the children's names instead, so each child is still
+    reached (and guarded) through the parent's source. It models what code does with such a
+    slice: iterate, ``len``, index or slice it again, ``isinstance`` (its type is the
+    container's), and, for a ``Sequential``, call it (each child in turn). Anything else is
+    a graph break."""
+
+    def __init__(self, parent: NNModuleVariable, names: list[str]) -> None:
+        super().__init__()
+        self.parent = parent
+        self.names = names
+
+    def python_type(self) -> type:
+        return type(self.parent.module)
+
+    def truthiness(self, tx) -> bool:
+        return bool(self.names)
+
+    def _children(self, tx) -> list[VariableTracker]:
+        return [self.parent.var_getattr(tx, name) for name in self.names]
+
+    def unpack_var_sequence(self, tx):
+        return self._children(tx)
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        key = index.as_python_constant()
+        if isinstance(key, slice):
+            return ModuleSliceVariable(self.parent, self.names[key])
+        n = len(self.names)
+        if not isinstance(key, int) or not -n <= key < n:
+            unimplemented(f"{self.python_type().__name__} slice index {key!r} out of range")
+        return self.parent.var_getattr(tx, self.names[key % n])
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__len__" and not args and not kwargs:
+            return ConstantVariable(len(self.names))
+        if name == "__getitem__" and len(args) == 1 and not kwargs:
+            return self.getitem(tx, args[0])
+        if name == "__iter__" and not args and not kwargs:
+            from .lists import ListIteratorVariable
+
+            return ListIteratorVariable(self._children(tx))
+        unimplemented(f"method {name!r} of a sliced {self.python_type().__name__}")
+
+    def call_function(self, tx, args, kwargs):
+        if not isinstance(self.parent.module, torch.nn.Sequential) or kwargs or len(args) != 1:
+            unimplemented(f"call of a sliced {self.python_type().__name__}")
+        value = args[0]
+        for child in self._children(tx):
+            value = child.call_function(tx, [value], {})
+        return value
+
+    def __repr__(self) -> str:
+        return f"ModuleSliceVariable({self.python_type().__name__}{self.names})"

@@ -9,7 +9,9 @@ guarded by their source, so the guard re-reads them on every call (also through 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import os
 import types
 
 import torch
@@ -33,6 +35,11 @@ _READ_METHODS = (
 
 def _has_custom_getattr(cls: type) -> bool:
     return cls.__getattribute__ is not object.__getattribute__ or hasattr(cls, "__getattr__")
+
+
+# Types whose attributes are data descriptors over immutable (or, for Field, never
+# rewritten) values: an attribute read is the value itself.
+_PLAIN_ATTRIBUTE_TYPES = (torch.finfo, torch.iinfo, dataclasses.Field)
 
 
 class UserDefinedObjectVariable(VariableTracker):
@@ -76,6 +83,18 @@ class UserDefinedObjectVariable(VariableTracker):
 
         source = AttrSource(self.source, name) if self.source is not None else None
         cls = type(self.value)
+        if self.value is os.environ and name in ("get", "__getitem__", "__contains__"):
+            from .base import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)  # read as a guarded constant (environ.py)
+        if isinstance(self.value, _PLAIN_ATTRIBUTE_TYPES):
+            # C types whose attributes are plain data (torch.finfo(dtype).min, a dataclass
+            # Field's default): read now, guarded through the attribute's source if any.
+            try:
+                value = getattr(self.value, name)
+            except AttributeError:
+                unimplemented(f"{cls.__name__} object has no attribute {name!r}")
+            return wrap_value(tx, value, source)
         if not _has_custom_getattr(cls):
             try:
                 static = inspect.getattr_static(self.value, name)
@@ -103,6 +122,13 @@ class UserDefinedObjectVariable(VariableTracker):
         return wrap_value(tx, value, source)
 
     def call_method(self, tx, name, args, kwargs):
+        if self.value is os.environ:
+            from .environ import call_environ_method
+
+            result = call_environ_method(tx, name, args, kwargs)
+            if result is not None:
+                return result
+            unimplemented(f"os.environ.{name} with arguments not known at capture time")
         static = getattr(type(self.value), name, None)
         if (
             self.source is None
