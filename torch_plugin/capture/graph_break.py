@@ -110,6 +110,7 @@ class Reconstructor:
         self.temps: dict[int, str] = {}
         # (local holding the replay's memo, ids of the containers it built): reused as is
         self.replayed: tuple[str, set] | None = None
+        self._preparing: set[int] = set()  # objects built by the frame, being prepared
 
     def _emit(self, name: str, arg: Any = bc.UNSET) -> None:
         self.gen._emit(name, arg)
@@ -117,12 +118,22 @@ class Reconstructor:
     def prepare(self, var: VariableTracker) -> None:
         """Rebuild mutable containers once, into temporaries, so every use shares them (the
         side-effect replay's own objects when it built them)."""
+        from .variables.model_output import ModelOutputVariable
+        from .variables.new_object import NewObjectVariable
+
+        if isinstance(var, NewObjectVariable):
+            if id(var) in self._preparing:
+                unimplemented(
+                    "objects built in the frame that reach each other are live at a break"
+                )
+            self._preparing.add(id(var))
         for child in _children(var):
             self.prepare(child)
-        from .variables.model_output import ModelOutputVariable
-
+        self._preparing.discard(id(var))
         if (
-            not isinstance(var, (ListVariable, ConstDictVariable, ModelOutputVariable))
+            not isinstance(
+                var, (ListVariable, ConstDictVariable, ModelOutputVariable, NewObjectVariable)
+            )
             or var.source is not None
         ):
             return
@@ -238,6 +249,18 @@ class Reconstructor:
                 ],
             )
             return
+        from .variables.new_object import NewObjectVariable, make_object
+
+        if isinstance(var, NewObjectVariable):
+            self.call_helper(
+                make_object,
+                [
+                    ConstantVariable(var.cls),
+                    ConstantVariable(tuple(var.attrs)),
+                    TupleVariable(list(var.attrs.values())),
+                ],
+            )
+            return
         if _is_real_stable(var):
             gen.load_object(var.as_python_constant(), "obj")
             return
@@ -347,6 +370,10 @@ def _children(var: VariableTracker) -> list[VariableTracker]:
 
     if isinstance(var, ModelOutputVariable):
         return list(var.fields.values())
+    from .variables.new_object import NewObjectVariable
+
+    if isinstance(var, NewObjectVariable):
+        return list(var.attrs.values())
     return []
 
 
@@ -708,7 +735,7 @@ def _has_ops(output) -> bool:
     return any(n.op in ("call_function", "call_method", "call_module") for n in output.graph.nodes)
 
 
-def _check_rebuildable(var: VariableTracker) -> None:
+def _check_rebuildable(var: VariableTracker, seen: set | None = None) -> None:
     from .variables.functions import CellVariable, NestedUserFunctionVariable
     from .variables.torch import AutocastVariable, GradModeVariable
 
@@ -716,8 +743,12 @@ def _check_rebuildable(var: VariableTracker) -> None:
         var, (NestedUserFunctionVariable, CellVariable, GradModeVariable, AutocastVariable)
     ):
         unimplemented(f"cannot rebuild {var} after a graph break")
+    seen = set() if seen is None else seen
+    if id(var) in seen:
+        return
+    seen.add(id(var))
     for child in _children(var):
-        _check_rebuildable(child)
+        _check_rebuildable(child, seen)
 
 
 def _assemble(code: types.CodeType, gen: CodeGen) -> types.CodeType:

@@ -2,7 +2,8 @@
 
 :func:`flatten_output` turns the frame's symbolic return value into the list of tensor
 variables the graph returns plus a *spec*; :func:`rebuild` turns the graph's tensors back
-into the user's structure (tuples, lists, dicts, named tuples, HF ModelOutputs, constants).
+into the user's structure (tuples, lists, dicts, named tuples, HF ModelOutputs, objects built
+by the frame, constants).
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from .variables.tensor import TensorVariable
 from .variables.user_defined import UserDefinedObjectVariable
 
 
-def flatten_output(var: VariableTracker, outputs: list[TensorVariable], output_graph=None) -> tuple:
+def flatten_output(
+    var: VariableTracker,
+    outputs: list[TensorVariable],
+    output_graph=None,
+    visiting: set | None = None,
+) -> tuple:
     """Spec of ``var``; appends its tensors to ``outputs``. Containers from the frame's inputs
     become ``("arg", k)``: runtime argument ``k`` (loaded from their source by the transformed
     code, see ``OutputGraph.runtime_arg``), so the caller gets the very same object."""
@@ -55,24 +61,45 @@ def flatten_output(var: VariableTracker, outputs: list[TensorVariable], output_g
         return (
             "namedtuple",
             var.tuple_cls,
-            [flatten_output(v, outputs, output_graph) for v in var.items],
+            [flatten_output(v, outputs, output_graph, visiting) for v in var.items],
         )
     if isinstance(var, TupleVariable):
-        return ("tuple", [flatten_output(v, outputs, output_graph) for v in var.items])
+        return ("tuple", [flatten_output(v, outputs, output_graph, visiting) for v in var.items])
     if isinstance(var, ListVariable):
-        return ("list", [flatten_output(v, outputs, output_graph) for v in var.items], id(var))
+        return (
+            "list",
+            [flatten_output(v, outputs, output_graph, visiting) for v in var.items],
+            id(var),
+        )
     if isinstance(var, ConstDictVariable):
         return (
             "dict",
             var.user_cls,
-            [(k, flatten_output(v, outputs, output_graph)) for k, v in var.items.items()],
+            [(k, flatten_output(v, outputs, output_graph, visiting)) for k, v in var.items.items()],
             id(var),
         )
+    from .variables.new_object import NewObjectVariable
+
+    if isinstance(var, NewObjectVariable):
+        # built once per variable (rebuild's memo); a cycle (an object reaching itself
+        # through its attributes) refers back to the object under construction
+        visiting = set() if visiting is None else visiting
+        if id(var) in visiting:
+            return ("object_ref", id(var))
+        visiting.add(id(var))
+        attrs = [
+            (k, flatten_output(v, outputs, output_graph, visiting)) for k, v in var.attrs.items()
+        ]
+        visiting.discard(id(var))
+        return ("object", var.cls, attrs, id(var))
     if isinstance(var, ModelOutputVariable):
         return (
             "model_output",
             var.cls,
-            [(k, flatten_output(v, outputs, output_graph)) for k, v in var.fields.items()],
+            [
+                (k, flatten_output(v, outputs, output_graph, visiting))
+                for k, v in var.fields.items()
+            ],
             id(var),
         )
     if var.source is not None or _is_stable_object(var):
@@ -135,6 +162,17 @@ def rebuild(spec: tuple, tensors, memo: dict | None = None, args: tuple = ()) ->
         out = memo[spec[3]] = spec[1]()
         out.update((k, rebuild(s, tensors, memo, args)) for k, s in spec[2])
         return out
+    if kind == "object":
+        if spec[3] in memo:
+            return memo[spec[3]]
+        from .variables.new_object import make_object
+
+        out = memo[spec[3]] = make_object(spec[1], (), ())
+        for name, s in spec[2]:
+            object.__setattr__(out, name, rebuild(s, tensors, memo, args))
+        return out
+    if kind == "object_ref":
+        return memo[spec[1]]
     if kind == "model_output":
         # built once per variable, like lists and dicts: a ModelOutput reached twice (a local
         # and a return value, a replayed attribute) is one object, so a later attribute

@@ -151,7 +151,7 @@ def _collect_ids(spec: tuple, out: set) -> None:
     elif kind == "tuple":
         for s in spec[1]:
             _collect_ids(s, out)
-    elif kind == "model_output":
+    elif kind in ("model_output", "object"):
         out.add(spec[3])
         for _key, s in spec[2]:
             _collect_ids(s, out)

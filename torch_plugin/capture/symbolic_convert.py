@@ -49,6 +49,7 @@ from .variables.lists import (
     TupleVariable,
     contains,
 )
+from .variables.new_object import NewObjectVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import TensorVariable
 from .variables.torch import AutocastVariable, GradModeVariable
@@ -253,6 +254,8 @@ class InstructionTranslatorBase(ContainerInstructions):
     def is_(self, a: VariableTracker, b: VariableTracker) -> bool:
         if a is b:
             return True
+        if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
+            return False  # an object built in the frame is no other object
         tensor_a, tensor_b = isinstance(a, TensorVariable), isinstance(b, TensorVariable)
         if tensor_a and tensor_b:
             return a.node is b.node
@@ -550,6 +553,9 @@ class InstructionTranslatorBase(ContainerInstructions):
     def STORE_ATTR(self, inst):
         obj = self.pop()
         value = self.pop()
+        if isinstance(obj, NewObjectVariable):
+            obj.store_attr(self, inst.argval, value)  # not visible outside the frame yet
+            return
         if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
             real = _object_seen(obj)
             if isinstance(real, torch.nn.Module) and isinstance(value, TensorVariable):
@@ -565,6 +571,10 @@ class InstructionTranslatorBase(ContainerInstructions):
         unimplemented(f"assignment to attribute {inst.argval!r} of {obj}")
 
     def DELETE_ATTR(self, inst):
+        obj = self.pop()
+        if isinstance(obj, NewObjectVariable):
+            obj.delete_attr(self, inst.argval)
+            return
         unimplemented(f"deletion of attribute {inst.argval!r} (side effect)")
 
     # --- operators ------------------------------------------------------------------------

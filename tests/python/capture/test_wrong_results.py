@@ -423,7 +423,7 @@ class _Suppress(_Recorder):
 
 def _raise_inside_with(x, log):
     y = x + 1
-    with _Suppress(log):  # a graph break constructing it, then one at the `with` itself
+    with _Suppress(log):  # built by capture (new_object.py), then a graph break at the `with`
         y = y * 2
         if x.sum() > 0:  # data-dependent: the resume function inside the block runs as is
             raise ValueError("swallowed by __exit__")
@@ -456,7 +456,7 @@ def test_resume_functions_have_sane_exception_table_depths():
         for (code, _), c in resume_execution._cache.items()
         if code.co_name.endswith("_raise_inside_with") or "_raise_inside_with" in code.co_qualname
     ]
-    assert len(codes) >= 2
+    assert codes
     for code in codes:
         for entry in dis._parse_exception_table(code):
             assert entry.depth <= code.co_stacksize, (code.co_qualname, entry)

@@ -343,6 +343,13 @@ def _hasattr(tx, obj, name):
     from .tensor import TensorVariable
     from .user_defined import UserDefinedObjectVariable
 
+    from .new_object import NewObjectVariable
+
+    if isinstance(obj, NewObjectVariable):
+        static = next((k.__dict__[name] for k in obj.cls.__mro__ if name in k.__dict__), None)
+        if isinstance(static, property):
+            return None  # its getter may raise AttributeError: decided by running it
+        return obj.has_attr(name)
     if isinstance(obj, UserDefinedObjectVariable) and obj.source is not None:
         # Guarded on its type only: guard the answer, not the object's identity.
         return _user_object_hasattr(tx, obj, name)

@@ -241,6 +241,10 @@ class UserDefinedClassVariable(VariableTracker):
                 return wrap_constant_or_object(value)
         if issubclass(cls, torch.nn.Module):
             unimplemented(f"constructing nn.Module {cls.__name__} inside the captured code")
+        from .new_object import NewObjectVariable, constructible
+
+        if constructible(cls):
+            return NewObjectVariable.create(tx, cls, args, kwargs, cls_source=self.source)
         unimplemented(f"constructing an object of class {cls.__qualname__}")
 
     def __repr__(self) -> str:
