@@ -80,10 +80,17 @@ def export(
             f"({', '.join(r.code.co_qualname for r in captured)}); export needs exactly one"
         )
     record = captured[0]
-    if record.has_side_effects:
+    if record.returns_new_objects:
         raise ExportError(
-            f"export of {name}: the code mutates state outside the graph (attributes, globals, "
-            "input lists/dicts), which an exported graph cannot replay"
+            f"export of {name}: the return value holds an object the code builds (an HF "
+            "DynamicCache, say: pass use_cache=False); an exported graph returns tensors in "
+            "tuples, lists, dicts and ModelOutputs"
+        )
+    if record.visible_side_effects or record.returns_runtime_args:
+        what = ", ".join(record.visible_side_effects) or "returns objects from its inputs"
+        raise ExportError(
+            f"export of {name}: the code mutates state the caller can see ({what}), which an "
+            "exported graph cannot replay"
         )
     gm, example_inputs = graphs[0]
     return _standalone(gm, example_inputs, record.output_spec, args, kwargs), list(record.guards)

@@ -84,3 +84,69 @@ def test_export_rejects_side_effects():
 
     with pytest.raises(torch_plugin.ExportError, match="mutates state"):
         torch_plugin.export(f, torch.randn(2), [])
+
+
+class _Flag:
+    def __init__(self):
+        self.active = False
+        self.value = None
+
+
+FLAG = _Flag()
+
+
+def _set_and_reset(x):
+    FLAG.active = True  # set and reset inside the call (HF's CompileableContextVar)
+    FLAG.value = 3
+    y = x * 2
+    FLAG.active = False
+    FLAG.value = None
+    return y
+
+
+def _leaves_flag_set(x):
+    FLAG.active = True
+    return x * 2
+
+
+def test_export_accepts_state_restored_within_the_call():
+    gm, _ = torch_plugin.export(_set_and_reset, torch.randn(3))
+    for _ in range(2):
+        x = torch.randn(3)
+        torch.testing.assert_close(gm(x), _set_and_reset(x))
+    assert FLAG.active is False and FLAG.value is None
+
+
+def test_export_names_the_state_a_caller_would_see():
+    try:
+        with pytest.raises(torch_plugin.ExportError, match=r"setattr .*\.active"):
+            torch_plugin.export(_leaves_flag_set, torch.randn(3))
+    finally:
+        FLAG.active = False
+
+
+class _Box:
+    def __init__(self, t):
+        self.t = t
+
+
+def test_export_refuses_to_return_an_object_the_code_builds():
+    with pytest.raises(torch_plugin.ExportError, match="object the code builds"):
+        torch_plugin.export(lambda x: _Box(x + 1), torch.randn(2))
+
+
+def test_export_hf_bert_matches_eager():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        vocab_size=100,
+    )  # fmt: skip
+    model = transformers.BertModel(config).eval()
+    gm, _ = torch_plugin.export(model, input_ids=torch.randint(0, 100, (2, 8)))
+    with torch.no_grad():
+        for _ in range(2):
+            ids = torch.randint(0, 100, (2, 8))
+            got, want = gm(input_ids=ids), model(input_ids=ids)
+            torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state)
+            torch.testing.assert_close(got.pooler_output, want.pooler_output)

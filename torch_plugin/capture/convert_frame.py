@@ -85,6 +85,26 @@ class CaptureRecord:
     output_spec: tuple | None = None
     has_side_effects: bool = False
     graph_break_location: UserSourceLocation | None = None
+    # What export() must refuse: side effects a caller could observe (SideEffects.
+    # caller_visible) and whether the return value holds objects loaded from the inputs.
+    visible_side_effects: tuple = ()
+    returns_runtime_args: bool = False
+    returns_new_objects: bool = False
+
+
+def _spec_has(spec: tuple, kind: str) -> bool:
+    """Whether an output_structure spec holds a part of ``kind`` ("arg", "object")."""
+    if spec[0] == kind:
+        return True
+    if spec[0] in ("tuple", "list"):
+        parts = spec[1]
+    elif spec[0] == "namedtuple":
+        parts = spec[2]
+    elif spec[0] in ("dict", "model_output", "object"):
+        parts = [s for _key, s in spec[2]]
+    else:  # tensor, const, arg, object_ref
+        return False
+    return any(_spec_has(p, kind) for p in parts)
 
 
 # Functions called with each CaptureRecord (explain(), export() and the logs use this).
@@ -314,7 +334,7 @@ class ConvertFrame:
                             ),
                             partial.get("translate_time_s", time.perf_counter() - t0),
                             partial.get("compile_time_s", 0.0),
-                            break_reason.location,
+                            graph_break_location=break_reason.location,
                         )
                     )
                 return transformed, guard
@@ -385,6 +405,9 @@ class ConvertFrame:
                     time.perf_counter() - t1,
                     spec,
                     replay is not None or bool(output.runtime_sources),
+                    visible_side_effects=tuple(output.side_effects.caller_visible()),
+                    returns_runtime_args=_spec_has(spec, "arg"),
+                    returns_new_objects=_spec_has(spec, "object"),
                 )
             )
         return transformed, guard

@@ -30,6 +30,7 @@ class SideEffects:
         # key -> (kind, target, name, variable); dict order = order of first write.
         self._effects: dict[tuple, tuple[str, Any, Any, VariableTracker]] = {}
         self._views: list[VariableTracker] = []
+        self._written: dict[int, Any] = {}  # id -> object seen by attribute writes
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -44,6 +45,7 @@ class SideEffects:
         ``source`` at run time (``obj`` is the one seen while tracing, and keys the write)."""
         target = source if source is not None else obj
         self._effects[("setattr", id(obj), name)] = ("setattr", target, name, value)
+        self._written[id(obj)] = obj
 
     def pending_attr(self, obj: Any, name: str) -> VariableTracker | None:
         entry = self._effects.get(("setattr", id(obj), name))
@@ -71,6 +73,29 @@ class SideEffects:
         object is reached at run time through ``var.source``."""
         kind = "list" if isinstance(real, list) else "dict"
         self._effects.setdefault((kind, id(real)), (kind, var.source, None, var))
+
+    def caller_visible(self) -> list[str]:
+        """The effects a caller could observe after the call, described (``setattr
+        M['x'].compiling``); an attribute write whose final value is a constant equal to the
+        attribute's value now (a flag set and reset inside the call, as HF's
+        ``CompileableContextVar``) is not listed. ``export`` refuses the listed ones."""
+        from .variables.constant import ConstantVariable
+
+        out = []
+        for key, (kind, target, name, var) in self._effects.items():
+            if kind == "setattr" and isinstance(var, ConstantVariable):
+                obj = self._written.get(key[1])
+                sentinel = object()
+                now = getattr(obj, name, sentinel)
+                if now is not sentinel and type(now) is type(var.value) and now == var.value:
+                    continue
+            where = (
+                target.name()
+                if hasattr(target, "name") and callable(target.name)
+                else (type(target).__name__)
+            )
+            out.append(f"{kind} {where}" + (f".{name}" if isinstance(name, str) else ""))
+        return out
 
     def mutated_objects(self) -> set[int]:
         """Ids of the real objects this capture writes to (attribute writes, mutated input

@@ -348,7 +348,15 @@ def _hasattr(tx, obj, name):
     if isinstance(obj, NewObjectVariable):
         static = next((k.__dict__[name] for k in obj.cls.__mro__ if name in k.__dict__), None)
         if isinstance(static, property):
-            return None  # its getter may raise AttributeError: decided by running it
+            # True when its getter runs (inlined); an exception, AttributeError included,
+            # is not modelled: then CPython decides
+            from ..exc import Unsupported
+
+            try:
+                obj.var_getattr(tx, name)
+            except Unsupported:
+                return None
+            return True
         return obj.has_attr(name)
     if isinstance(obj, UserDefinedObjectVariable) and obj.source is not None:
         # Guarded on its type only: guard the answer, not the object's identity.
