@@ -49,6 +49,7 @@ from .variables.lists import (
     TupleVariable,
     contains,
 )
+from .variables.autograd_function import FunctionCtxVariable
 from .variables.new_object import NewObjectVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import TensorVariable
@@ -553,7 +554,7 @@ class InstructionTranslatorBase(ContainerInstructions):
     def STORE_ATTR(self, inst):
         obj = self.pop()
         value = self.pop()
-        if isinstance(obj, NewObjectVariable):
+        if isinstance(obj, (NewObjectVariable, FunctionCtxVariable)):
             obj.store_attr(self, inst.argval, value)  # not visible outside the frame yet
             return
         if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):

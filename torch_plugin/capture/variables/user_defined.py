@@ -188,6 +188,10 @@ class UserDefinedClassVariable(VariableTracker):
         from .builder import wrap_value
         from .functions import UserFunctionVariable, UserMethodVariable
 
+        if name == "apply" and issubclass(self.value, torch.autograd.Function):
+            from .autograd_function import AutogradFunctionApplyVariable
+
+            return AutogradFunctionApplyVariable(self.value)
         static = None
         for klass in self.value.__mro__:
             if name in klass.__dict__:
