@@ -31,6 +31,7 @@ from .container_instructions import ContainerInstructions
 from .exc import Unsupported, UserSourceLocation, unimplemented
 from .output_graph import OutputGraph
 from .sources import ClosureSource, GlobalSource, ItemSource, LocalSource, ObjectSource
+from .variables.autograd_function import FunctionCtxVariable
 from .variables.base import VariableTracker
 from .variables.builder import wrap_constant_or_object, wrap_value
 from .variables.constant import BINARY_OPS, COMPARE_OPS, INPLACE_OPS, ConstantVariable
@@ -49,7 +50,6 @@ from .variables.lists import (
     TupleVariable,
     contains,
 )
-from .variables.autograd_function import FunctionCtxVariable
 from .variables.new_object import NewObjectVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import TensorVariable
@@ -605,7 +605,6 @@ class InstructionTranslatorBase(ContainerInstructions):
             result = contains(self, container.items, item).value
         elif (
             isinstance(container, (ConstDictVariable, NNModuleVariable))
-            or (isinstance(container, UserDefinedObjectVariable) and container.value is os.environ)
             or not container.is_python_constant()
         ):
             result = container.call_method(self, "__contains__", [item], {}).as_python_constant()

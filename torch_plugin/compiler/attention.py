@@ -142,27 +142,6 @@ def _leaf_layout(shape: torch.Size) -> tuple[int, ...]:
     return (seq * h * ev, ev, h * ev, 1)
 
 
-def _bound_arguments(node: torch.fx.Node) -> dict[str, Any] | None:
-    """``node``'s arguments by schema name, defaults filled in; None when they do not bind."""
-    schema = node.target._schema
-    bound: dict[str, Any] = {}
-    positional = [a for a in schema.arguments if not a.kwarg_only]
-    if len(node.args) > len(positional):
-        return None
-    for arg, value in zip(positional, node.args):
-        bound[arg.name] = value
-    for name, value in node.kwargs.items():
-        if name in bound or name not in {a.name for a in schema.arguments}:
-            return None
-        bound[name] = value
-    for arg in schema.arguments:
-        if arg.name not in bound:
-            if not arg.has_default_value():
-                return None
-            bound[arg.name] = arg.default_value
-    return bound
-
-
 def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:
     """Rewrites ``gm`` (an ATen inference graph with ``meta["val"]`` on its nodes) in place:
     each call of a fused attention op of ATen (efficient, flash, cuDNN) with
@@ -178,8 +157,11 @@ def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:
         if node.target._schema.name not in _FUSED_ATTENTION:
             continue
         mask_name = _FUSED_ATTENTION[node.target._schema.name]
-        bound = _bound_arguments(node)
-        if bound is None or bound.get("dropout_p") != 0:
+        normalized = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True)
+        if normalized is None:
+            continue
+        bound = normalized.kwargs  # every argument by schema name, defaults filled in
+        if bound.get("dropout_p") != 0:
             continue
         if bound.get("return_debug_mask") or not isinstance(bound.get("is_causal"), bool):
             continue

@@ -13,6 +13,7 @@ import enum
 import functools
 import math
 import operator
+import os
 import types
 from typing import Any
 
@@ -126,6 +127,11 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
     if isinstance(value, torch.nn.Module):
         guards.nn_module(source, value)
         return NNModuleVariable(value, source)
+    if value is os.environ:
+        from .environ import EnvironVariable
+
+        guards.id_match(source, value)
+        return EnvironVariable(source)
     if isinstance(
         value, (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType)
     ) or isinstance(value, type):
@@ -331,6 +337,10 @@ def wrap_constant_or_object(value: Any) -> VariableTracker:
         )
     if isinstance(value, torch.nn.Module):
         return NNModuleVariable(value)
+    if value is os.environ:
+        from .environ import EnvironVariable
+
+        return EnvironVariable()
     if (
         isinstance(value, types.FunctionType)
         or isinstance(value, type)

@@ -339,15 +339,13 @@ class BuiltinVariable(CallableVariable):
 
 def _hasattr(tx, obj, name):
     """True/False when hasattr can be decided without running user code, else None."""
+    from .new_object import NewObjectVariable
     from .nn_module import NNModuleVariable
     from .tensor import TensorVariable
-    from .user_defined import UserDefinedObjectVariable
-
-    from .new_object import NewObjectVariable
+    from .user_defined import UserDefinedObjectVariable, class_lookup
 
     if isinstance(obj, NewObjectVariable):
-        static = next((k.__dict__[name] for k in obj.cls.__mro__ if name in k.__dict__), None)
-        if isinstance(static, property):
+        if isinstance(class_lookup(obj.cls, name), property):
             # True when its getter runs (inlined); an exception, AttributeError included,
             # is not modelled: then CPython decides
             from ..exc import Unsupported

@@ -10,7 +10,8 @@ through an ``EQUALS_MATCH`` on the item, or a ``NOT_IN_DICT`` when the variable 
 Writes (``os.environ[key] = v``, ``pop``, ``putenv``) and reads with keys known only at run
 time are not modelled: they stay graph breaks.
 
-Key functions: :func:`call_environ_method` (methods of ``os.environ``), :func:`call_getenv`.
+Key parts: :class:`EnvironVariable` (``os.environ`` itself, as the builder wraps it; any use
+but the reads above is a graph break), :func:`call_getenv`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 
 from ..exc import unimplemented
 from ..sources import AttrSource, ItemSource, ObjectSource
-from .base import VariableTracker
+from .base import BoundMethodVariable, VariableTracker
 from .constant import ConstantVariable
 
 _DATA_SOURCE = AttrSource(ObjectSource(os.environ, "os.environ"), "_data")
@@ -50,9 +51,8 @@ def _constant_args(args, kwargs) -> list | None:
     return values
 
 
-def call_environ_method(tx, name: str, args, kwargs) -> VariableTracker | None:
-    """``os.environ.<name>(*args)`` as a guarded constant, or None when not modelled (the
-    caller then treats it as any other object's method)."""
+def _call_environ_method(tx, name: str, args, kwargs) -> VariableTracker | None:
+    """``os.environ.<name>(*args)`` as a guarded constant, or None when not modelled."""
     values = _constant_args(args, kwargs)
     if values is None:
         return None
@@ -69,6 +69,36 @@ def call_environ_method(tx, name: str, args, kwargs) -> VariableTracker | None:
     if name == "__contains__" and len(values) == 1:
         return ConstantVariable(_lookup(tx, values[0]) is not None)
     return None
+
+
+_READS = ("get", "__getitem__", "__contains__")
+
+
+class EnvironVariable(VariableTracker):
+    """``os.environ``: its reads with constant keys are guarded constants (module doc)."""
+
+    def python_type(self) -> type:
+        return type(os.environ)
+
+    def is_python_constant(self) -> bool:
+        return False
+
+    def as_python_constant(self):
+        unimplemented("os.environ used other than by reading a key known at capture time")
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in _READS:
+            return BoundMethodVariable(self, name)
+        unimplemented(f"os.environ.{name}")
+
+    def call_method(self, tx, name, args, kwargs):
+        result = _call_environ_method(tx, name, args, kwargs) if name in _READS else None
+        if result is None:
+            unimplemented(f"os.environ.{name} with arguments not known at capture time")
+        return result
+
+    def __repr__(self) -> str:
+        return "EnvironVariable()"
 
 
 def call_getenv(tx, args, kwargs) -> VariableTracker:

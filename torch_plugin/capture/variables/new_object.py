@@ -66,6 +66,11 @@ def constructible(cls: type) -> bool:
     return init is object.__init__ or isinstance(init, types.FunctionType)
 
 
+def _is_data_descriptor(static: Any) -> bool:
+    """A class attribute that takes over instance reads and writes (a property, a slot)."""
+    return static is not None and (isinstance(static, property) or hasattr(type(static), "__set__"))
+
+
 def make_object(cls: type, names: tuple, values: tuple) -> Any:
     """The real object: ``cls.__new__(cls)`` with ``names`` set to ``values`` (the
     instance ``__dict__`` the capture computed, in its insertion order)."""
@@ -139,15 +144,10 @@ class NewObjectVariable(VariableTracker):
             from .builder import wrap_constant_or_object
 
             return wrap_constant_or_object(self.cls)
-        static = None
-        for klass in self.cls.__mro__:
-            if name in klass.__dict__:
-                static = klass.__dict__[name]
-                break
-        data_descriptor = static is not None and (
-            isinstance(static, property) or hasattr(type(static), "__set__")
-        )
-        if name in self.attrs and not data_descriptor:
+        from .user_defined import class_lookup
+
+        static = class_lookup(self.cls, name)
+        if name in self.attrs and not _is_data_descriptor(static):
             return self.attrs[name]
         if static is None:
             unimplemented(f"{self.cls.__name__} object has no attribute {name!r}")
@@ -167,12 +167,10 @@ class NewObjectVariable(VariableTracker):
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         """``obj.name = value``: a plain instance attribute (a property or other data
         descriptor of the class would run code: not modelled)."""
-        for klass in self.cls.__mro__:
-            static = klass.__dict__.get(name)
-            if static is not None and (
-                isinstance(static, property) or hasattr(type(static), "__set__")
-            ):
-                unimplemented(f"assignment to descriptor {name!r} of {self.cls.__name__}")
+        from .user_defined import class_lookup
+
+        if _is_data_descriptor(class_lookup(self.cls, name)):
+            unimplemented(f"assignment to descriptor {name!r} of {self.cls.__name__}")
         self.attrs[name] = value
 
     def delete_attr(self, tx, name: str) -> None:

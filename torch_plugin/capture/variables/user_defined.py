@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import types
 
 import torch
@@ -31,6 +30,15 @@ _READ_METHODS = (
     "get",
     "__iter__",
 )
+
+
+def class_lookup(cls: type, name: str):
+    """``name`` as found in the ``__dict__`` of the first class of ``cls.__mro__`` that
+    defines it (no descriptor is invoked), or None."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
 
 
 def _has_custom_getattr(cls: type) -> bool:
@@ -83,10 +91,6 @@ class UserDefinedObjectVariable(VariableTracker):
 
         source = AttrSource(self.source, name) if self.source is not None else None
         cls = type(self.value)
-        if self.value is os.environ and name in ("get", "__getitem__", "__contains__"):
-            from .base import BoundMethodVariable
-
-            return BoundMethodVariable(self, name)  # read as a guarded constant (environ.py)
         if isinstance(self.value, _PLAIN_ATTRIBUTE_TYPES):
             # C types whose attributes are plain data (torch.finfo(dtype).min, a dataclass
             # Field's default): read now, guarded through the attribute's source if any.
@@ -108,11 +112,7 @@ class UserDefinedObjectVariable(VariableTracker):
                     tx.output.guards.not_in_dict(AttrSource(self.source, "__dict__"), name)
                 return class_attribute(tx, self, static, name)
         else:
-            static = None
-            for klass in cls.__mro__:
-                if name in klass.__dict__:
-                    static = klass.__dict__[name]
-                    break
+            static = class_lookup(cls, name)
             if isinstance(static, (types.FunctionType, property, staticmethod, classmethod)):
                 return class_attribute(tx, self, static, name)
         try:
@@ -122,13 +122,6 @@ class UserDefinedObjectVariable(VariableTracker):
         return wrap_value(tx, value, source)
 
     def call_method(self, tx, name, args, kwargs):
-        if self.value is os.environ:
-            from .environ import call_environ_method
-
-            result = call_environ_method(tx, name, args, kwargs)
-            if result is not None:
-                return result
-            unimplemented(f"os.environ.{name} with arguments not known at capture time")
         static = getattr(type(self.value), name, None)
         if (
             self.source is None
@@ -192,11 +185,7 @@ class UserDefinedClassVariable(VariableTracker):
             from .autograd_function import AutogradFunctionApplyVariable
 
             return AutogradFunctionApplyVariable(self.value)
-        static = None
-        for klass in self.value.__mro__:
-            if name in klass.__dict__:
-                static = klass.__dict__[name]
-                break
+        static = class_lookup(self.value, name)
         if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
             return UserFunctionVariable(static.__func__)
         if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
