@@ -77,12 +77,6 @@ def plugin(
     if cuda and needs_grad:
         log.info("plugin: a CUDA graph that needs gradients runs as the eager graph")
         return eager
-    if cuda and torch.is_autocast_enabled("cuda") and _changes_autocast(gm):
-        log.info(
-            "plugin: a CUDA graph that changes the autocast state inside an autocast region "
-            "runs as the eager graph (a wrong result under investigation, see _changes_autocast)"
-        )
-        return eager
     facts: dict[str, Any] = {}
     compiled = _plugin(gm, example_inputs, mode, facts)
     if "unlowered" in facts:
@@ -94,24 +88,6 @@ def plugin(
     if mode == "reduce-overhead":
         return compiled
     return _faster_of(compiled, eager, example_inputs, facts)
-
-
-def _changes_autocast(gm: torch.fx.GraphModule) -> bool:
-    """Whether the captured graph enters an autocast region of its own
-    (``torch.amp._enter_autocast`` nodes: HF Llama's rotary embedding computes in fp32 inside
-    ``autocast(enabled=False)``).
-
-    Why it matters: once whole-graph capture put Llama's rotary embedding and its attention
-    layers in one graph, the compiled CUDA graph of a Llama-style decoder under bf16 autocast
-    gave wrong results on an H100 (tests/python/models/test_cuda_models.py,
-    llama-bf16-reduce-overhead: max error 4.0 against an output scale of 3.6), while fp32,
-    the same model split into several graphs, GPT-2 under bf16, and the same graph on the
-    CPU compiler (with the CUDA-only attention tracing forced on) all match eager. The cause
-    was not found before the session's GPU time ran out; until it is, such graphs run as
-    their eager graph on CUDA (issue #11)."""
-    return any(
-        n.op == "call_function" and n.target is torch.amp._enter_autocast for n in gm.graph.nodes
-    )
 
 
 def plugin_reduce_overhead(
@@ -298,10 +274,21 @@ def _plugin(
 
 def _run_flat(compiled: Callable[[list[Any]], Any], params: list[torch.Tensor]) -> Any:
     """``compiled`` (boxed, parameters first) called as AOTAutograd's inference wrapper
-    would call it for a trivially wrapped graph: ``run(*inputs) -> list of outputs``."""
+    would call it for a trivially wrapped graph: ``run(*inputs) -> list of outputs``.
+
+    Like that wrapper (``disable_amp`` in torch/_functorch/_aot_autograd/runtime_wrappers.py),
+    it runs the graph with autocast off when autocast was on at compile time: the traced
+    graph has autocast's casts written out, and its ATen calls must not be cast again (an
+    fp32 product inside ``autocast(enabled=False)``, HF Llama's rotary angles, would run in
+    bf16 under the caller's autocast). Dynamo's guards and the graph key include the
+    autocast state, so the state at run time is the state at compile time."""
+    disable_amp = torch._C._is_any_autocast_enabled()
 
     def run(*args: Any) -> Any:
         with torch.no_grad():
+            if disable_amp:
+                with torch._C._DisableAutocast():
+                    return compiled([*params, *args])
             return compiled([*params, *args])
 
     return run

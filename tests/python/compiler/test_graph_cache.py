@@ -163,3 +163,44 @@ def test_autocast_is_part_of_the_key(cache_dir, first_autocast):
             tol = 1e-4 if w.dtype == torch.float32 else 5e-2
             torch.testing.assert_close(g, w, rtol=tol, atol=tol)
     assert len(_entries(cache_dir)) == 2
+
+
+class Fp32Region(torch.nn.Module):
+    """HF Llama's rotary-embedding idiom: a product computed in fp32 inside
+    ``autocast(enabled=False)`` while the caller runs under bf16 autocast."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, 16))
+
+    def forward(self, x):
+        with torch.autocast("cpu", enabled=False):
+            angles = torch.bmm(x.float(), self.w.expand(x.shape[0], 16, 16))
+        return torch.cos(angles), torch.relu(x @ self.w)
+
+
+@pytest.mark.usefixtures("fresh_capture")
+def test_replayed_graph_runs_with_autocast_off(cache_dir, monkeypatch):
+    """A replayed recipe runs as AOTAutograd's wrapper runs a traced graph: with autocast
+    off (the traced graph has autocast's casts written out). Run under the caller's
+    autocast, an fp32 product that the graph keeps as an ATen call was recomputed in bf16
+    (HF Llama's rotary angles on an H100: max error 4.0 for an output scale of 3.6)."""
+    import torch_plugin
+
+    # Products stay ATen calls on the CPU too (on CUDA, the rotary product is one anyway).
+    monkeypatch.setenv("TORCH_PLUGIN_LIBRARY_PATTERNS", "0")
+    for attempt in range(2):  # records the recipe, then replays it (no tracing)
+        torch_plugin.reset()
+        if attempt:
+            _no_aot(monkeypatch)
+        model = Fp32Region()
+        fast = torch_plugin.optimize("plugin")(model)
+        for _ in range(2):
+            x = torch.randn(3, 8, 16) * 30  # angles of ~100: bf16 rounds them by ~0.5
+            with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+                got, want = fast(x), model(x)
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype
+                tol = 1e-4 if w.dtype == torch.float32 else 5e-2
+                torch.testing.assert_close(g, w, rtol=tol, atol=tol * w.abs().max().item())
+    assert len(_entries(cache_dir)) == 1
