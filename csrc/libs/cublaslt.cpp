@@ -74,8 +74,9 @@ bool is_pow2(int v) {
 
 // Validates a descriptor before any cuBLASLt call sees it.
 // TORCH_PLUGIN_CUBLASLT_TUNING: unset or "1" times the heuristic's candidates
-// (MatmulPlan::get), "0" takes the heuristic's first, "verbose" also prints
-// each candidate's time (ms per product) to stderr.
+// and cuBLAS's gemm (MatmulPlan::get), "0" takes the heuristic's first,
+// "verbose" also prints each candidate's time (ms per product) to stderr,
+// "gemm" takes cuBLAS's gemm wherever it can run (tests and benchmarks).
 const char* tuning_setting() {
   const char* v = std::getenv("TORCH_PLUGIN_CUBLASLT_TUNING");
   return v ? v : "1";
@@ -85,6 +86,16 @@ bool tuning_enabled() {
 }
 bool tuning_verbose() {
   return std::strcmp(tuning_setting(), "verbose") == 0;
+}
+bool gemm_forced() {
+  return std::strcmp(tuning_setting(), "gemm") == 0;
+}
+// How many candidates to ask cublasLtMatmulAlgoGetHeuristic for
+// (TORCH_PLUGIN_CUBLASLT_CANDIDATES, 1 to 64, default 8).
+int heuristic_candidates() {
+  const char* v = std::getenv("TORCH_PLUGIN_CUBLASLT_CANDIDATES");
+  int n = v ? std::atoi(v) : 8;
+  return std::clamp(n, 1, 64);
 }
 
 void validate(const MatmulDesc& d) {
@@ -108,6 +119,193 @@ void validate(const MatmulDesc& d) {
       "cuBLASLt: alignments must be powers of two (",
       d.str(),
       ")");
+}
+
+// Whether cuBLAS's gemm can compute d's product: no activation; a bias or C
+// only without a batch (they are written into D first); sizes within int.
+bool gemm_can_run(const MatmulDesc& d) {
+  if (d.epilogue != Epilogue::kNone && d.epilogue != Epilogue::kBias)
+    return false;
+  if ((has_bias(d.epilogue) || d.has_c) && d.batch != 1)
+    return false;
+  for (int64_t v : {d.m, d.n, d.k, d.lda, d.ldb, d.ldc, d.ldd}) {
+    if (v > INT32_MAX)
+      return false;
+  }
+  return true;
+}
+
+void check_gemm(cublasStatus_t status, const char* call, const MatmulDesc& d) {
+  TORCH_CHECK(
+      status == CUBLAS_STATUS_SUCCESS,
+      "cuBLAS: ",
+      call,
+      " failed: ",
+      cublasGetStatusName(status),
+      " (",
+      d.str(),
+      ")");
+}
+
+// D = A @ B + bias + C with cuBLAS's gemm (gemm_can_run(d)) on `stream`:
+// C is copied into D, the bias added by the rank-one product
+// bias [n, 1] x ones [1, m] (`ones`: m ones of the dtype), then the product
+// accumulated with beta = 1. Same column-major view as the cuBLASLt plan:
+// D^T [n, m] = B^T A^T. The handle's math mode is set for the call (reduced-
+// precision split-K reductions as the descriptor allows; TF32 through the
+// compute type) and restored.
+void run_gemm(
+    const MatmulDesc& d,
+    cublasHandle_t h,
+    const void* a,
+    const void* b,
+    const void* c,
+    const void* bias,
+    const void* ones,
+    void* out,
+    cudaStream_t stream) {
+  const size_t elem = d.dtype == DType::kFloat32 ? 4 : 2;
+  const cudaDataType_t type = cuda_type(d.dtype);
+  const cublasComputeType_t compute = d.dtype == DType::kFloat32 && d.allow_tf32
+      ? CUBLAS_COMPUTE_32F_FAST_TF32
+      : CUBLAS_COMPUTE_32F;
+  check_gemm(cublasSetStream(h, stream), "cublasSetStream", d);
+  cublasMath_t prior = CUBLAS_DEFAULT_MATH;
+  check_gemm(cublasGetMathMode(h, &prior), "cublasGetMathMode", d);
+  int mode = CUBLAS_DEFAULT_MATH;
+  if (d.dtype != DType::kFloat32 && !d.reduced_precision_reduction)
+    mode |= CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+  check_gemm(
+      cublasSetMathMode(h, static_cast<cublasMath_t>(mode)),
+      "cublasSetMathMode",
+      d);
+  struct Restore {
+    cublasHandle_t h;
+    cublasMath_t mode;
+    ~Restore() {
+      cublasSetMathMode(h, mode);
+    }
+  } restore{h, prior};
+  const float one = 1.0f;
+  float beta = 0.0f;
+  const int m = static_cast<int>(d.m), n = static_cast<int>(d.n),
+            k = static_cast<int>(d.k);
+  if (d.has_c) {
+    TORCH_CHECK(
+        cudaMemcpy2DAsync(
+            out,
+            d.ldd * elem,
+            c,
+            d.ldc * elem,
+            d.n * elem,
+            d.m,
+            cudaMemcpyDeviceToDevice,
+            stream) == cudaSuccess,
+        "cuBLAS gemm: cudaMemcpy2DAsync of C failed: ",
+        cudaGetErrorString(cudaGetLastError()),
+        " (",
+        d.str(),
+        ")");
+    beta = 1.0f;
+  }
+  if (bias) {
+    check_gemm(
+        cublasGemmEx(
+            h,
+            CUBLAS_OP_N,
+            CUBLAS_OP_N,
+            n,
+            m,
+            1,
+            &one,
+            bias,
+            type,
+            n,
+            ones,
+            type,
+            1,
+            &beta,
+            out,
+            type,
+            static_cast<int>(d.ldd),
+            compute,
+            CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx (bias)",
+        d);
+    beta = 1.0f;
+  }
+  const cublasOperation_t op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (d.batch == 1) {
+    check_gemm(
+        cublasGemmEx(
+            h,
+            op_a,
+            op_b,
+            n,
+            m,
+            k,
+            &one,
+            b,
+            type,
+            static_cast<int>(d.ldb),
+            a,
+            type,
+            static_cast<int>(d.lda),
+            &beta,
+            out,
+            type,
+            static_cast<int>(d.ldd),
+            compute,
+            CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx",
+        d);
+    return;
+  }
+  check_gemm(
+      cublasGemmStridedBatchedEx(
+          h,
+          op_a,
+          op_b,
+          n,
+          m,
+          k,
+          &one,
+          b,
+          type,
+          static_cast<int>(d.ldb),
+          d.stride_b,
+          a,
+          type,
+          static_cast<int>(d.lda),
+          d.stride_a,
+          &beta,
+          out,
+          type,
+          static_cast<int>(d.ldd),
+          d.stride_d,
+          static_cast<int>(d.batch),
+          compute,
+          CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx",
+      d);
+}
+
+// Host bytes of n ones of the dtype (fp32 0x3F800000, bf16 0x3F80, fp16
+// 0x3C00).
+std::vector<uint8_t> ones_bytes(DType dtype, int64_t n) {
+  std::vector<uint8_t> out;
+  if (dtype == DType::kFloat32) {
+    std::vector<float> v(n, 1.0f);
+    out.resize(n * 4);
+    std::memcpy(out.data(), v.data(), out.size());
+  } else {
+    const uint16_t bits = dtype == DType::kBFloat16 ? 0x3F80 : 0x3C00;
+    std::vector<uint16_t> v(n, bits);
+    out.resize(n * 2);
+    std::memcpy(out.data(), v.data(), out.size());
+  }
+  return out;
 }
 
 // A column-major cuBLASLt layout of rows x cols with leading dimension ld.
@@ -281,7 +479,8 @@ struct PlanBuilder {
   static std::shared_ptr<MatmulPlan> build(
       const MatmulDesc& d,
       cublasLtHandle_t handle,
-      std::optional<cudaStream_t> tune_stream) {
+      std::optional<cudaStream_t> tune_stream,
+      cublasHandle_t gemm_handle) {
     validate(d);
     std::shared_ptr<MatmulPlan> plan(new MatmulPlan(d));
     MatmulPlan::Impl& p = *plan->impl_;
@@ -339,8 +538,8 @@ struct PlanBuilder {
       set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, mask, d);
     }
 
-    constexpr int kRequested = 8;
-    cublasLtMatmulHeuristicResult_t results[kRequested] = {};
+    const int kRequested = heuristic_candidates();
+    std::vector<cublasLtMatmulHeuristicResult_t> results(kRequested);
     int returned = 0;
     cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
         handle,
@@ -351,7 +550,7 @@ struct PlanBuilder {
         p.lt_d,
         pref,
         kRequested,
-        results,
+        results.data(),
         &returned);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED)
       return nullptr;
@@ -386,10 +585,41 @@ struct PlanBuilder {
       for (const auto& v : variants)
         fits.push_back(&v);
     }
-    if (tune_stream && fits.size() > 1 && tuning_enabled())
-      best = fastest(*plan, fits, handle, *tune_stream);
-    use(*plan, *fits[best]);
+    cublasHandle_t gemm = tune_stream && tuning_enabled() && gemm_can_run(d)
+        ? gemm_handle
+        : nullptr;
+    if (gemm && gemm_forced())
+      best = fits.size();
+    else if (tune_stream && (fits.size() > 1 || gemm) && tuning_enabled())
+      best = fastest(*plan, fits, handle, *tune_stream, gemm);
+    if (best == fits.size())
+      use_gemm(*plan, *tune_stream);
+    else
+      use(*plan, *fits[best]);
     return plan;
+  }
+
+  // Makes `plan` run cuBLAS's gemm; a plan with a bias gets its ones
+  // vector (from the caching allocator, never freed: plans live as long as
+  // the process).
+  static void use_gemm(MatmulPlan& plan, cudaStream_t stream) {
+    const MatmulDesc& d = plan.desc();
+    plan.gemm_ = true;
+    plan.algo_id_ = -1;
+    plan.workspace_bytes_ = 0;
+    if (!has_bias(d.epilogue))
+      return;
+    std::vector<uint8_t> ones = ones_bytes(d.dtype, d.m);
+    void* p = c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(
+        ones.size(), stream);
+    TORCH_CHECK(
+        cudaMemcpyAsync(
+            p, ones.data(), ones.size(), cudaMemcpyHostToDevice, stream) ==
+                cudaSuccess &&
+            cudaStreamSynchronize(stream) == cudaSuccess,
+        "cuBLAS gemm: copying the ones vector failed: ",
+        cudaGetErrorString(cudaGetLastError()));
+    plan.ones_ = p;
   }
 
   // Split-K versions of the heuristic's first candidate of each of its
@@ -478,11 +708,13 @@ struct PlanBuilder {
   // operands would need more than kTuneBytes or anything fails. Tunings
   // are serialised so that plans built on several threads do not time each
   // other's kernels.
+  // With `gemm` (a cuBLAS handle), cuBLAS's gemm is candidate fits.size().
   static size_t fastest(
       MatmulPlan& plan,
       const std::vector<const cublasLtMatmulHeuristicResult_t*>& fits,
       cublasLtHandle_t handle,
-      cudaStream_t stream) {
+      cudaStream_t stream,
+      cublasHandle_t gemm) {
     constexpr int kTuneRuns = 5;
     constexpr size_t kTuneBytes = size_t(256) << 20;
     const MatmulDesc& d = plan.desc();
@@ -499,11 +731,13 @@ struct PlanBuilder {
     const size_t bytes_c = d.has_c ? extent(d.m, d.n, d.ldc, d.stride_c) : 0;
     const size_t bytes_bias =
         has_bias(d.epilogue) ? (d.n * elem + 255) / 256 * 256 : 0;
+    const size_t bytes_ones =
+        gemm && bytes_bias ? (d.m * elem + 255) / 256 * 256 : 0;
     size_t ws = 0;
     for (const auto* r : fits)
       ws = std::max(ws, r->workspaceSize);
     const size_t total =
-        bytes_a + bytes_b + bytes_d + bytes_c + bytes_bias + ws;
+        bytes_a + bytes_b + bytes_d + bytes_c + bytes_bias + bytes_ones + ws;
     if (total > kTuneBytes)
       return 0;
 
@@ -523,20 +757,40 @@ struct PlanBuilder {
       const char* c = d.has_c ? out + bytes_d : nullptr;
       const char* bias =
           bytes_bias ? out + bytes_d + bytes_c : static_cast<char*>(nullptr);
-      void* workspace = ws ? out + bytes_d + bytes_c + bytes_bias : nullptr;
-      std::vector<bool> ran(fits.size(), false);
-      events.assign(2 * fits.size(), nullptr);
+      char* ones = out + bytes_d + bytes_c + bytes_bias;
+      void* workspace = ws ? ones + bytes_ones : nullptr;
+      const size_t count = fits.size() + (gemm ? 1 : 0);
+      std::vector<uint8_t> host_ones;
+      if (bytes_ones) {
+        host_ones = ones_bytes(d.dtype, d.m);
+        if (cudaMemcpyAsync(
+                ones,
+                host_ones.data(),
+                host_ones.size(),
+                cudaMemcpyHostToDevice,
+                stream) != cudaSuccess)
+          throw std::runtime_error("cudaMemcpyAsync");
+      }
+      std::vector<bool> ran(count, false);
+      events.assign(2 * count, nullptr);
       for (cudaEvent_t& e : events) {
         if (cudaEventCreate(&e) != cudaSuccess)
           throw std::runtime_error("cudaEventCreate");
       }
-      for (size_t i = 0; i < fits.size(); ++i) {
-        use(plan, *fits[i]);
+      for (size_t i = 0; i < count; ++i) {
+        auto once = [&] {
+          if (i == fits.size())
+            run_gemm(d, gemm, a, b, c, bias, ones, out, stream);
+          else
+            plan.run(handle, a, b, c, bias, out, workspace, ws, stream);
+        };
+        if (i < fits.size())
+          use(plan, *fits[i]);
         try {
-          plan.run(handle, a, b, c, bias, out, workspace, ws, stream);
+          once();
           cudaEventRecord(events[2 * i], stream);
           for (int r = 0; r < kTuneRuns; ++r)
-            plan.run(handle, a, b, c, bias, out, workspace, ws, stream);
+            once();
           cudaEventRecord(events[2 * i + 1], stream);
           ran[i] = true;
         } catch (const c10::Error&) {
@@ -547,12 +801,20 @@ struct PlanBuilder {
         throw std::runtime_error("cudaStreamSynchronize");
       float best_ms = 0;
       const bool verbose = tuning_verbose();
-      for (size_t i = 0; i < fits.size(); ++i) {
+      for (size_t i = 0; i < count; ++i) {
         float ms = 0;
         const bool timed = ran[i] &&
             cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]) ==
                 cudaSuccess;
-        if (verbose) {
+        if (verbose && i == fits.size()) {
+          std::fprintf(
+              stderr,
+              "torch_plugin cublaslt tuning: %s cublas_gemm candidate %zu: "
+              "%s\n",
+              d.str().c_str(),
+              i,
+              timed ? std::to_string(ms / kTuneRuns).c_str() : "did not run");
+        } else if (verbose) {
           use(plan, *fits[i]);
           int32_t split = 1;
           cublasLtMatmulAlgoConfigGetAttribute(
@@ -620,7 +882,8 @@ MatmulPlan::~MatmulPlan() = default;
 std::shared_ptr<const MatmulPlan> MatmulPlan::get(
     const MatmulDesc& desc,
     cublasLtHandle_t handle,
-    std::optional<cudaStream_t> tune_stream) {
+    std::optional<cudaStream_t> tune_stream,
+    cublasHandle_t gemm_handle) {
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -631,7 +894,7 @@ std::shared_ptr<const MatmulPlan> MatmulPlan::get(
   // Built outside the lock: heuristics of different shapes run in parallel
   // (the executor builds its library steps on several threads).
   std::shared_ptr<const MatmulPlan> plan =
-      PlanBuilder::build(desc, handle, tune_stream);
+      PlanBuilder::build(desc, handle, tune_stream, gemm_handle);
   std::lock_guard<std::mutex> lock(cache.mutex);
   return cache.plans.emplace(desc, std::move(plan)).first->second;
 }
@@ -645,7 +908,8 @@ void MatmulPlan::run(
     void* d,
     void* workspace,
     size_t workspace_size,
-    cudaStream_t stream) const {
+    cudaStream_t stream,
+    cublasHandle_t gemm_handle) const {
   TORCH_CHECK(
       (c != nullptr) == desc_.has_c &&
           (bias != nullptr) == has_bias(desc_.epilogue),
@@ -662,6 +926,15 @@ void MatmulPlan::run(
       " (",
       desc_.str(),
       ")");
+  if (gemm_) {
+    TORCH_CHECK(
+        gemm_handle != nullptr,
+        "cuBLAS: the plan uses cuBLAS's gemm and needs a cuBLAS handle (",
+        desc_.str(),
+        ")");
+    run_gemm(desc_, gemm_handle, a, b, c, bias, ones_, d, stream);
+    return;
+  }
   const float alpha = 1.0f, beta = desc_.has_c ? 1.0f : 0.0f;
   auto matmul = [&] {
     check(
@@ -705,7 +978,11 @@ std::string MatmulPlan::describe() const {
   if (desc_.dtype == DType::kFloat32 && desc_.allow_tf32)
     s << "(tf32)";
   s << " epilogue=" << to_string(desc_.epilogue) << (desc_.has_c ? "+C" : "")
-    << " algo=" << algo_id_ << " ws=" << workspace_bytes_;
+    << " algo=";
+  if (gemm_)
+    s << "cublas_gemm";
+  else
+    s << algo_id_ << " ws=" << workspace_bytes_;
   return s.str();
 }
 

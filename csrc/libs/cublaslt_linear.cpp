@@ -138,7 +138,11 @@ std::shared_ptr<const MatmulPlan> plan_on_torch_handle(const MatmulDesc& desc) {
     cudaGetLastError();
     tune = std::nullopt; // no timing inside a capture: the heuristic's choice
   }
-  return MatmulPlan::get(desc, at::cuda::getCurrentCUDABlasLtHandle(), tune);
+  // cuBLAS's gemm is a timed candidate only (torch's handle: its workspace is
+  // set for the current stream).
+  cublasHandle_t gemm = tune ? at::cuda::getCurrentCUDABlasHandle() : nullptr;
+  return MatmulPlan::get(
+      desc, at::cuda::getCurrentCUDABlasLtHandle(), tune, gemm);
 }
 
 bool run_linear(
@@ -249,7 +253,8 @@ bool run_linear(
       y2d.data_ptr(),
       at::cuda::getCUDABlasLtWorkspace(),
       at::cuda::getCUDABlasLtWorkspaceSize(),
-      at::cuda::getCurrentCUDAStream(device.index()).stream());
+      at::cuda::getCurrentCUDAStream(device.index()).stream(),
+      plan->uses_gemm() ? at::cuda::getCurrentCUDABlasHandle() : nullptr);
   return true;
 }
 

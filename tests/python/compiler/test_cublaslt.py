@@ -102,12 +102,21 @@ def test_linear_pointwise_fused_epilogues(
 
 @needs_gpu
 @pytest.mark.parametrize("name,dtype,allow_tf32,tol", PRECISIONS, ids=[p[0] for p in PRECISIONS])
-def test_layouts_residuals_and_unfused_activations(name, dtype, allow_tf32, tol, tf32):
+@pytest.mark.parametrize("tuning", ["1", "gemm"], ids=["tuned", "cublas_gemm"])
+def test_layouts_residuals_and_unfused_activations(
+    name, dtype, allow_tf32, tol, tuning, tf32, monkeypatch
+):
+    """Each layout, residual and activation, with the plan chosen by timing and with
+    cuBLAS's gemm forced wherever it can run (bias and residual written into the output
+    first; TORCH_PLUGIN_CUBLASLT_TUNING=gemm). Plans are cached per shape, so the two
+    tunings use different widths."""
+    monkeypatch.setenv("TORCH_PLUGIN_CUBLASLT_TUNING", tuning)
     tf32(allow_tf32)
     torch.manual_seed(0)
     dev = "cuda"
-    w = torch.randn(24, 40, device=dev, dtype=dtype) / 40**0.5
-    b = torch.randn(24, device=dev, dtype=dtype)
+    n = 24 if tuning == "1" else 32
+    w = torch.randn(n, 40, device=dev, dtype=dtype) / 40**0.5
+    b = torch.randn(n, device=dev, dtype=dtype)
     cases = {
         # x: non-contiguous (every other column; transposed storage), batched 3-d, 1-d
         "strided_x": torch.randn(9, 80, device=dev, dtype=dtype)[:, ::2],
@@ -117,7 +126,7 @@ def test_layouts_residuals_and_unfused_activations(name, dtype, allow_tf32, tol,
         "vector_x": torch.randn(40, device=dev, dtype=dtype),
     }
     for label, x in cases.items():
-        out_shape = x.shape[:-1] + (24,)
+        out_shape = x.shape[:-1] + (n,)
         for activation in ACTIVATIONS:
             for residual in (None, torch.randn(out_shape, device=dev, dtype=dtype)):
                 got = _op(x, w, b, residual, activation)
@@ -125,8 +134,8 @@ def test_layouts_residuals_and_unfused_activations(name, dtype, allow_tf32, tol,
                 _check(got, _reference(x, w, b, residual, activation), tol, dtype)
     # A column-major weight (w = wt.t() of a contiguous [K, N]) and a broadcast residual.
     x = torch.randn(7, 40, device=dev, dtype=dtype)
-    wt = torch.randn(40, 24, device=dev, dtype=dtype) / 40**0.5
-    r = torch.randn(24, device=dev, dtype=dtype)
+    wt = torch.randn(40, n, device=dev, dtype=dtype) / 40**0.5
+    r = torch.randn(n, device=dev, dtype=dtype)
     _check(_op(x, wt.t(), b, r, "relu"), _reference(x, wt.t(), b, r, "relu"), tol, dtype)
 
 
@@ -224,6 +233,44 @@ def test_model_through_plugin_uses_cublaslt_steps(dtype, monkeypatch, tf32):
     assert steps.count("cublaslt linear_pointwise") >= 2, steps
     assert "epilogue=relu_bias" in steps and "epilogue=gelu_tanh_bias" in steps, steps
     assert "aten::addmm" not in steps and "aten::relu" not in steps, steps
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_executor_steps_with_cublas_gemm(dtype, monkeypatch, tf32):
+    """The executor's cuBLASLt steps when their plans use cuBLAS's gemm (forced with
+    TORCH_PLUGIN_CUBLASLT_TUNING=gemm; chosen by timing where it is faster): a bias, a
+    residual and a 3-d input, over calls that compile, reuse and recompile, in a CUDA graph
+    too (reduce-overhead)."""
+    import torch_plugin
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.Linear(48, 96)
+            self.down = torch.nn.Linear(96, 48, bias=False)
+
+        def forward(self, x):
+            return x + self.down(torch.sigmoid(self.up(x)))
+
+    monkeypatch.setenv("TORCH_PLUGIN_CUBLASLT_TUNING", "gemm")
+    tf32(False)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    for mode in (None, "reduce-overhead"):
+        torch_plugin.reset()
+        built = _record_compiled_graphs(monkeypatch)
+        torch.manual_seed(0)
+        model = Block().to("cuda", dtype).eval()
+        compiled = torch_plugin.optimize("plugin", mode=mode)(model)
+        with torch.no_grad():
+            for shape in [(40, 48), (40, 48), (40, 48), (2, 7, 48)]:
+                x = torch.randn(shape, device="cuda", dtype=dtype)
+                want = model(x)
+                got = compiled(x)
+                scale = want.abs().max().item()
+                torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale)
+        steps = "\n".join(g.describe() for g in built)
+        assert "algo=cublas_gemm" in steps, steps
 
 
 @needs_gpu
