@@ -17,6 +17,7 @@ CALL_INTRINSIC_1 (3.12), and FOR_ITER's exhaustion jump (3.12 skips END_FOR).
 
 from __future__ import annotations
 
+import dataclasses
 import dis
 import inspect
 import operator
@@ -94,6 +95,46 @@ class GeneratorYield(Exception):  # noqa: N818 - a control-flow signal, not an e
 
     def __init__(self, value: VariableTracker) -> None:
         self.value = value
+
+
+def _holds_object_state(v: VariableTracker) -> bool:
+    """Whether ``v.as_python_constant()`` would stand for an object whose attributes no guard
+    covers (a user object read from a source, or an nn.Module: guarded on identity only), also
+    inside a container or a partial. An object without a source was made during this capture
+    by a fold on such constants (``inspect.signature(fn)``): nothing outside can change it."""
+    from .variables.functions import PartialVariable
+    from .variables.nn_module import ModuleSliceVariable
+    from .variables.user_defined import _PLAIN_ATTRIBUTE_TYPES
+
+    if isinstance(v, UserDefinedObjectVariable):
+        return v.source is not None and not isinstance(v.value, _PLAIN_ATTRIBUTE_TYPES)
+    if isinstance(v, (NNModuleVariable, ModuleSliceVariable)):
+        return True
+    if isinstance(v, BaseListVariable):
+        return any(_holds_object_state(i) for i in v.items)
+    if isinstance(v, ConstDictVariable):
+        return any(_holds_object_state(i) for i in v.items.values())
+    if isinstance(v, PartialVariable):
+        return any(_holds_object_state(i) for i in [*v.args, *v.keywords.values()])
+    return False
+
+
+# Standard-library functions whose result depends only on their argument's type (and the
+# class's definition), not on an object's attributes: they fold on user objects too.
+_TYPE_ONLY_STDLIB = frozenset(
+    {
+        dataclasses.fields,
+        dataclasses.is_dataclass,
+        inspect.isclass,
+        inspect.isfunction,
+        inspect.ismethod,
+        inspect.isroutine,
+        inspect.ismodule,
+        inspect.isbuiltin,
+        inspect.isgeneratorfunction,
+        inspect.iscoroutinefunction,
+    }
+)
 
 
 class InstructionTranslatorBase(ContainerInstructions):
@@ -345,9 +386,19 @@ class InstructionTranslatorBase(ContainerInstructions):
 
             return call_getenv(self, args, kwargs)
 
-        if isinstance(fn_var, UserFunctionVariable) and is_pure_stdlib(code):
+        if (
+            isinstance(fn_var, UserFunctionVariable)
+            and is_pure_stdlib(code)
+            and (
+                fn_var.fn in _TYPE_ONLY_STDLIB
+                or not any(_holds_object_state(a) for a in [*args, *kwargs.values()])
+            )
+        ):
             # Pure standard-library helpers (inspect, dataclasses, ...) on values known at
-            # capture time run for real; their result is a constant of this capture.
+            # capture time run for real; their result is a constant of this capture. Not on
+            # a user object or module (unless only its type matters): its constant is its
+            # identity (ID_MATCH), and copy.deepcopy(config) or dataclasses.asdict(config)
+            # read its attributes, which later calls may change.
             try:
                 real_args = [a.as_python_constant() for a in args]
                 real_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}

@@ -1,0 +1,106 @@
+"""Standard-library helpers that capture runs for real on constant arguments (copy, dataclasses,
+inspect, ...; capture/skipfiles.py ``_PURE_STDLIB``) never fold a user object's or module's
+attributes into the capture: such an object is a constant by identity only, so
+``copy.deepcopy(config)`` or ``dataclasses.asdict(config)`` folded once gave the first call's
+attributes on every later call (a silent wrong result once the caller changed the config).
+Type-only helpers (``dataclasses.fields``, ``inspect.isclass``, ...) still fold."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+import torch_plugin
+
+pytestmark = pytest.mark.usefixtures("fresh_capture")
+
+
+class Config:
+    def __init__(self):
+        self.scale = 2.0
+        self.shift = 1.0
+        self.names = ["a"]
+
+
+@dataclasses.dataclass
+class DataConfig:
+    scale: float = 2.0
+    shift: float = 1.0
+
+
+CONFIG = Config()
+DATA = DataConfig()
+
+
+def _deepcopy(x):
+    c = copy.deepcopy(CONFIG)
+    return x * c.scale + c.shift + len(c.names)
+
+
+def _copy(x):
+    c = copy.copy(CONFIG)
+    return x * c.scale - c.shift
+
+
+def _asdict(x):
+    d = dataclasses.asdict(DATA)
+    return x * d["scale"] + d["shift"]
+
+
+def _astuple_replace(x):
+    scale, shift = dataclasses.astuple(dataclasses.replace(DATA, shift=3.0))
+    return x * scale + shift
+
+
+def _mutations():
+    """Changes to the globals between calls (None: none)."""
+
+    def scale():
+        CONFIG.scale = 5.0
+        DATA.scale = 5.0
+
+    def shift_and_names():
+        CONFIG.shift = -4.0
+        CONFIG.names.append("b")
+        DATA.shift = -4.0
+
+    return [None, None, scale, shift_and_names]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_globals():
+    global CONFIG, DATA
+    CONFIG, DATA = Config(), DataConfig()
+    yield
+    CONFIG, DATA = Config(), DataConfig()
+
+
+@pytest.mark.parametrize("backend", ["eager", "plugin"])
+@pytest.mark.parametrize("fn", [_deepcopy, _copy, _asdict, _astuple_replace])
+def test_folded_helpers_follow_attribute_changes(fn, backend):
+    opt = torch_plugin.optimize(backend)(fn)
+    for change in _mutations():
+        if change is not None:
+            change()
+        x = torch.randn(4)
+        torch.testing.assert_close(opt(x), fn(x))
+
+
+def test_type_only_helpers_still_fold_on_user_objects():
+    def fn(x):
+        names = [f.name for f in dataclasses.fields(DATA)]
+        if dataclasses.is_dataclass(DATA) and "scale" in names:
+            return x * DATA.scale
+        return x
+
+    opt = torch_plugin.optimize("eager")(fn)
+    for change in _mutations():
+        if change is not None:
+            change()
+        x = torch.randn(4)
+        torch.testing.assert_close(opt(x), fn(x))
+    report = torch_plugin.explain(fn, torch.randn(4))
+    assert report.graph_break_count == 0, report.break_reasons
