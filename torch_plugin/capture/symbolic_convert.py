@@ -17,6 +17,7 @@ CALL_INTRINSIC_1 (3.12), and FOR_ITER's exhaustion jump (3.12 skips END_FOR).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import dis
 import inspect
@@ -135,6 +136,13 @@ _TYPE_ONLY_STDLIB = frozenset(
         inspect.iscoroutinefunction,
     }
 )
+
+
+# Standard-library functions that build fresh values from everything an object holds (no
+# part of the result is shared with the argument): they fold on a user object whose whole
+# state is guarded. copy.copy and dataclasses.replace share the attribute values (a later
+# mutation through the copy must reach the original), so they never fold on one.
+_DEEP_COPY_STDLIB = frozenset({copy.deepcopy, dataclasses.asdict, dataclasses.astuple})
 
 
 class InstructionTranslatorBase(ContainerInstructions):
@@ -389,16 +397,10 @@ class InstructionTranslatorBase(ContainerInstructions):
         if (
             isinstance(fn_var, UserFunctionVariable)
             and is_pure_stdlib(code)
-            and (
-                fn_var.fn in _TYPE_ONLY_STDLIB
-                or not any(_holds_object_state(a) for a in [*args, *kwargs.values()])
-            )
+            and self._may_fold_stdlib(fn_var.fn, [*args, *kwargs.values()])
         ):
             # Pure standard-library helpers (inspect, dataclasses, ...) on values known at
-            # capture time run for real; their result is a constant of this capture. Not on
-            # a user object or module (unless only its type matters): its constant is its
-            # identity (ID_MATCH), and copy.deepcopy(config) or dataclasses.asdict(config)
-            # read its attributes, which later calls may change.
+            # capture time run for real; their result is a constant of this capture.
             try:
                 real_args = [a.as_python_constant() for a in args]
                 real_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
@@ -424,6 +426,24 @@ class InstructionTranslatorBase(ContainerInstructions):
             sub.is_generator = True
             return GeneratorVariable(sub)
         return sub.run()
+
+    def _may_fold_stdlib(self, fn, args: list[VariableTracker]) -> bool:
+        """Whether a pure standard-library call may run now on ``args``' constants. A user
+        object's or module's constant is its identity (ID_MATCH) while copy.deepcopy(config)
+        or dataclasses.asdict(config) read its attributes, which later calls may change: such
+        a call folds when only the argument's type matters, or, for the deep copies, when all
+        of the object's state is guarded (:func:`~.variables.user_defined.guard_state`)."""
+        stateful = [a for a in args if _holds_object_state(a)]
+        if not stateful or fn in _TYPE_ONLY_STDLIB:
+            return True
+        if fn not in _DEEP_COPY_STDLIB:
+            return False
+        from .variables.user_defined import guard_state
+
+        return all(
+            isinstance(a, UserDefinedObjectVariable) and guard_state(self, a.value, a.source)
+            for a in stateful
+        )
 
     def root_tx(self) -> InstructionTranslatorBase:
         tx = self

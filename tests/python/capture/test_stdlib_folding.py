@@ -104,3 +104,61 @@ def test_type_only_helpers_still_fold_on_user_objects():
         torch.testing.assert_close(opt(x), fn(x))
     report = torch_plugin.explain(fn, torch.randn(4))
     assert report.graph_break_count == 0, report.break_reasons
+
+
+def test_deep_copies_fold_with_the_objects_state_guarded():
+    """copy.deepcopy / dataclasses.asdict of a plain object still fold (one graph, HF's
+    get_text_config idiom), with every attribute they read guarded: a change recompiles."""
+    for fn in (_deepcopy, _asdict):
+        torch_plugin.reset()
+        report = torch_plugin.explain(fn, torch.randn(4))
+        assert report.graph_break_count == 0, report.break_reasons
+        opt = torch_plugin.optimize("eager")(fn)
+        x = torch.randn(4)
+        torch.testing.assert_close(opt(x), fn(x))
+        before = torch_plugin.stats.graphs_compiled
+        CONFIG.names.append("c")  # what _deepcopy reads
+        DATA.shift += 1.0  # what _asdict reads
+        torch.testing.assert_close(opt(x), fn(x))
+        assert torch_plugin.stats.graphs_compiled == before + 1
+
+
+class _WithTensor:
+    def __init__(self):
+        self.table = torch.ones(3)
+        self.scale = 2.0
+
+
+HOLDER = _WithTensor()
+
+
+def test_deep_copy_of_an_object_holding_a_tensor_is_not_folded():
+    def fn(x):
+        c = copy.deepcopy(HOLDER)
+        return x * c.scale + c.table.sum()
+
+    opt = torch_plugin.optimize("eager")(fn)
+    for step in range(3):
+        if step == 2:
+            HOLDER.table.mul_(3)
+        x = torch.randn(4)
+        torch.testing.assert_close(opt(x), fn(x))
+
+
+def test_shallow_copy_shares_attribute_values_with_the_original():
+    """copy.copy never folds on a user object: the copy's list is the original's, and an
+    append through the copy must reach it."""
+
+    def fn(x):
+        c = copy.copy(CONFIG)
+        c.names.append("z")
+        return x * len(CONFIG.names)
+
+    opt = torch_plugin.optimize("eager")(fn)
+    want_names = list(CONFIG.names)
+    for _ in range(3):
+        x = torch.randn(4)
+        got = opt(x)
+        want_names.append("z")
+        torch.testing.assert_close(got, x * len(want_names))
+        assert CONFIG.names == want_names

@@ -10,13 +10,14 @@ guarded by their source, so the guard re-reads them on every call (also through 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 import types
 
 import torch
 
 from ..exc import unimplemented
-from ..sources import AttrSource
+from ..sources import AttrSource, ItemSource
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -388,3 +389,97 @@ class _ModuleCallVariable(VariableTracker):
 class _NoOpVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         return ConstantVariable(None)
+
+
+# --- guarding all of an object's state (copy.deepcopy, dataclasses.asdict folded) ----------
+
+_STATE_LEAVES = (int, float, complex, str, bytes, bool, type(None))
+# Objects copy.deepcopy returns as they are (copy._deepcopy_atomic, or a __reduce__ to a
+# name): guarded by identity.
+_STATE_ATOMS = (
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.ModuleType,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+)
+# Hooks through which copying or converting an object runs code of its class.
+_COPY_HOOKS = (
+    "__deepcopy__",
+    "__copy__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__getstate__",
+    "__setstate__",
+    "__getnewargs__",
+    "__getnewargs_ex__",
+)
+_MAX_STATE_GUARDS = 4096
+
+
+def state_guards(value, source) -> list[tuple[str, object, object]] | None:
+    """The guards that pin down everything ``copy.deepcopy(value)`` (or
+    ``dataclasses.asdict``/``astuple``/``replace``) reads of ``value`` at ``source``:
+    ``(method, source, value)`` for the guard set's methods ``equals_match`` (exact type
+    and ``==``), ``id_match``, ``type_match``, ``len_match`` and ``dict_keys_match``. An object is taken
+    through its instance ``__dict__`` (read with ``[]``, not ``getattr``) when its class
+    runs no code of its own while copied (no copy or pickle hook, no ``__slots__``, plain
+    attribute access); containers item by item. None when something else is reached (a
+    tensor, a module, an object with hooks, a cycle) or the state needs more than
+    ``_MAX_STATE_GUARDS`` guards: the caller must not fold."""
+    out: list[tuple[str, object, object]] = []
+    seen: set[int] = set()
+
+    def visit(v, src) -> bool:
+        if len(out) > _MAX_STATE_GUARDS:
+            return False
+        t = type(v)
+        if t in _STATE_LEAVES:
+            out.append(("equals_match", src, v))
+            return True
+        if isinstance(v, (*_STATE_ATOMS, enum.Enum)):
+            out.append(("id_match", src, v))
+            return True
+        if id(v) in seen:
+            return False  # shared or cyclic: deepcopy's memo would matter
+        seen.add(id(v))
+        if t in (tuple, list):
+            out.append(("len_match", src, v))
+            return all(visit(item, ItemSource(src, i)) for i, item in enumerate(v))
+        if t is dict:
+            if not all(type(k) in (str, int) for k in v):
+                return False
+            out.append(("dict_keys_match", src, v))
+            return all(visit(item, ItemSource(src, k)) for k, item in v.items())
+        if isinstance(v, (torch.Tensor, torch.nn.Module)) or not hasattr(v, "__dict__"):
+            return False
+        if any(class_lookup(t, h) not in (None, class_lookup(object, h)) for h in _COPY_HOOKS):
+            return False
+        if "__slots__" in vars(t) or any("__slots__" in vars(k) for k in t.__mro__[1:-1]):
+            return False
+        d = v.__dict__
+        if type(d) is not dict or not all(type(k) is str for k in d):
+            return False
+        dict_source = AttrSource(src, "__dict__")
+        out.append(("type_match", src, v))
+        out.append(("dict_keys_match", dict_source, d))
+        return all(visit(item, ItemSource(dict_source, k)) for k, item in d.items())
+
+    if source is None or not visit(value, source):
+        return None
+    return out
+
+
+def guard_state(tx, value, source) -> bool:
+    """Installs :func:`state_guards` of ``value``; False (nothing installed) when the state
+    cannot be guarded."""
+    found = state_guards(value, source)
+    if found is None:
+        return False
+    guards = tx.output.guards
+    for method, src, expected in found:
+        getattr(guards, method)(src, expected)
+    return True
