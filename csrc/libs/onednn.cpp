@@ -17,7 +17,11 @@ dnnl::engine& engine() {
   return e;
 }
 
-void append_eltwise(dnnl::post_ops& ops, dnnl::algorithm alg, float alpha, float beta) {
+void append_eltwise(
+    dnnl::post_ops& ops,
+    dnnl::algorithm alg,
+    float alpha,
+    float beta) {
 #if DNNL_VERSION_MAJOR >= 3
   ops.append_eltwise(alg, alpha, beta);
 #else
@@ -25,28 +29,46 @@ void append_eltwise(dnnl::post_ops& ops, dnnl::algorithm alg, float alpha, float
 #endif
 }
 
-dnnl::primitive_attr make_attr(const Epilogue& e, const memory::desc& residual_md) {
+dnnl::primitive_attr make_attr(
+    const Epilogue& e,
+    const memory::desc& residual_md) {
   dnnl::post_ops ops;
-  if (e.residual) ops.append_binary(dnnl::algorithm::binary_add, residual_md);
+  if (e.residual)
+    ops.append_binary(dnnl::algorithm::binary_add, residual_md);
   const std::string& a = e.activation;
-  if (a == "relu") append_eltwise(ops, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-  else if (a == "silu") append_eltwise(ops, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
-  else if (a == "gelu") append_eltwise(ops, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
-  else if (a == "gelu_tanh") append_eltwise(ops, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
-  else if (a == "sigmoid") append_eltwise(ops, dnnl::algorithm::eltwise_logistic, 0.f, 0.f);
-  else if (a == "tanh") append_eltwise(ops, dnnl::algorithm::eltwise_tanh, 0.f, 0.f);
-  else if (a == "hardswish") append_eltwise(ops, dnnl::algorithm::eltwise_hardswish, 1.f / 6.f, 0.5f);
-  else if (a == "clamp") append_eltwise(ops, dnnl::algorithm::eltwise_clip, e.alpha, e.beta);
-  else if (!a.empty()) throw std::invalid_argument("oneDNN epilogue: unknown activation '" + a + "'");
+  if (a == "relu")
+    append_eltwise(ops, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+  else if (a == "silu")
+    append_eltwise(ops, dnnl::algorithm::eltwise_swish, 1.f, 0.f);
+  else if (a == "gelu")
+    append_eltwise(ops, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
+  else if (a == "gelu_tanh")
+    append_eltwise(ops, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+  else if (a == "sigmoid")
+    append_eltwise(ops, dnnl::algorithm::eltwise_logistic, 0.f, 0.f);
+  else if (a == "tanh")
+    append_eltwise(ops, dnnl::algorithm::eltwise_tanh, 0.f, 0.f);
+  else if (a == "hardswish")
+    append_eltwise(ops, dnnl::algorithm::eltwise_hardswish, 1.f / 6.f, 0.5f);
+  else if (a == "clamp")
+    append_eltwise(ops, dnnl::algorithm::eltwise_clip, e.alpha, e.beta);
+  else if (!a.empty())
+    throw std::invalid_argument(
+        "oneDNN epilogue: unknown activation '" + a + "'");
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   return attr;
 }
 
-memory::dims dims(const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+memory::dims dims(const std::vector<int64_t>& v) {
+  return memory::dims(v.begin(), v.end());
+}
 
 // Reorders `src` (user layout) into a new memory of `desc`, once.
-memory prepack(const memory::desc& user_md, const float* data, const memory::desc& desc) {
+memory prepack(
+    const memory::desc& user_md,
+    const float* data,
+    const memory::desc& desc) {
   memory user(user_md, engine(), const_cast<float*>(data));
   memory packed(desc, engine());
   dnnl::stream s(engine());
@@ -59,7 +81,7 @@ std::string impl_name(const dnnl::primitive_desc_base& pd) {
   return pd.impl_info_str();
 }
 
-}  // namespace
+} // namespace
 
 struct OneDnnConv::Impl {
   dnnl::convolution_forward::primitive_desc pd;
@@ -71,14 +93,22 @@ struct OneDnnConv::Impl {
   memory::desc src_md, dst_md;
 };
 
-OneDnnConv::OneDnnConv(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
-                       const float* weight, const std::vector<int64_t>& ws, const float* bias,
-                       std::vector<int64_t> stride, std::vector<int64_t> padding,
-                       std::vector<int64_t> dilation, int64_t groups, Epilogue epilogue)
+OneDnnConv::OneDnnConv(
+    const std::vector<int64_t>& in,
+    const std::vector<int64_t>& out,
+    const float* weight,
+    const std::vector<int64_t>& ws,
+    const float* bias,
+    std::vector<int64_t> stride,
+    std::vector<int64_t> padding,
+    std::vector<int64_t> dilation,
+    int64_t groups,
+    Epilogue epilogue)
     : impl_(std::make_unique<Impl>()) {
   if (in.size() != 4 || out.size() != 4 || ws.size() != 4)
-    throw std::invalid_argument("oneDNN convolution: 2-d only, got input of rank " +
-                                std::to_string(in.size()));
+    throw std::invalid_argument(
+        "oneDNN convolution: 2-d only, got input of rank " +
+        std::to_string(in.size()));
   Impl& p = *impl_;
   p.residual = epilogue.residual;
   p.src_md = memory::desc(dims(in), dt::f32, tag::nhwc);
@@ -106,28 +136,51 @@ OneDnnConv::OneDnnConv(const std::vector<int64_t>& in, const std::vector<int64_t
   const memory::desc& bias_md = p.has_bias ? b_md : memory::desc();
 #if DNNL_VERSION_MAJOR >= 3
   p.pd = dnnl::convolution_forward::primitive_desc(
-      engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, p.src_md,
-      w_any, bias_md, p.dst_md, dims(stride), dil, pad_l, pad_r, attr);
+      engine(),
+      dnnl::prop_kind::forward_inference,
+      dnnl::algorithm::convolution_direct,
+      p.src_md,
+      w_any,
+      bias_md,
+      p.dst_md,
+      dims(stride),
+      dil,
+      pad_l,
+      pad_r,
+      attr);
 #else
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                       dnnl::algorithm::convolution_direct, p.src_md, w_any,
-                                       bias_md, p.dst_md, dims(stride), dil, pad_l, pad_r);
+  dnnl::convolution_forward::desc desc(
+      dnnl::prop_kind::forward_inference,
+      dnnl::algorithm::convolution_direct,
+      p.src_md,
+      w_any,
+      bias_md,
+      p.dst_md,
+      dims(stride),
+      dil,
+      pad_l,
+      pad_r);
   p.pd = dnnl::convolution_forward::primitive_desc(desc, attr, engine());
 #endif
   p.prim = dnnl::convolution_forward(p.pd);
   p.weights = prepack(w_user, weight, p.pd.weights_desc());
-  if (p.has_bias) p.bias = prepack(b_md, bias, p.pd.bias_desc());
+  if (p.has_bias)
+    p.bias = prepack(b_md, bias, p.pd.bias_desc());
 }
 
 OneDnnConv::~OneDnnConv() = default;
 
-void OneDnnConv::execute(const float* input, const float* residual, float* output) const {
+void OneDnnConv::execute(
+    const float* input,
+    const float* residual,
+    float* output) const {
   const Impl& p = *impl_;
   memory src(p.src_md, engine(), const_cast<float*>(input));
   memory dst(p.dst_md, engine(), output);
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, dst}};
-  if (p.has_bias) args[DNNL_ARG_BIAS] = p.bias;
+  if (p.has_bias)
+    args[DNNL_ARG_BIAS] = p.bias;
   if (p.residual) {
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
         memory(p.dst_md, engine(), const_cast<float*>(residual));
@@ -137,7 +190,9 @@ void OneDnnConv::execute(const float* input, const float* residual, float* outpu
   s.wait();
 }
 
-std::string OneDnnConv::implementation() const { return impl_name(impl_->pd); }
+std::string OneDnnConv::implementation() const {
+  return impl_name(impl_->pd);
+}
 
 struct OneDnnLinear::Impl {
   dnnl::matmul::primitive_desc pd;
@@ -150,8 +205,15 @@ struct OneDnnLinear::Impl {
   memory::desc src_md, dst_md;
 };
 
-OneDnnLinear::OneDnnLinear(int64_t m, int64_t n, int64_t k, const float* weight,
-                           const float* bias, Epilogue epilogue)
+OneDnnLinear::OneDnnLinear(
+    int64_t m,
+    int64_t n,
+    int64_t k,
+    const float* weight,
+    const float* bias,
+    Epilogue epilogue,
+    Weights weights,
+    bool weight_transposed)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
   p.m = m;
@@ -160,32 +222,43 @@ OneDnnLinear::OneDnnLinear(int64_t m, int64_t n, int64_t k, const float* weight,
   p.residual = epilogue.residual;
   p.src_md = memory::desc({m, p.k}, dt::f32, tag::ab);
   p.dst_md = memory::desc({m, p.n}, dt::f32, tag::ab);
-  memory::desc w_user({p.k, p.n}, dt::f32, tag::ba);
+  memory::desc w_user(
+      {p.k, p.n}, dt::f32, weight_transposed ? tag::ab : tag::ba);
   memory::desc w_any({p.k, p.n}, dt::f32, tag::any);
   memory::desc b_md({1, p.n}, dt::f32, tag::ab);
   p.has_bias = bias != nullptr;
   dnnl::primitive_attr attr = make_attr(epilogue, p.dst_md);
   const memory::desc& bias_md = p.has_bias ? b_md : memory::desc();
+  const memory::desc& w_md = weights == Weights::kBorrowed ? w_user : w_any;
 #if DNNL_VERSION_MAJOR >= 3
-  p.pd = dnnl::matmul::primitive_desc(engine(), p.src_md, w_any, bias_md, p.dst_md, attr);
+  p.pd = dnnl::matmul::primitive_desc(
+      engine(), p.src_md, w_md, bias_md, p.dst_md, attr);
 #else
-  dnnl::matmul::desc desc(p.src_md, w_any, bias_md, p.dst_md);
+  dnnl::matmul::desc desc(p.src_md, w_md, bias_md, p.dst_md);
   p.pd = dnnl::matmul::primitive_desc(desc, attr, engine());
 #endif
   p.prim = dnnl::matmul(p.pd);
-  p.weights = prepack(w_user, weight, p.pd.weights_desc());
-  if (p.has_bias) p.bias = prepack(b_md, bias, p.pd.bias_desc());
+  if (weights == Weights::kBorrowed)
+    p.weights = memory(w_user, engine(), const_cast<float*>(weight));
+  else
+    p.weights = prepack(w_user, weight, p.pd.weights_desc());
+  if (p.has_bias)
+    p.bias = prepack(b_md, bias, p.pd.bias_desc());
 }
 
 OneDnnLinear::~OneDnnLinear() = default;
 
-void OneDnnLinear::execute(const float* input, const float* residual, float* output) const {
+void OneDnnLinear::execute(
+    const float* input,
+    const float* residual,
+    float* output) const {
   const Impl& p = *impl_;
   memory src(p.src_md, engine(), const_cast<float*>(input));
   memory dst(p.dst_md, engine(), output);
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, dst}};
-  if (p.has_bias) args[DNNL_ARG_BIAS] = p.bias;
+  if (p.has_bias)
+    args[DNNL_ARG_BIAS] = p.bias;
   if (p.residual) {
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
         memory(p.dst_md, engine(), const_cast<float*>(residual));
@@ -195,6 +268,8 @@ void OneDnnLinear::execute(const float* input, const float* residual, float* out
   s.wait();
 }
 
-std::string OneDnnLinear::implementation() const { return impl_name(impl_->pd); }
+std::string OneDnnLinear::implementation() const {
+  return impl_name(impl_->pd);
+}
 
-}  // namespace torch_plugin::libs
+} // namespace torch_plugin::libs

@@ -1,14 +1,16 @@
-// onednn.h: thin wrappers over oneDNN (CPU): convolution and matmul with a fused
-// epilogue (post-ops), weights reordered once into oneDNN's preferred layout.
+// onednn.h: thin wrappers over oneDNN (CPU): convolution and matmul with a
+// fused epilogue (post-ops), weights reordered once into oneDNN's preferred
+// layout.
 //
 // Owns: the oneDNN engine and primitives; the prepacked weight memory of each
 // primitive. Does not own: the graph (the caller passes plain shapes) or the
 // tensors it runs on. Sources: oneDNN developer guide, "Primitive Attributes:
 // Post-ops" and "Convolution"; API v2.x (Debian's libdnnl-dev) and v3.x.
 // Thread safety: execute() may run concurrently from several threads.
-// Only compiled when oneDNN is found (TORCH_PLUGIN_HAVE_ONEDNN). This header and
-// onednn.cpp include no PyTorch header: torch ships its own (newer) oneDNN headers
-// for its private copy, which must not shadow those of the library we link.
+// Only compiled when oneDNN is found (TORCH_PLUGIN_HAVE_ONEDNN). This header
+// and onednn.cpp include no PyTorch header: torch ships its own (newer) oneDNN
+// headers for its private copy, which must not shadow those of the library we
+// link.
 #pragma once
 
 #include <cstdint>
@@ -33,27 +35,48 @@ class OneDnnConv {
  public:
   // weight: contiguous [OC, IC/groups, KH, KW]; bias: [OC] or nullptr. Both are
   // copied (prepacked) here.
-  OneDnnConv(const std::vector<int64_t>& input_sizes, const std::vector<int64_t>& output_sizes,
-             const float* weight, const std::vector<int64_t>& weight_sizes, const float* bias,
-             std::vector<int64_t> stride, std::vector<int64_t> padding,
-             std::vector<int64_t> dilation, int64_t groups, Epilogue epilogue);
+  OneDnnConv(
+      const std::vector<int64_t>& input_sizes,
+      const std::vector<int64_t>& output_sizes,
+      const float* weight,
+      const std::vector<int64_t>& weight_sizes,
+      const float* bias,
+      std::vector<int64_t> stride,
+      std::vector<int64_t> padding,
+      std::vector<int64_t> dilation,
+      int64_t groups,
+      Epilogue epilogue);
   ~OneDnnConv();
   // input [N, IC, H, W], residual (or nullptr) and output [N, OC, OH, OW], all
   // channels_last (NHWC in memory).
   void execute(const float* input, const float* residual, float* output) const;
-  std::string implementation() const;  // oneDNN's implementation name, e.g. "brg:avx512_core"
+  std::string implementation()
+      const; // oneDNN's implementation name, e.g. "brg:avx512_core"
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// dst[M, N] = act(src[M, K] @ weight[N, K]^T + bias[N] [+ residual[M, N]]), fp32.
+// dst[M, N] = act(src[M, K] @ weight[N, K]^T + bias[N] [+ residual[M, N]]),
+// fp32.
 class OneDnnLinear {
  public:
-  // weight: contiguous [N, K]; bias: [N] or nullptr; both prepacked here.
-  OneDnnLinear(int64_t m, int64_t n, int64_t k, const float* weight, const float* bias,
-               Epilogue epilogue);
+  // How the weight is held: kPacked reorders a copy into the layout oneDNN
+  // prefers (blocked; one more copy of the weight), kBorrowed reads the
+  // caller's [N, K] memory as it is, which must outlive this object.
+  enum class Weights { kPacked, kBorrowed };
+  // weight: [N, K] row-major, or, with weight_transposed, stored row-major
+  // as [K, N] (GPT-2's Conv1D); bias: [N] or nullptr (always copied).
+  OneDnnLinear(
+      int64_t m,
+      int64_t n,
+      int64_t k,
+      const float* weight,
+      const float* bias,
+      Epilogue epilogue,
+      Weights weights = Weights::kPacked,
+      bool weight_transposed = false);
   ~OneDnnLinear();
   // input [M, K], residual [M, N] (or nullptr), output [M, N], all row-major.
   void execute(const float* input, const float* residual, float* output) const;
@@ -64,4 +87,4 @@ class OneDnnLinear {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace torch_plugin::libs
+} // namespace torch_plugin::libs

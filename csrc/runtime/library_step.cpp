@@ -83,16 +83,37 @@ class ConvStep final : public Step {
   OutputBuffer buffer_;
 };
 
+// How linear steps hold their weight
+// (TORCH_PLUGIN_ONEDNN_WEIGHTS=packed|borrowed).
+libs::OneDnnLinear::Weights linear_weights() {
+  const char* v = std::getenv("TORCH_PLUGIN_ONEDNN_WEIGHTS");
+  return v && std::string(v) == "packed"
+      ? libs::OneDnnLinear::Weights::kPacked
+      : libs::OneDnnLinear::Weights::kBorrowed;
+}
+
+// The [N, K] weight as oneDNN reads it: row-major [N, K], or the transpose of a
+// row-major [K, N] (GPT-2's Conv1D weight), without a copy; else a contiguous
+// copy.
+at::Tensor linear_weight(const at::Tensor& w) {
+  if (w.is_contiguous() || w.t().is_contiguous())
+    return w;
+  return w.contiguous();
+}
+
 class LinearStep final : public Step {
  public:
   LinearStep(const Node& n, const SlotMap& slots)
-      : linear_(
+      : weight_(linear_weight(n.tensor_arg(1)->constant)),
+        linear_(
             n.tensor_arg(0)->sizes[0],
             n.tensor_arg(1)->sizes[0],
             n.tensor_arg(1)->sizes[1],
-            n.tensor_arg(1)->constant.contiguous().data_ptr<float>(),
+            weight_.data_ptr<float>(),
             data_or_null(n.tensor_arg(2)),
-            epilogue_of(n, 3, 4)),
+            epilogue_of(n, 3, 4),
+            linear_weights(),
+            !weight_.is_contiguous()),
         in_(slots.slot(n.tensor_arg(0))),
         residual_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
         out_(slots.slot(n.outputs[0])),
@@ -113,6 +134,7 @@ class LinearStep final : public Step {
   }
 
  private:
+  at::Tensor weight_; // the frozen [N, K] weight oneDNN reads (kBorrowed)
   libs::OneDnnLinear linear_;
   int in_, residual_, out_;
   OutputBuffer buffer_;

@@ -6,7 +6,7 @@ Key parts:
 
 | field | environment variable | default | effect |
 |---|---|---|---|
-| ``freeze`` | ``TORCH_PLUGIN_FREEZE`` | ``1`` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding, prepacked weights |
+| ``freeze`` | ``TORCH_PLUGIN_FREEZE`` | ``1`` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding (views of weights stay views), prepacked convolution weights |
 | ``library_patterns`` | ``TORCH_PLUGIN_LIBRARY_PATTERNS`` | ``1`` | convolutions and matrix products (+epilogue) go to oneDNN |
 | ``fusion`` | ``TORCH_PLUGIN_FUSION`` | ``1`` | pointwise/reduction/norm groups become generated C++ kernels |
 | ``memory_planning`` | ``TORCH_PLUGIN_MEMORY_PLANNING`` | ``1`` | library outputs share one preplanned per-run arena (buffer reuse by liveness) |
@@ -16,6 +16,14 @@ Key parts:
 | ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``~/.cache/torch_plugin`` | compiled kernels (.so), keyed by a hash of source, flags and CPU; lowered inference graphs (``graphs/``, see ``graph_cache.py``) |
 | ``graph_cache`` | ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
 | ``cuda_graphs`` | ``TORCH_PLUGIN_CUDA_GRAPHS`` | ``1`` | CUDA inference graphs are captured into CUDA graphs where that is safe (``compiler/cuda_graphs.py``) |
+
+Read by the C++ executor when it builds a step (not fields here):
+
+| environment variable | default | effect |
+|---|---|---|
+| ``TORCH_PLUGIN_ONEDNN_WEIGHTS`` | ``borrowed`` | CPU linear steps read the frozen weight where it is (one copy of each weight: peak memory as eager's); ``packed`` reorders a copy into oneDNN's blocked layout (BERT-base batch 1 on 2 cores: about 5-10% faster, 300 MB more) |
+| ``TORCH_PLUGIN_CUBLASLT_TUNING`` | ``1`` | CUDA products: time cuBLASLt's candidates and cuBLAS's gemm; ``0``: the heuristic's first; ``verbose``; ``gemm`` (tests) |
+| ``TORCH_PLUGIN_CUBLASLT_CANDIDATES`` | ``8`` | how many candidates cuBLASLt's heuristic is asked for |
 """
 
 from __future__ import annotations

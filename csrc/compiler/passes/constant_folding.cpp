@@ -1,8 +1,8 @@
 // constant_folding.cpp: pass "constant_folding".
 //
-// With freezing on, parameters are constants; a node whose tensor inputs are all
-// constants (a weight's transpose, a dtype conversion, a reshape of a bias) is
-// run once, now, through the dispatcher, and its outputs become constants.
+// With freezing on, parameters are constants; a node whose tensor inputs are
+// all constants (a weight's transpose, a dtype conversion, a reshape of a bias)
+// is run once, now, through the dispatcher, and its outputs become constants.
 // Nodes that are not deterministic functions of their inputs (random ops,
 // in-place ops, ops with no tensor input such as aten::empty, whose result we
 // must not share between calls) and outputs that are graph outputs (the caller
@@ -17,24 +17,39 @@ namespace torch_plugin::compiler {
 namespace {
 
 bool foldable(const Node* n, const Graph& g) {
-  if (n->body || n->inputs.empty() || n->op.rfind("aten::", 0) != 0) return false;
+  if (n->body || n->inputs.empty() || n->op.rfind("aten::", 0) != 0)
+    return false;
   if (n->is_in_place() || n->op.find("rand") != std::string::npos ||
-      n->op.find("dropout") != std::string::npos || n->op.find("bernoulli") != std::string::npos)
+      n->op.find("dropout") != std::string::npos ||
+      n->op.find("bernoulli") != std::string::npos)
     return false;
   for (const Value* in : n->inputs) {
-    if (in->kind != ValueKind::kConstant) return false;
+    if (in->kind != ValueKind::kConstant)
+      return false;
   }
   for (const Value* out : n->outputs) {
-    if (g.is_output(out)) return false;
+    if (g.is_output(out))
+      return false;
   }
   return true;
 }
 
+bool shares_storage_with_input(const at::Tensor& t, const Node* n) {
+  for (const Value* in : n->inputs) {
+    if (in->constant.defined() &&
+        in->constant.storage().is_alias_of(t.storage()))
+      return true;
+  }
+  return false;
+}
+
 bool run(Graph& g, const PassOptions& options) {
-  if (!options.freeze) return false;
+  if (!options.freeze)
+    return false;
   bool changed = false;
   for (Node* n : g.nodes()) {
-    if (!foldable(n, g)) continue;
+    if (!foldable(n, g))
+      continue;
     std::unordered_map<int64_t, int> slot_of;
     std::vector<at::Tensor> values;
     // Value id -> index in `values`, the table AtenCall reads and writes.
@@ -52,9 +67,18 @@ bool run(Graph& g, const PassOptions& options) {
     AtenCall(*n, index_of).run(values);
     for (const Value* out : n->outputs) {
       const at::Tensor& t = values[slot_of.at(out->id)];
-      if (!t.defined()) continue;
-      // A view would share its input's storage: fold into a tensor of its own.
-      Value* c = g.add_constant(t.clone(at::MemoryFormat::Preserve));
+      if (!t.defined())
+        continue;
+      // A dense view of a constant (a weight's transpose or reshape) stays a
+      // view: a copy would hold a second copy of every weight (BERT-base: +327
+      // MB). The parameter it views is frozen, and a change to it recompiles
+      // (its version is guarded). Other views (expand, a strided slice) become
+      // dense tensors of their own, the layout later passes expect of a
+      // constant.
+      const bool dense_view =
+          t.is_non_overlapping_and_dense() && shares_storage_with_input(t, n);
+      Value* c =
+          g.add_constant(dense_view ? t : t.clone(at::MemoryFormat::Preserve));
       g.replace_all_uses(const_cast<Value*>(out), c);
     }
     g.erase_node(n);
@@ -63,7 +87,7 @@ bool run(Graph& g, const PassOptions& options) {
   return changed;
 }
 
-}  // namespace
+} // namespace
 
 const PassInfo kConstantFolding = {
     "constant_folding",
@@ -71,4 +95,4 @@ const PassInfo kConstantFolding = {
     "and replaces their outputs by constants (freezing only).",
     run};
 
-}  // namespace torch_plugin::compiler
+} // namespace torch_plugin::compiler

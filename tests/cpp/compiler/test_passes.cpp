@@ -226,12 +226,39 @@ TEST_F(Passes, ConstantFoldingRunsConstantSubgraphsOnly) {
   Value* folded = g.nodes()[0]->tensor_arg(1);
   ASSERT_EQ(folded->kind, ValueKind::kConstant);
   EXPECT_TRUE(at::equal(folded->constant, w.t()));
-  // A folded view owns its storage (a later rewrite of w must not change it).
-  EXPECT_NE(folded->constant.data_ptr(), w.data_ptr());
+  // A dense view of a constant stays a view (one copy of each weight; a change
+  // to a frozen parameter recompiles, CompiledGraph guards its version).
+  EXPECT_EQ(folded->constant.data_ptr(), w.data_ptr());
 
   at::Tensor in = at::randn({3, 5});
   EXPECT_TRUE(
       at::allclose(Executor(g).run({in})[0], at::mm(in, w.t()), 1e-5, 1e-5));
+}
+
+TEST_F(Passes, ConstantFoldingCopiesViewsThatAreNotDense) {
+  // expand gives a stride-0 view: folded into a dense tensor of its own.
+  at::Tensor b = at::randn({6});
+  Graph g;
+  Value* x = input(g, {4, 6});
+  Value* bc = g.add_constant(b);
+  Value* be = node(
+                  g,
+                  "aten::expand",
+                  "default",
+                  {bc},
+                  {std::vector<int64_t>{4, 6}, false},
+                  {{4, 6}})
+                  ->outputs[0];
+  be->strides = {0, 1};
+  Value* y = node(g, "aten::add", "Tensor", {x, be}, {1}, {{4, 6}})->outputs[0];
+  g.set_outputs({y});
+  EXPECT_TRUE(run("constant_folding", g));
+  Value* folded = g.nodes()[0]->tensor_arg(1);
+  ASSERT_EQ(folded->kind, ValueKind::kConstant);
+  EXPECT_TRUE(folded->constant.is_non_overlapping_and_dense());
+  EXPECT_NE(folded->constant.data_ptr(), b.data_ptr());
+  at::Tensor in = at::randn({4, 6});
+  EXPECT_TRUE(at::allclose(Executor(g).run({in})[0], in + b, 1e-6, 1e-6));
 }
 
 TEST_F(Passes, LibraryPatternsConvWithResidualAndRelu) {
