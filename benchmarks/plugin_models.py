@@ -5,7 +5,8 @@ Models (random weights): torchvision resnet18, resnet50, mobilenet_v3_large, vit
 ``--batches``. For every (model, batch, backend) it runs two child processes sharing one
 fresh pair of cache directories (Inductor's and plugin's): the first measures the cold
 compile (empty caches), the second the warm compile (disk caches filled) and the median
-latency. "compile s" is the first call's time minus one steady-state call. All rows are
+latency. "compile s" is the first call's time minus one steady-state call; "peak MB" is the
+warm child's peak resident memory (ru_maxrss: imports, model, compiling, calls). All rows are
 measured side by side in one run and printed as a markdown table, with the command line,
 versions and thread count.
 
@@ -64,6 +65,8 @@ def build(name: str, batch: int):
 
 def child(args: argparse.Namespace) -> None:
     """One measurement in this process; prints one JSON line."""
+    import resource
+
     import torch
 
     model, x = build(args.model, args.batch)
@@ -91,9 +94,17 @@ def child(args: argparse.Namespace) -> None:
             fn(x)
             times.append(time.perf_counter() - start)
     median = statistics.median(times)
+    # The process's peak resident memory (imports, model, compiling, calls): what a user's
+    # machine must hold. Linux reports kilobytes.
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         json.dumps(
-            {"first_s": first, "compile_s": max(first - median, 0.0), "median_ms": median * 1e3}
+            {
+                "first_s": first,
+                "compile_s": max(first - median, 0.0),
+                "median_ms": median * 1e3,
+                "peak_mb": peak_mb,
+            }
         )
     )
 
@@ -151,7 +162,9 @@ def _table_row(row: dict) -> str:
         f"| {row['model']} | {row['batch']} | {f(e)} | {f(i)} | {f(pl)} "
         f"| {f(pl / i if pl and i else None)} | {f(e / pl if e and pl else None)}x "
         f"| {f(ic, '{:.1f}')} | {f(pc, '{:.1f}')} | {f(pc / ic if pc and ic else None)} "
-        f"| {f(g('inductor', 'compile_s'))} | {f(g('plugin', 'compile_s'))} |"
+        f"| {f(g('inductor', 'compile_s'))} | {f(g('plugin', 'compile_s'))} "
+        f"| {f(g('eager', 'peak_mb'), '{:.0f}')} | {f(g('inductor', 'peak_mb'), '{:.0f}')} "
+        f"| {f(g('plugin', 'peak_mb'), '{:.0f}')} |"
     )
 
 
@@ -186,9 +199,10 @@ def main() -> None:
     print()
     print(
         "| model | batch | eager ms | inductor ms | plugin ms | plugin/inductor | plugin speedup "
-        "| inductor cold s | plugin cold s | cold ratio | inductor warm s | plugin warm s |"
+        "| inductor cold s | plugin cold s | cold ratio | inductor warm s | plugin warm s "
+        "| eager peak MB | inductor peak MB | plugin peak MB |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for model in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
