@@ -9,7 +9,9 @@ give an output this type. This module records that list (a *lowering recipe*) wh
 is lowered, stores it on disk, and replays it on a later compile of the same graph.
 
 What is cached: the recipe's ops, names, constant arguments, sizes, strides, dtypes and
-devices — never tensor values. Frozen parameters are referenced by their position and come from the
+devices — never tensor values — as validated JSON with a content hash
+(:mod:`torch_plugin.compiler.recipe_format`; no pickle: an entry is data, never code).
+Frozen parameters are referenced by their position and come from the
 live module on every replay, so a recipe cannot return stale weights. Graphs with other
 tensor constants (``get_attr`` tensors in the ATen graph) are not cached.
 
@@ -36,12 +38,12 @@ Key parts:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import logging
 import os
-import pickle
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,11 +52,10 @@ from typing import Any
 import torch
 
 from torch_plugin import _C
+from torch_plugin.compiler import recipe_format
+from torch_plugin.compiler.recipe_format import FORMAT as _FORMAT
 
 log = logging.getLogger(__name__)
-
-# Bumped when the recipe format changes (2: add_input and set_type record the device).
-_FORMAT = 3
 
 
 @dataclasses.dataclass
@@ -176,6 +177,7 @@ def _source_hash() -> str:
         "compiler/lowering.py",
         "compiler/decompositions.py",
         "compiler/graph_cache.py",
+        "compiler/recipe_format.py",
     ):
         h.update(rel.encode())
         h.update((root / rel).read_bytes())
@@ -266,40 +268,57 @@ def graph_key(
 
 
 def _path(cache_dir: str, key: str) -> Path:
-    return Path(cache_dir) / "graphs" / f"{key}.pkl"
+    return Path(cache_dir) / "graphs" / f"{key}.json"
+
+
+# Entries already reported unusable in this process (each is logged once).
+_reported: set[str] = set()
 
 
 def load(cache_dir: str, key: str) -> Recipe | None:
-    """The recipe stored under ``key``, or None (missing, or unreadable: logged)."""
+    """The recipe stored under ``key``, or None: missing, or unusable (not this format, a
+    wrong content hash, a field that does not validate; see :mod:`.recipe_format`), which is
+    logged once and then overwritten by the recompile."""
     path = _path(cache_dir, key)
     try:
-        with open(path, "rb") as f:
-            fmt, recipe = pickle.load(f)
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    except (
-        OSError,
-        EOFError,
-        pickle.UnpicklingError,
-        AttributeError,
-        ImportError,
-        TypeError,
-        ValueError,
-    ) as e:  # a truncated or foreign file: recompile and overwrite it
-        log.warning("plugin: ignoring unreadable graph cache entry %s: %s", path, e)
+    except OSError as e:
+        _report(path, f"unreadable: {e}")
         return None
-    return recipe if fmt == _FORMAT and isinstance(recipe, Recipe) else None
+    try:
+        calls, num_frozen = recipe_format.loads(data)
+    except recipe_format.BadEntry as e:
+        _report(path, str(e))
+        return None
+    return Recipe(calls, num_frozen)
+
+
+def _report(path: Path, why: str) -> None:
+    if str(path) not in _reported:
+        _reported.add(str(path))
+        log.warning("plugin: ignoring graph cache entry %s (%s); recompiling", path, why)
 
 
 def store(cache_dir: str, key: str, recipe: Recipe) -> None:
-    """Writes ``recipe`` under ``key`` atomically (a concurrent reader sees all or nothing).
-    An unwritable cache directory is logged, not raised."""
+    """Writes ``recipe`` under ``key`` atomically (a temporary file with an unpredictable name
+    in the same folder, flushed to disk, then renamed: a concurrent reader sees all or
+    nothing). Folders are created 0700, files 0600. An unwritable cache directory is logged,
+    not raised."""
     path = _path(cache_dir, key)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump((_FORMAT, recipe), f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(recipe_format.dumps(recipe))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     except OSError as e:
         log.warning("plugin: cannot write the graph cache entry %s: %s", path, e)

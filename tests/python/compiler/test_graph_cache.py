@@ -36,7 +36,7 @@ def _cache_dir(tmp_path, monkeypatch):
 
 
 def _entries(cache_dir):
-    return sorted((cache_dir / "graphs").glob("*.pkl")) if (cache_dir / "graphs").exists() else []
+    return sorted((cache_dir / "graphs").glob("*.json")) if (cache_dir / "graphs").exists() else []
 
 
 def _compile(fn, *inputs):
@@ -121,7 +121,7 @@ def test_unreadable_entry_is_ignored_and_rewritten(cache_dir):
     with torch.no_grad():
         _compile(model, x)
     (entry,) = _entries(cache_dir)
-    entry.write_bytes(b"not a pickle")
+    entry.write_bytes(b"not JSON")
     with torch.no_grad():
         compiled = _compile(model, x)
     _check(compiled, model, torch.randn(2, 3, 9, 9))
@@ -204,3 +204,104 @@ def test_replayed_graph_runs_with_autocast_off(cache_dir, monkeypatch):
                 tol = 1e-4 if w.dtype == torch.float32 else 5e-2
                 torch.testing.assert_close(g, w, rtol=tol, atol=tol * w.abs().max().item())
     assert len(_entries(cache_dir)) == 1
+
+
+def _tampered(data: bytes, edit) -> bytes:
+    """The entry ``data`` with ``edit`` applied to its recipe and the content hash recomputed
+    (what an attacker who can write the cache can do)."""
+    import hashlib
+    import json
+
+    top = json.loads(data)
+    edit(top["recipe"])
+    body = json.dumps(top["recipe"], sort_keys=True, separators=(",", ":")).encode()
+    top["sha256"] = hashlib.sha256(body).hexdigest()
+    return json.dumps(top).encode()
+
+
+def _node_call(recipe):
+    return next(c for c in recipe["calls"] if c[0] == "add_node")
+
+
+def _set_dtype(recipe):
+    next(c for c in recipe["calls"] if c[0] == "add_input")[1][0] = 99
+
+
+def _unknown_op(recipe):
+    _node_call(recipe)[1][0] = "aten::no_such_op"
+
+
+def _dangling_id(recipe):
+    _node_call(recipe)[1][2][0] = ["t", 10_000]
+
+
+def _code_in_constant(recipe):
+    _node_call(recipe)[1][2].append(["c", {"__reduce__": "os.system"}])
+
+
+def _frozen_out_of_range(recipe):
+    next(c for c in recipe["calls"] if c[0] == "frozen")[1][0] = 10_000
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda data: data[: len(data) // 2],  # truncated
+        lambda data: data.replace(b'"add_node"', b'"add_nodf"', 1),  # a flipped byte
+        lambda data: _tampered(data, _set_dtype),
+        lambda data: _tampered(data, _unknown_op),
+        lambda data: _tampered(data, _dangling_id),
+        lambda data: _tampered(data, _code_in_constant),
+        lambda data: _tampered(data, _frozen_out_of_range),
+        lambda data: data.replace(b'"format": 4', b'"format": 3', 1),
+    ],
+    ids=["truncated", "flipped", "dtype", "op", "dangling_id", "object", "frozen", "format"],
+)
+def test_bad_entries_are_recompiled_never_trusted(cache_dir, corrupt, caplog):
+    """A corrupted or tampered entry is logged and recompiled (then overwritten); the
+    result is eager's."""
+    model = _model()
+    x = torch.randn(2, 3, 9, 9)
+    with torch.no_grad():
+        _compile(model, x)
+    (entry,) = _entries(cache_dir)
+    entry.write_bytes(corrupt(entry.read_bytes()))
+    with torch.no_grad():
+        compiled = _compile(model, x)
+    _check(compiled, model, torch.randn(2, 3, 9, 9))
+    assert "ignoring graph cache entry" in caplog.text
+    assert graph_cache.load(str(cache_dir), entry.stem) is not None  # rewritten
+
+
+class _Payload:
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(_Payload.marker),))
+
+
+def test_a_planted_pickle_is_never_loaded(cache_dir, tmp_path):
+    """Entries are JSON: a pickle planted under an entry's name (the format before this one)
+    is never unpickled."""
+    import pickle
+
+    _Payload.marker = str(tmp_path / "pwned")
+    model = _model()
+    x = torch.randn(2, 3, 9, 9)
+    with torch.no_grad():
+        _compile(model, x)
+    (entry,) = _entries(cache_dir)
+    for path in (entry, entry.with_suffix(".pkl")):
+        path.write_bytes(pickle.dumps((3, _Payload())))
+    with torch.no_grad():
+        _compile(model, x)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_entries_are_private(cache_dir):
+    model = _model()
+    with torch.no_grad():
+        _compile(model, torch.randn(2, 3, 9, 9))
+    (entry,) = _entries(cache_dir)
+    assert entry.stat().st_mode & 0o777 == 0o600
+    assert entry.parent.stat().st_mode & 0o777 == 0o700
