@@ -1,14 +1,21 @@
-// kernel_cache.cpp: compile, load and cache generated kernels (see kernel_cache.h).
+// kernel_cache.cpp: compile, load and cache generated kernels (see
+// kernel_cache.h).
 #include "runtime/kernel_cache.h"
 
 #include <c10/util/Exception.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -16,18 +23,101 @@
 #include <thread>
 #include <unordered_map>
 
+extern char** environ;
+
 namespace torch_plugin::runtime {
 namespace {
 
-constexpr const char* kFlags = "-O3 -march=native -fopenmp -fPIC -shared -fno-math-errno -std=c++17";
+constexpr const char* kFlags =
+    "-O3 -march=native -fopenmp -fPIC -shared -fno-math-errno -std=c++17";
+
+// Whitespace-separated words of `s` (no quoting: $CXX and the flags are plain
+// words).
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;)
+    out.push_back(w);
+  return out;
+}
+
+// The executable `name` as execvp would find it (a PATH search when it has no
+// '/'), or "".
+std::string find_program(const std::string& name) {
+  if (name.empty())
+    return "";
+  if (name.find('/') != std::string::npos)
+    return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* env = std::getenv("PATH");
+  const std::string path = env ? env : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos)
+      end = path.size();
+    std::string dir = path.substr(start, end - start);
+    std::string full = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (access(full.c_str(), X_OK) == 0)
+      return full;
+    start = end + 1;
+  }
+  return "";
+}
+
+// Runs argv (argv[0] a path) without a shell, its stdout and stderr into
+// `log_path` (created 0600); the exit status, or -1 when it could not run or
+// died of a signal.
+int run_program(
+    const std::vector<std::string>& argv,
+    const std::string& log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(
+      &actions, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 2, 1);
+  std::vector<char*> args;
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(
+      &pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0)
+    return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR)
+      return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Creates `dir` and its missing parents, each new folder 0700 (mkdir -p without
+// a shell).
+void make_dirs(const std::string& dir) {
+  for (size_t pos = dir.find('/', 1);; pos = dir.find('/', pos + 1)) {
+    const std::string part = dir.substr(0, pos);
+    if (!part.empty() && mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+      TORCH_CHECK(
+          false,
+          "torch_plugin: cannot create the kernel cache folder ",
+          part,
+          ": ",
+          std::strerror(errno));
+    if (pos == std::string::npos)
+      break;
+  }
+}
 
 std::mutex mu;
 std::string cache_dir;
-std::unordered_map<std::string, KernelFn> loaded;  // hash -> entry point
+std::unordered_map<std::string, KernelFn> loaded; // hash -> entry point
 KernelCacheStats stats;
 
 uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  for (unsigned char c : s)
+    h = (h ^ c) * 1099511628211ull;
   return h;
 }
 
@@ -35,8 +125,10 @@ std::string cpu_id() {
   std::ifstream f("/proc/cpuinfo");
   std::string line, id;
   while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0 || line.rfind("flags", 0) == 0) id += line;
-    if (line.empty() && !id.empty()) break;
+    if (line.rfind("model name", 0) == 0 || line.rfind("flags", 0) == 0)
+      id += line;
+    if (line.empty() && !id.empty())
+      break;
   }
   return id;
 }
@@ -46,21 +138,40 @@ bool exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
-const std::string& compiler() {
-  static const std::string cxx = [] {
-    std::vector<std::string> candidates;
-    if (const char* env = std::getenv("CXX")) candidates.push_back(env);
-    candidates.insert(candidates.end(), {"c++", "g++", "clang++"});
-    for (const std::string& c : candidates) {
-      if (std::system(("command -v " + c + " > /dev/null 2>&1").c_str()) == 0) return c;
+// The compiler command as words: $CXX (split on whitespace, its first word
+// found on PATH), else the first of c++, g++, clang++ on PATH. Run without a
+// shell (run_program).
+const std::vector<std::string>& compiler_argv() {
+  static const std::vector<std::string> cxx = [] {
+    std::vector<std::vector<std::string>> candidates;
+    if (const char* env = std::getenv("CXX"))
+      candidates.push_back(words(env));
+    for (const char* c : {"c++", "g++", "clang++"})
+      candidates.push_back({c});
+    for (std::vector<std::string> c : candidates) {
+      if (c.empty())
+        continue;
+      std::string path = find_program(c[0]);
+      if (path.empty())
+        continue;
+      c[0] = path;
+      return c;
     }
-    return std::string();
+    return std::vector<std::string>();
   }();
-  TORCH_CHECK(!cxx.empty(),
-              "torch_plugin: no C++ compiler found for generated kernels (tried $CXX, c++, g++, "
-              "clang++); install one, e.g. `apt-get install g++`, or set "
-              "TORCH_PLUGIN_FUSION=0 to run without generated kernels");
+  TORCH_CHECK(
+      !cxx.empty(),
+      "torch_plugin: no C++ compiler found for generated kernels (tried $CXX, c++, g++, "
+      "clang++); install one, e.g. `apt-get install g++`, or set "
+      "TORCH_PLUGIN_FUSION=0 to run without generated kernels");
   return cxx;
+}
+
+std::string compiler() {
+  std::string out;
+  for (const std::string& w : compiler_argv())
+    out += (out.empty() ? "" : " ") + w;
+  return out;
 }
 
 std::string key_of(const std::string& source) {
@@ -77,29 +188,90 @@ std::string key_of(const std::string& source) {
 std::string cache_dir_locked() {
   if (cache_dir.empty()) {
     // Until the compiler sets it: also for kernels of a loaded graph module.
+    // TORCH_PLUGIN_CACHE_DIR, else $XDG_CACHE_HOME/torch_plugin, else the home
+    // folder's .cache/torch_plugin (from the password database when HOME is
+    // unset): never a folder shared with other users such as /tmp.
     const char* env = std::getenv("TORCH_PLUGIN_CACHE_DIR");
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
     const char* home = std::getenv("HOME");
-    cache_dir = env && *env ? std::string(env)
-                            : std::string(home ? home : "/tmp") + "/.cache/torch_plugin";
+    if (env && *env) {
+      cache_dir = env;
+    } else if (xdg && *xdg) {
+      cache_dir = std::string(xdg) + "/torch_plugin";
+    } else {
+      std::string h = home && *home ? home : "";
+      if (h.empty()) {
+        const passwd* pw = getpwuid(getuid());
+        TORCH_CHECK(
+            pw && pw->pw_dir && *pw->pw_dir,
+            "torch_plugin: no home folder for the kernel cache; set TORCH_PLUGIN_CACHE_DIR");
+        h = pw->pw_dir;
+      }
+      cache_dir = h + "/.cache/torch_plugin";
+    }
   }
   return cache_dir;
 }
 
-// Compiles `source` into <dir>/<key>.so (atomically: a temporary, then rename).
+// Compiles `source` into `so` (<dir>/<key>.so): the source goes to a temporary
+// file with an unpredictable name in the same folder (mkstemps, 0600), the
+// compiler runs without a shell on an argument vector (paths with spaces,
+// quotes or $(...) are plain arguments), and the result is renamed into place.
 void compile(const std::string& source, const std::string& so) {
-  std::string tmp = so + "." + std::to_string(getpid()) + "." +
-                    std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
-  std::ofstream(tmp + ".cpp") << source;
-  std::string cmd = compiler() + " " + kFlags + " -o " + tmp + ".so " + tmp + ".cpp 2> " + tmp + ".log";
-  int rc = std::system(cmd.c_str());
+  const std::string dir = so.substr(0, so.rfind('/'));
+  std::string tmpl = dir + "/.tmp-kernel-XXXXXX.cpp";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  int fd = mkstemps(buf.data(), 4);
+  TORCH_CHECK(
+      fd >= 0,
+      "torch_plugin: cannot create a temporary file in ",
+      dir,
+      ": ",
+      std::strerror(errno));
+  const std::string cpp(buf.data());
+  const std::string base = cpp.substr(0, cpp.size() - 4);
+  size_t written = 0;
+  while (written < source.size()) {
+    ssize_t n = write(fd, source.data() + written, source.size() - written);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    written += static_cast<size_t>(n);
+  }
+  close(fd);
+  std::vector<std::string> argv = compiler_argv();
+  for (const std::string& f : words(kFlags))
+    argv.push_back(f);
+  argv.insert(argv.end(), {"-o", base + ".so", cpp});
+  int rc = written == source.size() ? run_program(argv, base + ".log") : -1;
   std::ostringstream log;
-  log << std::ifstream(tmp + ".log").rdbuf();
-  std::remove((tmp + ".cpp").c_str());
-  std::remove((tmp + ".log").c_str());
-  TORCH_CHECK(rc == 0, "torch_plugin: compiling a generated kernel failed (", cmd, "):\n",
-              log.str(), "\nsource:\n", source);
-  TORCH_CHECK(std::rename((tmp + ".so").c_str(), so.c_str()) == 0, "torch_plugin: cannot move ",
-              tmp, ".so to ", so);
+  log << std::ifstream(base + ".log").rdbuf();
+  std::remove(cpp.c_str());
+  std::remove((base + ".log").c_str());
+  if (rc != 0)
+    std::remove((base + ".so").c_str());
+  std::string cmd;
+  for (const std::string& a : argv)
+    cmd += (cmd.empty() ? "" : " ") + a;
+  TORCH_CHECK(
+      rc == 0,
+      "torch_plugin: compiling a generated kernel failed (",
+      cmd,
+      "):\n",
+      log.str(),
+      "\nsource:\n",
+      source);
+  chmod(
+      (base + ".so").c_str(),
+      0600); // the owner's only, as the cache's other files
+  TORCH_CHECK(
+      std::rename((base + ".so").c_str(), so.c_str()) == 0,
+      "torch_plugin: cannot move ",
+      base,
+      ".so to ",
+      so);
 }
 
 KernelFn load(const std::string& so) {
@@ -107,10 +279,10 @@ KernelFn load(const std::string& so) {
   TORCH_CHECK(handle, "torch_plugin: cannot load kernel ", so, ": ", dlerror());
   auto fn = reinterpret_cast<KernelFn>(dlsym(handle, "kernel"));
   TORCH_CHECK(fn, "torch_plugin: ", so, " has no symbol 'kernel'");
-  return fn;  // the library stays loaded for the process's lifetime
+  return fn; // the library stays loaded for the process's lifetime
 }
 
-}  // namespace
+} // namespace
 
 std::string kernel_cache_dir() {
   std::lock_guard<std::mutex> lock(mu);
@@ -125,9 +297,10 @@ void set_kernel_cache_dir(const std::string& d) {
 std::vector<KernelFn> load_kernels(const std::vector<std::string>& sources) {
   std::vector<KernelFn> out(sources.size(), nullptr);
   std::vector<std::string> keys;
-  for (const std::string& s : sources) keys.push_back(key_of(s));
+  for (const std::string& s : sources)
+    keys.push_back(key_of(s));
   const std::string d = kernel_cache_dir();
-  std::system(("mkdir -p '" + d + "'").c_str());
+  make_dirs(d);
   std::vector<size_t> missing;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -154,12 +327,15 @@ std::vector<KernelFn> load_kernels(const std::vector<std::string>& sources) {
         compile(sources[i], d + "/" + keys[i] + ".so");
       }));
     }
-    for (auto& j : jobs) j.get();
+    for (auto& j : jobs)
+      j.get();
   }
   std::lock_guard<std::mutex> lock(mu);
   for (size_t i : missing) {
     auto it = loaded.find(keys[i]);
-    out[i] = it != loaded.end() ? it->second : (loaded[keys[i]] = load(d + "/" + keys[i] + ".so"));
+    out[i] = it != loaded.end()
+        ? it->second
+        : (loaded[keys[i]] = load(d + "/" + keys[i] + ".so"));
     stats.compiled++;
   }
   return out;
@@ -170,4 +346,4 @@ KernelCacheStats kernel_cache_stats() {
   return stats;
 }
 
-}  // namespace torch_plugin::runtime
+} // namespace torch_plugin::runtime

@@ -301,6 +301,18 @@ def _report(path: Path, why: str) -> None:
         log.warning("plugin: ignoring graph cache entry %s (%s); recompiling", path, why)
 
 
+def _make_private_dirs(folder: Path) -> None:
+    """``mkdir -p`` with every folder it creates 0700 (``Path.mkdir(parents=True)`` gives the
+    parents the default mode)."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for f in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            f.mkdir(mode=0o700)
+
+
 def store(cache_dir: str, key: str, recipe: Recipe) -> None:
     """Writes ``recipe`` under ``key`` atomically (a temporary file with an unpredictable name
     in the same folder, flushed to disk, then renamed: a concurrent reader sees all or
@@ -308,7 +320,7 @@ def store(cache_dir: str, key: str, recipe: Recipe) -> None:
     not raised."""
     path = _path(cache_dir, key)
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_private_dirs(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "wb") as f:

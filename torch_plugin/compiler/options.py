@@ -13,7 +13,7 @@ Key parts:
 | ``verify`` | ``TORCH_PLUGIN_VERIFY`` | ``0`` | run the IR verifier after every pass |
 | ``dump_dir`` | ``TORCH_PLUGIN_DUMP_DIR`` | unset | write each graph before and after each pass there |
 | ``log_kernels`` | ``TORCH_PLUGIN_LOGS`` contains ``kernels`` | off | print each generated kernel and its fusion group |
-| ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``~/.cache/torch_plugin`` | compiled kernels (.so), keyed by a hash of source, flags and CPU; lowered inference graphs (``graphs/``, see ``graph_cache.py``) |
+| ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``$XDG_CACHE_HOME/torch_plugin``, else ``~/.cache/torch_plugin`` (folders 0700, files 0600) | compiled kernels (.so), keyed by a hash of source, flags and CPU; lowered inference graphs (``graphs/``, see ``graph_cache.py``) |
 | ``graph_cache`` | ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
 | ``cuda_graphs`` | ``TORCH_PLUGIN_CUDA_GRAPHS`` | ``1`` | CUDA inference graphs are captured into CUDA graphs where that is safe (``compiler/cuda_graphs.py``) |
 
@@ -70,8 +70,11 @@ def current() -> Options:
     dump_dir = os.environ.get("TORCH_PLUGIN_DUMP_DIR", "")
     if dump_dir:
         os.makedirs(dump_dir, exist_ok=True)
+    # Never a folder shared with other users: without HOME, expanduser reads the password
+    # database (the C++ kernel cache's own default is the same).
     cache_dir = os.environ.get("TORCH_PLUGIN_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "torch_plugin"
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "torch_plugin",
     )
     return Options(
         freeze=_flag("TORCH_PLUGIN_FREEZE", True),

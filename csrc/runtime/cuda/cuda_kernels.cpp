@@ -250,7 +250,7 @@ bool make_dirs(const std::string& path) {
   for (size_t i = 1; i <= path.size(); ++i) {
     if (i == path.size() || path[i] == '/') {
       std::string part = path.substr(0, i);
-      if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+      if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
         return false;
     }
   }
