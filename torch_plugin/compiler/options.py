@@ -13,7 +13,7 @@ Key parts:
 | ``verify`` | ``TORCH_PLUGIN_VERIFY`` | ``0`` | run the IR verifier after every pass |
 | ``dump_dir`` | ``TORCH_PLUGIN_DUMP_DIR`` | unset | write each graph before and after each pass there |
 | ``log_kernels`` | ``TORCH_PLUGIN_LOGS`` contains ``kernels`` | off | print each generated kernel and its fusion group |
-| ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``$XDG_CACHE_HOME/torch_plugin``, else ``~/.cache/torch_plugin`` (folders 0700, files 0600) | compiled kernels (.so), keyed by a hash of source, flags and CPU; lowered inference graphs (``graphs/``, see ``graph_cache.py``) |
+| ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``$XDG_CACHE_HOME/torch_plugin``, else ``~/.cache/torch_plugin`` (folders 0700, files 0600; an existing root owned by another user or writable by group/others is refused with a warning: disk caches off, kernels compile into a private temporary folder) | compiled kernels (.so), keyed by a hash of source, flags and CPU; lowered inference graphs (``graphs/``, see ``graph_cache.py``) |
 | ``graph_cache`` | ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
 | ``cuda_graphs`` | ``TORCH_PLUGIN_CUDA_GRAPHS`` | ``1`` | CUDA inference graphs are captured into CUDA graphs where that is safe (``compiler/cuda_graphs.py``) |
 
@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
+import warnings
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -76,6 +78,11 @@ def current() -> Options:
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "torch_plugin",
     )
+    graph_cache = _flag("TORCH_PLUGIN_GRAPH_CACHE", True)
+    why = untrusted_cache_root(cache_dir)
+    if why is not None:
+        cache_dir = _private_cache_dir(cache_dir, why)
+        graph_cache = False
     return Options(
         freeze=_flag("TORCH_PLUGIN_FREEZE", True),
         library_patterns=_flag("TORCH_PLUGIN_LIBRARY_PATTERNS", True),
@@ -85,6 +92,48 @@ def current() -> Options:
         dump_dir=dump_dir,
         log_kernels="kernels" in os.environ.get("TORCH_PLUGIN_LOGS", "").split(","),
         cache_dir=cache_dir,
-        graph_cache=_flag("TORCH_PLUGIN_GRAPH_CACHE", True),
+        graph_cache=graph_cache,
         cuda_graphs=_flag("TORCH_PLUGIN_CUDA_GRAPHS", True),
     )
+
+
+def untrusted_cache_root(path: str) -> str | None:
+    """Why the cache root ``path`` must not be used, or None: an existing root must be a
+    folder owned by this user and writable by no one else (another user could plant kernels
+    that are loaded into this process). A missing root is fine: it is created 0700."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"cannot stat it ({e})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a folder"
+    if st.st_uid != os.getuid():
+        return f"it is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+_private_dirs: dict[str, str] = {}
+
+
+def _private_cache_dir(refused: str, why: str) -> str:
+    """A private folder of this process (0700, removed at exit) used instead of the refused
+    root, so kernels still compile; the disk cache is off for the process. Warned once."""
+    if refused not in _private_dirs:
+        import atexit
+        import shutil
+        import tempfile
+
+        private = tempfile.mkdtemp(prefix="torch_plugin-")
+        atexit.register(shutil.rmtree, private, True)
+        _private_dirs[refused] = private
+        warnings.warn(
+            f"torch_plugin: not using the cache folder {refused}: {why}. The disk cache is off "
+            f"for this process (kernels compile into {private}); fix the folder's owner or mode "
+            "(chmod 700) or set TORCH_PLUGIN_CACHE_DIR to a private folder.",
+            stacklevel=3,
+        )
+    return _private_dirs[refused]
