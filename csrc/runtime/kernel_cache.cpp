@@ -167,11 +167,15 @@ const std::vector<std::string>& compiler_argv() {
   return cxx;
 }
 
-std::string compiler() {
-  std::string out;
-  for (const std::string& w : compiler_argv())
-    out += (out.empty() ? "" : " ") + w;
-  return out;
+// The compiler command as one string (part of every kernel key): built once.
+const std::string& compiler() {
+  static const std::string joined = [] {
+    std::string out;
+    for (const std::string& w : compiler_argv())
+      out += (out.empty() ? "" : " ") + w;
+    return out;
+  }();
+  return joined;
 }
 
 std::string key_of(const std::string& source) {

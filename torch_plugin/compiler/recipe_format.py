@@ -32,6 +32,7 @@ Key parts: :func:`dumps`, :func:`loads`, :data:`FORMAT`, :class:`BadEntry`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -141,6 +142,7 @@ def _constant(c: Any, depth: int = 0) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def _op_exists(op: str, overload: str) -> bool:
     ns, name = op.split("::")
     try:
