@@ -20,6 +20,8 @@ Flags:
   of frames that were not captured).
 - :data:`debug_check_pure` (False): check that each call folded at capture time as pure
   changed no tensor (the tests turn it on).
+- :data:`optimize_ddp` (True): a graph captured inside DistributedDataParallel's forward is
+  compiled as one subgraph per gradient bucket, so DDP's all-reduces overlap the backward.
 - :data:`logs` (``()``, or what ``TORCH_PLUGIN_LOGS`` says): the log channels printed to
   stderr; assigning it switches them at once.
 """
@@ -51,6 +53,15 @@ each "not capturing ..." message from the capture layer. Messages go to the
 ``torch_plugin.*`` loggers at INFO level, so they show once logging is configured for it,
 e.g. ``logging.basicConfig(level=logging.INFO)``. The backend part is tested in
 ``tests/python/backends/test_registry.py``."""
+
+optimize_ddp: bool = True
+"""While the forward of a ``torch.nn.parallel.DistributedDataParallel`` module runs, split each
+captured graph that computes gradients into one subgraph per DDP gradient bucket, each
+compiled by the backend on its own, so each bucket's all-reduce starts while the backward of
+the earlier layers still runs (see ``torch_plugin.distributed.ddp`` and docs/distributed.md).
+False compiles such graphs whole (every all-reduce then waits for the end of the backward).
+Read by ``torch_plugin.capture.convert_frame`` at each compile.
+Tested in ``tests/python/distributed/test_ddp.py``."""
 
 logs: tuple = ()
 """The log channels printed to stderr, as a tuple of names from

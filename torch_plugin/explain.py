@@ -106,6 +106,9 @@ class FrameReport:
         guards: the guards of its cache entry, in source terms (``L['x']: tensor ...``).
         graph_break: why the frame's capture stopped early, or None if it was captured whole.
         translate_time_s, compile_time_s: seconds in the translator and in the backend.
+        ddp_split: for a graph captured inside DistributedDataParallel's forward, how it was
+            split at gradient buckets (:class:`torch_plugin.distributed.ddp.DDPSplit`), else
+            None.
     """
 
     name: str
@@ -116,6 +119,7 @@ class FrameReport:
     graph_break: BreakReason | None
     translate_time_s: float
     compile_time_s: float
+    ddp_split: Any = None
 
 
 @dataclasses.dataclass
@@ -251,6 +255,8 @@ def format_report(out: ExplainOutput) -> str:
             lines.append(
                 f"    graph {graph_index}: {_plural(len(names), 'op')}: {', '.join(names)}"
             )
+        if frame.ddp_split is not None:
+            lines += [f"    {line}" for line in frame.ddp_split.describe()]
         lines.append(f"    guards ({len(frame.guards)}):")
         lines += [f"      {g}" for g in frame.guards]
     return "\n".join(lines)
@@ -277,6 +283,7 @@ def _frame_report(record: convert_frame.CaptureRecord) -> FrameReport:
         brk,
         record.translate_time_s,
         record.compile_time_s,
+        getattr(record, "ddp_split", None),
     )
 
 

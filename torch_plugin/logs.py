@@ -9,7 +9,10 @@ Channels (each is the logger ``torch_plugin.<channel>``):
   ``convert_frame``);
 - ``guards``: the guards of each new cache entry;
 - ``bytecode``: the original and the transformed bytecode (``dis``) of each converted frame;
-- ``graph``: the code of each captured FX graph, with shapes and the user's source lines.
+- ``graph``: the code of each captured FX graph, with shapes and the user's source lines;
+- ``ddp``: how each graph captured inside DistributedDataParallel's forward was split at
+  gradient buckets, or why it was compiled whole (emitted by
+  ``torch_plugin.distributed.ddp``).
 
 The last three are written from a :data:`torch_plugin.capture.convert_frame.listeners`
 function, registered only while one of them is on.
@@ -37,7 +40,7 @@ from . import config
 from .capture import convert_frame
 
 ENV_VAR = "TORCH_PLUGIN_LOGS"
-CHANNELS: tuple[str, ...] = ("graph_breaks", "recompiles", "guards", "bytecode", "graph")
+CHANNELS: tuple[str, ...] = ("graph_breaks", "recompiles", "guards", "bytecode", "graph", "ddp")
 # Channels written from CaptureRecords (the others are logged by convert_frame directly).
 _RECORD_CHANNELS = ("guards", "bytecode", "graph")
 

@@ -14,6 +14,7 @@ import time
 import types
 import warnings
 import weakref
+from typing import Any
 
 import torch
 import torch.fx
@@ -90,6 +91,9 @@ class CaptureRecord:
     visible_side_effects: tuple = ()
     returns_runtime_args: bool = False
     returns_new_objects: bool = False
+    # How the graph was split at DDP's gradient buckets (torch_plugin.distributed.ddp.DDPSplit),
+    # or None when it was not compiled inside DDP's forward.
+    ddp_split: Any = None
 
 
 def _spec_has(spec: tuple, kind: str) -> bool:
@@ -335,6 +339,7 @@ class ConvertFrame:
                             partial.get("translate_time_s", time.perf_counter() - t0),
                             partial.get("compile_time_s", 0.0),
                             graph_break_location=break_reason.location,
+                            ddp_split=partial.get("ddp_split"),
                         )
                     )
                 return transformed, guard
@@ -357,9 +362,10 @@ class ConvertFrame:
         stats.translate_time_s += t1 - t0
         graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
         snapshot = _snapshot(gm) if listeners else None
+        ddp_splits: list = []
         with output.backend_context():
             compiled = call_backend(
-                self.backend,
+                self._backend_for_graph(ddp_splits),
                 gm,
                 list(output.example_inputs),
                 backend_name=self.backend_name,
@@ -408,9 +414,24 @@ class ConvertFrame:
                     visible_side_effects=tuple(output.side_effects.caller_visible()),
                     returns_runtime_args=_spec_has(spec, "arg"),
                     returns_new_objects=_spec_has(spec, "object"),
+                    ddp_split=ddp_splits[0] if ddp_splits else None,
                 )
             )
         return transformed, guard
+
+    def _backend_for_graph(self, ddp_splits: list):
+        """The backend for one captured graph: ``self.backend``, or, while the forward of a
+        DistributedDataParallel module runs (and ``config.optimize_ddp``), ``self.backend``
+        wrapped to compile one subgraph per gradient bucket; each DDPSplit it makes is
+        appended to ``ddp_splits``."""
+        if not config.optimize_ddp:
+            return self.backend
+        from torch_plugin.distributed.ddp import active_ddp_module, bucket_splitting_compiler
+
+        ddp = active_ddp_module()
+        if ddp is None:
+            return self.backend
+        return bucket_splitting_compiler(self.backend, ddp, ddp_splits.append)
 
     def _compile_partial(self, output, code, tensors, t0: float, info: dict):
         """Compile the graph captured before a break, returning ``tensors`` as a tuple;
@@ -430,14 +451,17 @@ class ConvertFrame:
         if listeners:
             info["graph"] = _snapshot(gm)
         graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), part before a graph break"
+        ddp_splits: list = []
         with output.backend_context():
             compiled = call_backend(
-                self.backend,
+                self._backend_for_graph(ddp_splits),
                 gm,
                 list(output.example_inputs),
                 backend_name=self.backend_name,
                 graph_name=graph_name,
             )
+        if ddp_splits:
+            info["ddp_split"] = ddp_splits[0]
         stats.backend_compile_time_s += time.perf_counter() - t1
         info["compile_time_s"] = time.perf_counter() - t1
         stats.graphs_compiled += 1

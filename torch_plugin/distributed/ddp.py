@@ -1,0 +1,351 @@
+"""Splitting a captured graph at DistributedDataParallel's gradient buckets.
+
+DDP all-reduces gradients in *buckets*: it walks the parameters in the order their gradients
+become ready (about the reverse of their use in forward) and closes a bucket once it holds
+at least a cap of bytes (1 MiB for the first bucket by default, ``bucket_cap_mb`` for the
+others). An all-reduce starts as soon as every gradient of its bucket is ready, so it
+overlaps with the rest of the backward pass. A graph compiled as one AOTAutograd function
+produces every gradient at the end of its one backward node: no all-reduce could start
+early. So a graph captured while DDP's forward runs is split into one subgraph per bucket,
+each compiled by the chosen backend on its own (the idea of PyTorch's DDPOptimizer in
+``torch/_dynamo/backends/distributed.py``; the code here is this project's own).
+
+How the split is chosen (:func:`plan_split`):
+
+1. The gradient parameters of the graph are the ones DDP reduces (``ddp.module``'s
+   parameters that require grad and that DDP does not ignore), read through ``get_attr``
+   nodes or arriving as graph inputs.
+2. They are ordered by their last use in the graph, last first, and within one node last
+   argument first: the order eager autograd produces their gradients in backward.
+3. DDP's own bucket assignment (``torch.distributed._compute_bucket_assignment_by_size``)
+   groups them with DDP's caps (:func:`bucket_caps`): the buckets DDP builds after its first
+   iteration.
+4. Walking the graph from its output, a node belongs to the highest bucket of any gradient
+   parameter it or a later node reads, so the subgraphs follow graph order and each one
+   holds the parameters of one bucket. Parameters used out of order stay in the subgraph
+   where they are read (correct; their gradient is only ready later than DDP assumed).
+
+``torch.fx.passes.split_module`` cuts the graph; each subgraph is compiled with example
+inputs made from the values capture recorded for its inputs (real tensors of the same
+shape, strides, dtype, device and ``requires_grad``, with random contents: compiling never
+runs the user's graph). Graphs with symbolic sizes, and graphs where nothing needs a
+gradient (evaluation under DDP), are compiled whole.
+
+Key parts: :func:`active_ddp_module`, :func:`bucket_caps`, :func:`plan_split`,
+:func:`bucket_splitting_compiler`, :class:`DDPSplit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+log = logging.getLogger("torch_plugin.ddp")
+
+CompilerFn = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Subgraph:
+    """One subgraph of a split graph, in forward order.
+
+    Attributes:
+        name: the submodule's name in the split graph (``submod_0``, ...).
+        num_ops: its number of operation nodes.
+        param_names: the graph names of the gradient parameters it reads.
+        param_bytes: their size in bytes (numel x element size).
+    """
+
+    name: str
+    num_ops: int
+    param_names: tuple[str, ...]
+    param_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DDPSplit:
+    """What splitting one captured graph at DDP's gradient buckets did.
+
+    Attributes:
+        bucket_caps: the byte caps used: the first bucket's, then the others'.
+        num_buckets: how many buckets DDP's assignment makes of the graph's gradient
+            parameters.
+        subgraphs: the subgraphs compiled, in forward order (empty when the graph was
+            compiled whole).
+        not_split: why the graph was compiled whole, or None when it was split.
+    """
+
+    bucket_caps: tuple[int, ...]
+    num_buckets: int
+    subgraphs: tuple[Subgraph, ...] = ()
+    not_split: str | None = None
+
+    def describe(self) -> list[str]:
+        """Readable lines for ``explain()`` and the ``ddp`` log channel."""
+        caps = " then ".join(_mib(c) for c in self.bucket_caps)
+        if self.not_split is not None:
+            return [f"DDP: compiled whole ({self.not_split}); bucket caps {caps}"]
+        lines = [
+            f"DDP: split into {len(self.subgraphs)} subgraphs at gradient buckets "
+            f"({self.num_buckets} buckets; caps {caps}):"
+        ]
+        for s in self.subgraphs:
+            names = ", ".join(s.param_names) if s.param_names else "no parameters"
+            lines.append(f"  {s.name}: {s.num_ops} ops, {_mib(s.param_bytes)} of parameters: {names}")
+        return lines
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.3g} MiB"
+
+
+def active_ddp_module() -> torch.nn.Module | None:
+    """The ``DistributedDataParallel`` module whose forward is running on this process (DDP
+    marks itself while it calls the wrapped module), or None; None when torch.distributed is
+    not built."""
+    if not torch.distributed.is_available():
+        return None
+    from torch.nn.parallel import DistributedDataParallel
+
+    get_active = getattr(DistributedDataParallel, "_get_active_ddp_module", None)
+    return get_active() if get_active is not None else None
+
+
+def bucket_caps(ddp: torch.nn.Module) -> list[int]:
+    """The bucket byte caps DDP's reducer uses when it rebuilds its buckets after the first
+    iteration: ``bucket_cap_mb_list`` if given; else the first bucket's cap
+    (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB, when ``bucket_cap_mb`` was
+    left at its default, else ``bucket_cap_mb``) followed by ``bucket_cap_mb``. Source:
+    ``DistributedDataParallel.__init__`` / ``_ddp_init_helper`` (torch/nn/parallel/distributed.py)."""
+    caps = getattr(ddp, "bucket_bytes_cap_list", None)
+    if caps:
+        return [int(c) for c in caps]
+    cap = int(ddp.bucket_bytes_cap)
+    if getattr(ddp, "bucket_bytes_cap_default", False):
+        first = min(int(torch.distributed._DEFAULT_FIRST_BUCKET_BYTES), cap)
+    else:
+        first = cap
+    return [first, cap]
+
+
+def reduced_parameters(ddp: torch.nn.Module) -> dict[int, str]:
+    """``id(parameter) -> name`` for every parameter DDP all-reduces: the wrapped module's
+    parameters that require grad and are not in ``parameters_to_ignore``."""
+    ignored = set(getattr(ddp, "parameters_to_ignore", ()) or ())
+    return {
+        id(p): name
+        for name, p in ddp.module.named_parameters()
+        if p.requires_grad and name not in ignored
+    }
+
+
+def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _op_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
+
+
+def _is_static_value(value: Any) -> bool:
+    """Whether a recorded example value has no symbolic size (and can be made real)."""
+    if isinstance(value, torch.Tensor):
+        return all(isinstance(s, int) for s in (*value.shape, *value.stride()))
+    if isinstance(value, (list, tuple)):
+        return all(_is_static_value(v) for v in value)
+    return not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def plan_split(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    reduced: dict[int, str],
+    caps: Sequence[int],
+) -> tuple[dict[torch.fx.Node, int], DDPSplit]:
+    """Assign each operation node of ``gm`` to a subgraph (0 = first in forward order).
+
+    ``reduced`` maps ``id(parameter)`` to its name for the parameters DDP reduces
+    (:func:`reduced_parameters`); ``caps`` are DDP's bucket byte caps (:func:`bucket_caps`).
+    Returns the assignment and a :class:`DDPSplit` (with ``not_split`` set, and every node
+    in subgraph 0, when the graph is better compiled whole). The algorithm is in the module
+    docstring.
+    """
+    caps = tuple(int(c) for c in caps)
+    ops = _op_nodes(gm)
+    whole = {n: 0 for n in ops}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    param_of: dict[torch.fx.Node, torch.Tensor] = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = _fetch_attr(gm, node.target)
+        elif node.op == "placeholder":
+            index = placeholders.index(node)
+            value = example_inputs[index] if index < len(example_inputs) else None
+        else:
+            continue
+        if isinstance(value, torch.Tensor) and id(value) in reduced:
+            param_of[node] = value
+    if not param_of:
+        return whole, DDPSplit(caps, 0, not_split="no parameter that DDP reduces")
+    if not any(t.requires_grad for t in param_of.values()) or not torch.is_grad_enabled():
+        return whole, DDPSplit(caps, 0, not_split="no gradient is computed")
+    if not all(_is_static_value(n.meta.get("example_value")) for n in ops):
+        return whole, DDPSplit(caps, 0, not_split="the graph has symbolic sizes")
+
+    # Gradient parameters in the order backward produces their gradients.
+    order: list[torch.fx.Node] = []
+    seen: set[int] = set()
+    for node in reversed(ops):
+        # Eager autograd hands a node's gradients over last argument first (a linear
+        # layer's bias before its weight); DDP's buckets follow that order.
+        for inp in reversed(node.all_input_nodes):
+            p = param_of.get(inp)
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                order.append(inp)
+    tensors = [param_of[n] for n in order]
+    bucket_indices, _ = torch.distributed._compute_bucket_assignment_by_size(
+        tensors, list(caps)
+    )
+    bucket_of_param: dict[int, int] = {}
+    for b, indices in enumerate(bucket_indices):
+        for i in indices:
+            bucket_of_param[id(tensors[i])] = b
+    num_buckets = len(bucket_indices)
+
+    # Walk from the output: a node is in the highest bucket read by it or any later node.
+    reverse_bucket: dict[torch.fx.Node, int] = {}
+    current = 0
+    for node in reversed(ops):
+        for inp in node.all_input_nodes:
+            p = param_of.get(inp)
+            if p is not None:
+                current = max(current, bucket_of_param[id(p)])
+        reverse_bucket[node] = current
+    used = sorted(set(reverse_bucket.values()), reverse=True)  # forward order
+    if len(used) == 1:
+        return whole, DDPSplit(caps, num_buckets, not_split="one bucket")
+    forward_index = {b: i for i, b in enumerate(used)}
+    assignment = {n: forward_index[b] for n, b in reverse_bucket.items()}
+
+    names: list[list[str]] = [[] for _ in used]
+    nbytes = [0] * len(used)
+    counts = [0] * len(used)
+    placed: set[int] = set()
+    for node in ops:
+        i = assignment[node]
+        counts[i] += 1
+        for inp in node.all_input_nodes:
+            p = param_of.get(inp)
+            if p is not None and id(p) not in placed:
+                placed.add(id(p))
+                names[i].append(reduced[id(p)])
+                nbytes[i] += p.numel() * p.element_size()
+    subgraphs = tuple(
+        Subgraph(f"submod_{i}", counts[i], tuple(names[i]), nbytes[i]) for i in range(len(used))
+    )
+    return assignment, DDPSplit(caps, num_buckets, subgraphs)
+
+
+def _real_like(value: Any) -> Any:
+    """A real value standing for a recorded example value: tensors become fresh tensors of
+    the same shape, strides, dtype, device and ``requires_grad`` (random floats, zero
+    integers); containers are mapped; other values are kept."""
+    if isinstance(value, torch.Tensor):
+        t = torch.empty_strided(
+            tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device=value.device
+        )
+        if t.is_floating_point() or t.is_complex():
+            t.normal_()
+            if value.requires_grad:
+                t.requires_grad_(True)
+        else:
+            t.zero_()
+        return t
+    if isinstance(value, (list, tuple)):
+        return type(value)(_real_like(v) for v in value)
+    return value
+
+
+class _CompiledSubgraph(torch.nn.Module):
+    """A compiled subgraph, called by the split graph where its submodule was."""
+
+    def __init__(self, compiled: Callable[..., Any], name: str) -> None:
+        super().__init__()
+        self.compiled = compiled
+        self.subgraph_name = name
+
+    def forward(self, *args: Any) -> Any:
+        return self.compiled(*args)
+
+
+class _SubgraphCompiler(torch.fx.Interpreter):
+    """Walks the split graph once, compiling each subgraph with example inputs: the real
+    inputs of the whole graph, its parameters, and stand-ins (:func:`_real_like`) for the
+    values earlier subgraphs produce. Nothing of the user's graph runs."""
+
+    def __init__(self, split_gm: torch.fx.GraphModule, backend: CompilerFn) -> None:
+        super().__init__(split_gm)
+        self.backend = backend
+        self.compiled: dict[str, Callable[..., Any]] = {}
+
+    def call_module(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        sub = self.fetch_attr(target)
+        output = next(n for n in sub.graph.nodes if n.op == "output")
+        # Read before the backend runs: backends may rewrite the subgraph's outputs.
+        stand_in = torch.fx.node.map_aggregate(
+            output.args[0],
+            lambda a: _real_like(a.meta["example_value"]) if isinstance(a, torch.fx.Node) else a,
+        )
+        self.compiled[target] = self.backend(sub, list(args))
+        return stand_in
+
+
+def compile_split(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    assignment: dict[torch.fx.Node, int],
+    backend: CompilerFn,
+) -> Callable[..., Any]:
+    """Cut ``gm`` into the subgraphs of ``assignment`` (node -> subgraph index, see
+    :func:`plan_split`), compile each with ``backend`` and return the callable that runs
+    them in order (``compiled(*inputs)`` returns what ``gm(*inputs)`` returns)."""
+    from torch.fx.passes.split_module import split_module
+
+    split_gm = split_module(gm, None, lambda node: assignment[node])
+    compiler = _SubgraphCompiler(split_gm, backend)
+    # Grad mode stays as it is: backends decide from it whether to build a backward graph.
+    compiler.run(*example_inputs)
+    for name, compiled in compiler.compiled.items():
+        setattr(split_gm, name, _CompiledSubgraph(compiled, name))
+    split_gm.recompile()
+    return split_gm.forward
+
+
+def bucket_splitting_compiler(
+    backend: CompilerFn, ddp: torch.nn.Module, on_split: Callable[[DDPSplit], None]
+) -> CompilerFn:
+    """``backend`` wrapped to compile a graph captured inside ``ddp``'s forward as one
+    subgraph per gradient bucket (:func:`plan_split`, :func:`compile_split`), or whole when
+    that is better; ``on_split`` receives the :class:`DDPSplit` of each compile."""
+    caps = bucket_caps(ddp)
+    reduced = reduced_parameters(ddp)
+
+    def compile_at_buckets(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        assignment, split = plan_split(gm, example_inputs, reduced, caps)
+        on_split(split)
+        for line in split.describe():
+            log.info("%s", line)
+        if split.not_split is not None:
+            return backend(gm, example_inputs)
+        return compile_split(gm, example_inputs, assignment, backend)
+
+    return compile_at_buckets
