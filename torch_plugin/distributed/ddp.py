@@ -90,13 +90,16 @@ class DDPSplit:
         caps = " then ".join(_mib(c) for c in self.bucket_caps)
         if self.not_split is not None:
             return [f"DDP: compiled whole ({self.not_split}); bucket caps {caps}"]
-        lines = [
+        head = (
             f"DDP: split into {len(self.subgraphs)} subgraphs at gradient buckets "
             f"({self.num_buckets} buckets; caps {caps}):"
-        ]
+        )
+        lines = [head]
         for s in self.subgraphs:
             names = ", ".join(s.param_names) if s.param_names else "no parameters"
-            lines.append(f"  {s.name}: {s.num_ops} ops, {_mib(s.param_bytes)} of parameters: {names}")
+            lines.append(
+                f"  {s.name}: {s.num_ops} ops, {_mib(s.param_bytes)} of parameters: {names}"
+            )
         return lines
 
 
@@ -212,9 +215,7 @@ def plan_split(
                 seen.add(id(p))
                 order.append(inp)
     tensors = [param_of[n] for n in order]
-    bucket_indices, _ = torch.distributed._compute_bucket_assignment_by_size(
-        tensors, list(caps)
-    )
+    bucket_indices, _ = torch.distributed._compute_bucket_assignment_by_size(tensors, list(caps))
     bucket_of_param: dict[int, int] = {}
     for b, indices in enumerate(bucket_indices):
         for i in indices:

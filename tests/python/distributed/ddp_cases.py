@@ -1,0 +1,187 @@
+"""Worker side of the DistributedDataParallel tests (tests/python/distributed/test_ddp.py).
+
+Each rank of a gloo process group (CPU) trains the same model twice for three optimizer
+steps, once under eager DDP and once under DDP with torch_plugin, on the same per-rank random
+batches, and writes what a user could observe to ``rank<N>.json``: losses, the largest
+differences of parameters, gradients and buffers, DDP's own buckets (after its rebuild), the
+subgraphs the capture layer compiled and how often the backend compiled. The test process
+compares; nothing here decides pass or fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+STEPS = 3
+
+
+def mlp() -> tuple[torch.nn.Module, callable]:
+    layers = [torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()) for _ in range(6)]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(64, 4))
+
+    def batch(g: torch.Generator):
+        return (torch.randn(8, 64, generator=g),)
+
+    return model, batch
+
+
+class SmallCNN(torch.nn.Module):
+    """Conv/BatchNorm/ReLU blocks and a linear head: buffers change in every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        chans = [3, 16, 32, 32, 64]
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(
+                torch.nn.Conv2d(a, b, 3, padding=1, bias=False),
+                torch.nn.BatchNorm2d(b),
+                torch.nn.ReLU(),
+            )
+            for a, b in itertools.pairwise(chans)
+        )
+        self.head = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean((2, 3)))
+
+
+def cnn() -> tuple[torch.nn.Module, callable]:
+    def batch(g: torch.Generator):
+        return (torch.randn(4, 3, 16, 16, generator=g),)
+
+    return SmallCNN(), batch
+
+
+def bert() -> tuple[torch.nn.Module, callable]:
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(
+        vocab_size=128,
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    model = BertModel(config, add_pooling_layer=False)
+
+    def batch(g: torch.Generator):
+        return (torch.randint(0, 128, (2, 16), generator=g),)
+
+    return model, batch
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "bert": bert}
+
+
+def _output_tensor(out):
+    if isinstance(out, torch.Tensor):
+        return out
+    return out[0]  # HF ModelOutput: last_hidden_state
+
+
+def _train(rank: int, model_name: str, compiled: str | None, bucket_cap_mb: float, wrap: str):
+    import torch_plugin
+
+    torch.manual_seed(0)
+    model, batch = MODELS[model_name]()
+    if compiled is not None and wrap == "before":
+        model_for_ddp = torch_plugin.optimize(compiled)(model)
+    else:
+        model_for_ddp = model
+    ddp = DDP(model_for_ddp, bucket_cap_mb=bucket_cap_mb)
+    runner = torch_plugin.optimize(compiled)(ddp) if compiled and wrap == "after" else ddp
+    initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses, grads = [], {}
+    for step in range(STEPS):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        loss = _output_tensor(runner(*batch(g))).square().mean()
+        loss.backward()
+        losses.append(loss.item())
+        if step == STEPS - 1:
+            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        opt.step()
+        opt.zero_grad()
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
+    data = ddp._get_ddp_logging_data()
+    names = [n for n, _ in model.named_parameters()]
+    buckets = [
+        sorted(names[int(i)] for i in group.split())
+        for group in str(data.get("rebuilt_per_bucket_param_indices", "")).split(",")
+        if group.strip()
+    ]
+    return losses, grads, params, buffers, buckets, _max_diff(initial, params)
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    diffs = ((x.double() - y.double()).abs().max().item() for x, y in zip(a.values(), b.values()))
+    return max(diffs, default=0.0)
+
+
+def run_case(rank: int, world: int, port: int, out_dir: str, case: dict) -> None:
+    """One rank: eager DDP, then DDP with torch_plugin (``case``: model, backend, bucket_cap_mb,
+    wrap "after" = optimize(DDP(model)) or "before" = DDP(optimize(model)), optimize_ddp)."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        import torch_plugin
+        from torch_plugin.capture import convert_frame
+
+        torch_plugin.config.optimize_ddp = case.get("optimize_ddp", True)
+        eager = _train(rank, case["model"], None, case["bucket_cap_mb"], case["wrap"])
+        compiles = []
+        records = []
+        backend = torch_plugin.lookup_backend(case["backend"])
+
+        def counting_backend(gm, example_inputs):
+            compiles.append(len(gm.graph.nodes))
+            return backend(gm, example_inputs)
+
+        convert_frame.listeners.append(records.append)
+        try:
+            compiled = _train(
+                rank, case["model"], counting_backend, case["bucket_cap_mb"], case["wrap"]
+            )
+        finally:
+            convert_frame.listeners.remove(records.append)
+        splits = [r.ddp_split for r in records if r.ddp_split is not None]
+        result = {
+            "rank": rank,
+            "eager_losses": eager[0],
+            "compiled_losses": compiled[0],
+            "grad_diff": _max_diff(eager[1], compiled[1]),
+            "param_diff": _max_diff(eager[2], compiled[2]),
+            "buffer_diff": _max_diff(eager[3], compiled[3]),
+            "param_change": eager[5],
+            "eager_buckets": eager[4],
+            "compiled_buckets": compiled[4],
+            "backend_compiles": len(compiles),
+            "frames_converted": len(records),
+            "splits": [
+                {
+                    "not_split": s.not_split,
+                    "num_buckets": s.num_buckets,
+                    "subgraph_params": [sorted(sg.param_names) for sg in s.subgraphs],
+                    "describe": s.describe(),
+                }
+                for s in splits
+            ],
+        }
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()

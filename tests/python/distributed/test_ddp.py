@@ -1,0 +1,188 @@
+"""DistributedDataParallel with torch_plugin: graphs split at gradient buckets (issue #14).
+
+Two-process tests (gloo on the CPU, ``torch.multiprocessing.spawn``): each rank trains a model
+for three optimizer steps under eager DDP and under DDP with torch_plugin on the same batches
+(worker side in ``ddp_cases.py``), and the test compares losses, gradients, parameters and
+buffers on every rank, the subgraphs against DDP's own buckets, and the number of compiles.
+In-process tests (one rank) check ``explain()``, ``config.optimize_ddp`` and evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import torch_plugin
+
+pytestmark = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(),
+    reason="torch.distributed with gloo is not built into this torch",
+)
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:  # tests are imported with --import-mode=importlib
+    sys.path.insert(0, _HERE)
+
+import ddp_cases
+
+WORLD = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(tmp_path: Path, **case) -> list[dict]:
+    import torch.multiprocessing as mp
+
+    mp.spawn(
+        ddp_cases.run_case,
+        args=(WORLD, _free_port(), str(tmp_path), case),
+        nprocs=WORLD,
+        join=True,
+    )
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+def _check_same_training(results: list[dict], atol: float) -> None:
+    for r in results:
+        assert r["param_change"] > 1e-3, "training must move the parameters"
+        assert r["compiled_losses"] == pytest.approx(r["eager_losses"], rel=1e-5, abs=atol)
+        assert r["grad_diff"] <= atol, r
+        assert r["param_diff"] <= atol, r
+        assert r["buffer_diff"] <= atol, r
+    # Gradients are all-reduced: both ranks end with the same parameters (losses differ:
+    # each rank has its own batches).
+    assert results[0]["eager_losses"] != results[1]["eager_losses"]
+
+
+def _check_split_matches_ddp(results: list[dict]) -> None:
+    for r in results:
+        assert r["frames_converted"] == 1, "one capture, no recompile in later steps"
+        (split,) = r["splits"]
+        assert split["not_split"] is None, split
+        eager_buckets = r["eager_buckets"]
+        assert len(eager_buckets) > 2, "the case must make several buckets"
+        # One subgraph per bucket, holding exactly that bucket's parameters (DDP's buckets
+        # are listed gradient-ready first, i.e. last subgraph first).
+        assert len(split["subgraph_params"]) == len(eager_buckets)
+        assert split["subgraph_params"][::-1] == eager_buckets
+        # The backend compiled each subgraph once, in the first step only.
+        assert r["backend_compiles"] == len(eager_buckets)
+    assert results[0]["splits"] == results[1]["splits"], "all ranks compile the same graphs"
+
+
+@pytest.mark.parametrize("backend", ["plugin", "aot_eager"])
+def test_mlp_under_ddp_matches_eager_ddp(tmp_path, backend):
+    results = _run(tmp_path, model="mlp", backend=backend, bucket_cap_mb=0.02, wrap="after")
+    _check_same_training(results, atol=1e-5)
+    _check_split_matches_ddp(results)
+
+
+def test_cnn_with_batchnorm_under_ddp(tmp_path):
+    """BatchNorm's running statistics (buffers DDP broadcasts) and conv weights."""
+    results = _run(tmp_path, model="cnn", backend="plugin", bucket_cap_mb=0.03, wrap="after")
+    _check_same_training(results, atol=1e-4)
+    _check_split_matches_ddp(results)
+
+
+def test_model_optimized_before_wrapping(tmp_path):
+    """``DDP(optimize(model))``: the inner module's frame is captured inside DDP's forward."""
+    results = _run(tmp_path, model="mlp", backend="aot_eager", bucket_cap_mb=0.02, wrap="before")
+    _check_same_training(results, atol=1e-5)
+    _check_split_matches_ddp(results)
+
+
+@pytest.mark.slow
+def test_small_bert_under_ddp(tmp_path):
+    results = _run(tmp_path, model="bert", backend="plugin", bucket_cap_mb=0.05, wrap="after")
+    _check_same_training(results, atol=1e-4)
+    for r in results:
+        assert r["frames_converted"] == 1
+        (split,) = r["splits"]
+        assert split["not_split"] is None
+        assert len(split["subgraph_params"]) == len(r["eager_buckets"]) > 2
+
+
+def test_optimize_ddp_off_compiles_whole_graph(tmp_path):
+    results = _run(
+        tmp_path,
+        model="mlp",
+        backend="aot_eager",
+        bucket_cap_mb=0.02,
+        wrap="after",
+        optimize_ddp=False,
+    )
+    _check_same_training(results, atol=1e-5)
+    for r in results:
+        assert r["splits"] == [] and r["backend_compiles"] == 1
+
+
+# --- one process -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def single_rank_group():
+    """A one-rank gloo process group in this process (no network: a HashStore)."""
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    torch_plugin.reset()
+    try:
+        yield
+    finally:
+        torch_plugin.reset()
+        dist.destroy_process_group()
+
+
+def _ddp_mlp():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model, batch = ddp_cases.mlp()
+    return model, DDP(model, bucket_cap_mb=0.02), batch(torch.Generator().manual_seed(1))
+
+
+def test_explain_shows_the_split(single_rank_group):
+    _, ddp, (x,) = _ddp_mlp()
+    out = torch_plugin.explain(ddp, x)
+    (frame,) = out.frames
+    assert frame.ddp_split is not None and len(frame.ddp_split.subgraphs) == 3
+    text = str(out)
+    assert "DDP: split into 3 subgraphs at gradient buckets" in text
+    assert "submod_2: 6 ops" in text and "4.0.weight, 4.0.bias, 5.0.weight" in text
+
+
+def test_evaluation_under_ddp_is_compiled_whole(single_rank_group):
+    model, ddp, (x,) = _ddp_mlp()
+    records = []
+    from torch_plugin.capture import convert_frame
+
+    convert_frame.listeners.append(records.append)
+    try:
+        with torch.no_grad():
+            out = torch_plugin.optimize("aot_eager")(ddp)(x)
+    finally:
+        convert_frame.listeners.remove(records.append)
+    torch.testing.assert_close(out, model(x))
+    (record,) = records
+    assert record.ddp_split.not_split == "no gradient is computed"
+
+
+def test_ddp_log_channel(single_rank_group, capsys):
+    _, ddp, (x,) = _ddp_mlp()
+    torch_plugin.set_logs("ddp")
+    try:
+        torch_plugin.optimize("aot_eager")(ddp)(x).sum().backward()
+    finally:
+        torch_plugin.set_logs("")
+    err = capsys.readouterr().err
+    assert "[torch_plugin.ddp] DDP: split into 3 subgraphs" in err
