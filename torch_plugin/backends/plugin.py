@@ -4,7 +4,9 @@ AOTAutograd (``aot_module_simplified``) traces the captured graph into ATen grap
 decomposition table of :mod:`torch_plugin.compiler.decompositions`; each graph is compiled by
 :func:`torch_plugin.compiler.compile.compile_graph`. An inference graph (no input or
 parameter needs a gradient, or grad mode is off) is frozen: the parameters and buffers that
-AOTAutograd lifts into its first inputs become constants, guarded on identity and version.
+AOTAutograd lifts into its first inputs become constants, guarded on identity and version;
+except when the capture layer marks the graph's parameters as changing without version bumps
+(``gm.meta[UNVERSIONED_PARAMETERS]``: FSDP2), where they stay inputs read on every call.
 Forward and backward graphs of training are compiled without freezing; the backward graph is
 compiled lazily, with capture off (see ``aot_eager``).
 
@@ -48,6 +50,7 @@ from typing import Any
 import torch
 
 from torch_plugin.backends.aot_eager import flatten_graph_outputs, without_capture
+from torch_plugin.backends.registry import UNVERSIONED_PARAMETERS
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +205,12 @@ def _plugin(
     inputs_need_grad = any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in [*params_flat, *example_inputs]
     )
-    if opts.graph_cache and not (torch.is_grad_enabled() and inputs_need_grad):
+    # Parameters that change without a version bump (FSDP2) are read on every call: no
+    # freezing, and no graph cache (whose recipes are frozen graphs).
+    unversioned = bool(gm.meta.get(UNVERSIONED_PARAMETERS, False))
+    if unversioned:
+        log.info("plugin: parameters change without version bumps (FSDP2): not frozen")
+    if opts.graph_cache and not unversioned and not (torch.is_grad_enabled() and inputs_need_grad):
         key = graph_cache.graph_key(gm, example_inputs, params, dataclasses.asdict(opts))
     if key is not None:
         recipe = graph_cache.load(opts.cache_dir, key)
@@ -227,7 +235,8 @@ def _plugin(
     num_outputs = len(next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0])
 
     def inference_compiler(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
-        frozen = params_flat if _placeholders_match(fx_graph, params_flat) else []
+        freeze = not unversioned and _placeholders_match(fx_graph, params_flat)
+        frozen = params_flat if freeze else []
         if cuda:
             rewritten = fused_attention_to_leaf(fx_graph)
             if rewritten:

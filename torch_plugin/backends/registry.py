@@ -5,6 +5,14 @@ A *backend* is a callable ``backend(gm, example_inputs) -> compiled``: ``gm`` is
 with, and ``compiled(*inputs)`` must return what ``gm(*inputs)`` would return. Backends may
 rewrite ``gm`` while compiling it.
 
+Facts the capture layer states about a graph travel in ``gm.meta``:
+
+- ``gm.meta[UNVERSIONED_PARAMETERS]`` (:data:`UNVERSIONED_PARAMETERS`) is True when the
+  graph's parameters may be rewritten in place *without* a bump of their version counter
+  (FSDP2's ``fully_shard`` all-gathers into the unsharded parameters before each forward and
+  keeps their ``_version``): a backend must read them on every call and never freeze or
+  cache their values.
+
 Key parts:
 - :data:`CompilerFn`: the type of a backend.
 - :func:`register_backend`, :func:`lookup_backend`, :func:`list_backends`: names to backends.
@@ -34,6 +42,10 @@ CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., 
 """``backend(gm, example_inputs) -> compiled``, where ``compiled(*inputs)`` behaves like ``gm``."""
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+UNVERSIONED_PARAMETERS = "torch_plugin.unversioned_parameters"
+"""``gm.meta`` key: True when the graph's parameters may change in place without a version
+bump, so a backend must not freeze them (see the module docstring)."""
 
 _BACKENDS: dict[str, CompilerFn] = {}
 _builtins_registered = False

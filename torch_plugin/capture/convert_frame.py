@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 import types
 import warnings
@@ -20,7 +21,7 @@ import torch
 import torch.fx
 
 from .. import config
-from ..backends.registry import BackendCompilerFailed
+from ..backends.registry import UNVERSIONED_PARAMETERS, BackendCompilerFailed
 from . import dynamic_shapes, torch_compile_interop
 from .bytecode_emission import make_transformed_code
 from .exc import Unsupported, UserSourceLocation
@@ -121,6 +122,24 @@ def _snapshot(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     out = graph.graph_copy(gm.graph, {})
     graph.output(out)
     return torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+
+
+def _reads_fsdp2_modules(frame: types.FrameType) -> bool:
+    """Whether a module among the frame's locals is, or holds, a module sharded by FSDP2
+    (``torch.distributed.fsdp.fully_shard``). FSDP2 all-gathers into the unsharded
+    parameters before each forward and frees them after, keeping their version counters
+    (``torch.autograd._unsafe_preserve_version_counter``): their values change with no
+    version bump, so the graph is marked for backends not to freeze them."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    fsdp_module = getattr(fsdp, "FSDPModule", None)
+    if fsdp_module is None:  # FSDP2 never imported: no module can be sharded by it
+        return False
+    for value in frame.f_locals.values():
+        if isinstance(value, torch.nn.Module) and any(
+            isinstance(m, fsdp_module) for m in value.modules()
+        ):
+            return True
+    return False
 
 
 def _notify(record: CaptureRecord) -> None:
@@ -310,6 +329,7 @@ class ConvertFrame:
         code = frame.f_code
         t0 = time.perf_counter()
         output = OutputGraph(code.co_name, dynamic_shapes.DimPolicy(code, self.dynamic))
+        output.unversioned_parameters = _reads_fsdp2_modules(frame)
         try:
             tx = InstructionTranslator(frame, output, stop_at=break_at)
             result = tx.run()
@@ -356,6 +376,8 @@ class ConvertFrame:
             raise Unsupported("no tensor operations to capture")
         output.graph.output(tuple(t.node for t in tensors))
         gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
+        if output.unversioned_parameters:
+            gm.meta[UNVERSIONED_PARAMETERS] = True
         if not output.has_dynamic_shapes():
             guard = build_guard_tree(output.guards)  # fails early, before the backend runs
         t1 = time.perf_counter()
@@ -445,6 +467,8 @@ class ConvertFrame:
             return None
         output.graph.output(tuple(t.node for t in tensors))
         gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
+        if output.unversioned_parameters:
+            gm.meta[UNVERSIONED_PARAMETERS] = True
         t1 = time.perf_counter()
         stats.translate_time_s += t1 - t0
         info["translate_time_s"] = t1 - t0

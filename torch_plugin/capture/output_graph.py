@@ -73,6 +73,9 @@ class OutputGraph:
         # whose counter moved was mutated in place by the graph (add_distinct_guards).
         self._input_versions: dict[Source, int] = {}
         self._attr_names: dict[int, str] = {}
+        # Set by the frame converter: the graph's parameters may change in place without a
+        # version bump (FSDP2); the compiled graph carries it to the backend in gm.meta.
+        self.unversioned_parameters = False
         self._names: set[str] = set()
         self.side_effects = SideEffects()
         # Objects the transformed code loads from their sources and passes to the runner

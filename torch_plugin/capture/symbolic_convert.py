@@ -25,6 +25,7 @@ import operator
 import os
 import sys
 import types
+from typing import Any
 
 import torch
 
@@ -401,9 +402,18 @@ class InstructionTranslatorBase(ContainerInstructions):
         ):
             # Pure standard-library helpers (inspect, dataclasses, ...) on values known at
             # capture time run for real; their result is a constant of this capture.
+            # A type-only helper (dataclasses.fields) depends on the argument's type, which
+            # its variable already guards: no identity guard on an object built per call.
+            type_only = fn_var.fn in _TYPE_ONLY_STDLIB
+
+            def real(a: VariableTracker) -> Any:
+                if type_only and isinstance(a, UserDefinedObjectVariable):
+                    return a.value
+                return a.as_python_constant()
+
             try:
-                real_args = [a.as_python_constant() for a in args]
-                real_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+                real_args = [real(a) for a in args]
+                real_kwargs = {k: real(v) for k, v in kwargs.items()}
             except Unsupported:
                 pass
             else:

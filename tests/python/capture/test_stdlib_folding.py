@@ -162,3 +162,40 @@ def test_shallow_copy_shares_attribute_values_with_the_original():
         want_names.append("z")
         torch.testing.assert_close(got, x * len(want_names))
         assert CONFIG.names == want_names
+
+
+@dataclasses.dataclass
+class _Output:
+    """Built anew on every call; its __post_init__ reads the fields, then breaks the graph."""
+
+    value: torch.Tensor
+    extra: torch.Tensor | None = None
+
+    def __post_init__(self):
+        self.total = self.value.sum() * len(dataclasses.fields(self))
+        print(end="")  # a graph break in an inlined call: this frame is captured on its own
+
+
+def test_fields_of_a_new_object_guards_its_type_not_its_identity():
+    """``dataclasses.fields(self)`` on an object built per call (HF ModelOutput.__post_init__
+    after a graph break) must not guard the object's identity: the guard could never hold
+    again, and every call recompiled the frame until cache_size_limit."""
+    from torch_plugin.capture import convert_frame
+
+    def f(x):
+        y = x.cos()
+        print(end="")
+        out = _Output(y * 2)
+        return out.total + out.value
+
+    records = []
+    convert_frame.listeners.append(records.append)
+    try:
+        opt = torch_plugin.optimize("eager")(f)
+        for _ in range(4):
+            x = torch.randn(5)
+            torch.testing.assert_close(opt(x), f(x))
+    finally:
+        convert_frame.listeners.remove(records.append)
+    post_init = [r for r in records if r.code is _Output.__post_init__.__code__]
+    assert len(post_init) == 1, [r.guards for r in post_init]

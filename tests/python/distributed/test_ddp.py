@@ -2,7 +2,7 @@
 
 Two-process tests (gloo on the CPU, ``torch.multiprocessing.spawn``): each rank trains a model
 for three optimizer steps under eager DDP and under DDP with torch_plugin on the same batches
-(worker side in ``ddp_cases.py``), and the test compares losses, gradients, parameters and
+(worker side in ``workers.py``), and the test compares losses, gradients, parameters and
 buffers on every rank, the subgraphs against DDP's own buckets, and the number of compiles.
 In-process tests (one rank) check ``explain()``, ``config.optimize_ddp`` and evaluation.
 """
@@ -29,7 +29,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:  # tests are imported with --import-mode=importlib
     sys.path.insert(0, _HERE)
 
-import ddp_cases
+import workers
 
 WORLD = 2
 
@@ -44,7 +44,7 @@ def _run(tmp_path: Path, **case) -> list[dict]:
     import torch.multiprocessing as mp
 
     mp.spawn(
-        ddp_cases.run_case,
+        workers.run_case,
         args=(WORLD, _free_port(), str(tmp_path), case),
         nprocs=WORLD,
         join=True,
@@ -147,7 +147,7 @@ def _ddp_mlp():
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
-    model, batch = ddp_cases.mlp()
+    model, batch = workers.mlp()
     return model, DDP(model, bucket_cap_mb=0.02), batch(torch.Generator().manual_seed(1))
 
 

@@ -1,6 +1,7 @@
-"""Worker side of the DistributedDataParallel tests (tests/python/distributed/test_ddp.py).
+"""Worker side of the distributed tests (tests/python/distributed): DDP (``run_case``) and
+FSDP2 (``run_fsdp2_case``).
 
-Each rank of a gloo process group (CPU) trains the same model twice for three optimizer
+For DDP, each rank of a gloo process group (CPU) trains the same model twice for three optimizer
 steps, once under eager DDP and once under DDP with torch_plugin, on the same per-rank random
 batches, and writes what a user could observe to ``rank<N>.json``: losses, the largest
 differences of parameters, gradients and buffers, DDP's own buckets (after its rebuild), the
@@ -184,4 +185,82 @@ def run_case(rank: int, world: int, port: int, out_dir: str, case: dict) -> None
         }
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
+        dist.barrier()  # no rank tears gloo down while another still communicates
+        dist.destroy_process_group()
+
+
+def _fsdp2_model(model_name: str, mesh):
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model, batch = MODELS[model_name]()
+    layers = model.encoder.layer if model_name == "bert" else list(model)[:-1]
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, batch
+
+
+def _fsdp2_train(rank: int, model_name: str, mesh, compiled: str | None, records: list):
+    """Three optimizer steps under FSDP2; after each step, an evaluation call under no_grad
+    (the compiled model's inference graphs read the freshly all-gathered weights)."""
+    import torch_plugin
+
+    model, batch = _fsdp2_model(model_name, mesh)
+    runner = torch_plugin.optimize(compiled)(model) if compiled is not None else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses, evals, converted = [], [], []
+    for step in range(STEPS):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        inputs = batch(g)
+        loss = _output_tensor(runner(*inputs)).square().mean()
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+        opt.zero_grad()
+        with torch.no_grad():
+            evals.append(_output_tensor(runner(*inputs)).detach().clone())
+        converted.append(len(records))
+    # The root's parameters may still be unsharded plain tensors after the last forward.
+    params = {
+        n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+        for n, p in model.named_parameters()
+    }
+    return losses, evals, params, converted
+
+
+def run_fsdp2_case(rank: int, world: int, port: int, out_dir: str, case: dict) -> None:
+    """One rank: FSDP2 (``fully_shard`` on each layer and the root) eager, then with
+    torch_plugin's ``case["backend"]``; writes losses, evaluation outputs' and parameters'
+    largest differences, and the frames converted."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from torch_plugin.capture import convert_frame
+
+        mesh = init_device_mesh("cpu", (world,))
+        records = []
+        eager = _fsdp2_train(rank, case["model"], mesh, None, records)
+        convert_frame.listeners.append(records.append)
+        try:
+            compiled = _fsdp2_train(rank, case["model"], mesh, case["backend"], records)
+        finally:
+            convert_frame.listeners.remove(records.append)
+        eval_diff = max((a - b).abs().max().item() for a, b in zip(eager[1], compiled[1]))
+        result = {
+            "rank": rank,
+            "eager_losses": eager[0],
+            "compiled_losses": compiled[0],
+            "eval_diff": eval_diff,
+            "param_diff": _max_diff(eager[2], compiled[2]),
+            "frames": [r.code.co_qualname for r in records],
+            "frames_converted_per_step": compiled[3],
+            "graph_breaks": [r.graph_break[0] for r in records if r.graph_break is not None],
+        }
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.barrier()  # no rank tears gloo down while another still communicates
         dist.destroy_process_group()
