@@ -186,3 +186,18 @@ def test_ddp_log_channel(single_rank_group, capsys):
         torch_plugin.set_logs("")
     err = capsys.readouterr().err
     assert "[torch_plugin.ddp] DDP: split into 3 subgraphs" in err
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2 or not dist.is_nccl_available(),
+    reason="needs 2 CUDA GPUs and NCCL",
+)
+@pytest.mark.parametrize("backend", ["plugin", "inductor"])
+def test_cnn_under_ddp_on_two_gpus(tmp_path, backend):
+    """NCCL, one GPU per rank. "plugin" runs CUDA training graphs as their eager graphs (GPU
+    training is a later part of issue #11); "inductor" compiles each subgraph."""
+    results = _run(
+        tmp_path, model="cnn", backend=backend, bucket_cap_mb=0.03, wrap="after", device="cuda"
+    )
+    _check_same_training(results, atol=1e-3)
+    _check_split_matches_ddp(results)

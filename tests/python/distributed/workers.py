@@ -92,16 +92,29 @@ def _output_tensor(out):
     return out[0]  # HF ModelOutput: last_hidden_state
 
 
-def _train(rank: int, model_name: str, compiled: str | None, bucket_cap_mb: float, wrap: str):
+def _train(
+    rank: int,
+    model_name: str,
+    compiled: str | None,
+    bucket_cap_mb: float,
+    wrap: str,
+    device: str = "cpu",
+):
     import torch_plugin
 
     torch.manual_seed(0)
-    model, batch = MODELS[model_name]()
+    model, cpu_batch = MODELS[model_name]()
+    model = model.to(device)
+
+    def batch(g):
+        return tuple(t.to(device) for t in cpu_batch(g))
+
     if compiled is not None and wrap == "before":
         model_for_ddp = torch_plugin.optimize(compiled)(model)
     else:
         model_for_ddp = model
-    ddp = DDP(model_for_ddp, bucket_cap_mb=bucket_cap_mb)
+    device_ids = [torch.device(device).index] if device != "cpu" else None
+    ddp = DDP(model_for_ddp, bucket_cap_mb=bucket_cap_mb, device_ids=device_ids)
     runner = torch_plugin.optimize(compiled)(ddp) if compiled and wrap == "after" else ddp
     initial = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -112,7 +125,7 @@ def _train(rank: int, model_name: str, compiled: str | None, bucket_cap_mb: floa
         loss.backward()
         losses.append(loss.item())
         if step == STEPS - 1:
-            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+            grads = {n: p.grad.detach().cpu() for n, p in model.named_parameters()}
         opt.step()
         opt.zero_grad()
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -138,13 +151,20 @@ def run_case(rank: int, world: int, port: int, out_dir: str, case: dict) -> None
     wrap "after" = optimize(DDP(model)) or "before" = DDP(optimize(model)), optimize_ddp)."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = "cpu"
+    if case.get("device") == "cuda":  # one GPU per rank, NCCL
+        device = f"cuda:{rank}"
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", rank=rank, world_size=world)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         import torch_plugin
         from torch_plugin.capture import convert_frame
 
         torch_plugin.config.optimize_ddp = case.get("optimize_ddp", True)
-        eager = _train(rank, case["model"], None, case["bucket_cap_mb"], case["wrap"])
+        train_args = (case["bucket_cap_mb"], case["wrap"], device)
+        eager = _train(rank, case["model"], None, *train_args)
         compiles = []
         records = []
         backend = torch_plugin.lookup_backend(case["backend"])
@@ -155,9 +175,7 @@ def run_case(rank: int, world: int, port: int, out_dir: str, case: dict) -> None
 
         convert_frame.listeners.append(records.append)
         try:
-            compiled = _train(
-                rank, case["model"], counting_backend, case["bucket_cap_mb"], case["wrap"]
-            )
+            compiled = _train(rank, case["model"], counting_backend, *train_args)
         finally:
             convert_frame.listeners.remove(records.append)
         splits = [r.ddp_split for r in records if r.ddp_split is not None]
