@@ -192,6 +192,8 @@ def run_row(args, model_name: str, backend: str) -> dict:
         path = f"/tmp/trace-{dist.get_rank()}-{model_name}-{backend}.json"
         prof.export_chrome_trace(path)
         row["overlap"] = overlap_of(path)
+        top = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)[:12]
+        row["top_device_ms"] = {e.key[:80]: e.device_time_total / 2e3 for e in top}  # per step
     return row
 
 
