@@ -14,6 +14,8 @@ Backends:
 - ``eager``: the wrapped model as it is;
 - ``plugin``: ``torch_plugin.optimize("plugin")`` (on CUDA the plugin compiler runs
   training graphs as their eager graphs until GPU training lands: issue #11 part B);
+  ``plugin-whole``: the same with ``torch_plugin.config.optimize_ddp = False``;
+- ``capture-eager``: ``torch_plugin.optimize("eager")``: capture only, graphs run as captured;
 - ``plugin-inductor``: ``torch_plugin.optimize("inductor")``: torch_plugin's capture and DDP
   split with Inductor compiling each subgraph; ``plugin-inductor-whole``: the same with
   ``torch_plugin.config.optimize_ddp = False`` (one graph, every all-reduce after backward);
@@ -71,11 +73,13 @@ def loss_of(out) -> torch.Tensor:
 def make_runner(wrapped: torch.nn.Module, backend: str):
     import torch_plugin
 
-    torch_plugin.config.optimize_ddp = backend != "plugin-inductor-whole"
+    torch_plugin.config.optimize_ddp = not backend.endswith("-whole")
     if backend == "eager":
         return wrapped
-    if backend == "plugin":
+    if backend in ("plugin", "plugin-whole"):
         return torch_plugin.optimize("plugin")(wrapped)
+    if backend == "capture-eager":
+        return torch_plugin.optimize("eager")(wrapped)
     if backend in ("plugin-inductor", "plugin-inductor-whole"):
         return torch_plugin.optimize("inductor")(wrapped)
     if backend == "compile":
