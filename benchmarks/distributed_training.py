@@ -196,8 +196,13 @@ def run_row(args, model_name: str, backend: str) -> dict:
         path = f"/tmp/trace-{dist.get_rank()}-{model_name}-{backend}.json"
         prof.export_chrome_trace(path)
         row["overlap"] = overlap_of(path)
-        top = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)[:12]
+        averages = prof.key_averages()
+        top = sorted(averages, key=lambda e: e.device_time_total, reverse=True)[:12]
         row["top_device_ms"] = {e.key[:80]: e.device_time_total / 2e3 for e in top}  # per step
+        top = sorted(averages, key=lambda e: e.self_device_time_total, reverse=True)[:40]
+        row["top_self_device_ms"] = {
+            e.key[:80]: (e.self_device_time_total / 2e3, e.count // 2) for e in top
+        }
     return row
 
 
