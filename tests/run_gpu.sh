@@ -24,6 +24,7 @@ GPU_TESTS=(
   tests/python/compiler/test_cuda_runtime.py
   tests/python/compiler/test_cublaslt.py
   tests/python/models/test_cuda_models.py
+  tests/python/distributed/test_ddp.py
 )
 existing=()
 for t in "${GPU_TESTS[@]}"; do [[ -f "$ROOT/$t" ]] && existing+=("$ROOT/$t"); done
