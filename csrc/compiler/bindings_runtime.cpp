@@ -6,6 +6,7 @@
 #include "compiler/bindings_graph.h"
 
 #include "ops/executor_op.h"
+#include "runtime/cache_file.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_cache.h"
 
@@ -44,8 +45,9 @@ void init_runtime_bindings(py::module_& m) {
           [](std::shared_ptr<runtime::Executor> e) {
             // torch.classes.torch_plugin.Executor, the argument of
             // torch.ops.torch_plugin.run_graph (ops/executor_op.h).
-            return torch::jit::toPyObject(c10::IValue(
-                c10::make_intrusive<ops::ExecutorObject>(std::move(e))));
+            return torch::jit::toPyObject(
+                c10::IValue(
+                    c10::make_intrusive<ops::ExecutorObject>(std::move(e))));
           })
       .def("describe", &runtime::Executor::describe)
       .def("step_counts", &runtime::Executor::step_counts)
@@ -68,8 +70,18 @@ void init_runtime_bindings(py::module_& m) {
     return py::dict(
         py::arg("compiled") = s.compiled,
         py::arg("disk_hits") = s.disk_hits,
-        py::arg("memory_hits") = s.memory_hits);
+        py::arg("memory_hits") = s.memory_hits,
+        py::arg("disk_rejected") = s.disk_rejected);
   });
+  m.def(
+      "forget_loaded_kernels",
+      &runtime::forget_loaded_kernels,
+      "Forget the kernels loaded in this process (they stay mapped): the next "
+      "compile reads the disk cache again. For tests.");
+  m.def(
+      "sha256_hex",
+      [](const py::bytes& data) { return runtime::sha256_hex(data); },
+      "SHA-256 of bytes as 64 hex digits (the kernel caches' hash; FIPS 180-4).");
 }
 
 } // namespace torch_plugin::compiler

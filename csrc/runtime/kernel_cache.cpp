@@ -2,7 +2,10 @@
 // kernel_cache.h).
 #include "runtime/kernel_cache.h"
 
+#include "runtime/cache_file.h"
+
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -30,6 +33,9 @@ namespace {
 
 constexpr const char* kFlags =
     "-O3 -march=native -fopenmp -fPIC -shared -fno-math-errno -std=c++17";
+// Part of every key: bump when the entry format or the kernels' calling
+// convention changes.
+constexpr const char* kCacheFormat = "torch_plugin kernel cache 2";
 
 // Whitespace-separated words of `s` (no quoting: $CXX and the flags are plain
 // words).
@@ -115,12 +121,6 @@ std::string cache_dir;
 std::unordered_map<std::string, KernelFn> loaded; // hash -> entry point
 KernelCacheStats stats;
 
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s)
-    h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 std::string cpu_id() {
   std::ifstream f("/proc/cpuinfo");
   std::string line, id;
@@ -178,14 +178,21 @@ const std::string& compiler() {
   return joined;
 }
 
+// SHA-256 over everything a kernel depends on: the cache format, the source,
+// the compiler command and flags, the CPU (model and flags: -march=native) and
+// the torch version.
 std::string key_of(const std::string& source) {
   static const std::string target = cpu_id();
-  uint64_t h = fnv1a(source);
-  h = fnv1a(compiler() + " " + kFlags, h);
-  h = fnv1a(target, h);
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  std::string all = kCacheFormat;
+  for (const std::string& part :
+       {source,
+        compiler() + " " + kFlags,
+        target,
+        std::string(TORCH_VERSION)}) {
+    all.push_back('\0');
+    all += part;
+  }
+  return sha256_hex(all);
 }
 
 // The cache folder; the caller holds `mu`.
@@ -217,12 +224,12 @@ std::string cache_dir_locked() {
   return cache_dir;
 }
 
-// Compiles `source` into `so` (<dir>/<key>.so): the source goes to a temporary
-// file with an unpredictable name in the same folder (mkstemps, 0600), the
-// compiler runs without a shell on an argument vector (paths with spaces,
-// quotes or $(...) are plain arguments), and the result is renamed into place.
-void compile(const std::string& source, const std::string& so) {
-  const std::string dir = so.substr(0, so.rfind('/'));
+// Compiles `source` into a shared library and returns its bytes: the source
+// goes to a temporary file with an unpredictable name in `dir` (mkstemps,
+// 0600), the compiler runs without a shell on an argument vector (paths with
+// spaces, quotes or $(...) are plain arguments) and writes a temporary .so
+// beside it, which is read back and removed.
+std::string compile(const std::string& source, const std::string& dir) {
   std::string tmpl = dir + "/.tmp-kernel-XXXXXX.cpp";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
@@ -252,10 +259,12 @@ void compile(const std::string& source, const std::string& so) {
   int rc = written == source.size() ? run_program(argv, base + ".log") : -1;
   std::ostringstream log;
   log << std::ifstream(base + ".log").rdbuf();
+  std::ostringstream image;
+  if (rc == 0)
+    image << std::ifstream(base + ".so", std::ios::binary).rdbuf();
   std::remove(cpp.c_str());
   std::remove((base + ".log").c_str());
-  if (rc != 0)
-    std::remove((base + ".so").c_str());
+  std::remove((base + ".so").c_str());
   std::string cmd;
   for (const std::string& a : argv)
     cmd += (cmd.empty() ? "" : " ") + a;
@@ -267,23 +276,57 @@ void compile(const std::string& source, const std::string& so) {
       log.str(),
       "\nsource:\n",
       source);
-  chmod(
-      (base + ".so").c_str(),
-      0600); // the owner's only, as the cache's other files
-  TORCH_CHECK(
-      std::rename((base + ".so").c_str(), so.c_str()) == 0,
-      "torch_plugin: cannot move ",
-      base,
-      ".so to ",
-      so);
+  return image.str();
 }
 
-KernelFn load(const std::string& so) {
-  void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  TORCH_CHECK(handle, "torch_plugin: cannot load kernel ", so, ": ", dlerror());
+// Loads the shared library `image` (its bytes, already verified) and returns
+// its entry point, or nullptr with the reason in *why. The bytes go to a new
+// file with an unpredictable name (mkstemp, 0600) in the private cache folder
+// `dir`, which is dlopen'ed and removed at once: the library loaded is the one
+// verified (only the owner can write in `dir`). Every load has its own file
+// name: the dynamic loader returns an already loaded library for a name it has
+// seen, so reusing a name (such as /proc/self/fd/N of a memfd whose number was
+// reused) would hand one kernel's code to another kernel's call.
+KernelFn load_image(
+    const std::string& image,
+    const std::string& dir,
+    std::string* why) {
+  std::string path = dir + "/.tmp-load-XXXXXX";
+  int fd = mkstemp(path.data());
+  if (fd < 0) {
+    *why = std::string("cannot create a file to load from: ") +
+        std::strerror(errno);
+    return nullptr;
+  }
+  size_t done = 0;
+  while (done < image.size()) {
+    ssize_t w = write(fd, image.data() + done, image.size() - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      break;
+    done += static_cast<size_t>(w);
+  }
+  close(fd);
+  void* handle = done == image.size()
+      ? dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)
+      : nullptr;
+  if (!handle) {
+    const char* err = done == image.size() ? dlerror() : nullptr;
+    *why = err ? err : "cannot write the library to load";
+  }
+  unlink(path.c_str());
+  if (!handle)
+    return nullptr;
   auto fn = reinterpret_cast<KernelFn>(dlsym(handle, "kernel"));
-  TORCH_CHECK(fn, "torch_plugin: ", so, " has no symbol 'kernel'");
+  if (!fn)
+    *why = "no symbol 'kernel'";
   return fn; // the library stays loaded for the process's lifetime
+}
+
+// The cache entry's file name for `key` (see cache_file.h for its format).
+std::string entry_name(const std::string& key) {
+  return key + ".kernel";
 }
 
 } // namespace
@@ -313,22 +356,51 @@ std::vector<KernelFn> load_kernels(const std::vector<std::string>& sources) {
       if (it != loaded.end()) {
         out[i] = it->second;
         stats.memory_hits++;
-      } else if (exists(d + "/" + keys[i] + ".so")) {
-        out[i] = loaded[keys[i]] = load(d + "/" + keys[i] + ".so");
-        stats.disk_hits++;
-      } else {
-        missing.push_back(i);
+        continue;
       }
+      // The disk cache: an entry is used only when its content hash holds and
+      // it loads; a damaged one is reported, removed and compiled again.
+      const std::string path = d + "/" + entry_name(keys[i]);
+      std::string image, why;
+      if (read_cache_entry(path, &image, &why)) {
+        if (KernelFn fn = load_image(image, d, &why)) {
+          out[i] = loaded[keys[i]] = fn;
+          stats.disk_hits++;
+          continue;
+        }
+        why = "does not load: " + why;
+      }
+      if (why != "missing") {
+        TORCH_WARN(
+            "torch_plugin: kernel cache entry ",
+            path,
+            " is damaged (",
+            why,
+            "); compiling it again");
+        unlink(path.c_str());
+        stats.disk_rejected++;
+      }
+      missing.push_back(i);
     }
   }
   // Compile the missing ones, at most one compiler per core at a time.
+  std::vector<std::string> images(sources.size());
   size_t workers = std::max(1u, std::thread::hardware_concurrency());
   for (size_t start = 0; start < missing.size(); start += workers) {
     std::vector<std::future<void>> jobs;
     for (size_t k = start; k < std::min(missing.size(), start + workers); ++k) {
       size_t i = missing[k];
       jobs.push_back(std::async(std::launch::async, [&, i] {
-        compile(sources[i], d + "/" + keys[i] + ".so");
+        images[i] = compile(sources[i], d);
+        std::string why;
+        if (!write_cache_entry(d, entry_name(keys[i]), images[i], &why))
+          TORCH_WARN(
+              "torch_plugin: cannot write the kernel cache entry ",
+              d,
+              "/",
+              entry_name(keys[i]),
+              ": ",
+              why);
       }));
     }
     for (auto& j : jobs)
@@ -337,12 +409,23 @@ std::vector<KernelFn> load_kernels(const std::vector<std::string>& sources) {
   std::lock_guard<std::mutex> lock(mu);
   for (size_t i : missing) {
     auto it = loaded.find(keys[i]);
-    out[i] = it != loaded.end()
-        ? it->second
-        : (loaded[keys[i]] = load(d + "/" + keys[i] + ".so"));
+    if (it != loaded.end()) {
+      out[i] = it->second;
+    } else {
+      std::string why;
+      KernelFn fn = load_image(images[i], d, &why);
+      TORCH_CHECK(
+          fn, "torch_plugin: cannot load a freshly compiled kernel: ", why);
+      out[i] = loaded[keys[i]] = fn;
+    }
     stats.compiled++;
   }
   return out;
+}
+
+void forget_loaded_kernels() {
+  std::lock_guard<std::mutex> lock(mu);
+  loaded.clear();
 }
 
 KernelCacheStats kernel_cache_stats() {

@@ -2,11 +2,17 @@
 // with dlopen, cached in memory and on disk.
 //
 // The disk cache (set_kernel_cache_dir; TORCH_PLUGIN_CACHE_DIR, default
-// ~/.cache/torch_plugin) holds one <hash>.so per kernel, where the hash covers
-// the source, the compiler command and flags, and the CPU (model and flags from
-// /proc/cpuinfo, since kernels use -march=native). Compilation runs the system
-// C++ compiler ($CXX, else c++, g++ or clang++); a missing compiler is an error
-// that says what to install. Thread-safe. No Python objects.
+// ~/.cache/torch_plugin) holds one <key>.kernel per kernel: a verified cache
+// entry (runtime/cache_file.h: the shared library behind a header with the
+// SHA-256 of its bytes), where the key is the SHA-256 of the source, the
+// compiler command and flags, the CPU (model and flags from /proc/cpuinfo,
+// since kernels use -march=native), the torch version and the cache format.
+// An entry is loaded only from verified bytes (written to a fresh private
+// file that is dlopen'ed and removed); a damaged one (truncated, flipped,
+// swapped, not loadable) is reported with a warning, removed and compiled
+// again. Compilation runs the system C++ compiler ($CXX, else c++, g++ or
+// clang++); a missing compiler is an error that says what to install.
+// Thread-safe. No Python objects.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -51,7 +57,12 @@ struct KernelCacheStats {
   int compiled = 0; // compiler runs
   int disk_hits = 0; // loaded from the disk cache
   int memory_hits = 0; // already loaded in this process
+  int disk_rejected = 0; // damaged disk entries, compiled again
 };
 KernelCacheStats kernel_cache_stats();
+
+// Forgets which kernels this process has loaded (the libraries stay mapped),
+// so that the next load_kernels reads the disk cache again. For tests.
+void forget_loaded_kernels();
 
 } // namespace torch_plugin::runtime

@@ -288,7 +288,7 @@ def load(cache_dir: str, key: str) -> Recipe | None:
         _report(path, f"unreadable: {e}")
         return None
     try:
-        calls, num_frozen = recipe_format.loads(data)
+        calls, num_frozen = recipe_format.loads(data, key)
     except recipe_format.BadEntry as e:
         _report(path, str(e))
         return None
@@ -324,7 +324,7 @@ def store(cache_dir: str, key: str, recipe: Recipe) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(recipe_format.dumps(recipe))
+                f.write(recipe_format.dumps(recipe, key))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)

@@ -5,10 +5,14 @@ pickle in the cache ran ``os.system`` when it was loaded).
 
 A file is one JSON object::
 
-    {"format": 4,
-     "sha256": "<hex SHA-256 of the canonical JSON of the recipe object>",
+    {"format": 5,
+     "key": "<the graph-cache key the entry is stored under>",
+     "sha256": "<hex SHA-256 of the canonical JSON of {"key": key, "recipe": recipe}>",
      "recipe": {"num_frozen": N,
                 "calls": [[method, args, result], ...]}}
+
+The key is inside the hashed content, so an entry copied or swapped to another key's file
+does not validate for that key.
 
 with one call per IR-builder call, in order (see ``graph_cache.RecordingGraph``):
 
@@ -42,8 +46,9 @@ import torch
 
 from torch_plugin.compiler.lowering import _DTYPES
 
-# Bumped when the format changes (4: JSON with a content hash; 1-3 were pickles).
-FORMAT = 4
+# Bumped when the format changes (5: the key in the hashed content; 4: JSON with a content
+# hash; 1-3 were pickles).
+FORMAT = 5
 
 _DTYPE_CODES = frozenset(_DTYPES.values())
 _DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?")
@@ -62,8 +67,8 @@ def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
 
 
-def dumps(recipe: Any) -> bytes:
-    """The file content of ``recipe`` (a ``graph_cache.Recipe``)."""
+def dumps(recipe: Any, key: str) -> bytes:
+    """The file content of ``recipe`` (a ``graph_cache.Recipe``) stored under ``key``."""
     calls = []
     for method, args, result in recipe.calls:
         if method == "add_node":
@@ -71,22 +76,25 @@ def dumps(recipe: Any) -> bytes:
             args = [op, overload, [[kind, payload] for kind, payload in node_args], n, may_alias]
         calls.append([method, list(args), result])
     body = {"num_frozen": recipe.num_frozen, "calls": calls}
-    digest = hashlib.sha256(_canonical(body)).hexdigest()
-    return json.dumps({"format": FORMAT, "sha256": digest, "recipe": body}, allow_nan=True).encode()
+    digest = hashlib.sha256(_canonical({"key": key, "recipe": body})).hexdigest()
+    top = {"format": FORMAT, "key": key, "sha256": digest, "recipe": body}
+    return json.dumps(top, allow_nan=True).encode()
 
 
-def loads(data: bytes) -> tuple[list[tuple[str, tuple, Any]], int]:
-    """``(calls, num_frozen)`` of a file's content, validated (see the module docstring).
-    Raises :class:`BadEntry`."""
+def loads(data: bytes, key: str) -> tuple[list[tuple[str, tuple, Any]], int]:
+    """``(calls, num_frozen)`` of a file's content read for ``key``, validated (see the module
+    docstring). Raises :class:`BadEntry`."""
     try:
         top = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise BadEntry(f"not JSON: {e}") from None
-    _check(isinstance(top, dict) and set(top) == {"format", "sha256", "recipe"}, "fields")
+    _check(isinstance(top, dict) and set(top) == {"format", "key", "sha256", "recipe"}, "fields")
     _check(top["format"] == FORMAT and _is_int(top["format"]), f"format {top['format']!r}")
+    _check(top["key"] == key, "stored under another key")
     body = top["recipe"]
     _check(isinstance(top["sha256"], str), "sha256")
-    _check(hashlib.sha256(_canonical(body)).hexdigest() == top["sha256"], "content hash")
+    digest = hashlib.sha256(_canonical({"key": key, "recipe": body})).hexdigest()
+    _check(digest == top["sha256"], "content hash")
     _check(isinstance(body, dict) and set(body) == {"num_frozen", "calls"}, "recipe fields")
     num_frozen, raw_calls = body["num_frozen"], body["calls"]
     _check(_is_int(num_frozen) and num_frozen >= 0, "num_frozen")

@@ -2,6 +2,7 @@
 // (see cuda_kernels.h).
 #include "runtime/cuda/cuda_kernels.h"
 
+#include "runtime/cache_file.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/kernel_cache.h"
 
@@ -102,7 +103,9 @@ Target target_for(int cc) {
 }
 
 std::string cache_key(const std::string& source, const Target& t) {
-  std::string all = source;
+  std::string all = "torch_plugin CUDA kernel cache 2";
+  all.push_back('\0');
+  all += source;
   all.push_back('\0');
   all += t.arch;
   all.push_back('\0');
@@ -111,7 +114,7 @@ std::string cache_key(const std::string& source, const Target& t) {
     all.push_back('\0');
     all += f;
   }
-  return c10::sha1(all).str();
+  return sha256_hex(all);
 }
 
 // "\nthe generated source at the errors:\n   12 | float y = x +;"
@@ -258,18 +261,8 @@ bool make_dirs(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-bool read_file(const std::string& path, std::string* data) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return false;
-  std::ostringstream s;
-  s << f.rdbuf();
-  *data = s.str();
-  return !data->empty();
-}
-
-// Writes `data` to dir/name through a temporary file with an unpredictable
-// name (mkstemp) in the same folder and a rename. Failures are warnings.
+// Writes `data` as the verified cache entry dir/name (runtime/cache_file.h).
+// Failures are warnings: the kernel is then only kept in memory.
 void write_file_atomic(
     const std::string& dir,
     const std::string& name,
@@ -283,38 +276,9 @@ void write_file_atomic(
         " (kernels are not cached on disk)");
     return;
   }
-  std::string tmp = dir + "/." + name + ".XXXXXX";
-  int fd = mkstemp(tmp.data());
-  if (fd < 0) {
-    TORCH_WARN(
-        "torch_plugin: cannot write to the CUDA kernel cache ",
-        dir,
-        ": ",
-        std::strerror(errno));
-    return;
-  }
-  size_t done = 0;
-  bool ok = true;
-  while (ok && done < data.size()) {
-    ssize_t w = write(fd, data.data() + done, data.size() - done);
-    if (w < 0 && errno == EINTR)
-      continue;
-    ok = w > 0;
-    if (ok)
-      done += static_cast<size_t>(w);
-  }
-  ok = close(fd) == 0 && ok;
-  ok = ok && std::rename(tmp.c_str(), (dir + "/" + name).c_str()) == 0;
-  if (!ok) {
-    TORCH_WARN(
-        "torch_plugin: cannot write ",
-        dir,
-        "/",
-        name,
-        ": ",
-        std::strerror(errno));
-    unlink(tmp.c_str());
-  }
+  std::string why;
+  if (!write_cache_entry(dir, name, data, &why))
+    TORCH_WARN("torch_plugin: cannot write ", dir, "/", name, ": ", why);
 }
 
 // Loads `image` into the current context; nullptr and the status on failure.
@@ -394,9 +358,21 @@ std::vector<CudaFunction> load_cuda_kernels(
   std::vector<std::string> images(n);
   for (size_t i : missing) {
     const std::string path = dir + "/" + keys[i] + ext;
-    std::string image;
-    if (read_file(path, &image)) {
-      if (!target.cubin && image.back() != '\0')
+    std::string image, why;
+    if (!read_cache_entry(path, &image, &why) && why != "missing") {
+      TORCH_WARN(
+          "torch_plugin: the cached CUDA kernel ",
+          path,
+          " is damaged (",
+          why,
+          "); compiling ",
+          name_of(i),
+          " again");
+      unlink(path.c_str());
+      std::lock_guard<std::mutex> lock(mu);
+      stats.disk_rejected++;
+    } else if (why.empty()) {
+      if (!target.cubin && (image.empty() || image.back() != '\0'))
         image.push_back('\0');
       CUresult status;
       if (CUmodule m = load_module(image, &status)) {

@@ -16,13 +16,15 @@
 // Cache: in memory by (hash, device); on disk as
 // <kernel cache dir>/cuda/<hash>.cubin (or .ptx), where the kernel cache dir is
 // the CPU kernels' (runtime/kernel_cache.h: set_kernel_cache_dir,
-// TORCH_PLUGIN_CACHE_DIR, default ~/.cache/torch_plugin) and the hash (SHA-1)
-// covers the source, the target architecture, the NVRTC version and the flags.
-// Files are written to a temporary file with an unpredictable name in the same
-// folder and renamed into place, so readers never see a partial file; a cached
-// file the driver rejects (cuModuleLoadData fails: truncated, corrupted, from
-// an incompatible driver) is deleted and recompiled, with a warning. A failure
-// to write the disk cache is a warning, not an error.
+// TORCH_PLUGIN_CACHE_DIR, default ~/.cache/torch_plugin) and the hash
+// (SHA-256) covers the cache format, the source, the target architecture, the
+// NVRTC version and the flags. Each file is a verified cache entry
+// (runtime/cache_file.h: the image behind a header with its own SHA-256),
+// written through a temporary file with an unpredictable name in the same
+// folder, fsync'ed and renamed into place. An entry whose hash does not hold
+// (truncated, flipped, swapped) or that the driver rejects (cuModuleLoadData
+// fails: an incompatible driver) is deleted and recompiled, with a warning. A
+// failure to write the disk cache is a warning, not an error.
 //
 // Errors raise c10::Error naming the library, the call, its status and the
 // kernel: "torch_plugin: NVRTC nvrtcCompileProgram failed

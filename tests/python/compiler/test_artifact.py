@@ -232,7 +232,7 @@ def test_save_and_load_in_a_fresh_process(tmp_path, net_artifact):
     )
     assert proc.returncode == 0, proc.stderr
     assert f"compiled {n_kernels}" in proc.stdout
-    assert len(list(cache.glob("*.so"))) == n_kernels
+    assert len(list(cache.glob("*.kernel"))) == n_kernels
     (got,) = torch.load(tmp_path / "outputs.pt")
     torch.testing.assert_close(got, net(*args), rtol=1e-4, atol=1e-5)
 

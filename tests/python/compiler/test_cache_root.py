@@ -64,4 +64,4 @@ def test_private_root_is_used(tmp_path, monkeypatch):
         opts = options.current()
         assert opts.cache_dir == str(root) and opts.graph_cache
         _compile_and_check()
-    assert any(p.suffix == ".so" for p in root.iterdir())
+    assert any(p.suffix == ".kernel" for p in root.iterdir())

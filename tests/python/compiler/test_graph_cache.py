@@ -214,7 +214,8 @@ def _tampered(data: bytes, edit) -> bytes:
 
     top = json.loads(data)
     edit(top["recipe"])
-    body = json.dumps(top["recipe"], sort_keys=True, separators=(",", ":")).encode()
+    hashed = {"key": top["key"], "recipe": top["recipe"]}
+    body = json.dumps(hashed, sort_keys=True, separators=(",", ":")).encode()
     top["sha256"] = hashlib.sha256(body).hexdigest()
     return json.dumps(top).encode()
 
@@ -253,9 +254,10 @@ def _frozen_out_of_range(recipe):
         lambda data: _tampered(data, _dangling_id),
         lambda data: _tampered(data, _code_in_constant),
         lambda data: _tampered(data, _frozen_out_of_range),
-        lambda data: data.replace(b'"format": 4', b'"format": 3', 1),
+        lambda data: data.replace(b'"format": 5', b'"format": 4', 1),
+        lambda data: data.replace(b'"key": "', b'"key": "0', 1),
     ],
-    ids=["truncated", "flipped", "dtype", "op", "dangling_id", "object", "frozen", "format"],
+    ids=["truncated", "flipped", "dtype", "op", "dangling_id", "object", "frozen", "format", "key"],
 )
 def test_bad_entries_are_recompiled_never_trusted(cache_dir, corrupt, caplog):
     """A corrupted or tampered entry is logged and recompiled (then overwritten); the

@@ -38,7 +38,7 @@ def test_cache_path_with_shell_syntax_runs_nothing(tmp_path, monkeypatch):
         torch.testing.assert_close(fast(x), fn(x))
     assert _C._compiler.kernel_cache_stats()["compiled"] > before
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
-    kernels = [p for p in root.iterdir() if p.suffix == ".so"]
+    kernels = [p for p in root.iterdir() if p.suffix == ".kernel"]
     assert kernels, sorted(os.listdir(root))
     for p in kernels:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600
