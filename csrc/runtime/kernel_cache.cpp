@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -366,6 +367,9 @@ std::vector<KernelFn> load_kernels(const std::vector<std::string>& sources) {
         if (KernelFn fn = load_image(image, d, &why)) {
           out[i] = loaded[keys[i]] = fn;
           stats.disk_hits++;
+          // Used now: least-recently-used eviction (torch_plugin/cache.py)
+          // goes by modification time.
+          utime(path.c_str(), nullptr);
           continue;
         }
         why = "does not load: " + why;

@@ -292,6 +292,9 @@ def load(cache_dir: str, key: str) -> Recipe | None:
     except recipe_format.BadEntry as e:
         _report(path, str(e))
         return None
+    from torch_plugin.cache import touch
+
+    touch(path)  # used now: least-recently-used eviction keeps it
     return Recipe(calls, num_frozen)
 
 
@@ -317,7 +320,8 @@ def store(cache_dir: str, key: str, recipe: Recipe) -> None:
     """Writes ``recipe`` under ``key`` atomically (a temporary file with an unpredictable name
     in the same folder, flushed to disk, then renamed: a concurrent reader sees all or
     nothing). Folders are created 0700, files 0600. An unwritable cache directory is logged,
-    not raised."""
+    not raised. Then least recently used entries are evicted until the cache is under its size
+    limit (:func:`torch_plugin.cache.enforce_limit`)."""
     path = _path(cache_dir, key)
     try:
         _make_private_dirs(path.parent)
@@ -334,3 +338,13 @@ def store(cache_dir: str, key: str, recipe: Recipe) -> None:
             raise
     except OSError as e:
         log.warning("plugin: cannot write the graph cache entry %s: %s", path, e)
+        return
+    from torch_plugin.cache import enforce_limit
+
+    try:
+        freed = enforce_limit(Path(cache_dir))
+    except (OSError, ValueError) as e:
+        log.warning("plugin: cannot keep the cache under its size limit: %s", e)
+    else:
+        if freed:
+            log.info("plugin: evicted %d bytes of least recently used cache entries", freed)

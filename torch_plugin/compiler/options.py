@@ -13,7 +13,8 @@ Key parts:
 | ``verify`` | ``TORCH_PLUGIN_VERIFY`` | ``0`` | run the IR verifier after every pass |
 | ``dump_dir`` | ``TORCH_PLUGIN_DUMP_DIR`` | unset | write each graph before and after each pass there |
 | ``log_kernels`` | ``TORCH_PLUGIN_LOGS`` contains ``kernels`` | off | print each generated kernel and its fusion group |
-| ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``$XDG_CACHE_HOME/torch_plugin``, else ``~/.cache/torch_plugin`` (folders 0700, files 0600; an existing root owned by another user or writable by group/others is refused with a warning: disk caches off, kernels compile into a private temporary folder) | compiled kernels (.so), keyed by a hash of source, flags and CPU; lowered inference graphs (``graphs/``, see ``graph_cache.py``) |
+| ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``$XDG_CACHE_HOME/torch_plugin``, else ``~/.cache/torch_plugin`` (folders 0700, files 0600; an existing root owned by another user or writable by group/others is refused with a warning: disk caches off, kernels compile into a private temporary folder) | compiled kernels (``<sha256>.kernel``, ``cuda/``: verified entries keyed by the SHA-256 of source, compiler, flags, target and torch version), lowered inference graphs (``graphs/``, see ``graph_cache.py``); ``python -m torch_plugin.cache info|clear|evict`` (``torch_plugin/cache.py``) |
+| (size limit) | ``TORCH_PLUGIN_CACHE_LIMIT_GB`` | ``4`` | least recently used entries are evicted after each new graph entry until the cache is under the limit |
 | ``graph_cache`` | ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
 | ``cuda_graphs`` | ``TORCH_PLUGIN_CUDA_GRAPHS`` | ``1`` | CUDA inference graphs are captured into CUDA graphs where that is safe (``compiler/cuda_graphs.py``) |
 

@@ -15,6 +15,7 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include <algorithm>
 #include <atomic>
@@ -382,6 +383,7 @@ std::vector<CudaFunction> load_cuda_kernels(
           driver().cuModuleUnload(m); // another thread loaded it meanwhile
         mods[i] = it->second;
         stats.disk_hits++;
+        utime(path.c_str(), nullptr); // used now (least-recently-used eviction)
         continue;
       }
       TORCH_WARN(
