@@ -6,6 +6,7 @@
 #include "compiler/bindings_graph.h"
 
 #include "ops/executor_op.h"
+#include "python/gil_release.h"
 #include "runtime/cache_file.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_cache.h"
@@ -32,7 +33,7 @@ void init_runtime_bindings(py::module_& m) {
               inputs.push_back(to_tensor(a));
             std::vector<at::Tensor> outputs;
             {
-              py::gil_scoped_release release;
+              python::GilRelease release; // parks at interpreter exit
               outputs = e.run(inputs);
             }
             py::list result(outputs.size());

@@ -5,6 +5,7 @@
 // Python objects: tensors cross as borrowed PyObject* (THPVariable_Unpack).
 // GIL: released while NVRTC compiles and while a kernel is loaded and launched.
 #include "python/bindings_cuda.h"
+#include "python/gil_release.h"
 
 #include "runtime/cuda/cuda_kernels.h"
 
@@ -22,7 +23,7 @@ void init_cuda(py::module_& parent) {
   m.def(
       "nvrtc_compile_check",
       [](const std::string& source, const std::string& arch) {
-        py::gil_scoped_release no_gil;
+        GilRelease no_gil; // parks at interpreter exit (gil_release.h)
         return rc::nvrtc_compile_check(source, arch);
       },
       py::arg("source"),
@@ -64,7 +65,7 @@ void init_cuda(py::module_& parent) {
           pointers.push_back(t.data_ptr());
         }
         TORCH_CHECK(device.is_cuda(), "launch: tensors must be on CUDA");
-        py::gil_scoped_release no_gil;
+        GilRelease no_gil; // parks at interpreter exit (gil_release.h)
         rc::CudaFunction f =
             rc::load_cuda_kernel(source, entry, device.index(), entry);
         rc::launch_cuda_kernel(f, grid, block, shared_bytes, pointers);

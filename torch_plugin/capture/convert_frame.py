@@ -22,7 +22,7 @@ import torch.fx
 
 from .. import config
 from ..backends.registry import UNVERSIONED_PARAMETERS, BackendCompilerFailed
-from . import dynamic_shapes, torch_compile_interop
+from . import dynamic_shapes, shutdown, torch_compile_interop
 from .bytecode_emission import make_transformed_code
 from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
@@ -253,7 +253,8 @@ class ConvertFrame:
                 config.cache_size_limit,
             )
         try:
-            return self._convert(frame)
+            with shutdown.converting():  # an exit meanwhile waits for it (shutdown.py)
+                return self._convert(frame)
         except (BackendCompilerFailed, CaptureError):
             raise
         except Unsupported as e:
