@@ -16,7 +16,23 @@ See README.md and docs/ for usage.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+
+import torch  # noqa: F401 - before _C: the extension finds torch's libraries loaded
+
+try:
+    from . import _C  # noqa: F401
+except ImportError as _e:  # a shared library the extension links is missing
+    _missing = re.search(r"(lib[\w.+-]+\.so[\w.]*)", str(_e))
+    if _missing and "dnnl" in _missing.group(1):
+        raise ImportError(
+            f"torch_plugin's extension needs oneDNN's shared library {_missing.group(1)}, which "
+            "is not installed. Install it (Debian/Ubuntu: `apt-get install libdnnl-dev`), or "
+            "build torch_plugin on a machine without oneDNN (the 'plugin' compiler then runs "
+            "convolutions and matrix products through ATen)."
+        ) from _e
+    raise
 
 from . import config
 from .backends.registry import (
