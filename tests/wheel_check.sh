@@ -28,15 +28,20 @@ meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decod
 assert f"\nVersion: {version}\n" in meta, "wheel version differs from torch_plugin.__version__"
 assert "Description-Content-Type: text/markdown" in meta and "# torch_plugin" in meta, "README"
 assert any(n.endswith("LICENSE") and ".dist-info/" in n for n in names), "no LICENSE in the wheel"
-ext = next(n for n in names if re.fullmatch(r"torch_plugin/_C\..*\.so", n))
-z.extract(ext, out / "ext")
-dyn = subprocess.run(["readelf", "-d", str(out / "ext" / ext)], capture_output=True, text=True, check=True).stdout
-runpath = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[(.*)\]", dyn)
-entries = runpath[1].split(":") if runpath else []
-bad = [e for e in entries if not e.startswith("$ORIGIN")]
-assert not bad, f"build-machine paths in RUNPATH: {bad}"
-print(f"wheel ok: version {version}, LICENSE, README, RUNPATH {entries}")
-print("NEEDED:", ", ".join(re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", dyn)))
+libs = [n for n in names if re.fullmatch(r"torch_plugin/(_C\..*|_onednn)\.so", n)]
+assert any("/_C." in n for n in libs), "no extension module in the wheel"
+for lib in libs:
+    z.extract(lib, out / "ext")
+    dyn = subprocess.run(["readelf", "-d", str(out / "ext" / lib)], capture_output=True, text=True, check=True).stdout
+    runpath = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[(.*)\]", dyn)
+    entries = runpath[1].split(":") if runpath else []
+    bad = [e for e in entries if not e.startswith("$ORIGIN")]
+    assert not bad, f"build-machine paths in the RUNPATH of {lib}: {bad}"
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", dyn)
+    if "/_C." in lib:
+        assert not [n for n in needed if "dnnl" in n], "the extension must not link libdnnl"
+    print(f"{lib}: RUNPATH {entries}; NEEDED {', '.join(needed)}")
+print(f"wheel ok: version {version}, LICENSE, README")
 PY
 
 python3 -m venv --system-site-packages "$OUT/venv"

@@ -16,23 +16,23 @@ See README.md and docs/ for usage.
 
 from __future__ import annotations
 
-import re
+import warnings
 from collections.abc import Callable
 
 import torch  # noqa: F401 - before _C: the extension finds torch's libraries loaded
 
-try:
-    from . import _C  # noqa: F401
-except ImportError as _e:  # a shared library the extension links is missing
-    _missing = re.search(r"(lib[\w.+-]+\.so[\w.]*)", str(_e))
-    if _missing and "dnnl" in _missing.group(1):
-        raise ImportError(
-            f"torch_plugin's extension needs oneDNN's shared library {_missing.group(1)}, which "
-            "is not installed. Install it (Debian/Ubuntu: `apt-get install libdnnl-dev`), or "
-            "build torch_plugin on a machine without oneDNN (the 'plugin' compiler then runs "
-            "convolutions and matrix products through ATen)."
-        ) from _e
-    raise
+from . import _C
+
+# Built with oneDNN, but its library (torch_plugin/_onednn.so, which links libdnnl) does not
+# load here: the "plugin" compiler runs convolutions and matrix products through ATen.
+_onednn_error = getattr(getattr(_C, "_compiler", None), "onednn_error", None)
+if _onednn_error:
+    warnings.warn(
+        f"torch_plugin: oneDNN is not available ({_onednn_error}); the 'plugin' compiler runs "
+        "convolutions and matrix products through ATen. Install oneDNN's library "
+        "(Debian/Ubuntu: `apt-get install libdnnl-dev`) to use its fused kernels.",
+        stacklevel=2,
+    )
 
 from . import config
 from .backends.registry import (

@@ -7,6 +7,9 @@
 
 #include "ops/executor_op.h"
 #include "python/gil_release.h"
+#ifdef TORCH_PLUGIN_HAVE_ONEDNN
+#include "libs/onednn_loader.h"
+#endif
 #include "runtime/cache_file.h"
 #include "runtime/executor.h"
 #include "runtime/kernel_cache.h"
@@ -62,9 +65,13 @@ void init_runtime_bindings(py::module_& m) {
         return e.device().str();
       });
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN
-  m.attr("has_onednn") = true;
+  // Built with oneDNN: usable when torch_plugin/_onednn.so (and libdnnl) loads.
+  std::string why;
+  m.attr("has_onednn") = libs::onednn_available(&why);
+  m.attr("onednn_error") = why.empty() ? py::none() : py::object(py::str(why));
 #else
   m.attr("has_onednn") = false;
+  m.attr("onednn_error") = py::none();
 #endif
   m.def("kernel_cache_stats", [] {
     auto s = runtime::kernel_cache_stats();

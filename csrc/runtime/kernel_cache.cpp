@@ -134,11 +134,6 @@ std::string cpu_id() {
   return id;
 }
 
-bool exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
-
 // The compiler command as words: $CXX (split on whitespace, its first word
 // found on PATH), else the first of c++, g++, clang++ on PATH. Run without a
 // shell (run_program).

@@ -18,7 +18,7 @@
 #endif
 
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN
-#include "libs/onednn.h"
+#include "libs/onednn_loader.h"
 
 #include <ATen/ops/empty.h>
 #endif
@@ -78,7 +78,7 @@ class ConvStep final : public Step {
   }
 
  private:
-  libs::OneDnnConv conv_;
+  libs::OneDnnConvRef conv_;
   int in_, residual_, out_;
   OutputBuffer buffer_;
 };
@@ -135,7 +135,7 @@ class LinearStep final : public Step {
 
  private:
   at::Tensor weight_; // the frozen [N, K] weight oneDNN reads (kBorrowed)
-  libs::OneDnnLinear linear_;
+  libs::OneDnnLinearRef linear_;
   int in_, residual_, out_;
   OutputBuffer buffer_;
 };
@@ -153,6 +153,9 @@ std::unique_ptr<Step> make_onednn_step(
     const ir::Node& node,
     const SlotMap& slots) {
   if (node.outputs.empty() || !node.outputs[0]->device.is_cpu())
+    return nullptr;
+  if (!libs::onednn_available()) // _onednn.so not loadable: the ATen kernel
+                                 // runs
     return nullptr;
   if (node.op == "torch_plugin::conv_pointwise" && takes(node))
     return std::make_unique<ConvStep>(node, slots);
