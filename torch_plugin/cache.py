@@ -45,12 +45,11 @@ _STALE_TEMP_S = 3600.0
 
 
 def cache_root() -> Path:
-    """The cache root as the environment sets it (not created)."""
-    env = os.environ.get("TORCH_PLUGIN_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "torch_plugin"
+    """The cache root as the environment sets it (not created); see
+    :func:`torch_plugin.compiler.options.configured_cache_dir`."""
+    from torch_plugin.compiler.options import configured_cache_dir
+
+    return Path(configured_cache_dir())
 
 
 def limit_bytes() -> int:

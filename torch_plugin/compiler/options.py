@@ -68,6 +68,16 @@ class Options:
         }
 
 
+def configured_cache_dir() -> str:
+    """The cache root the environment names: ``TORCH_PLUGIN_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/torch_plugin``, else ``~/.cache/torch_plugin`` (not created, not checked;
+    :func:`current` refuses an untrusted one)."""
+    return os.environ.get("TORCH_PLUGIN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "torch_plugin",
+    )
+
+
 def current() -> Options:
     """The options in effect now, from the environment."""
     dump_dir = os.environ.get("TORCH_PLUGIN_DUMP_DIR", "")
@@ -75,10 +85,7 @@ def current() -> Options:
         os.makedirs(dump_dir, exist_ok=True)
     # Never a folder shared with other users: without HOME, expanduser reads the password
     # database (the C++ kernel cache's own default is the same).
-    cache_dir = os.environ.get("TORCH_PLUGIN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "torch_plugin",
-    )
+    cache_dir = configured_cache_dir()
     graph_cache = _flag("TORCH_PLUGIN_GRAPH_CACHE", True)
     why = untrusted_cache_root(cache_dir)
     if why is not None:

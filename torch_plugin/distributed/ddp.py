@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -147,13 +148,6 @@ def reduced_parameters(ddp: torch.nn.Module) -> dict[int, str]:
     }
 
 
-def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
-    obj: Any = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _op_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
 
@@ -184,13 +178,15 @@ def plan_split(
     caps = tuple(int(c) for c in caps)
     ops = _op_nodes(gm)
     whole = {n: 0 for n in ops}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholder_index = {
+        n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")
+    }
     param_of: dict[torch.fx.Node, torch.Tensor] = {}
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            value = _fetch_attr(gm, node.target)
+            value = operator.attrgetter(node.target)(gm)
         elif node.op == "placeholder":
-            index = placeholders.index(node)
+            index = placeholder_index[node]
             value = example_inputs[index] if index < len(example_inputs) else None
         else:
             continue
