@@ -14,8 +14,11 @@ if compgen -G "$ROOT/.whl/*.whl" > /dev/null; then
     --target /tmp/site "$ROOT"/.whl/*.whl || exit 2
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-(cd "$ROOT" && python3 -m pip install -q --no-build-isolation --no-deps .) > "$OUT/install.log" 2>&1 \
-  || { tail -40 "$OUT/install.log"; exit 2; }
+# TP_INSTALLED=1: the package is already installed from this tree (skip the build).
+if [[ "${TP_INSTALLED:-0}" != 1 ]]; then
+  (cd "$ROOT" && python3 -m pip install -q --no-build-isolation --no-deps .) > "$OUT/install.log" 2>&1 \
+    || { tail -40 "$OUT/install.log"; exit 2; }
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 GPU_TESTS=(
   tests/python/compiler/test_cuda_graphs.py
