@@ -146,8 +146,9 @@ def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:
     """Rewrites ``gm`` (an ATen inference graph with ``meta["val"]`` on its nodes) in place:
     each call of a fused attention op of ATen (efficient, flash, cuDNN) with
     ``dropout_p == 0``, 4-d query/key/value of equal batch and head counts, no use of any
-    result but the output, and an output in the leaf op's layout becomes a call of
-    ``torch_plugin::scaled_dot_product_attention`` (see the module doc). Returns the number
+    result but the output, and an output in the leaf op's layout or contiguous becomes a call
+    of ``torch_plugin::scaled_dot_product_attention`` (see the module doc), followed by a
+    contiguous copy in the second case. Returns the number
     of calls rewritten; calls that do not qualify are left as they are."""
     leaf = torch.ops.torch_plugin.scaled_dot_product_attention.default
     rewritten = 0
@@ -180,7 +181,10 @@ def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:
             continue
         if not isinstance(out, (tuple, list)) or not isinstance(out[0], torch.Tensor):
             continue
-        if tuple(out[0].stride()) != _leaf_layout(out[0].shape):
+        # The leaf op's layout, or a contiguous output (cuDNN's, flash's under autocast in
+        # nn.MultiheadAttention), which a copy after the leaf op gives.
+        relayout = tuple(out[0].stride()) != _leaf_layout(out[0].shape)
+        if relayout and not out[0].is_contiguous():
             continue
         mask = bound.get(mask_name) if mask_name else None
         with gm.graph.inserting_before(node):
@@ -189,9 +193,19 @@ def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:
                 (q, k, v, mask, 0.0, bound["is_causal"]),
                 {"scale": None if scale is None else float(scale), "enable_gqa": False},
             )
-        call.meta["val"] = out[0]
+            result = call
+            if relayout:
+                result = gm.graph.call_function(
+                    torch.ops.aten.clone.default,
+                    (call,),
+                    {"memory_format": torch.contiguous_format},
+                )
+                result.meta["val"] = out[0]
+        call.meta["val"] = (
+            out[0].as_strided(out[0].shape, _leaf_layout(out[0].shape)) if relayout else out[0]
+        )
         for user in users:
-            user.replace_all_uses_with(call)
+            user.replace_all_uses_with(result)
             gm.graph.erase_node(user)
         gm.graph.erase_node(node)
         rewritten += 1

@@ -234,6 +234,27 @@ def test_fused_attention_without_dropout_becomes_the_leaf_op():
         torch.testing.assert_close(got, want)
 
 
+def test_fused_attention_with_a_contiguous_output_becomes_the_leaf_op_and_a_copy():
+    # cuDNN's attention (bf16 autocast inside nn.MultiheadAttention) returns a contiguous
+    # [B, H, L, E]; the leaf op's layout is [B, L, H, E]: a contiguous copy follows it.
+    gm = _fused_attention_graph()
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    val = node.meta["val"]
+    node.meta["val"] = (torch.empty(val[0].shape, device="meta"), *val[1:])
+    assert fused_attention_to_leaf(gm) == 1
+    targets = _targets(gm)
+    assert "torch_plugin.scaled_dot_product_attention.default" in targets
+    assert "aten.clone.default" in targets
+    torch.manual_seed(0)
+    for _ in range(3):
+        q, k, v = _qkv()
+        bias = torch.randn(2, 4, 8, 8)
+        (got,) = gm(q, k, v, bias)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        assert got.is_contiguous()
+        torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("case", ["dropout", "logsumexp used", "other layout"])
 def test_fused_attention_that_the_leaf_op_cannot_replace_stays(case):
     gm = _fused_attention_graph(
@@ -243,9 +264,12 @@ def test_fused_attention_that_the_leaf_op_cannot_replace_stays(case):
     )
     before = str(gm.graph)
     if case == "other layout":
-        # the efficient op's meta output follows its own layout; force a mismatch
+        # the efficient op's meta output follows its own layout; force one that is neither
+        # the leaf op's nor contiguous
         node = next(n for n in gm.graph.nodes if n.op == "call_function")
         val = node.meta["val"]
-        node.meta["val"] = (torch.empty(val[0].shape, device="meta"), *val[1:])
+        b, h, s, e = val[0].shape
+        odd = torch.empty(b, e, s, h, device="meta").permute(0, 3, 2, 1)
+        node.meta["val"] = (odd, *val[1:])
     assert fused_attention_to_leaf(gm) == 0
     assert str(gm.graph) == before
