@@ -142,13 +142,24 @@ def _leaf_layout(shape: torch.Size) -> tuple[int, ...]:
     return (seq * h * ev, ev, h * ev, 1)
 
 
+def _dense_order(t: torch.Tensor) -> list[int] | None:
+    """The dims of ``t`` outermost first in memory when ``t`` is a permutation of a
+    contiguous tensor (``t.permute(order)`` is contiguous), else None."""
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    packed = torch.empty([t.shape[d] for d in order], device="meta").permute(
+        [order.index(d) for d in range(t.dim())]
+    )
+    return order if packed.stride() == t.stride() else None
+
+
 def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:
     """Rewrites ``gm`` (an ATen inference graph with ``meta["val"]`` on its nodes) in place:
     each call of a fused attention op of ATen (efficient, flash, cuDNN) with
     ``dropout_p == 0``, 4-d query/key/value of equal batch and head counts, no use of any
-    result but the output, and an output in the leaf op's layout or contiguous becomes a call
-    of ``torch_plugin::scaled_dot_product_attention`` (see the module doc), followed by a
-    contiguous copy in the second case. Returns the number
+    result but the output, and an output in the leaf op's layout or another dense layout
+    becomes a call of ``torch_plugin::scaled_dot_product_attention`` (see the module doc),
+    followed in the second case by a copy into the output's layout (permute to its memory
+    order, contiguous clone, permute back). Returns the number
     of calls rewritten; calls that do not qualify are left as they are."""
     leaf = torch.ops.torch_plugin.scaled_dot_product_attention.default
     rewritten = 0
@@ -181,10 +192,11 @@ def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:
             continue
         if not isinstance(out, (tuple, list)) or not isinstance(out[0], torch.Tensor):
             continue
-        # The leaf op's layout, or a contiguous output (cuDNN's, flash's under autocast in
-        # nn.MultiheadAttention), which a copy after the leaf op gives.
+        # The leaf op's layout, or another dense layout (cuDNN's output follows the query's:
+        # [L, B, H, E] in memory inside nn.MultiheadAttention), which a copy gives.
         relayout = tuple(out[0].stride()) != _leaf_layout(out[0].shape)
-        if relayout and not out[0].is_contiguous():
+        order = _dense_order(out[0]) if relayout else None
+        if relayout and order is None:
             continue
         mask = bound.get(mask_name) if mask_name else None
         with gm.graph.inserting_before(node):
@@ -194,13 +206,19 @@ def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:
                 {"scale": None if scale is None else float(scale), "enable_gqa": False},
             )
             result = call
-            if relayout:
-                result = gm.graph.call_function(
-                    torch.ops.aten.clone.default,
-                    (call,),
-                    {"memory_format": torch.contiguous_format},
+            if order is not None:
+                # permute to the memory order, copy contiguously, permute back
+                aten = torch.ops.aten
+                inverse = [order.index(d) for d in range(len(order))]
+                moved = gm.graph.call_function(aten.permute.default, (call, order))
+                packed = gm.graph.call_function(
+                    aten.clone.default, (moved,), {"memory_format": torch.contiguous_format}
                 )
-                result.meta["val"] = out[0]
+                result = gm.graph.call_function(aten.permute.default, (packed, inverse))
+                leaf_val = out[0].as_strided(out[0].shape, _leaf_layout(out[0].shape))
+                moved.meta["val"] = leaf_val.permute(order)
+                packed.meta["val"] = moved.meta["val"].clone(memory_format=torch.contiguous_format)
+                result.meta["val"] = packed.meta["val"].permute(inverse)
         call.meta["val"] = (
             out[0].as_strided(out[0].shape, _leaf_layout(out[0].shape)) if relayout else out[0]
         )

@@ -234,13 +234,20 @@ def test_fused_attention_without_dropout_becomes_the_leaf_op():
         torch.testing.assert_close(got, want)
 
 
-def test_fused_attention_with_a_contiguous_output_becomes_the_leaf_op_and_a_copy():
-    # cuDNN's attention (bf16 autocast inside nn.MultiheadAttention) returns a contiguous
-    # [B, H, L, E]; the leaf op's layout is [B, L, H, E]: a contiguous copy follows it.
+@pytest.mark.parametrize("memory", ["bhle", "lbhe"])
+def test_fused_attention_with_another_dense_output_becomes_the_leaf_op_and_a_copy(memory):
+    # cuDNN's attention returns the query's layout ([L, B, H, E] in memory inside
+    # nn.MultiheadAttention under bf16 autocast); the leaf op's is [B, L, H, E]: a copy into
+    # the output's layout follows it.
     gm = _fused_attention_graph()
     node = next(n for n in gm.graph.nodes if n.op == "call_function")
     val = node.meta["val"]
-    node.meta["val"] = (torch.empty(val[0].shape, device="meta"), *val[1:])
+    b, h, s, e = val[0].shape
+    if memory == "bhle":
+        layout = torch.empty(b, h, s, e, device="meta")
+    else:
+        layout = torch.empty(s, b, h, e, device="meta").permute(1, 2, 0, 3)
+    node.meta["val"] = (layout, *val[1:])
     assert fused_attention_to_leaf(gm) == 1
     targets = _targets(gm)
     assert "torch_plugin.scaled_dot_product_attention.default" in targets
@@ -251,7 +258,7 @@ def test_fused_attention_with_a_contiguous_output_becomes_the_leaf_op_and_a_copy
         bias = torch.randn(2, 4, 8, 8)
         (got,) = gm(q, k, v, bias)
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        assert got.is_contiguous()
+        assert got.stride() == layout.stride()
         torch.testing.assert_close(got, want)
 
 
@@ -264,12 +271,12 @@ def test_fused_attention_that_the_leaf_op_cannot_replace_stays(case):
     )
     before = str(gm.graph)
     if case == "other layout":
-        # the efficient op's meta output follows its own layout; force one that is neither
-        # the leaf op's nor contiguous
+        # the efficient op's meta output follows its own layout; force one with gaps (not
+        # a permutation of a contiguous tensor)
         node = next(n for n in gm.graph.nodes if n.op == "call_function")
         val = node.meta["val"]
         b, h, s, e = val[0].shape
-        odd = torch.empty(b, e, s, h, device="meta").permute(0, 3, 2, 1)
+        odd = torch.empty(b, h, s, 2 * e, device="meta")[..., :e]
         node.meta["val"] = (odd, *val[1:])
     assert fused_attention_to_leaf(gm) == 0
     assert str(gm.graph) == before
