@@ -144,12 +144,14 @@ def _leaf_layout(shape: torch.Size) -> tuple[int, ...]:
 
 def _dense_order(t: torch.Tensor) -> list[int] | None:
     """The dims of ``t`` outermost first in memory when ``t`` is a permutation of a
-    contiguous tensor (``t.permute(order)`` is contiguous), else None."""
-    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    contiguous tensor (``t.permute(order)`` is contiguous), else None. Strides of size-1
+    dims are not compared (they address nothing; batch 1 gives them any value)."""
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
     packed = torch.empty([t.shape[d] for d in order], device="meta").permute(
         [order.index(d) for d in range(t.dim())]
     )
-    return order if packed.stride() == t.stride() else None
+    same = all(a == b for a, b, n in zip(packed.stride(), t.stride(), t.shape) if n != 1)
+    return order if same else None
 
 
 def fused_attention_to_leaf(gm: torch.fx.GraphModule) -> int:

@@ -189,10 +189,10 @@ def test_autocast_casts_the_leaf_ops_arguments_like_atens():
             torch.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2)
 
 
-def _fused_attention_graph(dropout_p=0.0, use_logsumexp=False, q_layout="blhe"):
+def _fused_attention_graph(dropout_p=0.0, use_logsumexp=False, q_layout="blhe", batch=2):
     """An ATen graph calling _scaled_dot_product_efficient_attention, as AOTAutograd traces
     nn.MultiheadAttention's attention on CUDA, with meta["val"] from the op's meta kernel."""
-    b, h, s, e = 2, 4, 8, 16
+    b, h, s, e = batch, 4, 8, 16
     g = torch.fx.Graph()
     names = ("q", "k", "v", "bias")
     shapes = {"q": (b, h, s, e), "k": (b, h, s, e), "v": (b, h, s, e), "bias": (b, h, s, s)}
@@ -234,17 +234,20 @@ def test_fused_attention_without_dropout_becomes_the_leaf_op():
         torch.testing.assert_close(got, want)
 
 
-@pytest.mark.parametrize("memory", ["bhle", "lbhe"])
+@pytest.mark.parametrize("memory", ["bhle", "lbhe", "lbhe batch 1"])
 def test_fused_attention_with_another_dense_output_becomes_the_leaf_op_and_a_copy(memory):
     # cuDNN's attention returns the query's layout ([L, B, H, E] in memory inside
     # nn.MultiheadAttention under bf16 autocast); the leaf op's is [B, L, H, E]: a copy into
     # the output's layout follows it.
-    gm = _fused_attention_graph()
+    batch = 1 if memory.endswith("batch 1") else 2
+    gm = _fused_attention_graph(batch=batch)
     node = next(n for n in gm.graph.nodes if n.op == "call_function")
     val = node.meta["val"]
     b, h, s, e = val[0].shape
     if memory == "bhle":
         layout = torch.empty(b, h, s, e, device="meta")
+    elif batch == 1:  # the batch dim's stride as cuDNN leaves it: not the packed one
+        layout = torch.empty_strided((b, h, s, e), (e, e, h * e, 1), device="meta")
     else:
         layout = torch.empty(s, b, h, e, device="meta").permute(1, 2, 0, 3)
     node.meta["val"] = (layout, *val[1:])
@@ -254,11 +257,14 @@ def test_fused_attention_with_another_dense_output_becomes_the_leaf_op_and_a_cop
     assert "aten.clone.default" in targets
     torch.manual_seed(0)
     for _ in range(3):
-        q, k, v = _qkv()
-        bias = torch.randn(2, 4, 8, 8)
+        q, k, v = _qkv(batch)
+        bias = torch.randn(batch, 4, 8, 8)
         (got,) = gm(q, k, v, bias)
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        assert got.stride() == layout.stride()
+        if batch == 1:
+            assert got.stride()[1:] == layout.stride()[1:]
+        else:
+            assert got.stride() == layout.stride()
         torch.testing.assert_close(got, want)
 
 
