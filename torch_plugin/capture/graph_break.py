@@ -262,6 +262,9 @@ class Reconstructor:
             )
             return
         if _is_real_stable(var):
+            from .variables.user_defined import refuse_mutated_private
+
+            refuse_mutated_private(var)
             gen.load_object(var.as_python_constant(), "obj")
             return
         unimplemented(f"cannot rebuild {var} after a graph break")

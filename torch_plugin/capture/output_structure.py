@@ -17,7 +17,7 @@ from .variables.constant import ConstantVariable
 from .variables.dicts import ConstDictVariable
 from .variables.lists import ListVariable, NamedTupleVariable, TupleVariable
 from .variables.tensor import TensorVariable
-from .variables.user_defined import UserDefinedObjectVariable
+from .variables.user_defined import UserDefinedObjectVariable, refuse_mutated_private
 
 
 def flatten_output(
@@ -102,6 +102,7 @@ def flatten_output(
             ],
             id(var),
         )
+    refuse_mutated_private(var)
     if var.source is not None or _is_stable_object(var):
         try:
             return ("const", var.as_python_constant())

@@ -394,6 +394,25 @@ class InstructionTranslatorBase(ContainerInstructions):
             from .variables.environ import call_getenv
 
             return call_getenv(self, args, kwargs)
+        if (
+            isinstance(fn_var, UserFunctionVariable)
+            and torch_compile_interop.assumes_constant_result(fn_var.fn)
+            and all(a.is_python_constant() for a in [*args, *kwargs.values()])
+        ):
+            value = fn_var.fn(
+                *[a.as_python_constant() for a in args],
+                **{k: v.as_python_constant() for k, v in kwargs.items()},
+            )
+            return wrap_constant_or_object(value)
+        from .variables.logging_calls import call_logger, is_logger_call
+
+        if is_logger_call(fn_var):
+            return call_logger(self, fn_var, args[1:], kwargs)  # args[0] is the logger
+        if isinstance(fn_var, UserFunctionVariable):
+            from .variables.import_probe import call_import_probe, is_import_probe
+
+            if is_import_probe(fn_var.fn):
+                return call_import_probe(self, fn_var.fn, args, kwargs)
 
         if (
             isinstance(fn_var, UserFunctionVariable)
@@ -418,7 +437,10 @@ class InstructionTranslatorBase(ContainerInstructions):
                 pass
             else:
                 fn = fn_var.as_python_constant()
-                return wrap_constant_or_object(fn(*real_args, **real_kwargs))
+                result = wrap_constant_or_object(fn(*real_args, **real_kwargs))
+                if fn is copy.deepcopy and isinstance(result, UserDefinedObjectVariable):
+                    result.private = True  # a new object nothing outside the capture holds
+                return result
         check_inline(code)
         bound = fn_var.bind(args, kwargs)
         cells = fn_var.closure_cells(self)
@@ -635,29 +657,47 @@ class InstructionTranslatorBase(ContainerInstructions):
     def STORE_ATTR(self, inst):
         obj = self.pop()
         value = self.pop()
+        self.store_attr(obj, inst.argval, value)
+
+    def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
+        """``obj.name = value`` (the STORE_ATTR opcode and ``setattr``)."""
+        from .variables.user_defined import is_private, private_setattr, refuse_mutated_private
+
         if isinstance(obj, (NewObjectVariable, FunctionCtxVariable)):
-            obj.store_attr(self, inst.argval, value)  # not visible outside the frame yet
+            obj.store_attr(self, name, value)  # not visible outside the frame yet
+            return
+        if is_private(obj):
+            private_setattr(self, obj, name, value)
             return
         if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
             real = _object_seen(obj)
             if isinstance(real, torch.nn.Module) and isinstance(value, TensorVariable):
-                if inst.argval in real._parameters or inst.argval in real._buffers:
+                if name in real._parameters or name in real._buffers:
                     unimplemented(
-                        f"assignment to parameter/buffer {inst.argval!r} of {type(real).__name__}"
+                        f"assignment to parameter/buffer {name!r} of {type(real).__name__}"
                     )
             # A user object is guarded on its type only: the write is replayed on the object
             # found at its source on each call, not on the one seen at capture.
             target = obj.source if isinstance(obj, UserDefinedObjectVariable) else None
-            self.output.side_effects.store_attr(real, inst.argval, value, target)
+            refuse_mutated_private(value)
+            self.output.side_effects.store_attr(real, name, value, target)
             return
-        unimplemented(f"assignment to attribute {inst.argval!r} of {obj}")
+        unimplemented(f"assignment to attribute {name!r} of {obj}")
 
     def DELETE_ATTR(self, inst):
-        obj = self.pop()
+        self.delete_attr(self.pop(), inst.argval)
+
+    def delete_attr(self, obj: VariableTracker, name: str) -> None:
+        """``del obj.name`` (the DELETE_ATTR opcode and ``delattr``)."""
+        from .variables.user_defined import is_private, private_setattr
+
         if isinstance(obj, NewObjectVariable):
-            obj.delete_attr(self, inst.argval)
+            obj.delete_attr(self, name)
             return
-        unimplemented(f"deletion of attribute {inst.argval!r} (side effect)")
+        if is_private(obj):
+            private_setattr(self, obj, name, None)
+            return
+        unimplemented(f"deletion of attribute {name!r} (side effect)")
 
     # --- operators ------------------------------------------------------------------------
     def BINARY_OP(self, inst):

@@ -14,6 +14,11 @@ other's frames unmodified.
 - Functions PyTorch marks as not to be compiled (``torch.compiler.disable``,
   ``torch._dynamo.disable``/``skip``, non-recursive disable) are never captured or inlined:
   calling one from captured code is a graph break, and the call runs in CPython.
+- Functions marked with ``torch._dynamo.assume_constant_result`` (the attribute
+  ``_dynamo_marked_constant``; HF marks its install and hardware probes so) run at capture
+  time when their arguments are constants, and their result is a constant of the capture,
+  unguarded, as their authors declare and as torch.compile treats them
+  (:func:`assumes_constant_result`).
 """
 
 from __future__ import annotations
@@ -143,3 +148,9 @@ def module_call_reason(module: torch.nn.Module) -> str | None:
 
 def _name(value) -> str:
     return str(getattr(value, "__qualname__", None) or value)
+
+
+def assumes_constant_result(fn) -> bool:
+    """Whether ``fn`` is marked with ``torch._dynamo.assume_constant_result`` (its result is
+    fixed for the process: run it once at capture time, treat the result as a constant)."""
+    return getattr(fn, "_dynamo_marked_constant", False) is True

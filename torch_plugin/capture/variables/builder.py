@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .. import torch_compile_interop
-from ..sources import ItemSource, Source
+from ..sources import AttrSource, ItemSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable, is_immutable
 from .dicts import ConstDictVariable
@@ -133,8 +133,15 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
         guards.id_match(source, value)
         return EnvironVariable(source)
     if isinstance(
-        value, (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType)
-    ) or isinstance(value, type):
+        value,
+        (
+            types.FunctionType,
+            types.BuiltinFunctionType,
+            types.MethodDescriptorType,
+            type,
+            functools._lru_cache_wrapper,
+        ),
+    ):
         guards.id_match(source, value)
         return _wrap_callable(tx, value, source)
     if type(value) is int and source is not None:
@@ -317,6 +324,14 @@ def _wrap_callable(tx, value, source) -> VariableTracker:
         return TorchFunctionVariable(value, source)
     if isinstance(value, types.FunctionType):
         return UserFunctionVariable(value, source)
+    if isinstance(value, functools._lru_cache_wrapper) and isinstance(
+        getattr(value, "__wrapped__", None), types.FunctionType
+    ):
+        # An lru_cache'd helper (HF's is_torch_distributed_available) is inlined: the cache
+        # only remembers what the function returns for these arguments, which inlining
+        # recomputes (its guards pin what it read), as torch.compile does.
+        wrapped_source = AttrSource(source, "__wrapped__") if source is not None else None
+        return UserFunctionVariable(value.__wrapped__, wrapped_source)
     return UserDefinedObjectVariable(value, source)
 
 

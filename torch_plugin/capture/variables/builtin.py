@@ -2,8 +2,10 @@
 
 Key class: :class:`BuiltinVariable`. Each builtin has one handler method named
 ``call_<name>``. Operators on tensors become graph nodes; on constants they run for real.
-Builtins with effects outside the program state the translator models (print, open, input,
-setattr on inputs) are unsupported: the frame runs unmodified.
+Builtins with effects outside the program state the translator models (print, open, input)
+are unsupported: the frame runs unmodified; ``setattr``/``delattr`` go where the
+``STORE_ATTR``/``DELETE_ATTR`` opcodes go (tracked side effects, objects built or copied in
+the captured code).
 """
 
 from __future__ import annotations
@@ -40,8 +42,6 @@ _UNSUPPORTED = {
     breakpoint,
     id,
     hash,
-    setattr,
-    delattr,
 }
 _PURE_CONSTANT_FNS = {
     abs,
@@ -156,6 +156,18 @@ class BuiltinVariable(CallableVariable):
                     return default[0]
                 raise
         return tx.getattr(obj, attr)
+
+    def call_setattr(self, tx, obj, name, value):
+        if not name.is_python_constant():
+            unimplemented("setattr() with a name not known at capture")
+        tx.store_attr(obj, name.as_python_constant(), value)
+        return ConstantVariable(None)
+
+    def call_delattr(self, tx, obj, name):
+        if not name.is_python_constant():
+            unimplemented("delattr() with a name not known at capture")
+        tx.delete_attr(obj, name.as_python_constant())
+        return ConstantVariable(None)
 
     def call_hasattr(self, tx, obj, name):
         result = _hasattr(tx, obj, name.as_python_constant())

@@ -66,6 +66,11 @@ class UserDefinedObjectVariable(VariableTracker):
         super().__init__(source)
         self.value = value
         self._identity_guards = guards if source is not None else None
+        # A private copy: an object this capture made (``copy.deepcopy`` run at capture
+        # time), reachable from nothing outside it, so writing its attributes for real
+        # changes no program state (see :func:`private_setattr`). ``mutated`` once written.
+        self.private = False
+        self.mutated = False
 
     def python_type(self) -> type:
         return type(self.value)
@@ -317,6 +322,12 @@ class SuperVariable(VariableTracker):
                     return tx.inline_user_function_obj(attr.fget, [self.obj], {})
                 if klass is object and name == "__init__":
                     return _NoOpVariable()
+                if (
+                    klass is object
+                    and name in ("__setattr__", "__delattr__", "__getattribute__")
+                    and is_private(self.obj)
+                ):
+                    return _PrivateObjectMethod(self.obj, name)
                 if not hasattr(type(attr), "__get__"):
                     return wrap_constant_or_object(attr)
                 if klass is dict and name in _DICT_READS:
@@ -389,6 +400,95 @@ class _ModuleCallVariable(VariableTracker):
 class _NoOpVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         return ConstantVariable(None)
+
+
+# --- writes to private copies (``copy.deepcopy`` folded at capture time) -------------------
+
+
+def is_private(var: VariableTracker) -> bool:
+    """Whether ``var`` is a private copy (:attr:`UserDefinedObjectVariable.private`)."""
+    return isinstance(var, UserDefinedObjectVariable) and var.private
+
+
+def private_setattr(tx, obj: UserDefinedObjectVariable, name: str, value: VariableTracker | None):
+    """``setattr(obj, name, value)`` (``value`` None: ``delattr(obj, name)``) on a private
+    copy. ``object``'s method, or one of :data:`_TRUSTED_WRITERS`, writes the copy for real,
+    which is unobservable outside the capture: nothing else holds the copy, and an output or
+    a graph break that would hand the written copy out is refused
+    (:func:`refuse_mutated_private`). Another class's method written in Python is inlined.
+    The value must be a constant of the capture."""
+    slot = "__setattr__" if value is not None else "__delattr__"
+    method = class_lookup(type(obj.value), slot)
+    if method is getattr(object, slot):
+        _object_write(obj, name, value, getattr(object, slot))
+    elif getattr(method, "__module__", None) in _TRUSTED_WRITERS:
+        _object_write(obj, name, value, setattr if value is not None else delattr)
+    elif isinstance(method, types.FunctionType):
+        args = [obj, ConstantVariable(name)] + ([value] if value is not None else [])
+        return tx.inline_user_function_obj(method, args, {})
+    else:
+        unimplemented(f"{slot} of {type(obj.value).__name__} on a copied object")
+    return ConstantVariable(None)
+
+
+# Modules whose ``__setattr__``/``__delattr__`` act on the object alone, run for real on a
+# private copy: HF's strict dataclasses validate the value and then call the original
+# ``__setattr__`` (huggingface_hub/dataclasses.py, ``__strict_setattr__``), and
+# ``PreTrainedConfig.__setattr__`` maps the name through ``attribute_map``. Tracing the
+# validators (typing introspection over dicts keyed by typing special forms) is not modelled.
+_TRUSTED_WRITERS = frozenset({"huggingface_hub.dataclasses", "transformers.configuration_utils"})
+
+
+def _object_write(obj: UserDefinedObjectVariable, name: str, value, write) -> None:
+    """``write(copy, name[, value])`` on the private copy, for real; the value must be a
+    constant of the capture."""
+    args = [obj.value, name]
+    if value is not None:
+        if not value.is_python_constant():
+            unimplemented(f"storing {value} on a copied object")
+        args.append(value.as_python_constant())
+    try:
+        write(*args)
+    except Exception as e:  # noqa: BLE001 - the frame runs unmodified instead
+        unimplemented(f"writing {name!r} of a copied {type(obj.value).__name__}: {e}")
+    obj.mutated = True
+
+
+def refuse_mutated_private(var: VariableTracker) -> None:
+    """Graph break when ``var`` is a private copy written during capture: handing it out
+    (an output, a local live across a break) would give every call the one copy this
+    capture made and wrote, where eager gives each call its own."""
+    if isinstance(var, UserDefinedObjectVariable) and var.mutated:
+        unimplemented(f"a copied {type(var.value).__name__} modified in the captured code escapes")
+
+
+class _PrivateObjectMethod(VariableTracker):
+    """``super().__setattr__``/``__delattr__``/``__getattribute__`` resolving to
+    ``object``'s, on a private copy."""
+
+    def __init__(self, obj: UserDefinedObjectVariable, name: str) -> None:
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        from .builder import wrap_constant_or_object
+
+        if kwargs or not args or not args[0].is_python_constant():
+            unimplemented(f"super().{self.name} with these arguments")
+        attr = args[0].as_python_constant()
+        if self.name == "__getattribute__" and len(args) == 1:
+            try:
+                return wrap_constant_or_object(object.__getattribute__(self.obj.value, attr))
+            except AttributeError:
+                unimplemented(f"{type(self.obj.value).__name__} object has no attribute {attr!r}")
+        if self.name == "__setattr__" and len(args) == 2:
+            _object_write(self.obj, attr, args[1], object.__setattr__)
+            return ConstantVariable(None)
+        if self.name == "__delattr__" and len(args) == 1:
+            _object_write(self.obj, attr, None, object.__delattr__)
+            return ConstantVariable(None)
+        unimplemented(f"super().{self.name} with these arguments")
 
 
 # --- guarding all of an object's state (copy.deepcopy, dataclasses.asdict folded) ----------
