@@ -221,3 +221,55 @@ def test_hf_decoder_with_its_default_cache_is_one_graph(name):
                 compiled = torch_plugin.stats.graphs_compiled
     _no_breaks()
     assert compiled == 1 and torch_plugin.stats.graphs_compiled == 1
+
+
+class Head(torch.nn.Module):
+    """DistilBERT's classifier head builds its activation in forward (``nn.ReLU()(x)``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.nn.ReLU()(self.proj(x))
+        h = torch.nn.GELU(approximate="tanh")(h)
+        return torch.nn.Dropout(p=0.0)(h)
+
+
+def test_torch_nn_activation_built_in_forward_is_its_functional_call():
+    torch.manual_seed(0)
+    model = Head()
+    opt = torch_plugin.optimize("eager")(model)
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(opt(x), model(x))
+    _no_breaks()
+    assert torch_plugin.stats.graphs_compiled == 1
+
+
+def test_module_built_in_captured_code_is_never_shared_between_calls():
+    def make(x):
+        act = torch.nn.ReLU()
+        return act(x), act
+
+    opt = torch_plugin.optimize("eager")(make)
+    modules = []
+    for _ in range(3):
+        x = torch.randn(5)
+        y, act = opt(x)
+        torch.testing.assert_close(y, torch.relu(x))
+        assert type(act) is torch.nn.ReLU
+        modules.append(act)
+    assert len({id(m) for m in modules}) == 3  # a new module per call, as in eager
+
+
+def test_module_with_parameters_built_in_forward_still_matches_eager():
+    def f(x):
+        torch.manual_seed(1)
+        lin = torch.nn.Linear(4, 2)  # parameters drawn at random: not built at capture
+        return lin(x)
+
+    opt = torch_plugin.optimize("eager")(f)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(opt(x), f(x))

@@ -37,6 +37,11 @@ def call_import_probe(tx, fn, args, kwargs) -> VariableTracker:
         unimplemented(f"{name} with arguments not known at capture time")
     values = [a.as_python_constant() for a in args]
     options = {k: v.as_python_constant() for k, v in kwargs.items()}
+    if fn is importlib.util.find_spec and (
+        not values or not isinstance(values[0], str) or "." in values[0] or options
+    ):
+        # a dotted name imports its parent package: an effect, not a probe
+        unimplemented("importlib.util.find_spec of a submodule (it imports the package)")
     try:
         result = fn(*values, **options)
     except (ImportError, ValueError, TypeError) as e:

@@ -73,6 +73,17 @@ def _functional_forms() -> dict:
 _FUNCTIONAL_FORMS: dict | None = None
 
 
+def parameter_free_forms() -> frozenset:
+    """The classes of :func:`_functional_forms` whose call reads no parameter (activations,
+    dropout): building one draws no random number and allocates no tensor."""
+    forms = _functional_forms()
+    return frozenset(
+        cls
+        for cls, (_, positional, keywords) in forms.items()
+        if not {"weight", "bias"} & {*positional, *keywords}
+    )
+
+
 def functional_form(module: torch.nn.Module):
     """The (function, positional attrs, keyword attrs) that ``module``'s forward amounts to,
     or None (record a ``call_module`` node instead)."""

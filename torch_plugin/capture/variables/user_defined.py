@@ -239,7 +239,7 @@ class UserDefinedClassVariable(VariableTracker):
                 )
                 return wrap_constant_or_object(value)
         if issubclass(cls, torch.nn.Module):
-            unimplemented(f"constructing nn.Module {cls.__name__} inside the captured code")
+            return _construct_leaf_module(cls, args, kwargs)
         from .new_object import NewObjectVariable, constructible
 
         if constructible(cls):
@@ -248,6 +248,37 @@ class UserDefinedClassVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"UserDefinedClassVariable({self.value.__qualname__})"
+
+
+def _construct_leaf_module(cls: type, args, kwargs) -> VariableTracker:
+    """``cls(*args, **kwargs)`` for a torch.nn module whose forward is one functional call
+    and that holds no parameter or buffer (``nn.ReLU()`` in DistilBERT's classifier forward),
+    with constant arguments: the module is built now, as a private object of the capture,
+    and its call is recorded as that functional call. Handing it out (returned, stored,
+    live at a graph break) is refused (:func:`refuse_mutated_private`): eager builds a new one
+    per call. Other modules: a graph break."""
+    from .nn_module import NNModuleVariable, functional_form, parameter_free_forms
+
+    constant = all(a.is_python_constant() for a in [*args, *kwargs.values()])
+    # Only classes known to hold no parameter: building one must not draw random numbers
+    # (nn.Linear's initialisation would advance the generator during capture).
+    if constant and cls in parameter_free_forms():
+        try:
+            module = cls(
+                *[a.as_python_constant() for a in args],
+                **{k: v.as_python_constant() for k, v in kwargs.items()},
+            )
+        except Exception as e:  # noqa: BLE001 - eager raises it too; the frame runs as it is
+            unimplemented(f"constructing nn.Module {cls.__name__} raised {type(e).__name__}: {e}")
+        if (
+            functional_form(module) is not None
+            and not any(True for _ in module.parameters())
+            and not any(True for _ in module.buffers())
+        ):
+            var = NNModuleVariable(module)
+            var.constructed = True
+            return var
+    unimplemented(f"constructing nn.Module {cls.__name__} inside the captured code")
 
 
 def _model_output_base():
@@ -455,11 +486,14 @@ def _object_write(obj: UserDefinedObjectVariable, name: str, value, write) -> No
 
 
 def refuse_mutated_private(var: VariableTracker) -> None:
-    """Graph break when ``var`` is a private copy written during capture: handing it out
-    (an output, a local live across a break) would give every call the one copy this
-    capture made and wrote, where eager gives each call its own."""
+    """Graph break when ``var`` is a private copy written during capture, or a module built
+    during capture (:func:`_construct_leaf_module`): handing it out (an output, a local live
+    across a break) would give every call the one object this capture made, where eager
+    gives each call its own."""
     if isinstance(var, UserDefinedObjectVariable) and var.mutated:
         unimplemented(f"a copied {type(var.value).__name__} modified in the captured code escapes")
+    if getattr(var, "constructed", False):
+        unimplemented(f"an nn.Module built in the captured code ({var}) escapes")
 
 
 class _PrivateObjectMethod(VariableTracker):
