@@ -63,6 +63,7 @@ class ContainerInstructions:
 
     def _setitem(self, obj, key, value):
         if isinstance(obj, TensorVariable):
+            _refuse_mask_assignment_with_grad(obj, key, value)
             self.output.call_function(self, operator.setitem, [obj, key, value], {})
         else:
             obj.call_method(self, "__setitem__", [key, value], {})
@@ -173,3 +174,26 @@ class ContainerInstructions:
         )
         for item in reversed(result):
             self.push(item)
+
+
+def _refuse_mask_assignment_with_grad(obj, key, value) -> None:
+    """Graph break for ``t[mask] = v`` with a boolean (or uint8) tensor index while autograd
+    records it (``t`` or ``v`` requires grad, grad mode on): its backward gathers through
+    ``nonzero(mask)``, a data-dependent shape that AOTAutograd cannot trace, so compiling the
+    graph failed (wav2vec2's SpecAugment in training). The assignment runs in CPython."""
+    import torch
+
+    keys = key.items if isinstance(key, TupleVariable) else [key]
+    masks = [
+        k
+        for k in keys
+        if isinstance(k, TensorVariable) and k.example.dtype in (torch.bool, torch.uint8)
+    ]
+    if not masks or not torch.is_grad_enabled():
+        return
+    tensors = [v for v in (obj, value) if isinstance(v, TensorVariable)]
+    if any(t.example.requires_grad for t in tensors):
+        unimplemented(
+            "t[mask] = v with a boolean mask while autograd records it (its backward has a "
+            "data-dependent shape)"
+        )

@@ -663,7 +663,9 @@ class InstructionTranslatorBase(ContainerInstructions):
         """``obj.name = value`` (the STORE_ATTR opcode and ``setattr``)."""
         from .variables.user_defined import is_private, private_setattr, refuse_mutated_private
 
-        if isinstance(obj, (NewObjectVariable, FunctionCtxVariable)):
+        from .variables.model_output import ModelOutputVariable
+
+        if isinstance(obj, (NewObjectVariable, FunctionCtxVariable, ModelOutputVariable)):
             obj.store_attr(self, name, value)  # not visible outside the frame yet
             return
         if is_private(obj):

@@ -34,7 +34,7 @@ class Config:
 class MappedConfig(Config):
     """A config whose ``__setattr__`` maps names (as HF's ``attribute_map`` does); traced."""
 
-    attribute_map = {"layers": "num_layers"}
+    attribute_map = {"layers": "num_layers"}  # noqa: RUF012 - as HF's configs declare it
 
     def __setattr__(self, key, value):
         key = self.attribute_map.get(key, key)
@@ -102,8 +102,8 @@ def test_setattr_on_a_user_object_is_replayed_on_each_call():
     state = State()
 
     def f(x):
-        setattr(state, "last", x.sum())
-        setattr(state, "count", 7)
+        setattr(state, "last", x.sum())  # noqa: B010 - the builtin is what is tested
+        setattr(state, "count", 7)  # noqa: B010
         return x + 1
 
     opt = torch_plugin.optimize("eager")(f)

@@ -602,3 +602,54 @@ def test_tensor_returned_and_stored_is_one_object(backend):
         assert a is b and d["b"] is a
         assert _same(a, x[1, 0])
     torch_plugin.reset()
+
+
+# --- boolean-mask assignment in training: no crash, same values and gradients --------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mask_assignment_under_autograd_matches_eager(backend):
+    """``h[mask] = emb`` while autograd records it (wav2vec2's SpecAugment): its backward
+    gathers through nonzero(mask), which AOTAutograd cannot trace; compiling the graph
+    raised BackendCompilerFailed. Now a graph break: outputs and gradients equal eager's."""
+    torch.manual_seed(0)
+    emb = torch.nn.Parameter(torch.randn(4))
+
+    def f(x, m):
+        h = x * 2
+        h[m] = emb
+        return (h * h).sum()
+
+    opt = torch_plugin.optimize(backend)(f)
+    for _ in range(3):
+        x = torch.randn(3, 5, 4, requires_grad=True)
+        m = torch.rand(3, 5) > 0.5
+        got = opt(x, m)
+        gx, ge = torch.autograd.grad(got, (x, emb))
+        want = f(x, m)
+        wx, we = torch.autograd.grad(want, (x, emb))
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(gx, wx)
+        torch.testing.assert_close(ge, we)
+
+
+# --- t.requires_grad = ...: a graph break; eager decides (it raises on a non-leaf) ----------
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_setting_requires_grad_matches_eager(backend, x_grad):
+    w = torch.nn.Parameter(torch.randn(4))
+
+    def f(x):
+        h = x[:, None]
+        h.requires_grad = True  # wav2vec2's feature encoder in training
+        return h * w, h
+
+    opt = torch_plugin.optimize(backend)(f)
+    for _ in range(3):
+        x = torch.randn(3, 4, requires_grad=x_grad)
+        if x_grad:  # h is not a leaf: eager raises, and so does the compiled call
+            for fn in (opt, f):
+                with pytest.raises(RuntimeError, match="leaf"):
+                    fn(x)
+            continue
+        (got, gh), (want, wh) = opt(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert gh.requires_grad and wh.requires_grad and got.requires_grad == want.requires_grad

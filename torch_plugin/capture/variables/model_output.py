@@ -2,8 +2,8 @@
 
 Key class: :class:`ModelOutputVariable`. A ModelOutput is a dataclass that is also an
 ordered dict of its non-None fields. The translator models construction with keyword
-arguments, attribute and item reads, ``to_tuple()``, ``keys()``/``values()``/``items()`` and
-``len()``; the real object is built after the graph runs (``cls(**fields)``), so its own
+arguments, attribute and item reads, field assignments, ``to_tuple()``,
+``keys()``/``values()``/``items()`` and ``len()``; the real object is built after the graph runs (``cls(**fields)``), so its own
 ``__post_init__`` runs on real tensors.
 """
 
@@ -53,6 +53,19 @@ class ModelOutputVariable(VariableTracker):
 
     def python_type(self) -> type:
         return self.cls
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        """``output.<field> = value`` (CLIP's ``vision_outputs.pooler_output = ...``): as
+        ``ModelOutput.__setattr__`` does, the field and its dict entry both take the value.
+        Assigning None to a field that holds a value (the attribute becomes None, the dict
+        entry stays) and attributes that are not fields are not modelled."""
+        if name not in self.fields:
+            unimplemented(f"assignment to {self.cls.__name__}.{name}, not one of its fields")
+        is_none = isinstance(value, ConstantVariable) and value.value is None
+        current = self.fields[name]
+        if is_none and not (isinstance(current, ConstantVariable) and current.value is None):
+            unimplemented(f"assignment of None to {self.cls.__name__}.{name}, which holds a value")
+        self.fields[name] = value
 
     def _present(self) -> dict[str, VariableTracker]:
         return {
