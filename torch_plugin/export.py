@@ -8,6 +8,9 @@ then turns the one captured graph into a standalone ``torch.fx.GraphModule``:
   tensors are matched to graph inputs by identity, other arguments were specialized
   (``guards`` says to which values);
 - it returns the user's structure (nested tuples, lists, dicts, named tuples, constants);
+  objects the code builds (an HF ``DynamicCache`` with ``use_cache=True``) and ModelOutputs
+  are built anew by each call from the graph's tensors (:class:`ExportedOutput`, the
+  submodule ``_export_output`` that the graph calls last);
 - parameters and buffers are attributes of the module (the originals, not copies);
 - it runs with no hook, and survives ``torch.save`` / ``torch.load(weights_only=False)``.
 
@@ -17,7 +20,9 @@ the mechanism ``torch._dynamo.export`` uses.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import operator
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx
@@ -80,12 +85,6 @@ def export(
             f"({', '.join(r.code.co_qualname for r in captured)}); export needs exactly one"
         )
     record = captured[0]
-    if record.returns_new_objects:
-        raise ExportError(
-            f"export of {name}: the return value holds an object the code builds (an HF "
-            "DynamicCache, say: pass use_cache=False); an exported graph returns tensors in "
-            "tuples, lists, dicts and ModelOutputs"
-        )
     if record.visible_side_effects or record.returns_runtime_args:
         what = ", ".join(record.visible_side_effects) or "returns objects from its inputs"
         raise ExportError(
@@ -118,9 +117,19 @@ def _standalone(gm, example_inputs, spec, args, kwargs) -> torch.fx.GraphModule:
             root.register_buffer(const_name, example)
             env[node] = graph.get_attr(const_name)
     out = graph.graph_copy(gm.graph, env)
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is operator.setitem:
+            node.target = tensor_setitem
     out_nodes = list(out) if isinstance(out, (tuple, list)) else [out]
-    structured = rebuild(spec, out_nodes)
-    out_leaves, out_spec = pytree.tree_flatten(structured)
+    if _spec_has_objects(spec):
+        # Rebuilt by a node: FX's pytree output handles only registered types, and loses
+        # the ModelOutput subclass in torch.save/torch.load.
+        root.add_module("_export_output", ExportedOutput(spec))
+        built = graph.call_module("_export_output", tuple(out_nodes))
+        out_leaves, out_spec = [built], pytree.tree_flatten(0)[1]  # one leaf
+    else:
+        structured = rebuild(spec, out_nodes)
+        out_leaves, out_spec = pytree.tree_flatten(structured)
     graph.output(out_leaves)
     graph._codegen = torch.fx.graph._PyTreeCodeGen(
         torch.fx.graph._PyTreeInfo(
@@ -130,3 +139,39 @@ def _standalone(gm, example_inputs, spec, args, kwargs) -> torch.fx.GraphModule:
     exported = torch.fx.GraphModule(root, graph, class_name="ExportedGraph")
     exported.recompile()
     return exported
+
+
+def tensor_setitem(tensor: torch.Tensor, index: Any, value: Any) -> None:
+    """``tensor[index] = value`` in an exported graph. ``torch.load`` rebuilds a graph module
+    by tracing its code with FX proxies, which take no item assignment; under that trace
+    this records itself as a node instead."""
+    if isinstance(tensor, torch.fx.Proxy):
+        tensor.tracer.create_proxy("call_function", tensor_setitem, (tensor, index, value), {})
+        return
+    tensor[index] = value
+
+
+class ExportedOutput(torch.nn.Module):
+    """The exported call's return value from the graph's output tensors, for a return value
+    holding objects the code builds or ModelOutputs (``spec`` is the capture's output
+    description, see ``capture/output_structure.py``): each call builds its own objects, as
+    eager does. A submodule, so that ``torch.load``'s re-trace of the graph keeps it as one
+    call (a function would run on the tracer's proxies)."""
+
+    def __init__(self, spec: tuple) -> None:
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        return rebuild(self.spec, tensors)
+
+
+def _spec_has_objects(spec: Any) -> bool:
+    """Whether the return value holds an object FX's pytree output cannot carry through
+    ``torch.save``/``torch.load``: one the code builds, or a ModelOutput (its pytree
+    registration does not survive serialization: it came back as a dict)."""
+    if isinstance(spec, tuple) and spec and spec[0] in ("object", "object_ref", "model_output"):
+        return True
+    if isinstance(spec, (tuple, list)):
+        return any(_spec_has_objects(s) for s in spec)
+    return False

@@ -130,9 +130,17 @@ class _Box:
         self.t = t
 
 
-def test_export_refuses_to_return_an_object_the_code_builds():
-    with pytest.raises(torch_plugin.ExportError, match="object the code builds"):
-        torch_plugin.export(lambda x: _Box(x + 1), torch.randn(2))
+def test_export_builds_a_returned_object_anew_on_each_call():
+    gm, _ = torch_plugin.export(lambda x: (_Box(x + 1), x * 2), torch.randn(2))
+    boxes = []
+    for _ in range(3):
+        x = torch.randn(2)
+        box, y = gm(x)
+        assert type(box) is _Box
+        torch.testing.assert_close(box.t, x + 1)
+        torch.testing.assert_close(y, x * 2)
+        boxes.append(box)
+    assert len({id(b) for b in boxes}) == 3  # one object per call, as in eager
 
 
 def test_export_hf_bert_matches_eager():
