@@ -159,10 +159,6 @@ MODELS = {
 }
 
 EXPORT_GAPS = {}
-EXPORT_GAPS["bloom"] = (
-    "export runs with grad mode on, where Bloom's GeLUFunction.apply (an autograd.Function) "
-    "needs its backward, which capture does not take"
-)
 
 
 def _tensors(out):
@@ -243,8 +239,6 @@ def _objects(out):
 
 
 TRAINING_GAPS = {
-    "bloom": "Bloom's GeLUFunction.apply with grad mode on: capture does not take an "
-    "autograd.Function's backward (a graph break)",
     "wav2vec2": "the feature encoder sets requires_grad = True on a slice of its input (a "
     "tensor without grad): changing a tensor's autograd flag is a graph break",
 }
