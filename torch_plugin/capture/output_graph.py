@@ -71,7 +71,7 @@ class OutputGraph:
         self._vars_by_id: dict[int, tuple[Any, VariableTracker]] = {}
         # Version counters of the graph inputs' FakeTensors when they were created: an input
         # whose counter moved was mutated in place by the graph (add_distinct_guards).
-        self._input_versions: dict[Source, int] = {}
+        self._input_versions: dict[Source, int | None] = {}
         self._attr_names: dict[int, str] = {}
         # Set by the frame converter: the graph's parameters may change in place without a
         # version bump (FSDP2); the compiled graph carries it to the backend in gm.meta.
@@ -270,7 +270,12 @@ class OutputGraph:
         mutated input container or object against every other one of its type. Called once
         the frame is translated, before its guard tree is built."""
         tensors = [(s, v) for s, v in self._inputs_by_source.items()]
-        mutated = [s for s, v in tensors if v.example._version != self._input_versions.get(s, 0)]
+        mutated = [
+            s
+            for s, v in tensors
+            if self._input_versions.get(s, 0) is None
+            or v.example._version != self._input_versions.get(s, 0)
+        ]
         for m in mutated:
             for s, _ in tensors:
                 if s != m and self._inputs_by_source[s] is not self._inputs_by_source[m]:
@@ -312,7 +317,9 @@ class OutputGraph:
         ):
             node = self.graph.placeholder(name)
         fake = self._to_fake_input(value, source, node)
-        self._input_versions[source] = fake._version
+        # Inference tensors keep no version counter: count them as mutated (conservative:
+        # DISTINCT guards against the other inputs) rather than failing the capture.
+        self._input_versions[source] = None if fake.is_inference() else fake._version
         node.meta["example_value"] = fake
         var = TensorVariable(node, fake, source)
         self._inputs_by_source[source] = var

@@ -199,3 +199,70 @@ def test_fields_of_a_new_object_guards_its_type_not_its_identity():
         convert_frame.listeners.remove(records.append)
     post_init = [r for r in records if r.code is _Output.__post_init__.__code__]
     assert len(post_init) == 1, [r.guards for r in post_init]
+
+
+# --- list.sort and OrderedDict construction (issue #12, item 12 and 1) ----------------------
+_SORTED_GLOBAL = [3, 1, 2]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_list_sort_of_constants_stays_in_the_graph(backend):
+    def f(x):
+        local = [5, 2, 9, 1]
+        local.sort()
+        names = ["b", "a", "c"]
+        names.sort(reverse=True)
+        return x * local[0] + local[-1], names
+
+    opt = torch_plugin.optimize(backend)(f)
+    for _ in range(3):
+        x = torch.randn(3)
+        (got, gn), (want, wn) = opt(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert gn == wn == ["c", "b", "a"]
+    assert torch_plugin.stats.graph_breaks == []
+
+
+def test_sorting_a_global_list_is_replayed():
+    def f(x):
+        _SORTED_GLOBAL.sort()
+        return x * _SORTED_GLOBAL[0]
+
+    opt = torch_plugin.optimize("eager")(f)
+    for i in range(3):
+        _SORTED_GLOBAL[:] = [3 + i, 1 + i, 2 + i]
+        x = torch.randn(2)
+        torch.testing.assert_close(opt(x), x * (1 + i))
+        assert _SORTED_GLOBAL == [1 + i, 2 + i, 3 + i]  # sorted in place, as in eager
+
+
+def test_list_sort_with_a_key_or_tensors_breaks_and_matches_eager():
+    def f(x):
+        words = ["bb", "a"]
+        words.sort(key=len)
+        return x * len(words[0]), sorted([1, 0])
+
+    opt = torch_plugin.optimize("eager")(f)
+    for _ in range(2):
+        x = torch.randn(3)
+        (got, gs), (want, ws) = opt(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert gs == ws
+
+
+def test_ordereddict_built_in_captured_code():
+    import collections
+
+    def f(x):
+        d = collections.OrderedDict(b=x * 2)
+        d["a"] = x + 1
+        return d
+
+    opt = torch_plugin.optimize("eager")(f)
+    for _ in range(3):
+        x = torch.randn(3)
+        got, want = opt(x), f(x)
+        assert type(got) is collections.OrderedDict and list(got) == list(want) == ["b", "a"]
+        for k in want:
+            torch.testing.assert_close(got[k], want[k])
+    assert torch_plugin.stats.graph_breaks == []

@@ -653,3 +653,21 @@ def test_setting_requires_grad_matches_eager(backend, x_grad):
         (got, gh), (want, wh) = opt(x), f(x)
         torch.testing.assert_close(got, want)
         assert gh.requires_grad and wh.requires_grad and got.requires_grad == want.requires_grad
+
+
+# --- inference tensors as inputs: no version counter, captured all the same ----------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inference_tensor_inputs(backend):
+    """Tensors made under torch.inference_mode() keep no version counter; capture read it and
+    failed internally (the frame ran unmodified, with a traceback on stderr)."""
+
+    def g(a, b):
+        return a * b + 1
+
+    opt = torch_plugin.optimize(backend)(g)
+    for _ in range(3):
+        with torch.inference_mode():
+            a, b = torch.randn(3), torch.randn(3)
+        torch.testing.assert_close(opt(a, b), g(a, b))
+        torch.testing.assert_close(opt(a, a), g(a, a))
+    assert torch_plugin.stats.failures == []

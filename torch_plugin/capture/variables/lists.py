@@ -95,8 +95,20 @@ class BaseListVariable(VariableTracker):
             return items.pop(idx)
         elif name == "clear":
             items.clear()
-        elif name == "reverse":
-            items.reverse()
+        elif name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
+            # constants only, no key function: the order is known at capture time
+            key = kwargs.get("key")
+            reverse = kwargs.get("reverse", ConstantVariable(False))
+            if (
+                (key is not None and not (key.is_python_constant() and _const(key) is None))
+                or not reverse.is_python_constant()
+                or not all(isinstance(v, ConstantVariable) for v in items)
+            ):
+                unimplemented("list.sort of values not known at capture, or with a key function")
+            try:
+                items.sort(key=lambda v: v.value, reverse=bool(_const(reverse)))
+            except TypeError as e:
+                unimplemented(f"list.sort raised TypeError: {e}")
         elif name == "__setitem__" and len(args) == 2:
             key = _const(args[0])
             if isinstance(key, slice):
@@ -122,6 +134,7 @@ class BaseListVariable(VariableTracker):
 
 
 _MUTATORS = (
+    "sort",
     "append",
     "extend",
     "insert",

@@ -9,6 +9,7 @@ guarded by their source, so the guard re-reads them on every call (also through 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import inspect
@@ -210,6 +211,13 @@ class UserDefinedClassVariable(VariableTracker):
         from .lists import NamedTupleVariable
 
         cls = self.value
+        if cls is collections.OrderedDict:
+            # a new dict built from the arguments, as dict(...) is; rebuilt as an OrderedDict
+            from .builtin import BuiltinVariable
+
+            built = BuiltinVariable(dict).call_dict(tx, *args, **kwargs)
+            built.user_cls = collections.OrderedDict
+            return built
         if cls is __import__("functools").partial and args:
             from .functions import PartialVariable
 
