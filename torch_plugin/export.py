@@ -29,7 +29,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from .capture import convert_frame
-from .capture.output_structure import rebuild
+from .capture.output_structure import rebuild, spec_has
 
 
 class ExportError(RuntimeError):
@@ -121,8 +121,8 @@ def _standalone(gm, example_inputs, spec, args, kwargs) -> torch.fx.GraphModule:
         if node.op == "call_function" and node.target is operator.setitem:
             node.target = tensor_setitem
     out_nodes = list(out) if isinstance(out, (tuple, list)) else [out]
-    if _spec_has_objects(spec):
-        # Rebuilt by a node: FX's pytree output handles only registered types, and loses
+    if spec_has(spec, "object") or spec_has(spec, "model_output"):
+        # Rebuilt by a submodule: FX's pytree output handles only registered types, and loses
         # the ModelOutput subclass in torch.save/torch.load.
         root.add_module("_export_output", ExportedOutput(spec))
         built = graph.call_module("_export_output", tuple(out_nodes))
@@ -164,14 +164,3 @@ class ExportedOutput(torch.nn.Module):
 
     def forward(self, *tensors: torch.Tensor) -> Any:
         return rebuild(self.spec, tensors)
-
-
-def _spec_has_objects(spec: Any) -> bool:
-    """Whether the return value holds an object FX's pytree output cannot carry through
-    ``torch.save``/``torch.load``: one the code builds, or a ModelOutput (its pytree
-    registration does not survive serialization: it came back as a dict)."""
-    if isinstance(spec, tuple) and spec and spec[0] in ("object", "object_ref", "model_output"):
-        return True
-    if isinstance(spec, (tuple, list)):
-        return any(_spec_has_objects(s) for s in spec)
-    return False

@@ -28,7 +28,7 @@ from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
 from .guards import build_guard_tree
 from .output_graph import OutputGraph
-from .output_structure import flatten_output, rebuild
+from .output_structure import flatten_output, rebuild, spec_has
 from .shape_guards import ShapeGuardUnsupported
 from .skipfiles import skip_reason
 from .symbolic_convert import InstructionTranslator
@@ -91,25 +91,9 @@ class CaptureRecord:
     # caller_visible) and whether the return value holds objects loaded from the inputs.
     visible_side_effects: tuple = ()
     returns_runtime_args: bool = False
-    returns_new_objects: bool = False
     # How the graph was split at DDP's gradient buckets (torch_plugin.distributed.ddp.DDPSplit),
     # or None when it was not compiled inside DDP's forward.
     ddp_split: Any = None
-
-
-def _spec_has(spec: tuple, kind: str) -> bool:
-    """Whether an output_structure spec holds a part of ``kind`` ("arg", "object")."""
-    if spec[0] == kind:
-        return True
-    if spec[0] in ("tuple", "list"):
-        parts = spec[1]
-    elif spec[0] == "namedtuple":
-        parts = spec[2]
-    elif spec[0] in ("dict", "model_output", "object"):
-        parts = [s for _key, s in spec[2]]
-    else:  # tensor, const, arg, object_ref
-        return False
-    return any(_spec_has(p, kind) for p in parts)
 
 
 # Functions called with each CaptureRecord (explain(), export() and the logs use this).
@@ -435,8 +419,7 @@ class ConvertFrame:
                     spec,
                     replay is not None or bool(output.runtime_sources),
                     visible_side_effects=tuple(output.side_effects.caller_visible()),
-                    returns_runtime_args=_spec_has(spec, "arg"),
-                    returns_new_objects=_spec_has(spec, "object"),
+                    returns_runtime_args=spec_has(spec, "arg"),
                     ddp_split=ddp_splits[0] if ddp_splits else None,
                 )
             )

@@ -185,6 +185,21 @@ def rebuild(spec: tuple, tensors, memo: dict | None = None, args: tuple = ()) ->
     raise AssertionError(f"unknown output spec {kind}")
 
 
+def spec_has(spec: tuple, kind: str) -> bool:
+    """Whether an output_structure spec holds a part of ``kind`` ("arg", "object")."""
+    if spec[0] == kind:
+        return True
+    if spec[0] in ("tuple", "list"):
+        parts = spec[1]
+    elif spec[0] == "namedtuple":
+        parts = spec[2]
+    elif spec[0] in ("dict", "model_output", "object"):
+        parts = [s for _key, s in spec[2]]
+    else:  # tensor, const, arg, object_ref
+        return False
+    return any(spec_has(p, kind) for p in parts)
+
+
 def is_identity_spec(spec: tuple, n: int) -> bool:
     """True when the graph's tuple of outputs *is* the return value."""
     return (

@@ -35,6 +35,11 @@ class SideEffects:
     def __bool__(self) -> bool:
         return bool(self._effects)
 
+    def snapshot(self) -> tuple:
+        """A value equal to a later ``snapshot()`` exactly when nothing was recorded in
+        between (to check that inlined code had no side effect)."""
+        return tuple(self._effects.items()), len(self._views)
+
     def values(self) -> list[VariableTracker]:
         return [entry[3] for entry in self._effects.values()]
 

@@ -175,8 +175,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
                 unimplemented(f"{cls.__name__}.apply with arguments other than tensors/constants")
             graph = tx.output.graph
             nodes_before = set(graph.nodes)
-            effects_before = dict(tx.output.side_effects._effects)
-            views_before = len(tx.output.side_effects._views)
+            effects_before = tx.output.side_effects.snapshot()
         ctx = FunctionCtxVariable(
             [isinstance(a, TensorVariable) and bool(a.example.requires_grad) for a in args]
         )
@@ -192,8 +191,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
         # Grad mode on: forward was traced only to check that it has no effect outside its
         # result; its nodes are dropped and the graph calls ``cls.apply`` itself, which keeps
         # the user's backward (AOTAutograd traces through it).
-        effects = tx.output.side_effects
-        if effects._effects != effects_before or len(effects._views) != views_before:
+        if tx.output.side_effects.snapshot() != effects_before:
             unimplemented(f"{cls.__name__}.forward has side effects (grad mode on)")
         added = [n for n in graph.nodes if n not in nodes_before]
         calls = {n for n in added if n.op in ("call_function", "call_method", "call_module")}

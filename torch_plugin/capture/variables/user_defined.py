@@ -265,7 +265,7 @@ def _construct_leaf_module(cls: type, args, kwargs) -> VariableTracker:
     and its call is recorded as that functional call. Handing it out (returned, stored,
     live at a graph break) is refused (:func:`refuse_mutated_private`): eager builds a new one
     per call. Other modules: a graph break."""
-    from .nn_module import NNModuleVariable, functional_form, parameter_free_forms
+    from .nn_module import NNModuleVariable, parameter_free_forms
 
     constant = all(a.is_python_constant() for a in [*args, *kwargs.values()])
     # Only classes known to hold no parameter: building one must not draw random numbers
@@ -278,11 +278,7 @@ def _construct_leaf_module(cls: type, args, kwargs) -> VariableTracker:
             )
         except Exception as e:  # noqa: BLE001 - eager raises it too; the frame runs as it is
             unimplemented(f"constructing nn.Module {cls.__name__} raised {type(e).__name__}: {e}")
-        if (
-            functional_form(module) is not None
-            and not any(True for _ in module.parameters())
-            and not any(True for _ in module.buffers())
-        ):
+        if not any(True for _ in module.parameters()) and not any(True for _ in module.buffers()):
             var = NNModuleVariable(module)
             var.constructed = True
             return var
