@@ -20,6 +20,8 @@ Backends:
   split with Inductor compiling each subgraph; ``plugin-inductor-whole``: the same with
   ``torch_plugin.config.optimize_ddp = False`` (one graph, every all-reduce after backward);
 - ``compile``: ``torch.compile`` (Dynamo + Inductor, its DDPOptimizer on).
+A ``-per-layer`` suffix (``plugin-per-layer``) runs that backend with
+``torch_plugin.config.share_module_code = False``: each FSDP2 layer its own compiled entries.
 
 ``--profile`` also records two steps of each row with torch.profiler and reports how much of
 the NCCL kernels' time overlaps compute kernels (the union of all other kernels' intervals):
@@ -74,6 +76,9 @@ def make_runner(wrapped: torch.nn.Module, backend: str):
     import torch_plugin
 
     torch_plugin.config.optimize_ddp = not backend.endswith("-whole")
+    # "-per-layer": each layer object its own compiled entries (no shared-module capture)
+    torch_plugin.config.share_module_code = not backend.endswith("-per-layer")
+    backend = backend.removesuffix("-per-layer")
     if backend == "eager":
         return wrapped
     if backend in ("plugin", "plugin-whole"):
@@ -184,6 +189,9 @@ def run_row(args, model_name: str, backend: str) -> dict:
         "cold_s": cold_s,
         "frames_converted": len(records),
         "recompiles_after_warmup": recompiles,
+        # torch_plugin's counters: graphs compiled and recompiles of the whole row
+        "graphs_compiled": torch_plugin.stats.graphs_compiled,
+        "recompiles": torch_plugin.stats.recompiles,
         "ddp_subgraphs": [len(s.subgraphs) for s in splits],
     }
     if args.profile:
@@ -239,9 +247,9 @@ def main() -> None:
         )
         header = (
             "| model | backend | step ms (median) | x eager | x torch.compile | cold step s "
-            "| DDP subgraphs | recompiles | NCCL overlap |"
+            "| DDP subgraphs | graphs compiled | recompiles (after warm-up) | NCCL overlap |"
         )
-        lines = [setup, "", header, "|---|---|---|---|---|---|---|---|---|"]
+        lines = [setup, "", header, "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             xe = eager.get(r["model"], float("nan")) / r["step_ms"]
             xc = comp.get(r["model"], float("nan")) / r["step_ms"]
@@ -254,7 +262,8 @@ def main() -> None:
             lines.append(
                 f"| {r['model']} | {r['backend']} | {r['step_ms']:.2f} | {xe:.2f} | {xc:.2f} | "
                 f"{r['cold_s']:.1f} | {r['ddp_subgraphs'] or '-'} | "
-                f"{r['recompiles_after_warmup']} | {ov_text} |"
+                f"{r['graphs_compiled'] if r['backend'] not in ('eager', 'compile') else '-'} | "
+                f"{r['recompiles']} ({r['recompiles_after_warmup']}) | {ov_text} |"
             )
         print("\n".join(lines))
         if args.out:

@@ -52,6 +52,17 @@ def _vision(name: str, size: int = 64, **kw):
     return build
 
 
+def _timm(name: str, size: int = 64):
+    def build():
+        import timm
+
+        torch.manual_seed(0)
+        model = _no_dropout(timm.create_model(name, pretrained=False, num_classes=10))
+        return model, lambda: ((torch.randn(2, 3, size, size),), {}), lambda out: [out]
+
+    return build
+
+
 def _hf(model_cls: str, config_cls: str, vocab: int = 200, seq: int = 10, extra=None, **cfg):
     def build():
         import transformers
@@ -131,6 +142,12 @@ MODELS = {
     "bart": _hf("BartModel", "BartConfig", d_model=32, encoder_layers=2, decoder_layers=2,
                 encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
                 decoder_ffn_dim=64, vocab_size=200, max_position_embeddings=64),
+    "timm_regnety_002": _timm("regnety_002"),
+    "timm_crossvit_tiny_240": _timm("crossvit_tiny_240", size=240),
+    "timm_resnet18d": _timm("resnet18d"),
+    "timm_efficientnet_b0": _timm("efficientnet_b0"),
+    "timm_vit_tiny": _timm("vit_tiny_patch16_224", size=224),
+    "timm_convnext_atto": _timm("convnext_atto"),
 }
 
 

@@ -22,6 +22,8 @@ Flags:
   changed no tensor (the tests turn it on).
 - :data:`optimize_ddp` (True): a graph captured inside DistributedDataParallel's forward is
   compiled as one subgraph per gradient bucket, so DDP's all-reduces overlap the backward.
+- :data:`share_module_code` (True): layers of one class that run as separate frames share
+  one compiled entry after the first recompile (guarded on type, parameters as inputs).
 - :data:`logs` (``()``, or what ``TORCH_PLUGIN_LOGS`` says): the log channels printed to
   stderr; assigning it switches them at once.
 """
@@ -53,6 +55,15 @@ each "not capturing ..." message from the capture layer. Messages go to the
 ``torch_plugin.*`` loggers at INFO level, so they show once logging is configured for it,
 e.g. ``logging.basicConfig(level=logging.INFO)``. The backend part is tested in
 ``tests/python/backends/test_registry.py``."""
+
+share_module_code: bool = True
+"""When a frame's code is recompiled because a module argument now holds another object of
+the same class (layers of one class run as separate frames: a graph break at each layer call,
+FSDP2's sharded layers), capture that code from then on with its modules guarded on their
+type and what the graph reads, and their parameters and buffers as graph inputs, so one
+compiled entry serves every layer (``torch_plugin/capture/shared_modules.py``). False: each
+module object gets its own entries, guarded on identity, as before. Read at each capture.
+Tested in ``tests/python/capture/test_shared_modules.py``."""
 
 optimize_ddp: bool = True
 """While the forward of a ``torch.nn.parallel.DistributedDataParallel`` module runs, split each

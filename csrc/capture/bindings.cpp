@@ -243,8 +243,9 @@ void bind_guards(py::module_& m) {
             for (py::handle key : keys) {
               key_list.push_back(py::reinterpret_borrow<py::object>(key));
             }
-            self.add_leaf_guard(std::make_unique<DictKeysMatch>(
-                std::move(key_list), std::move(description)));
+            self.add_leaf_guard(
+                std::make_unique<DictKeysMatch>(
+                    std::move(key_list), std::move(description)));
           },
           py::arg("keys"),
           py::arg("description"))
@@ -257,6 +258,17 @@ void bind_guards(py::module_& m) {
           py::arg("key"),
           py::arg("description"))
       .def(
+          "add_empty_attr_dicts",
+          [](GuardManager& self,
+             std::vector<std::string> names,
+             std::string description) {
+            self.add_leaf_guard(
+                std::make_unique<EmptyAttrDicts>(
+                    std::move(names), std::move(description)));
+          },
+          py::arg("names"),
+          py::arg("description"))
+      .def(
           "add_tensor_match",
           [](GuardManager& self,
              py::handle example,
@@ -264,12 +276,13 @@ void bind_guards(py::module_& m) {
              bool check_strides,
              std::vector<bool> dynamic_sizes,
              std::vector<bool> dynamic_strides) {
-            self.add_leaf_guard(std::make_unique<TensorMatch>(
-                example,
-                std::move(description),
-                check_strides,
-                dynamic_sizes,
-                dynamic_strides));
+            self.add_leaf_guard(
+                std::make_unique<TensorMatch>(
+                    example,
+                    std::move(description),
+                    check_strides,
+                    dynamic_sizes,
+                    dynamic_strides));
           },
           py::arg("example"),
           py::arg("description"),

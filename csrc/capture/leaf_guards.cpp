@@ -410,6 +410,76 @@ std::string NotInDict::mismatch(PyObject* value) const {
   return "expected no key " + repr_for_message(key_.ptr(), 80) + ", found one";
 }
 
+// --- EMPTY_ATTR_DICTS
+// ----------------------------------------------------------
+
+EmptyAttrDicts::EmptyAttrDicts(
+    std::vector<std::string> names,
+    std::string description)
+    : LeafGuard(std::move(description)) {
+  for (const std::string& name : names) {
+    names_.push_back(
+        py::reinterpret_steal<py::object>(
+            PyUnicode_InternFromString(name.c_str())));
+  }
+}
+
+std::string EmptyAttrDicts::first_nonempty(PyObject* value) const {
+  PyObject** dict_ptr = _PyObject_GetDictPtr(value);
+  if (dict_ptr == nullptr || *dict_ptr == nullptr) {
+    return "__dict__";
+  }
+  for (const py::object& name : names_) {
+    PyObject* entry = PyDict_GetItemWithError(*dict_ptr, name.ptr());
+    if (entry == nullptr) {
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return name.cast<std::string>();
+      }
+      continue;
+    }
+    Py_ssize_t n = PyObject_Size(entry);
+    if (n != 0) {
+      PyErr_Clear();
+      return name.cast<std::string>();
+    }
+  }
+  return "";
+}
+
+bool EmptyAttrDicts::check(PyObject* value) const {
+  PyObject** dict_ptr = _PyObject_GetDictPtr(value);
+  if (dict_ptr == nullptr || *dict_ptr == nullptr) {
+    return false;
+  }
+  for (const py::object& name : names_) {
+    PyObject* entry = PyDict_GetItemWithError(*dict_ptr, name.ptr());
+    if (entry == nullptr) {
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+      }
+      continue;
+    }
+    Py_ssize_t n =
+        PyDict_Check(entry) ? PyDict_GET_SIZE(entry) : PyObject_Size(entry);
+    if (n != 0) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string EmptyAttrDicts::mismatch(PyObject* value) const {
+  std::string name = first_nonempty(value);
+  if (name == "__dict__") {
+    return "expected an object with a __dict__, got " +
+        type_name_for_message(Py_TYPE(value));
+  }
+  return "expected " + name + " empty, it is not";
+}
+
 // --- TENSOR_MATCH
 // --------------------------------------------------------------
 
@@ -433,8 +503,9 @@ TensorMatch::TensorMatch(
     const std::vector<bool>& dynamic_sizes,
     const std::vector<bool>& dynamic_strides)
     : LeafGuard(std::move(description)),
-      type_(py::reinterpret_borrow<py::object>(
-          reinterpret_cast<PyObject*>(Py_TYPE(example.ptr())))),
+      type_(
+          py::reinterpret_borrow<py::object>(
+              reinterpret_cast<PyObject*>(Py_TYPE(example.ptr())))),
       dispatch_keys_(effective_dispatch_keys(example_tensor(example))),
       dtype_(example_tensor(example).scalar_type()),
       device_(example_tensor(example).device()),
@@ -592,8 +663,9 @@ std::string TensorMatch::mismatch(PyObject* value) const {
           "layout ",
           repr_for_message(
               reinterpret_cast<PyObject*>(torch::getTHPLayout(layout_))),
-          repr_for_message(reinterpret_cast<PyObject*>(
-              torch::getTHPLayout(tensor.layout()))));
+          repr_for_message(
+              reinterpret_cast<PyObject*>(
+                  torch::getTHPLayout(tensor.layout()))));
     }
     if (!same_ints(tensor.sym_sizes(), sizes_)) {
       return expected_got(

@@ -147,6 +147,23 @@ class NotInDict : public LeafGuard {
   pybind11::object key_;
 };
 
+// EMPTY_ATTR_DICTS: each named entry of the value's instance __dict__ is
+// absent or an empty container. An nn.Module's hook dicts
+// (`_forward_hooks`, `_forward_pre_hooks`, ...): one check for all of them, so
+// a hook registered after capture sends the call to a new capture.
+class EmptyAttrDicts : public LeafGuard {
+ public:
+  EmptyAttrDicts(std::vector<std::string> names, std::string description);
+  bool check(PyObject* value) const override;
+  std::string mismatch(PyObject* value) const override;
+
+ private:
+  // The first listed entry that is neither absent nor empty, or "" (or
+  // "__dict__" when the value has none).
+  std::string first_nonempty(PyObject* value) const;
+  std::vector<pybind11::object> names_;
+};
+
 // Marks a size or stride TensorMatch does not check (a dynamic dimension,
 // checked by the entry's ShapeGuards instead).
 constexpr int64_t kAnySize = INT64_MIN;

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 
-from .exc import unimplemented
+from .exc import Unsupported, unimplemented
 from .variables.base import VariableTracker
 from .variables.builder import wrap_constant_or_object
 from .variables.constant import ConstantVariable
@@ -18,6 +18,23 @@ from .variables.dicts import ConstDictVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import TensorVariable
+
+_GENERIC_BUILTINS = (list, tuple, dict, set, frozenset, type)
+
+
+def _is_type_annotation(obj: VariableTracker) -> bool:
+    """Whether ``obj`` is a typing special form or alias (``typing.List``,
+    ``typing.Optional``, ``List[int]``) or a builtin container class, whose subscription
+    builds a type annotation."""
+    try:
+        cls = obj.python_type()
+    except Unsupported:
+        return False
+    if cls.__module__ == "typing":
+        return obj.is_python_constant()
+    if cls is type and obj.is_python_constant():
+        return obj.as_python_constant() in _GENERIC_BUILTINS  # a class: id-guarded already
+    return False
 
 
 class ContainerInstructions:
@@ -35,6 +52,11 @@ class ContainerInstructions:
             return obj.getitem(self, key)
         if isinstance(obj, ConstantVariable) and key.is_python_constant():
             return wrap_constant_or_object(obj.value[key.as_python_constant()])
+        if _is_type_annotation(obj) and key.is_python_constant():
+            # ``List[torch.Tensor]``, ``Optional[int]``, ``tuple[int, ...]``: a type
+            # annotation built at run time (``torch.jit.annotate``'s first argument); typing's
+            # subscription only builds (and caches) alias objects, so it runs at capture.
+            return wrap_constant_or_object(obj.as_python_constant()[key.as_python_constant()])
         return obj.call_method(self, "__getitem__", [key], {})
 
     def BINARY_SUBSCR(self, inst):

@@ -22,7 +22,7 @@ import torch.fx
 
 from .. import config
 from ..backends.registry import UNVERSIONED_PARAMETERS, BackendCompilerFailed
-from . import dynamic_shapes, shutdown, torch_compile_interop
+from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
 from .bytecode_emission import make_transformed_code
 from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
@@ -118,12 +118,38 @@ def _reads_fsdp2_modules(frame: types.FrameType) -> bool:
     fsdp_module = getattr(fsdp, "FSDPModule", None)
     if fsdp_module is None:  # FSDP2 never imported: no module can be sharded by it
         return False
+    managed = None
     for value in frame.f_locals.values():
-        if isinstance(value, torch.nn.Module) and any(
-            isinstance(m, fsdp_module) for m in value.modules()
-        ):
+        if not isinstance(value, torch.nn.Module):
+            continue
+        if managed is None:
+            managed = _fsdp2_managed_modules()
+        if any(isinstance(m, fsdp_module) or id(m) in managed for m in value.modules()):
             return True
     return False
+
+
+def _fsdp2_managed_modules() -> set[int]:
+    """Ids of the modules whose parameters an FSDP2 state manages, sharded modules or not:
+    ``fully_shard(root)`` also manages the parameters of the root's submodules that are not
+    sharded on their own (a final ``Linear``), and such a submodule's ``forward`` can be
+    captured as its own frame (called from code that runs unmodified). Read from the states
+    ``fully_shard`` registers (``torch.distributed._composable_state``, each state's
+    ``FSDPParamGroup.fsdp_params[i]._module_info``: torch 2.x internals, so any change there
+    makes this an empty set and only the sharded modules themselves are recognised)."""
+    ids: set[int] = set()
+    try:
+        from torch.distributed import _composable_state
+
+        for state_ref in list(_composable_state._module_state_mapping.values()):
+            group = getattr(state_ref(), "_fsdp_param_group", None)
+            for fsdp_param in getattr(group, "fsdp_params", ()) or ():
+                info = fsdp_param._module_info
+                ids.add(id(info.module))
+                ids.update(id(m) for m in info.shared_modules)
+    except (ImportError, AttributeError, TypeError):
+        return set()
+    return ids
 
 
 def _notify(record: CaptureRecord) -> None:
@@ -252,8 +278,11 @@ class ConvertFrame:
                 ) from None
             first = e
         if first.root_index is not None and config.graph_breaks:
+            # A graph break inside a ``with`` block is not possible: break at its ``with``
+            # statement instead (the block then runs in the resume function).
+            break_at = first.root_index if first.with_index is None else first.with_index
             try:
-                result = self._convert(frame, break_at=first.root_index, break_reason=first)
+                result = self._convert(frame, break_at=break_at, break_reason=first)
             except Unsupported as e:
                 graph_breaks_log.info(
                     "no graph break possible in %s: %s", code.co_qualname, e.reason
@@ -315,6 +344,7 @@ class ConvertFrame:
         t0 = time.perf_counter()
         output = OutputGraph(code.co_name, dynamic_shapes.DimPolicy(code, self.dynamic))
         output.unversioned_parameters = _reads_fsdp2_modules(frame)
+        output.share_modules = shared_modules.decide(frame, bool(_C.cache_entries(code)))
         try:
             tx = InstructionTranslator(frame, output, stop_at=break_at)
             result = tx.run()

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import dynamic_shapes
+from . import dynamic_shapes, shared_modules
 from .convert_frame import ConvertFrame, seen_code_objects, stats
 from .torch_compile_interop import resume_dynamo, skip_in_dynamo, suspend_dynamo
 
@@ -199,3 +199,4 @@ def reset() -> None:
     _callbacks.clear()
     stats.reset()
     dynamic_shapes.reset()
+    shared_modules.reset()

@@ -45,6 +45,10 @@ class Unsupported(Exception):
         # Index (in dis.get_instructions order) of the captured frame's own instruction that
         # was running when this was raised: where a graph break would go.
         self.root_index: int | None = None
+        # Index of the BEFORE_WITH of the outermost ``with`` block of the captured frame
+        # open at that point (None: none): a graph break inside a with block is not
+        # possible, one at its ``with`` statement is.
+        self.with_index: int | None = None
 
     def __str__(self) -> str:
         if self.location is None:

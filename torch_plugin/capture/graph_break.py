@@ -261,6 +261,13 @@ class Reconstructor:
                 ],
             )
             return
+        from .variables.torch import GradModeVariable
+
+        if isinstance(var, GradModeVariable) and var.prev is None:
+            # ``torch.no_grad()`` / ``torch.enable_grad()`` not entered yet (a graph break at
+            # its ``with`` statement): a new one, entered by the resumed code
+            self.call_helper(torch.enable_grad if var.enabled else torch.no_grad, [])
+            return
         if _is_real_stable(var):
             from .variables.user_defined import refuse_mutated_private
 
@@ -742,6 +749,8 @@ def _check_rebuildable(var: VariableTracker, seen: set | None = None) -> None:
     from .variables.functions import CellVariable, NestedUserFunctionVariable
     from .variables.torch import AutocastVariable, GradModeVariable
 
+    if isinstance(var, GradModeVariable) and var.prev is None:
+        return  # not entered yet: rebuilt as a new torch.no_grad() / torch.enable_grad()
     if isinstance(
         var, (NestedUserFunctionVariable, CellVariable, GradModeVariable, AutocastVariable)
     ):

@@ -58,6 +58,8 @@ class Guard:
             return f"{name} is not {self.arg.name()}"
         if self.kind == "NOT_IN_DICT":
             return f"{self.arg!r} not in {name}"
+        if self.kind == "EMPTY_ATTR_DICTS":
+            return f"{name}: no {', '.join(self.arg)}"
         if self.kind == "TENSOR_MATCH":
             t = self.arg
             dyn_sizes, dyn_strides = self.dynamic or ((), ())
@@ -71,6 +73,18 @@ class Guard:
                 f"stride={show(list(t.stride()), dyn_strides)}, requires_grad={t.requires_grad}"
             )
         return f"{self.kind}({name})"
+
+
+# The hook dicts of an nn.Module instance and the global ones of torch.nn.modules.module
+# (source: torch/nn/modules/module.py, ``Module.__init__`` and the ``register_module_*_hook``
+# functions).
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_MODULE_HOOKS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+)
 
 
 class GuardSet:
@@ -125,14 +139,35 @@ class GuardSet:
         if guard is not None:
             guard.dynamic = (list(sizes), list(strides))
 
-    def nn_module(self, source: Source | None, module: torch.nn.Module) -> None:
+    def nn_module(
+        self, source: Source | None, module: torch.nn.Module, shared: bool = False
+    ) -> None:
         """Identity and ``training`` of the module, and the identity of its own parameters
-        and buffers (a graph may reach them through ``call_module``, not only ``get_attr``)."""
+        and buffers (a graph may reach them through ``call_module``, not only ``get_attr``).
+        ``shared`` (capture/shared_modules.py): its type and ``training`` only; what the
+        graph reads from it is guarded where it is read."""
+        if shared:
+            self._add(source, "TYPE_MATCH", type(module))
+            self._add(AttrSource(source, "training"), "EQUALS_MATCH", module.training)
+            return
         self._add(source, "ID_MATCH", module)
         if source is not None:
             self._add(AttrSource(source, "training"), "EQUALS_MATCH", module.training)
             for name, value in (*module._parameters.items(), *module._buffers.items()):
                 self._add(AttrSource(source, name), "ID_MATCH", value)
+
+    def no_module_hooks(self, source: Source | None) -> None:
+        """The module at ``source`` has no forward/backward hooks, and no global module hooks
+        exist: capture inlined its call, so a hook registered later must recompile (the
+        capture then breaks the graph at the call and the hooks run)."""
+        from torch.nn.modules import module as module_mod
+
+        self._add(source, "EMPTY_ATTR_DICTS", _MODULE_HOOKS)
+        self._add(
+            ObjectSource(module_mod, "torch.nn.modules.module"),
+            "EMPTY_ATTR_DICTS",
+            _GLOBAL_MODULE_HOOKS,
+        )
 
     def alias(self, a: Source | None, b: Source | None, same: bool) -> None:
         """The values at ``a`` and ``b`` are the same object (``same``) or distinct ones.
@@ -197,6 +232,8 @@ def build_guard_tree(guards: GuardSet, shape_env=None, shape_bindings=()):
             node.add_dict_keys_match(guard.arg, desc)
         elif guard.kind == "NOT_IN_DICT":
             node.add_not_in_dict(guard.arg, desc)
+        elif guard.kind == "EMPTY_ATTR_DICTS":
+            node.add_empty_attr_dicts(list(guard.arg), desc)
         elif guard.kind == "TENSOR_MATCH":
             sizes, strides = guard.dynamic or ([], [])
             node.add_tensor_match(guard.arg, desc, True, sizes, strides)

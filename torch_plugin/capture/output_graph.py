@@ -76,6 +76,9 @@ class OutputGraph:
         # Set by the frame converter: the graph's parameters may change in place without a
         # version bump (FSDP2); the compiled graph carries it to the backend in gm.meta.
         self.unversioned_parameters = False
+        # Set by the frame converter: modules reached from the frame's arguments are guarded
+        # on their type, their tensors are graph inputs (capture/shared_modules.py).
+        self.share_modules = False
         self._names: set[str] = set()
         self.side_effects = SideEffects()
         # Objects the transformed code loads from their sources and passes to the runner
@@ -334,6 +337,14 @@ class OutputGraph:
                 break
             last = node
         return last
+
+    def shares_module(self, source: Source | None) -> bool:
+        """Whether the module at ``source`` is captured shared (guarded on its type, its
+        tensors graph inputs): in a shared-module capture, for modules reached from the
+        frame's arguments (see capture/shared_modules.py)."""
+        from .shared_modules import is_frame_argument
+
+        return self.share_modules and is_frame_argument(source)
 
     def register_attr_tensor(
         self, tx, value: torch.Tensor, source: Source | None

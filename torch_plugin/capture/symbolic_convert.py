@@ -44,6 +44,7 @@ from .variables.functions import (
     CellVariable,
     NestedUserFunctionVariable,
     UserFunctionVariable,
+    UserMethodVariable,
 )
 from .variables.iterators import GeneratorVariable, IteratorVariable
 from .variables.lists import (
@@ -86,6 +87,19 @@ class WithExitVariable(VariableTracker):
         return self.ctx.exit(tx)
 
 
+def _closes_with_block(tx, fn: VariableTracker) -> None:
+    """Calling ``fn`` (an ``__exit__`` BEFORE_WITH pushed) ends the innermost open ``with``
+    block of the captured frame."""
+    from .variables.context_managers import GeneratorExitVariable, InlinedExitVariable
+
+    if (
+        tx.parent is None
+        and tx.open_withs
+        and isinstance(fn, (WithExitVariable, InlinedExitVariable, GeneratorExitVariable))
+    ):
+        tx.open_withs.pop()
+
+
 class _Return(Exception):
     def __init__(self, value: VariableTracker) -> None:
         self.value = value
@@ -123,6 +137,10 @@ def _holds_object_state(v: VariableTracker) -> bool:
 
 # Standard-library functions whose result depends only on their argument's type (and the
 # class's definition), not on an object's attributes: they fold on user objects too.
+# Pure helpers whose answer for a bound method depends on its function only (the function is
+# guarded where the method was looked up), not on the instance it is bound to.
+_SIGNATURE_ONLY_STDLIB = frozenset({inspect.signature, inspect.getfullargspec})
+
 _TYPE_ONLY_STDLIB = frozenset(
     {
         dataclasses.fields,
@@ -177,6 +195,9 @@ class InstructionTranslatorBase(ContainerInstructions):
         self.globals_source = None
         self.parent: InstructionTranslatorBase | None = None
         self.stop_at: int | None = None
+        # Indices of the BEFORE_WITH instructions of this frame's open ``with`` blocks
+        # (captured frame only): a graph break inside one moves to its ``with`` statement.
+        self.open_withs: list[int] = []
 
     # --- locations ------------------------------------------------------------------------
     def location(self) -> UserSourceLocation:
@@ -215,6 +236,7 @@ class InstructionTranslatorBase(ContainerInstructions):
                         e.location = self.location()
                     if self.parent is None and e.root_index is None:
                         e.root_index = self.ip - 1
+                        e.with_index = self.open_withs[0] if self.open_withs else None
                     raise
                 except (_Return, GeneratorYield):
                     raise
@@ -228,6 +250,7 @@ class InstructionTranslatorBase(ContainerInstructions):
                     )
                     if self.parent is None:
                         err.root_index = self.ip - 1
+                        err.with_index = self.open_withs[0] if self.open_withs else None
                     raise err from e
         except _Return as r:
             return r.value
@@ -350,7 +373,9 @@ class InstructionTranslatorBase(ContainerInstructions):
         return obj.var_getattr(self, name)
 
     def call(self, fn: VariableTracker, args: list, kwargs: dict) -> VariableTracker:
-        return fn.call_function(self, args, kwargs)
+        result = fn.call_function(self, args, kwargs)
+        _closes_with_block(self, fn)
+        return result
 
     def load_global_var(self, name: str) -> VariableTracker:
         if self.output.side_effects:
@@ -425,9 +450,19 @@ class InstructionTranslatorBase(ContainerInstructions):
             # its variable already guards: no identity guard on an object built per call.
             type_only = fn_var.fn in _TYPE_ONLY_STDLIB
 
+            signature_only = fn_var.fn in _SIGNATURE_ONLY_STDLIB
+
             def real(a: VariableTracker) -> Any:
                 if type_only and isinstance(a, UserDefinedObjectVariable):
                     return a.value
+                if (
+                    signature_only
+                    and type(a) is UserMethodVariable
+                    and isinstance(a.obj, (UserDefinedObjectVariable, NNModuleVariable))
+                ):
+                    # a bound method's signature is its function's, whatever the instance
+                    # (HF's apply_chunking_to_forward reads inspect.signature(self.ff_chunk))
+                    return types.MethodType(a.fn, _object_seen(a.obj))
                 return a.as_python_constant()
 
             try:
@@ -680,7 +715,13 @@ class InstructionTranslatorBase(ContainerInstructions):
                     )
             # A user object is guarded on its type only: the write is replayed on the object
             # found at its source on each call, not on the one seen at capture.
-            target = obj.source if isinstance(obj, UserDefinedObjectVariable) else None
+            # A shared module (capture/shared_modules.py) likewise.
+            target = (
+                obj.source
+                if isinstance(obj, UserDefinedObjectVariable)
+                or (isinstance(obj, NNModuleVariable) and obj.shared)
+                else None
+            )
             refuse_mutated_private(value)
             self.output.side_effects.store_attr(real, name, value, target)
             return
@@ -898,13 +939,17 @@ class InstructionTranslatorBase(ContainerInstructions):
 
     # --- with blocks ----------------------------------------------------------------------
     def BEFORE_WITH(self, inst):
+        from .variables import context_managers
+
         ctx = self.pop()
-        if not isinstance(ctx, (GradModeVariable, AutocastVariable)):
-            unimplemented(
-                f"`with` block on {ctx} (only torch grad-mode and autocast context managers so far)"
-            )
-        self.push(WithExitVariable(ctx))
-        self.push(ctx.enter(self))
+        if isinstance(ctx, (GradModeVariable, AutocastVariable)):
+            exit_var, entered = WithExitVariable(ctx), ctx.enter(self)
+        else:
+            exit_var, entered = context_managers.enter(self, ctx)
+        if self.parent is None:
+            self.open_withs.append(self.ip - 1)
+        self.push(exit_var)
+        self.push(entered)
 
     # --- generators (an inlined generator's body runs up to each yield) --------------------
     def RETURN_GENERATOR(self, inst):
@@ -982,4 +1027,6 @@ def _object_seen(obj: VariableTracker):
     identity (side effects are keyed by it while tracing)."""
     if isinstance(obj, UserDefinedObjectVariable):
         return obj.value
+    if isinstance(obj, NNModuleVariable):
+        return obj.module
     return obj.as_python_constant()

@@ -60,6 +60,11 @@ _BUILTIN_TYPES = {
 }
 
 
+def _in_torch(module_name: str) -> bool:
+    """Whether a module name is torch or inside it (not torchvision, torchaudio, ...)."""
+    return module_name == "torch" or module_name.startswith("torch.")
+
+
 def _is_torch_callable(value: Any) -> bool:
     module = getattr(value, "__module__", None) or ""
     if isinstance(
@@ -69,7 +74,7 @@ def _is_torch_callable(value: Any) -> bool:
         if objclass is not None and issubclass(objclass, torch._C.TensorBase):
             return True
         self_obj = getattr(value, "__self__", None)
-        if isinstance(self_obj, types.ModuleType) and self_obj.__name__.startswith("torch"):
+        if isinstance(self_obj, types.ModuleType) and _in_torch(self_obj.__name__):
             return True
     if module.startswith("torch._ops") or isinstance(
         value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
@@ -125,8 +130,12 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
         guards.tensor_match(source, value)
         return tx.output.add_graph_input(tx, value, source)
     if isinstance(value, torch.nn.Module):
-        guards.nn_module(source, value)
-        return NNModuleVariable(value, source)
+        shared = tx.output.shares_module(source)
+        guards.nn_module(source, value, shared)
+        var = NNModuleVariable(value, source, shared=shared)
+        if shared:
+            var._identity_guards = guards
+        return var
     if value is os.environ:
         from .environ import EnvironVariable
 
@@ -302,7 +311,7 @@ def _wrap_callable(tx, value, source) -> VariableTracker:
         return BuiltinVariable(value, source)
     if isinstance(value, type):
         if (
-            value.__module__.startswith("torch")
+            _in_torch(value.__module__)
             and not issubclass(value, torch.nn.Module)
             and value is not torch.Tensor
         ):

@@ -371,6 +371,8 @@ def _hasattr(tx, obj, name):
     if isinstance(obj, UserDefinedObjectVariable) and obj.source is not None:
         # Guarded on its type only: guard the answer, not the object's identity.
         return _user_object_hasattr(tx, obj, name)
+    if isinstance(obj, NNModuleVariable) and obj.shared:
+        return _shared_module_hasattr(tx, obj, name)
     if (
         isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable, ConstantVariable))
         or obj.is_python_constant()
@@ -382,6 +384,23 @@ def _hasattr(tx, obj, name):
     if isinstance(obj, (BaseListVariable, ConstDictVariable)):
         return hasattr(obj.python_type(), name)
     return None
+
+
+def _shared_module_hasattr(tx, obj, name: str) -> bool:
+    """``hasattr`` on a module guarded on its type (capture/shared_modules.py), with
+    guards that keep the answer: True reads the attribute (a guarded read); False guards
+    that neither the instance ``__dict__`` nor the module's registries hold it (nn.Module's
+    ``__getattr__`` looks there; the class is type-guarded)."""
+    from ..sources import AttrSource
+
+    module = obj.module
+    if hasattr(module, name):
+        tx.getattr(obj, name)
+        return True
+    for registry in ("__dict__", "_parameters", "_buffers", "_modules"):
+        if registry == "__dict__" or registry in module.__dict__:
+            tx.output.guards.not_in_dict(AttrSource(obj.source, registry), name)
+    return False
 
 
 def _user_object_hasattr(tx, obj, name: str):

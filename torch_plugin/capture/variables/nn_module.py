@@ -142,20 +142,40 @@ def _has_hooks(module: torch.nn.Module) -> bool:
 
 
 class NNModuleVariable(VariableTracker):
-    """A real nn.Module reached from the frame (guarded by identity and ``training``)."""
+    """A real nn.Module reached from the frame (guarded by identity and ``training``).
 
-    def __init__(self, module: torch.nn.Module, source=None) -> None:
+    ``shared`` (capture/shared_modules.py): guarded on its type instead; its parameters and
+    buffers are graph inputs, its forward is inlined (never a ``call_module`` node, which
+    names one object), and its identity is guarded only where the object itself is used as
+    a constant."""
+
+    def __init__(self, module: torch.nn.Module, source=None, shared: bool = False) -> None:
         super().__init__(source)
         self.module = module
+        self.shared = shared
+        self._identity_guards = None
 
     def python_type(self) -> type:
         return type(self.module)
 
     def as_python_constant(self):
+        if self.shared and self._identity_guards is not None:
+            self._identity_guards.id_match(self.source, self.module)
+            self._identity_guards = None
         return self.module
+
+    def _attr_tensor(self, tx, value: torch.Tensor, name: str) -> VariableTracker:
+        """A parameter, buffer or tensor attribute: the graph's own constant (``get_attr``)
+        or, for a shared module, a graph input loaded from the module at each call."""
+        if self.shared:
+            from .builder import wrap_value
+
+            return wrap_value(tx, value, self._child_source(name))
+        return tx.output.register_attr_tensor(tx, value, self._child_source(name))
 
     def truthiness(self, tx) -> bool:
         if isinstance(self.module, _CONTAINERS):
+            self.guard_structure(tx)
             return len(self.module) > 0
         return True
 
@@ -170,25 +190,36 @@ class NNModuleVariable(VariableTracker):
         if "_parameters" in d and name in d["_parameters"]:
             p = d["_parameters"][name]
             if p is None:
+                self._guard_none(tx, name)
                 return ConstantVariable(None)
-            return tx.output.register_attr_tensor(tx, p, self._child_source(name))
+            return self._attr_tensor(tx, p, name)
         if "_buffers" in d and name in d["_buffers"]:
             b = d["_buffers"][name]
             if b is None:
+                self._guard_none(tx, name)
                 return ConstantVariable(None)
-            return tx.output.register_attr_tensor(tx, b, self._child_source(name))
+            return self._attr_tensor(tx, b, name)
         if "_modules" in d and name in d["_modules"]:
             sub = d["_modules"][name]
             return wrap_value(tx, sub, self._child_source(name))
         if name in d:
             value = d[name]
             if isinstance(value, torch.Tensor):
-                return tx.output.register_attr_tensor(tx, value, self._child_source(name))
+                return self._attr_tensor(tx, value, name)
+            if type(value) is int and self.source is not None:
+                # a module's int attribute (``layer_idx``, ``num_heads``) is a constant of
+                # the graph, never an automatic-dynamic int (those are the frame's inputs)
+                tx.output.guards.equals_match(self._child_source(name), value)
+                return ConstantVariable(value, self._child_source(name))
             return wrap_value(tx, value, self._child_source(name))
         try:
             static = inspect.getattr_static(m, name)
         except AttributeError:
             unimplemented(f"{type(m).__name__} has no attribute {name!r}")
+        if name in _TREE_WALKS and static is getattr(torch.nn.Module, name):
+            from .base import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)
         return class_attribute(tx, self, static, name)
 
     def call_function(self, tx, args, kwargs):
@@ -196,8 +227,7 @@ class NNModuleVariable(VariableTracker):
         reason = torch_compile_interop.module_call_reason(m)
         if reason is not None:
             unimplemented(reason)
-        if _has_hooks(m):
-            unimplemented(f"call of {type(m).__name__} with forward/backward hooks")
+        self.require_no_hooks(tx)
         form = functional_form(m)
         if form is not None and len(args) == 1 and not kwargs:
             fn, positional, keywords = form
@@ -205,16 +235,50 @@ class NNModuleVariable(VariableTracker):
             kw = {name: self.var_getattr(tx, name) for name in keywords}
             return tx.output.call_function(tx, fn, [args[0], *extra], kw)
         if (
-            is_torch_leaf_module(m)
+            not self.shared
+            and is_torch_leaf_module(m)
             and type(m).forward is getattr(type(m), "forward", None)
             and "forward" not in m.__dict__
             and call_module_is_pure(m)
         ):
+            self.guard_submodules_no_hooks(tx)
             return tx.output.call_module(tx, m, self.source, list(args), dict(kwargs))
         call = type(m).__call__
         if call is not torch.nn.Module.__call__:
             return tx.inline_user_function_obj(call, [self, *args], kwargs)
         return self.call_forward(tx, args, kwargs)
+
+    def _guard_none(self, tx, name: str) -> None:
+        """A shared module's parameter or buffer slot holding None (``bias=False``): the
+        graph is only valid for modules where it is None too."""
+        if self.shared:
+            tx.output.guards.id_match(self._child_source(name), None)
+
+    def require_no_hooks(self, tx) -> None:
+        """Capture inlines a module's call only while it has no hooks (they would have to
+        run around it): a graph break otherwise, and a guard that no hook was added since."""
+        if _has_hooks(self.module):
+            unimplemented(f"call of {type(self.module).__name__} with forward/backward hooks")
+        tx.output.guards.no_module_hooks(self.source)
+
+    def guard_submodules_no_hooks(self, tx) -> None:
+        """A ``call_module`` node runs the module's own ``__call__`` (hooks included) on
+        every call: its submodules must have none at capture (``call_module_is_pure``) and
+        none later."""
+        for path, _ in self.module.named_modules():
+            if path:
+                tx.output.guards.no_module_hooks(_path_source(self.source, path))
+
+    def guard_structure(self, tx) -> None:
+        """What iterating, ``len``, indexing by position, ``children()`` or ``modules()``
+        read: the names and order of the module's submodules, parameters and buffers (a
+        module appended to a Sequential after capture must recompile)."""
+        if self.source is None:
+            return
+        m = self.module
+        for attr in ("_modules", "_parameters", "_buffers"):
+            if attr in m.__dict__:
+                tx.output.guards.dict_keys_match(AttrSource(self.source, attr), m.__dict__[attr])
 
     def call_forward(self, tx, args, kwargs):
         m = self.module
@@ -238,20 +302,16 @@ class NNModuleVariable(VariableTracker):
                 pass  # forward() called directly bypasses hooks
             return self.call_forward(tx, args, kwargs)
         if name == "__len__" and isinstance(self.module, _CONTAINERS):
+            self.guard_structure(tx)
             return ConstantVariable(len(self.module))
         if name == "__getitem__" and isinstance(self.module, _CONTAINERS):
             return self.getitem(tx, args[0])
-        if name in (
-            "children",
-            "modules",
-            "parameters",
-            "named_parameters",
-            "buffers",
-            "named_children",
-            "named_modules",
+        if name in _TREE_WALKS and getattr(type(self.module), name) is getattr(
+            torch.nn.Module, name
         ):
-            unimplemented(f"nn.Module.{name}()")
+            return self.walk_tree(tx, name, args, kwargs)
         if name in ("keys", "values", "items") and isinstance(self.module, torch.nn.ModuleDict):
+            self.guard_structure(tx)
             subs = [(k, self.var_getattr(tx, k)) for k in self.module.keys()]
             if name == "keys":
                 return ListVariable([ConstantVariable(k) for k, _ in subs], mutable_local=True)
@@ -262,11 +322,56 @@ class NNModuleVariable(VariableTracker):
             )
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
+    def walk_tree(self, tx, name: str, args, kwargs) -> VariableTracker:
+        """``children()``, ``named_children()``, ``modules()``, ``named_modules()``,
+        ``parameters()``, ``named_parameters()``, ``buffers()``, ``named_buffers()`` (timm's
+        RegNet iterates ``self.children()``): run for real on the module (these read only its
+        registries), each yielded module or tensor wrapped through its attribute path from
+        this module (so it is guarded, and a tensor is the graph's own ``get_attr``), every
+        visited module's registries guarded. An iterator over a list, as eager returns a
+        generator."""
+        from .lists import ListIteratorVariable
+
+        if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            unimplemented(f"nn.Module.{name}() with non-constant arguments")
+        call_args = [a.as_python_constant() for a in args]
+        call_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        m = self.module
+        named = name if name.startswith("named_") else "named_" + name
+        if name in ("children", "named_children") and (call_args or call_kwargs):
+            unimplemented(f"nn.Module.{name}() with arguments")
+        try:
+            if named in ("named_parameters", "named_buffers") and "prefix" not in call_kwargs:
+                if call_args:
+                    call_kwargs["prefix"] = call_args.pop(0)
+                prefix = call_kwargs.get("prefix", "")
+            elif named == "named_modules":
+                sig = inspect.signature(torch.nn.Module.named_modules).bind(
+                    m, *call_args, **call_kwargs
+                )
+                prefix = sig.arguments.get("prefix", "")
+            else:
+                prefix = call_kwargs.get("prefix", "")
+            items = list(getattr(m, named)(*call_args, **call_kwargs))
+        except TypeError as e:
+            unimplemented(f"nn.Module.{name}(): {e}")
+        for path, sub in m.named_modules():
+            _var_at(tx, self, path).guard_structure(tx)
+        out = []
+        for key, value in items:
+            path = key[len(prefix) + 1 :] if prefix and key.startswith(prefix + ".") else key
+            if prefix and key == prefix:
+                path = ""
+            var = _var_at(tx, self, path)
+            out.append(TupleVariable([ConstantVariable(key), var]) if named == name else var)
+        return ListIteratorVariable(out)
+
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
         m = self.module
         key = index.as_python_constant()
         if isinstance(m, torch.nn.ModuleDict):
             return self.var_getattr(tx, key)
+        self.guard_structure(tx)
         if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)):
             if isinstance(key, slice):
                 if isinstance(m, torch.nn.ParameterList):
@@ -285,6 +390,7 @@ class NNModuleVariable(VariableTracker):
 
     def unpack_var_sequence(self, tx):
         m = self.module
+        self.guard_structure(tx)
         if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList)):
             return [self.var_getattr(tx, name) for name in m._modules]
         if isinstance(m, torch.nn.ParameterList):
@@ -295,6 +401,39 @@ class NNModuleVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"NNModuleVariable({type(self.module).__name__})"
+
+
+_TREE_WALKS = frozenset(
+    {
+        "children",
+        "named_children",
+        "modules",
+        "named_modules",
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+    }
+)
+
+
+def _path_source(source, path: str):
+    """The source of ``module.<path>`` (a dotted attribute path from ``named_modules``)."""
+    if source is None:
+        return None
+    for part in path.split("."):
+        source = AttrSource(source, part)
+    return source
+
+
+def _var_at(tx, root: NNModuleVariable, path: str) -> VariableTracker:
+    """The variable of ``root.<path>`` (a submodule, parameter or buffer), read attribute
+    by attribute so each step is guarded as a direct read would be."""
+    var = root
+    if path:
+        for part in path.split("."):
+            var = var.var_getattr(tx, part)
+    return var
 
 
 def class_attribute(tx, obj_var: VariableTracker, static, name: str) -> VariableTracker:

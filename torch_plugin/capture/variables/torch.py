@@ -92,6 +92,8 @@ class TorchFunctionVariable(CallableVariable):
             if len(args) != 1 or not args[0].is_python_constant():
                 unimplemented("torch.set_grad_enabled with a non-constant argument")
             return GradModeVariable(bool(args[0].as_python_constant()), eager=True, tx=tx)
+        if fn is torch.jit.annotate and len(args) == 2 and not kwargs:
+            return args[1]  # TorchScript's type hint; in Python it returns its value
         if fn is torch.is_grad_enabled:
             return ConstantVariable(torch.is_grad_enabled())
         if fn is torch.is_tensor:

@@ -422,12 +422,12 @@ class _ModuleCallVariable(VariableTracker):
         self.module_var = module_var
 
     def call_function(self, tx, args, kwargs):
-        from .nn_module import _has_hooks, call_module_is_pure, is_torch_leaf_module
+        from .nn_module import call_module_is_pure, is_torch_leaf_module
 
         m = self.module_var.module
-        if _has_hooks(m):
-            unimplemented(f"call of {type(m).__name__} with hooks")
-        if is_torch_leaf_module(m) and call_module_is_pure(m):
+        self.module_var.require_no_hooks(tx)
+        if not self.module_var.shared and is_torch_leaf_module(m) and call_module_is_pure(m):
+            self.module_var.guard_submodules_no_hooks(tx)
             return tx.output.call_module(tx, m, self.module_var.source, list(args), dict(kwargs))
         return self.module_var.call_forward(tx, args, kwargs)
 
