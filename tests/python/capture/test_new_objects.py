@@ -6,7 +6,9 @@ the objects' attributes, identities, module state."""
 
 from __future__ import annotations
 
+import collections
 import collections.abc
+import typing
 
 import pytest
 import torch
@@ -273,3 +275,39 @@ def test_module_with_parameters_built_in_forward_still_matches_eager():
     for _ in range(2):
         x = torch.randn(3, 4)
         torch.testing.assert_close(opt(x), f(x))
+
+
+_WithDefaults = collections.namedtuple("_WithDefaults", "a b c", defaults=(1, None))
+
+
+class _TypedWithDefault(typing.NamedTuple):
+    x: torch.Tensor
+    k: int = 3
+
+
+def test_namedtuples_with_defaults_in_one_graph():
+    """``namedtuple(..., defaults=...)`` and a ``typing.NamedTuple`` with a default built in
+    the captured code (issue #12); changing the defaults afterwards recompiles."""
+
+    def f(t):
+        p = _WithDefaults(t)
+        q = _TypedWithDefault(t * 2)
+        r = _WithDefaults(t, c="z")
+        return p, q, q.x * q.k + p.b, r
+
+    opt = torch_plugin.optimize("eager")(f)
+    for _ in range(2):
+        t = torch.randn(2)
+        got, want = opt(t), f(t)
+        assert [type(v) for v in got] == [type(v) for v in want]
+        torch.testing.assert_close(got[2], want[2])
+        assert (got[0].b, got[0].c, got[3].c, got[1].k) == (want[0].b, want[0].c, "z", 3)
+    assert torch_plugin.stats.graph_breaks == []
+    assert torch_plugin.stats.graphs_compiled == 1
+    old = _WithDefaults.__new__.__defaults__
+    _WithDefaults.__new__.__defaults__ = (5, None)
+    try:
+        t = torch.randn(2)
+        torch.testing.assert_close(opt(t)[2], f(t)[2])
+    finally:
+        _WithDefaults.__new__.__defaults__ = old

@@ -207,6 +207,40 @@ class UserDefinedClassVariable(VariableTracker):
             tx, value, AttrSource(self.source, name) if self.source is not None else None
         )
 
+    def _namedtuple_items(self, tx, args, kwargs) -> list[VariableTracker]:
+        """The fields of ``cls(*args, **kwargs)`` for a namedtuple class, defaults included
+        (``namedtuple(..., defaults=...)``: ``cls.__new__.__defaults__``, guarded by value
+        when the class has a source; only immutable defaults, which eager shares between
+        instances as a constant would be). A call eager would reject is a graph break."""
+        from .builder import wrap_constant_or_object
+        from .constant import is_immutable
+
+        cls = self.value
+        fields = cls._fields
+        defaults = getattr(cls.__new__, "__defaults__", None) or ()
+        if (
+            len(args) > len(fields)
+            or any(k not in fields for k in kwargs)
+            or any(f in kwargs for f in fields[: len(args)])
+        ):
+            unimplemented(f"{cls.__name__}(...) with arguments that do not match its fields")
+        first_default = len(fields) - len(defaults)
+        items = []
+        for i, name in enumerate(fields):
+            if i < len(args):
+                items.append(args[i])
+            elif name in kwargs:
+                items.append(kwargs[name])
+            elif i >= first_default and is_immutable(defaults[i - first_default]):
+                items.append(wrap_constant_or_object(defaults[i - first_default]))
+            else:
+                unimplemented(f"{cls.__name__}(...) without field {name!r} (or a mutable default)")
+        if defaults and self.source is not None:
+            tx.output.guards.equals_match(
+                AttrSource(AttrSource(self.source, "__new__"), "__defaults__"), defaults
+            )
+        return items
+
     def call_function(self, tx, args, kwargs):
         from .lists import NamedTupleVariable
 
@@ -218,16 +252,16 @@ class UserDefinedClassVariable(VariableTracker):
             built = BuiltinVariable(dict).call_dict(tx, *args, **kwargs)
             built.user_cls = collections.OrderedDict
             return built
+        from . import itertools_calls
+
+        if cls in itertools_calls.SUPPORTED:
+            return itertools_calls.call(tx, cls, list(args), dict(kwargs))
         if cls is __import__("functools").partial and args:
             from .functions import PartialVariable
 
             return PartialVariable(args[0], args[1:], kwargs)
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-            fields = cls._fields
-            items = list(args) + [kwargs[f] for f in fields[len(args) :] if f in kwargs]
-            if len(items) != len(fields):
-                unimplemented(f"namedtuple {cls.__name__} with defaults")
-            return NamedTupleVariable(items, cls)
+            return NamedTupleVariable(self._namedtuple_items(tx, args, kwargs), cls)
         model_output = _model_output_base()
         if model_output is not None and issubclass(cls, model_output):
             from .model_output import ModelOutputVariable
