@@ -28,8 +28,10 @@ How the split is chosen (:func:`plan_split`):
 ``torch.fx.passes.split_module`` cuts the graph; each subgraph is compiled with example
 inputs made from the values capture recorded for its inputs (real tensors of the same
 shape, strides, dtype, device and ``requires_grad``, with random contents: compiling never
-runs the user's graph). Graphs with symbolic sizes, and graphs where nothing needs a
-gradient (evaluation under DDP), are compiled whole.
+runs the user's graph); in a graph with symbolic sizes (dynamic shapes) the values with
+symbolic sizes are passed as the FakeTensors capture recorded, so each subgraph is compiled
+for every size (inside the capture's TracingContext, as the whole graph would be). Graphs
+where nothing needs a gradient (evaluation under DDP) are compiled whole.
 
 Key parts: :func:`active_ddp_module`, :func:`bucket_caps`, :func:`plan_split`,
 :func:`bucket_splitting_compiler`, :class:`DDPSplit`.
@@ -37,6 +39,7 @@ Key parts: :func:`active_ddp_module`, :func:`bucket_caps`, :func:`plan_split`,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import operator
@@ -196,8 +199,6 @@ def plan_split(
         return whole, DDPSplit(caps, 0, not_split="no parameter that DDP reduces")
     if not any(t.requires_grad for t in param_of.values()) or not torch.is_grad_enabled():
         return whole, DDPSplit(caps, 0, not_split="no gradient is computed")
-    if not all(_is_static_value(n.meta.get("example_value")) for n in ops):
-        return whole, DDPSplit(caps, 0, not_split="the graph has symbolic sizes")
 
     # Gradient parameters in the order backward produces their gradients.
     order: list[torch.fx.Node] = []
@@ -272,6 +273,17 @@ def _real_like(value: Any) -> Any:
     return value
 
 
+def _stand_in(value: Any) -> Any:
+    """What a later subgraph is compiled with for a value an earlier one produces: a real
+    tensor like it (:func:`_real_like`), or, when its sizes are symbolic, the FakeTensor or
+    symbolic number capture recorded (its symbols are the graph inputs' ones: the backend
+    compiles the subgraph for every size those inputs may take, inside the capture's
+    TracingContext)."""
+    if _is_static_value(value):
+        return _real_like(value)
+    return value
+
+
 class _CompiledSubgraph(torch.nn.Module):
     """A compiled subgraph, called by the split graph where its submodule was."""
 
@@ -300,10 +312,34 @@ class _SubgraphCompiler(torch.fx.Interpreter):
         # Read before the backend runs: backends may rewrite the subgraph's outputs.
         stand_in = torch.fx.node.map_aggregate(
             output.args[0],
-            lambda a: _real_like(a.meta["example_value"]) if isinstance(a, torch.fx.Node) else a,
+            lambda a: _stand_in(a.meta["example_value"]) if isinstance(a, torch.fx.Node) else a,
         )
         self.compiled[target] = self.backend(sub, list(args))
         return stand_in
+
+
+_HIDDEN = "torch_plugin_example_value"
+
+
+@contextlib.contextmanager
+def _example_values_hidden(gm: torch.fx.GraphModule):
+    """Moves each node's ``example_value`` to another meta key while the block runs (the
+    split's copies of the nodes keep it there: :func:`_restore_example_values`)."""
+    for node in gm.graph.nodes:
+        if "example_value" in node.meta:
+            node.meta[_HIDDEN] = node.meta.pop("example_value")
+    try:
+        yield
+    finally:
+        _restore_example_values(gm)
+
+
+def _restore_example_values(gm: torch.fx.GraphModule) -> None:
+    for module in gm.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                if _HIDDEN in node.meta:
+                    node.meta["example_value"] = node.meta.pop(_HIDDEN)
 
 
 def compile_split(
@@ -317,7 +353,14 @@ def compile_split(
     them in order (``compiled(*inputs)`` returns what ``gm(*inputs)`` returns)."""
     from torch.fx.passes.split_module import split_module
 
-    split_gm = split_module(gm, None, lambda node: assignment[node])
+    # split_module passes each size symbol a subgraph's values carry as an extra input,
+    # found through a node whose ``example_value`` is that symbol (PyTorch's capture makes
+    # them graph inputs). Capture's graphs have none: their symbols are sizes of the input
+    # tensors, which each subgraph reads from the tensors it gets (and a size used as a value
+    # is an ordinary node, passed like any value). So the example values are hidden from it.
+    with _example_values_hidden(gm):
+        split_gm = split_module(gm, None, lambda node: assignment[node])
+    _restore_example_values(split_gm)
     compiler = _SubgraphCompiler(split_gm, backend)
     # Grad mode stays as it is: backends decide from it whether to build a backward graph.
     compiler.run(*example_inputs)

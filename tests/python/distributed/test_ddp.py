@@ -201,3 +201,37 @@ def test_cnn_under_ddp_on_two_gpus(tmp_path, backend):
     )
     _check_same_training(results, atol=1e-3)
     _check_split_matches_ddp(results)
+
+
+def test_graph_with_symbolic_sizes_is_split_too(single_rank_group):
+    """A batch size that changes makes the graph dynamic (automatic dynamic shapes): the
+    recompiled graph is split at the buckets as the static one was (before, graphs with
+    symbolic sizes were compiled whole), and every size then runs without recompiling,
+    with outputs and gradients equal to eager DDP's."""
+    import copy
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from torch_plugin.capture import convert_frame
+
+    torch.manual_seed(0)
+    model, _ = workers.mlp()
+    twin = copy.deepcopy(model)
+    ddp, ddp_twin = DDP(model, bucket_cap_mb=0.02), DDP(twin, bucket_cap_mb=0.02)
+    records = []
+    convert_frame.listeners.append(records.append)
+    try:
+        opt = torch_plugin.optimize("aot_eager")(ddp)
+        for n in (8, 12, 16, 20):
+            x = torch.randn(n, 64)
+            got, want = opt(x), ddp_twin(x)
+            got.square().mean().backward()
+            want.square().mean().backward()
+            torch.testing.assert_close(got, want)
+            for p, q in zip(model.parameters(), twin.parameters()):
+                torch.testing.assert_close(p.grad, q.grad)
+                p.grad = q.grad = None
+    finally:
+        convert_frame.listeners.remove(records.append)
+    assert [len(r.ddp_split.subgraphs) for r in records] == [3, 3]
+    assert torch_plugin.stats.graphs_compiled == 2
