@@ -348,6 +348,7 @@ class ConvertFrame:
         try:
             tx = InstructionTranslator(frame, output, stop_at=break_at)
             result = tx.run()
+            output.check_requires_grad_assignments()
             if result is None:  # stopped before instruction break_at: a graph break
                 output.check_global_state()
                 partial: dict = {}

@@ -480,6 +480,9 @@ def tensors_in(var: VariableTracker, out: list[TensorVariable], seen: set[int]) 
         return
     seen.add(id(var))
     if isinstance(var, TensorVariable):
+        from .variables.tensor import refuse_forced_leaf
+
+        refuse_forced_leaf(var)
         out.append(var)
         return
     for child in _children(var):

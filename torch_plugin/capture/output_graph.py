@@ -23,7 +23,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .. import config
 from . import dynamic_shapes
-from .exc import unimplemented
+from .exc import Unsupported, unimplemented
 from .guards import GuardSet
 from .pure_calls import (
     check_fold_left_inputs_unchanged,
@@ -35,7 +35,7 @@ from .pure_calls import (
 )
 from .shape_guards import Binding
 from .side_effects import SideEffects
-from .sources import Source
+from .sources import AttrSource, Source
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, is_immutable
 from .variables.tensor import TensorVariable
@@ -73,12 +73,16 @@ class OutputGraph:
         # whose counter moved was mutated in place by the graph (add_distinct_guards).
         self._input_versions: dict[Source, int | None] = {}
         self._attr_names: dict[int, str] = {}
+        self._attr_sources: dict[str, Source] = {}  # get_attr name -> where it was read
         # Set by the frame converter: the graph's parameters may change in place without a
         # version bump (FSDP2); the compiled graph carries it to the backend in gm.meta.
         self.unversioned_parameters = False
         # Set by the frame converter: modules reached from the frame's arguments are guarded
         # on their type, their tensors are graph inputs (capture/shared_modules.py).
         self.share_modules = False
+        # (root instruction index, location) of each ``tensor.requires_grad = True``
+        # recorded with grad mode on (check_requires_grad_assignments)
+        self.requires_grad_assignments: list = []
         self._names: set[str] = set()
         self.side_effects = SideEffects()
         # Objects the transformed code loads from their sources and passes to the runner
@@ -338,6 +342,31 @@ class OutputGraph:
             last = node
         return last
 
+    def check_requires_grad_assignments(self) -> None:
+        """``tensor.requires_grad = True`` in a graph where no input or parameter requires
+        grad (and grad mode was on): an AOTAutograd backend would compile an inference graph,
+        whose outputs never require grad, where eager's do. Raises Unsupported at the first
+        such assignment (a graph break there, :func:`variables.tensor.set_requires_grad`)."""
+        if not self.requires_grad_assignments:
+            return
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in self.example_inputs):
+            return  # graph inputs: their TENSOR_MATCH guards requires_grad
+        for name, t in [*self.root.named_parameters(), *self.root.named_buffers()]:
+            source = self._attr_sources.get(name)
+            if t.requires_grad and source is not None:
+                # get_attr tensors are guarded on identity only: freezing this one later
+                # must recompile (and then break at the assignment)
+                self.guards.equals_match(AttrSource(source, "requires_grad"), True)
+                return
+        index, location = self.requires_grad_assignments[0]
+        err = Unsupported(
+            "tensor.requires_grad = True in a graph where no input requires grad (its outputs "
+            "would not require grad after an AOTAutograd backend)",
+            location,
+        )
+        err.root_index = index
+        raise err
+
     def shares_module(self, source: Source | None) -> bool:
         """Whether the module at ``source`` is captured shared (guarded on its type, its
         tensors graph inputs): in a shared-module capture, for modules reached from the
@@ -361,6 +390,7 @@ class OutputGraph:
             self._attr_names[key] = name
             if source is not None:
                 self.guards.id_match(source, value)
+                self._attr_sources[name] = source
         node = self.graph.get_attr(name)
         fake = self.to_fake(value)
         node.meta["example_value"] = fake

@@ -32,6 +32,9 @@ def flatten_output(
     from .variables.model_output import ModelOutputVariable
 
     if isinstance(var, TensorVariable):
+        from .variables.tensor import refuse_forced_leaf
+
+        refuse_forced_leaf(var)
         if var.source is not None and var.node.op == "placeholder" and output_graph is not None:
             # A graph input returned or stored as is: the very object found at its source
             # (a backend's output for it is another tensor object, e.g. AOTAutograd's, so

@@ -703,6 +703,11 @@ class InstructionTranslatorBase(ContainerInstructions):
         if isinstance(obj, (NewObjectVariable, FunctionCtxVariable, ModelOutputVariable)):
             obj.store_attr(self, name, value)  # not visible outside the frame yet
             return
+        if isinstance(obj, TensorVariable) and name == "requires_grad":
+            from .variables.tensor import set_requires_grad
+
+            set_requires_grad(self, obj, value)
+            return
         if is_private(obj):
             private_setattr(self, obj, name, value)
             return

@@ -142,6 +142,58 @@ class TensorVariable(VariableTracker):
 _getitem = operator.getitem
 
 
+def requires_grad_leaf(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a new autograd leaf that requires grad (the graph op standing for
+    ``t.requires_grad = True`` on a value that did not require grad): a tensor over the
+    same data, from which later operations record autograd history."""
+    return t.detach().requires_grad_(True)
+
+
+def set_requires_grad(tx, var: TensorVariable, value: VariableTracker) -> None:
+    """``var.requires_grad = value`` in captured code (wav2vec2's feature encoder sets it on
+    a slice of its input for gradient checkpointing).
+
+    Modelled where eager allows it and the graph can reproduce it: ``True`` on a value that
+    does not require grad (such a tensor is a leaf, so eager allows it) and is not a graph
+    input (that flag would be the caller's state). The graph computes the value as
+    :func:`requires_grad_leaf` of it from then on (the variable now stands for that node),
+    so later operations record autograd as in eager. Refused (a graph break): False or a
+    graph input; with grad mode on and no graph input requiring grad (an AOTAutograd backend
+    would then compile an inference graph, whose outputs never require grad); and, later,
+    the value itself leaving the graph (:func:`refuse_forced_leaf`: eager's tensor is a leaf
+    whose ``.grad`` fills, a graph output is not). Setting the value it already has is a
+    no-op."""
+    if not value.is_python_constant() or not isinstance(value.as_python_constant(), bool):
+        unimplemented("tensor.requires_grad = <not a constant bool>")
+    flag = value.as_python_constant()
+    if var.example.requires_grad == flag:
+        return
+    if not flag:
+        unimplemented("tensor.requires_grad = False (changes autograd state)")
+    if var.source is not None or var.node.op != "call_function" and var.node.op != "call_method":
+        unimplemented("tensor.requires_grad = True on a graph input or constant (caller's state)")
+    if torch.is_grad_enabled():
+        # checked when the capture ends (the parameters are read later): see
+        # OutputGraph.check_requires_grad_assignments
+        root = tx
+        while root.parent is not None:
+            root = root.parent
+        tx.output.requires_grad_assignments.append((root.ip - 1, tx.location()))
+    new = tx.output.call_function(tx, requires_grad_leaf, [var], {})
+    var.node, var.example = new.node, new.example
+    var.forced_leaf = True
+
+
+def refuse_forced_leaf(var: VariableTracker) -> None:
+    """Raise Unsupported for a tensor made a leaf by ``requires_grad = True`` leaving the
+    graph (returned, stored where the caller sees it, live at a graph break)."""
+    if isinstance(var, TensorVariable) and getattr(var, "forced_leaf", False):
+        unimplemented(
+            "a tensor whose requires_grad was set in captured code leaves the graph (eager's "
+            "is a leaf that accumulates .grad)"
+        )
+
+
 class TensorMethodVariable(VariableTracker):
     """A bound method of a tensor (``x.view``), called later."""
 
