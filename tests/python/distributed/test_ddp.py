@@ -235,3 +235,41 @@ def test_graph_with_symbolic_sizes_is_split_too(single_rank_group):
         convert_frame.listeners.remove(records.append)
     assert [len(r.ddp_split.subgraphs) for r in records] == [3, 3]
     assert torch_plugin.stats.graphs_compiled == 2
+
+
+def _run_dynamic(tmp_path, **case) -> list[dict]:
+    import torch.multiprocessing as mp
+
+    mp.spawn(
+        workers.run_ddp_dynamic_case,
+        args=(WORLD, _free_port(), str(tmp_path), case),
+        nprocs=WORLD,
+        join=True,
+    )
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+@pytest.mark.parametrize(
+    "device,backend",
+    [
+        ("cpu", "plugin"),
+        pytest.param(
+            "cuda",
+            "inductor",
+            marks=pytest.mark.skipif(
+                not torch.cuda.is_available()
+                or torch.cuda.device_count() < 2
+                or not dist.is_nccl_available(),
+                reason="needs 2 CUDA GPUs and NCCL",
+            ),
+        ),
+    ],
+)
+def test_changing_batch_size_under_ddp_on_two_ranks(tmp_path, device, backend):
+    """Two ranks, five batch sizes: the static graph and then the dynamic one are both split
+    at the buckets, on every rank alike, with outputs and gradients equal to eager DDP's."""
+    results = _run_dynamic(tmp_path, device=device, backend=backend, bucket_cap_mb=0.02)
+    for r in results:
+        assert r["worst"] <= 1e-5, r
+        assert r["splits"] == [3, 3] and r["graphs"] == 2, r
+    assert results[0]["splits"] == results[1]["splits"]

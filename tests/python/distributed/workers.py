@@ -282,3 +282,56 @@ def run_fsdp2_case(rank: int, world: int, port: int, out_dir: str, case: dict) -
     finally:
         dist.barrier()  # no rank tears gloo down while another still communicates
         dist.destroy_process_group()
+
+
+def run_ddp_dynamic_case(rank: int, world: int, port: int, out_dir: str, case: dict) -> None:
+    """One rank: an MLP under DDP called with five batch sizes (the graph turns dynamic after
+    the second), compiled vs an eager DDP twin; writes the largest output/gradient
+    difference and each compile's DDP split."""
+    import copy
+
+    import torch_plugin
+    from torch_plugin.capture import convert_frame
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    device = torch.device("cpu")
+    if case.get("device") == "cuda":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", rank=rank, world_size=world)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        layers = [torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()) for _ in range(6)]
+        model = torch.nn.Sequential(*layers, torch.nn.Linear(64, 4)).to(device)
+        twin = copy.deepcopy(model)
+        ddp = DDP(model, bucket_cap_mb=case["bucket_cap_mb"])
+        ddp_twin = DDP(twin, bucket_cap_mb=case["bucket_cap_mb"])
+        records: list = []
+        convert_frame.listeners.append(records.append)
+        worst = 0.0
+        try:
+            opt = torch_plugin.optimize(case["backend"])(ddp)
+            for n in (8, 12, 16, 20, 24):
+                g = torch.Generator().manual_seed(n + rank)
+                x = torch.randn(n, 64, generator=g).to(device)
+                got, want = opt(x), ddp_twin(x)
+                got.square().mean().backward()
+                want.square().mean().backward()
+                worst = max(worst, (got - want).abs().max().item())
+                for p, q in zip(model.parameters(), twin.parameters()):
+                    worst = max(worst, (p.grad - q.grad).abs().max().item())
+                    p.grad = q.grad = None
+        finally:
+            convert_frame.listeners.remove(records.append)
+        result = {
+            "worst": worst,
+            "splits": [len(r.ddp_split.subgraphs) for r in records if r.ddp_split is not None],
+            "graphs": torch_plugin.stats.graphs_compiled,
+        }
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
