@@ -95,6 +95,10 @@ def flatten_output(
         ]
         visiting.discard(id(var))
         return ("object", var.cls, attrs, id(var))
+    if isinstance(var, ModelOutputVariable) and var.source is not None:
+        if output_graph is None:
+            unimplemented(f"returning a received {var.cls.__name__}")
+        return ("arg", output_graph.runtime_arg(var.source))  # the caller's own object
     if isinstance(var, ModelOutputVariable):
         return (
             "model_output",

@@ -29,7 +29,12 @@ from .lists import ListVariable, NamedTupleVariable, TupleVariable
 from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
 from .torch import AutocastVariable, TorchFunctionVariable
-from .user_defined import PythonModuleVariable, UserDefinedClassVariable, UserDefinedObjectVariable
+from .user_defined import (
+    PythonModuleVariable,
+    UserDefinedClassVariable,
+    UserDefinedObjectVariable,
+    _model_output_base,
+)
 
 _BUILTIN_TYPES = {
     tuple,
@@ -236,6 +241,11 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
     if callable(value) and _is_torch_callable(value):
         guards.id_match(source, value)
         return TorchFunctionVariable(value, source)
+    model_output = _model_output_base()
+    if model_output is not None and source is not None and isinstance(value, model_output):
+        from .model_output import ModelOutputVariable
+
+        return ModelOutputVariable.wrap_input(tx, value, source)
     if isinstance(value, torch.amp.autocast_mode.autocast):
         # a context made before the capture (``@torch.autocast(...)`` keeps one in a cell)
         guards.id_match(source, value)

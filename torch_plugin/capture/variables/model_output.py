@@ -18,10 +18,32 @@ from .lists import ListVariable, TupleVariable
 
 
 class ModelOutputVariable(VariableTracker):
-    def __init__(self, cls: type, fields: dict[str, VariableTracker]) -> None:
-        super().__init__()
+    """A ModelOutput built in the frame (no source), or one the frame received (``source``:
+    a model's output passed on to a function, or live at a graph break): read-only then."""
+
+    def __init__(self, cls: type, fields: dict[str, VariableTracker], source=None) -> None:
+        super().__init__(source)
         self.cls = cls
         self.fields = fields
+
+    @staticmethod
+    def wrap_input(tx, value, source) -> ModelOutputVariable:
+        """A ModelOutput read from ``source``: guarded on its type and dict keys, each field
+        read through its attribute (and guarded there). Fields and dict entries must agree
+        (they do unless a None was assigned to a set field)."""
+        from ..sources import AttrSource
+        from .builder import wrap_value
+
+        cls = type(value)
+        tx.output.guards.dict_keys_match(source, value)
+        fields = {
+            f.name: wrap_value(tx, getattr(value, f.name), AttrSource(source, f.name))
+            for f in dataclasses.fields(cls)
+        }
+        var = ModelOutputVariable(cls, fields, source)
+        if list(var._present()) != list(value.keys()):
+            unimplemented(f"a {cls.__name__} whose fields and dict entries disagree")
+        return var
 
     @staticmethod
     def create(tx, cls, args, kwargs) -> ModelOutputVariable:
@@ -58,7 +80,10 @@ class ModelOutputVariable(VariableTracker):
         """``output.<field> = value`` (CLIP's ``vision_outputs.pooler_output = ...``): as
         ``ModelOutput.__setattr__`` does, the field and its dict entry both take the value.
         Assigning None to a field that holds a value (the attribute becomes None, the dict
-        entry stays) and attributes that are not fields are not modelled."""
+        entry stays) and attributes that are not fields are not modelled, nor writes to a
+        ModelOutput the frame received (the caller's object)."""
+        if self.source is not None:
+            unimplemented(f"assignment to {self.cls.__name__}.{name} of a received ModelOutput")
         if name not in self.fields:
             unimplemented(f"assignment to {self.cls.__name__}.{name}, not one of its fields")
         is_none = isinstance(value, ConstantVariable) and value.value is None
