@@ -4,6 +4,7 @@ inference and for one training step (issue #10: "no silent wrong results").
     OMP_NUM_THREADS=2 python benchmarks/zoo_correctness.py                   # all models
     python benchmarks/zoo_correctness.py --models resnet18,bert --backends plugin
     python benchmarks/zoo_correctness.py --json out.json
+    python benchmarks/zoo_correctness.py --modes export       # torch_plugin.export per model
 
 Models are torchvision and HF transformers models with random weights and small configs (no
 downloads), inputs small enough for a 2-core CPU. For each (model, backend, mode) it prints
@@ -180,7 +181,36 @@ def _worst(want: list, got: list, what: str) -> tuple[float, str]:
     return worst, where
 
 
+def check_export(name: str) -> dict:
+    """``torch_plugin.export`` of the eval-mode model with one input, then the exported module
+    and eager on two fresh inputs of the same shapes."""
+    model, inputs, outputs = MODELS[name]()
+    model.eval()
+    torch_plugin.reset()
+    t0 = time.perf_counter()
+    worst, where = 0.0, ""
+    try:
+        args, kwargs = inputs()
+        gm, _ = torch_plugin.export(model, *args, **kwargs)
+        for step in range(2):
+            torch.manual_seed(2000 + step)
+            args, kwargs = inputs()
+            with torch.no_grad():
+                e, loc = _worst(outputs(model(*args, **kwargs)), outputs(gm(*args, **kwargs)),
+                                "output")
+            if e > worst:
+                worst, where = e, loc
+    except Exception as e:  # noqa: BLE001 - reported as a loud failure
+        return {"status": "ERROR", "error": f"{type(e).__name__}: {str(e)[:200]}",
+                "trace": traceback.format_exc(limit=3)[-600:], "graphs": 0, "breaks": 0,
+                "err": float("nan")}
+    return {"status": "ok" if worst <= TOL["eager"] else "WRONG", "err": worst, "where": where,
+            "graphs": 1, "breaks": 0, "seconds": round(time.perf_counter() - t0, 2)}
+
+
 def check(name: str, backend: str, mode: str) -> dict:
+    if mode == "export":
+        return check_export(name)
     model, inputs, outputs = MODELS[name]()
     model.train(mode == "train")
     compiled = copy.deepcopy(model)
@@ -251,7 +281,7 @@ def main() -> int:
     rows, wrong = [], 0
     for name in args.models.split(","):
         for mode in args.modes.split(","):
-            for backend in args.backends.split(","):
+            for backend in args.backends.split(",") if mode != "export" else ["-"]:
                 r = check(name, backend, mode)
                 r.update(model=name, mode=mode, backend=backend)
                 rows.append(r)
