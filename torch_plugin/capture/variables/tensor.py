@@ -166,32 +166,41 @@ def set_requires_grad(tx, var: TensorVariable, value: VariableTracker) -> None:
     if not value.is_python_constant() or not isinstance(value.as_python_constant(), bool):
         unimplemented("tensor.requires_grad = <not a constant bool>")
     flag = value.as_python_constant()
+    if not var.example.is_leaf:
+        unimplemented("tensor.requires_grad = ... on a non-leaf tensor (eager raises)")
     if var.example.requires_grad == flag:
         return
     if not flag:
         unimplemented("tensor.requires_grad = False (changes autograd state)")
     if var.source is not None or var.node.op != "call_function" and var.node.op != "call_method":
         unimplemented("tensor.requires_grad = True on a graph input or constant (caller's state)")
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    at = (root.ip - 1, tx.location())  # where a graph break goes if this is refused later
     if torch.is_grad_enabled():
         # checked when the capture ends (the parameters are read later): see
         # OutputGraph.check_requires_grad_assignments
-        root = tx
-        while root.parent is not None:
-            root = root.parent
-        tx.output.requires_grad_assignments.append((root.ip - 1, tx.location()))
+        tx.output.requires_grad_assignments.append(at)
     new = tx.output.call_function(tx, requires_grad_leaf, [var], {})
     var.node, var.example = new.node, new.example
-    var.forced_leaf = True
+    var.forced_leaf = at
 
 
 def refuse_forced_leaf(var: VariableTracker) -> None:
     """Raise Unsupported for a tensor made a leaf by ``requires_grad = True`` leaving the
     graph (returned, stored where the caller sees it, live at a graph break)."""
-    if isinstance(var, TensorVariable) and getattr(var, "forced_leaf", False):
-        unimplemented(
+    at = getattr(var, "forced_leaf", None) if isinstance(var, TensorVariable) else None
+    if at is not None:
+        from ..exc import Unsupported
+
+        err = Unsupported(
             "a tensor whose requires_grad was set in captured code leaves the graph (eager's "
-            "is a leaf that accumulates .grad)"
+            "is a leaf that accumulates .grad)",
+            at[1],
         )
+        err.root_index = at[0]  # the graph break goes to the assignment
+        raise err
 
 
 class TensorMethodVariable(VariableTracker):
