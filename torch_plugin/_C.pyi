@@ -111,7 +111,9 @@ class GuardManager:
         """Child for ``value[key]`` (tuple/list index or dict key; created once)."""
     def add_type_match(self, type: type, description: str) -> None: ...
     def add_id_match(self, obj: Any, description: str) -> None:
-        """Passes when the value *is* obj (holds a strong reference to obj)."""
+        """Passes when the value *is* obj. An obj that supports weak references is not kept
+        alive: the root watches it, and when it dies every check fails and the hook drops
+        the entry (``RootGuardManager.invalidated``). Other objects are held strongly."""
     def add_equals_match(self, value: Any, description: str) -> None:
         """Passes when ``type(v) is type(value) and v == value``."""
     def add_len_match(self, n: int, description: str) -> None: ...
@@ -156,6 +158,10 @@ class RootGuardManager(GuardManager):
         """The first failing check in source terms and the value found, e.g.
         ``"L['x'].size()[0] == 8 failed: got 16 (expected size [8], got [16])"``, or None."""
     def num_checks(self) -> int: ...
+    @property
+    def invalidated(self) -> bool:
+        """Whether an object an ID_MATCH of this tree compares (weakly) died; every check
+        then fails and the hook has dropped the entry."""
 
 # Submodule ``_cuda`` (csrc/python/bindings_cuda.cpp; present only when the extension
 # was built with its CUDA parts, i.e. ``hasattr(torch_plugin._C, "_cuda")``):

@@ -215,11 +215,27 @@ void bind_guards(py::module_& m) {
       .def(
           "add_id_match",
           [](GuardManager& self, py::handle obj, std::string description) {
+            // Objects that support weak references are not owned: the root
+            // watches their lifetime (RootGuardManager::watch_lifetime).
+            const GuardManager* top = &self;
+            while (top->parent() != nullptr) {
+              top = top->parent();
+            }
+            auto* root =
+                dynamic_cast<RootGuardManager*>(const_cast<GuardManager*>(top));
+            bool weak =
+                root != nullptr && PyType_SUPPORTS_WEAKREFS(Py_TYPE(obj.ptr()));
+            if (weak) {
+              root->watch_lifetime(obj);
+            }
             self.add_leaf_guard(
-                std::make_unique<IdMatch>(obj, std::move(description)));
+                std::make_unique<IdMatch>(obj, std::move(description), weak));
           },
           py::arg("obj"),
-          py::arg("description"))
+          py::arg("description"),
+          "ID_MATCH: the value is `obj`. An object that supports weak "
+          "references is not kept alive: when it dies, the tree fails every "
+          "check and its cache entry is dropped.")
       .def(
           "add_equals_match",
           [](GuardManager& self, py::handle value, std::string description) {
@@ -336,6 +352,11 @@ void bind_guards(py::module_& m) {
           "Relational guard: the values of nodes a and b (of this tree) are the same "
           "object (same=True) or not. Runs after the other checks.")
       .def("num_alias_guards", &RootGuardManager::num_alias_guards)
+      .def_property_readonly(
+          "invalidated",
+          &RootGuardManager::invalidated,
+          "Whether an object an ID_MATCH of this tree compares died (every "
+          "check fails).")
       .def(
           "add_shape_symbol",
           [](RootGuardManager& self,

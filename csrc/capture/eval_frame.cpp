@@ -442,6 +442,19 @@ PyObject* compile_frame(
   entry.guard = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(result, 1));
   entry.root = entry.guard.cast<RootGuardManager*>();
   entry.callback = py::reinterpret_steal<py::object>(callback);
+  try {
+    entry.root->set_owner(reinterpret_cast<PyObject*>(code));
+  } catch (py::error_already_set& e) {
+    e.restore();
+    Py_DECREF(result);
+    return finish_frame(tstate, frame, nullptr);
+  }
+  if (entry.root->invalidated()) {
+    // An object the guards compare by identity died during the conversion:
+    // the entry could never pass.
+    Py_DECREF(result);
+    return run_unmodified(tstate, frame, 0);
+  }
   Py_DECREF(result); // `entry` holds what it needs
   add_entry_front(*extra, std::move(entry));
   return run_entry(tstate, frame, extra->entries.front(), function, values);

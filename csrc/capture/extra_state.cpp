@@ -62,6 +62,26 @@ void move_entry_to_front(ExtraState& extra, size_t index) {
       begin + static_cast<std::ptrdiff_t>(index) + 1);
 }
 
+void remove_entry(PyCodeObject* code, const RootGuardManager* root) {
+  ExtraState* extra = get_extra_state(code);
+  if (extra == nullptr) {
+    return;
+  }
+  auto it = std::find_if(
+      extra->entries.begin(), extra->entries.end(), [&](const CacheEntry& e) {
+        return e.root == root;
+      });
+  if (it == extra->entries.end()) {
+    return;
+  }
+  CacheEntry dropped = std::move(*it);
+  extra->entries.erase(it);
+  // The run-only mark counts entries against config.cache_size_limit; a
+  // dropped entry no longer counts, so the code object may compile again.
+  extra->run_only = false;
+  // `dropped` dies here.
+}
+
 void reset_extra_state(PyCodeObject* code) {
   ExtraState* extra = get_extra_state(code);
   if (extra == nullptr) {

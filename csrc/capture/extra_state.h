@@ -73,6 +73,12 @@ void add_entry_front(ExtraState& extra, CacheEntry entry);
 // Moves entries[index] to the front (most recently used).
 void move_entry_to_front(ExtraState& extra, size_t index);
 
+// Drops the entry whose guard tree is `root`, if the code object has one. The
+// entry is destroyed after the list is updated (its decrefs may run Python
+// code that reads the list), and the run-only mark is cleared (it stood for a
+// full cache). Called when an object the tree watches dies.
+void remove_entry(PyCodeObject* code, const RootGuardManager* root);
+
 // Drops the entries and the skip, run-only and uncaptured marks. Entries are
 // destroyed after the state is updated, so code run by their destructors sees a
 // consistent (empty) state.

@@ -205,4 +205,25 @@ inline int set_code_extra(PyCodeObject* code, Py_ssize_t index, void* extra) {
 #endif
 }
 
+// The referent of weak reference `ref` as a NEW reference, or nullptr when it
+// died (no error set). PyWeakref_GetRef on 3.13 (PyWeakref_GetObject is
+// deprecated there), PyWeakref_GetObject before.
+inline PyObject* weakref_target(PyObject* ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* obj = nullptr;
+  if (PyWeakref_GetRef(ref, &obj) < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return obj;
+#else
+  PyObject* obj = PyWeakref_GetObject(ref);
+  if (obj == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return obj == Py_None ? nullptr : Py_NewRef(obj);
+#endif
+}
+
 } // namespace torch_plugin::capture::compat

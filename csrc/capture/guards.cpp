@@ -8,6 +8,9 @@
 // managed dict there on first use, once per object).
 #include "capture/guards.h"
 
+#include "capture/extra_state.h"
+#include "capture/frame_compat.h"
+
 #include <utility>
 
 namespace py = pybind11;
@@ -658,7 +661,59 @@ std::vector<std::string> GuardManager::child_order() const {
 // -----------------------------------------------------------
 
 RootGuardManager::RootGuardManager()
-    : GuardManager("<frame>", /*has_value=*/false) {}
+    : GuardManager("<frame>", /*has_value=*/false) {
+  lifetime_->root = this;
+}
+
+RootGuardManager::~RootGuardManager() {
+  // A callback still pending in a garbage-collector batch sees no tree.
+  lifetime_->root = nullptr;
+}
+
+void RootGuardManager::watch_lifetime(py::handle obj) {
+  if (!watched_.insert(obj.ptr()).second) {
+    return;
+  }
+  if (!on_death_) { // one callback for every watched object of this tree
+    std::shared_ptr<Lifetime> lifetime = lifetime_;
+    on_death_ = py::cpp_function([lifetime](py::handle ref) {
+      // Keeps the weak reference alive while the entry (which owns it) is
+      // dropped below.
+      py::object keep = py::reinterpret_borrow<py::object>(ref);
+      on_watched_death(lifetime);
+    });
+  }
+  PyObject* ref = PyWeakref_NewRef(obj.ptr(), on_death_.ptr());
+  if (ref == nullptr) {
+    watched_.erase(obj.ptr());
+    throw py::error_already_set();
+  }
+  watches_.push_back(py::reinterpret_steal<py::object>(ref));
+}
+
+void RootGuardManager::set_owner(PyObject* code) {
+  PyObject* ref = PyWeakref_NewRef(code, nullptr);
+  if (ref == nullptr) {
+    throw py::error_already_set();
+  }
+  owner_ = py::reinterpret_steal<py::object>(ref);
+}
+
+void RootGuardManager::on_watched_death(
+    const std::shared_ptr<Lifetime>& lifetime) {
+  lifetime->invalidated = true;
+  RootGuardManager* root = lifetime->root;
+  if (root == nullptr || !root->owner_) {
+    return;
+  }
+  PyObject* code = compat::weakref_target(root->owner_.ptr());
+  if (code == nullptr) {
+    return;
+  }
+  // May destroy `root` (the entry owns it); nothing below touches it.
+  remove_entry(reinterpret_cast<PyCodeObject*>(code), root);
+  Py_DECREF(code);
+}
 
 GuardManager& RootGuardManager::local(int slot, const std::string& name) {
   if (slot < 0) {
@@ -694,7 +749,19 @@ GuardManager& RootGuardManager::object(
       [&] { return std::make_unique<ObjectAccessor>(obj, name); });
 }
 
+namespace {
+const std::string kWatchedObjectDied =
+    "an object compared by identity (ID_MATCH) was deleted";
+} // namespace
+
 bool RootGuardManager::check(const FrameValues& frame) const {
+  if (lifetime_->invalidated) {
+    last_failed_leaf_ = nullptr;
+    last_failed_read_ = nullptr;
+    last_failed_shape_ = &kWatchedObjectDied;
+    ++failures_;
+    return false;
+  }
   tls_failed_leaf = nullptr;
   tls_failed_read = nullptr;
   bool pass = GuardManager::check(nullptr, frame);
@@ -716,6 +783,9 @@ bool RootGuardManager::check(const FrameValues& frame) const {
 
 std::optional<std::string> RootGuardManager::failure_reason(
     const FrameValues& frame) const {
+  if (lifetime_->invalidated) {
+    return kWatchedObjectDied;
+  }
   std::optional<std::string> reason =
       GuardManager::failure_reason(nullptr, frame);
   if (!reason && !alias_guards_.empty()) {

@@ -36,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "capture/leaf_guards.h"
@@ -119,6 +120,11 @@ class GuardManager {
   // Leaf guards in this subtree.
   size_t num_checks() const;
 
+  // The node above this one (nullptr at the root).
+  const GuardManager* parent() const {
+    return parent_;
+  }
+
   // Leaf descriptions in evaluation order (this node only), for tests.
   std::vector<std::string> leaf_order() const;
   // Child sources in evaluation order (this node only), for tests.
@@ -160,6 +166,7 @@ class GuardManager {
 class RootGuardManager : public GuardManager {
  public:
   RootGuardManager();
+  ~RootGuardManager() override;
 
   // Child for argument slot `slot` (localsplus[slot], slot < nargs). `name` is
   // the source's printed name (e.g. "L['x']"), used verbatim in messages.
@@ -188,6 +195,23 @@ class RootGuardManager : public GuardManager {
       std::string description);
   size_t num_alias_guards() const {
     return alias_guards_.size();
+  }
+  // Watches the lifetime of `obj` (BORROWED; it must support weak references),
+  // which a weak ID_MATCH of this tree compares by address without owning it.
+  // When it dies the tree is invalidated: check() fails from then on (its
+  // address may be reused) and the cache entry holding this tree, if any, is
+  // dropped from its code object's cache, so a compiled frame does not keep the
+  // user's objects (a model, its weights, an FSDP2 process group) alive.
+  // PyTorch's own guards do the same (torch/_dynamo/guards.py: weakref
+  // callbacks on ID_MATCH objects invalidate the cache entry). Throws
+  // pybind11::error_already_set when no weak reference can be made.
+  void watch_lifetime(pybind11::handle obj);
+  // The code object whose cache entry holds this tree (BORROWED; remembered
+  // through a weak reference). Set by the hook when it adds the entry.
+  void set_owner(PyObject* code);
+  // Whether an object watched by watch_lifetime died.
+  bool invalidated() const {
+    return lifetime_->invalidated;
   }
   // The entry's shape guards (relations between dynamic sizes), run after
   // every other check passed.
@@ -218,6 +242,21 @@ class RootGuardManager : public GuardManager {
   // The failing alias guard, or nullptr (all pass).
   const AliasGuard* check_aliases(const FrameValues& frame) const;
 
+  // Shared with the weak-reference callbacks, which may outlive the tree (the
+  // garbage collector holds a weak reference while it calls the callbacks of a
+  // batch): `root` is cleared by the destructor.
+  struct Lifetime {
+    RootGuardManager* root = nullptr;
+    bool invalidated = false;
+  };
+  // Called by a watched object's weak-reference callback.
+  static void on_watched_death(const std::shared_ptr<Lifetime>& lifetime);
+
+  std::shared_ptr<Lifetime> lifetime_ = std::make_shared<Lifetime>();
+  std::unordered_set<PyObject*> watched_; // addresses, for deduplication
+  std::vector<pybind11::object> watches_; // weak references with callbacks
+  pybind11::object on_death_; // their callback (captures lifetime_ only)
+  pybind11::object owner_; // weak reference to the owning code object
   ShapeGuards shape_guards_;
   std::vector<AliasGuard> alias_guards_;
   mutable const std::string* last_failed_shape_ = nullptr;

@@ -213,12 +213,13 @@ std::string TypeMatch::mismatch(PyObject* value) const {
 // --- ID_MATCH
 // ------------------------------------------------------------------
 
-IdMatch::IdMatch(py::handle obj, std::string description)
+IdMatch::IdMatch(py::handle obj, std::string description, bool weak)
     : LeafGuard(std::move(description)),
-      obj_(py::reinterpret_borrow<py::object>(obj)) {}
+      ptr_(obj.ptr()),
+      obj_(weak ? py::object() : py::reinterpret_borrow<py::object>(obj)) {}
 
 bool IdMatch::check(PyObject* value) const {
-  return value == obj_.ptr();
+  return value == ptr_;
 }
 
 std::string IdMatch::explain_failure(PyObject* value, const std::string& source)
@@ -230,9 +231,11 @@ std::string IdMatch::mismatch(PyObject* value) const {
   auto id_of = [](PyObject* o) {
     return std::to_string(reinterpret_cast<uintptr_t>(o));
   };
-  std::string out = "expected the object " + repr_for_message(obj_.ptr()) +
-      " (id " + id_of(obj_.ptr()) + "), got " + repr_for_message(value) +
-      " (id " + id_of(value) + ")";
+  // Alive when weak: a tree whose watched object died reports that instead
+  // (RootGuardManager::failure_reason) and runs no leaf.
+  std::string out = "expected the object " + repr_for_message(ptr_) + " (id " +
+      id_of(ptr_) + "), got " + repr_for_message(value) + " (id " +
+      id_of(value) + ")";
   return out;
 }
 
@@ -424,40 +427,20 @@ EmptyAttrDicts::EmptyAttrDicts(
   }
 }
 
-std::string EmptyAttrDicts::first_nonempty(PyObject* value) const {
+// Index of the first name whose dict is not empty (or cannot be read), -1
+// when all are empty, names_.size() when `value` has no instance __dict__. No
+// allocation on this path (it is the guard's hot path).
+Py_ssize_t EmptyAttrDicts::first_nonempty(PyObject* value) const {
   PyObject** dict_ptr = _PyObject_GetDictPtr(value);
   if (dict_ptr == nullptr || *dict_ptr == nullptr) {
-    return "__dict__";
+    return static_cast<Py_ssize_t>(names_.size());
   }
-  for (const py::object& name : names_) {
-    PyObject* entry = PyDict_GetItemWithError(*dict_ptr, name.ptr());
+  for (size_t i = 0; i < names_.size(); ++i) {
+    PyObject* entry = PyDict_GetItemWithError(*dict_ptr, names_[i].ptr());
     if (entry == nullptr) {
       if (PyErr_Occurred()) {
         PyErr_Clear();
-        return name.cast<std::string>();
-      }
-      continue;
-    }
-    Py_ssize_t n = PyObject_Size(entry);
-    if (n != 0) {
-      PyErr_Clear();
-      return name.cast<std::string>();
-    }
-  }
-  return "";
-}
-
-bool EmptyAttrDicts::check(PyObject* value) const {
-  PyObject** dict_ptr = _PyObject_GetDictPtr(value);
-  if (dict_ptr == nullptr || *dict_ptr == nullptr) {
-    return false;
-  }
-  for (const py::object& name : names_) {
-    PyObject* entry = PyDict_GetItemWithError(*dict_ptr, name.ptr());
-    if (entry == nullptr) {
-      if (PyErr_Occurred()) {
-        PyErr_Clear();
-        return false;
+        return static_cast<Py_ssize_t>(i);
       }
       continue;
     }
@@ -465,19 +448,27 @@ bool EmptyAttrDicts::check(PyObject* value) const {
         PyDict_Check(entry) ? PyDict_GET_SIZE(entry) : PyObject_Size(entry);
     if (n != 0) {
       PyErr_Clear();
-      return false;
+      return static_cast<Py_ssize_t>(i);
     }
   }
-  return true;
+  return -1;
+}
+
+bool EmptyAttrDicts::check(PyObject* value) const {
+  return first_nonempty(value) < 0;
 }
 
 std::string EmptyAttrDicts::mismatch(PyObject* value) const {
-  std::string name = first_nonempty(value);
-  if (name == "__dict__") {
+  Py_ssize_t i = first_nonempty(value);
+  if (i == static_cast<Py_ssize_t>(names_.size())) {
     return "expected an object with a __dict__, got " +
         type_name_for_message(Py_TYPE(value));
   }
-  return "expected " + name + " empty, it is not";
+  if (i < 0) {
+    return "no mismatch";
+  }
+  return "expected " + names_[static_cast<size_t>(i)].cast<std::string>() +
+      " empty, it is not";
 }
 
 // --- TENSOR_MATCH

@@ -6,8 +6,9 @@
 // accessors and managers of the tree).
 //
 // Ownership: `check` and `mismatch` BORROW `value`. Guards that remember Python
-// objects (a type, the object of ID_MATCH, the constant of EQUALS_MATCH, dict
-// keys) hold STRONG references to them for their lifetime.
+// objects (a type, the constant of EQUALS_MATCH, dict keys, the object of an
+// ID_MATCH that cannot be weakly referenced) hold STRONG references to them for
+// their lifetime; a weak ID_MATCH holds none (see IdMatch).
 // GIL: held by every caller.
 //
 // Contract: `check` never leaves a Python exception set and never throws: any
@@ -85,17 +86,22 @@ class TypeMatch : public LeafGuard {
   pybind11::object type_;
 };
 
-// ID_MATCH: `value is obj`; holds a strong reference, so the id stays unique.
+// ID_MATCH: `value is obj`. With `weak` (the object supports weak references)
+// it holds no reference: the tree watches the object's lifetime instead
+// (RootGuardManager::watch_lifetime) and fails every check once it died, so a
+// reused id never passes; a compiled frame then does not keep the user's
+// model alive. Otherwise it holds a strong reference, so the id stays unique.
 class IdMatch : public LeafGuard {
  public:
-  IdMatch(pybind11::handle obj, std::string description);
+  IdMatch(pybind11::handle obj, std::string description, bool weak = false);
   bool check(PyObject* value) const override;
   std::string mismatch(PyObject* value) const override;
   std::string explain_failure(PyObject* value, const std::string& source)
       const override;
 
  private:
-  pybind11::object obj_;
+  PyObject* ptr_; // the object; owned by obj_ unless weak
+  pybind11::object obj_; // empty when weak
 };
 
 // EQUALS_MATCH: `type(value) is type(expected) and value == expected`.
@@ -158,9 +164,10 @@ class EmptyAttrDicts : public LeafGuard {
   std::string mismatch(PyObject* value) const override;
 
  private:
-  // The first listed entry that is neither absent nor empty, or "" (or
-  // "__dict__" when the value has none).
-  std::string first_nonempty(PyObject* value) const;
+  // Index in names_ of the first entry that is neither absent nor empty (or
+  // cannot be read), -1 when there is none, names_.size() when the value has
+  // no instance __dict__. Shared by check (allocation-free) and mismatch.
+  Py_ssize_t first_nonempty(PyObject* value) const;
   std::vector<pybind11::object> names_;
 };
 

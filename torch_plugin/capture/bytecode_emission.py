@@ -6,21 +6,58 @@ compiled graph (installed as a global of the frame's module), and returns its re
 objects are assembled with the ``bytecode`` package, which handles line tables, exception
 tables, stack depth and inline caches on each supported Python version.
 
+Installed globals live as long as the transformed code that loads them: a conversion runs
+inside :func:`collect_installed_globals`, and :func:`release_with` removes its names from
+the module's globals when that code object dies (its cache entry was dropped, e.g. because
+a module it is specialized to was deleted). The compiled graph then no longer keeps the
+model's weights alive. PyTorch does the same (torch/_dynamo/output_graph.py, cleanup hooks
+of ``install_global``).
+
 Key class: :class:`CodeGen`; entry point :func:`make_transformed_code`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import sys
 import types
+import weakref
 from typing import Any
 
 import bytecode as bc
 
 PY312 = sys.version_info >= (3, 12)
 _counter = itertools.count()
+# One list per conversion in progress (innermost last) of the (globals dict, name) pairs
+# it installed; conversions are serialized by the hook's compile lock.
+_collectors: list[list[tuple[dict, str]]] = []
+
+
+@contextlib.contextmanager
+def collect_installed_globals():
+    """Records the globals installed while the block runs; yields the list of
+    ``(globals dict, name)`` pairs."""
+    installed: list[tuple[dict, str]] = []
+    _collectors.append(installed)
+    try:
+        yield installed
+    finally:
+        _collectors.pop()
+
+
+def uninstall_globals(installed: list[tuple[dict, str]]) -> None:
+    """Removes installed names from their globals dicts (names already gone are
+    skipped)."""
+    for f_globals, name in installed:
+        f_globals.pop(name, None)
+
+
+def release_with(code: types.CodeType, installed: list[tuple[dict, str]]) -> None:
+    """Removes ``installed`` when ``code`` (the transformed code that loads them) dies."""
+    if installed:
+        weakref.finalize(code, uninstall_globals, list(installed))
 
 
 class CodeGen:
@@ -60,6 +97,8 @@ class CodeGen:
         """Store ``value`` in the frame's module globals under a fresh name."""
         name = f"__torch_plugin_{hint}_{next(_counter)}"
         self.f_globals[name] = value
+        if _collectors:
+            _collectors[-1].append((self.f_globals, name))
         return name
 
     def load_object(self, obj: Any, hint: str) -> None:

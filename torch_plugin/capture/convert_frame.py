@@ -23,7 +23,12 @@ import torch.fx
 from .. import config
 from ..backends.registry import UNVERSIONED_PARAMETERS, BackendCompilerFailed
 from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
-from .bytecode_emission import make_transformed_code
+from .bytecode_emission import (
+    collect_installed_globals,
+    make_transformed_code,
+    release_with,
+    uninstall_globals,
+)
 from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
 from .guards import build_guard_tree
@@ -316,7 +321,7 @@ class ConvertFrame:
     def _convert_isolated(self, frame, break_at, break_reason):
         try:
             try:
-                return self._convert_impl(frame, break_at, break_reason)
+                return self._convert_releasing_globals(frame, break_at, break_reason)
             except ShapeGuardUnsupported as e:
                 log.info(
                     "dynamic shapes: %s needs a shape guard the guard tree cannot evaluate "
@@ -325,7 +330,7 @@ class ConvertFrame:
                     e,
                 )
                 dynamic_shapes.force_static(frame.f_code)
-                return self._convert_impl(frame, break_at, break_reason)
+                return self._convert_releasing_globals(frame, break_at, break_reason)
         except (Unsupported, BackendCompilerFailed, CaptureError):
             raise
         except Exception as e:  # a translator bug must not break the user's program
@@ -335,6 +340,18 @@ class ConvertFrame:
                 exc_info=True,
             )
             raise Unsupported(f"internal error in the translator: {type(e).__name__}: {e}") from e
+
+    def _convert_releasing_globals(self, frame, break_at, break_reason):
+        """``_convert_impl``; the globals its code installs (compiled graphs, resume
+        functions) are removed when the transformed code dies, or at once on failure."""
+        with collect_installed_globals() as installed:
+            try:
+                transformed, guard = self._convert_impl(frame, break_at, break_reason)
+            except BaseException:
+                uninstall_globals(installed)
+                raise
+        release_with(transformed, installed)
+        return transformed, guard
 
     def _convert_impl(self, frame, break_at, break_reason):
         from torch_plugin import _C

@@ -22,15 +22,19 @@ one frame keeps its frozen-constant graph.
 from __future__ import annotations
 
 import types
+import weakref
 
 import torch
 
 from .. import config
 from .sources import LocalSource, Source
 
-# code object -> {argument name: (module class, id of the module)} of its captures
-_seen: dict[types.CodeType, dict[str, tuple[type, int]]] = {}
-_shared: set[types.CodeType] = set()
+# code object -> {argument name: (module class, id of the module)} of its captures; weak on
+# the code objects (resume functions' code dies with the entries that made it).
+_seen: weakref.WeakKeyDictionary[types.CodeType, dict[str, tuple[type, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+_shared: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
 
 
 def _module_arguments(frame) -> dict[str, torch.nn.Module]:

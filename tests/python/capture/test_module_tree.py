@@ -98,7 +98,9 @@ def test_appending_to_a_sequential_after_capture_recompiles():
     _check(opt, model, lambda: torch.randn(2, 4))
     del model[0]
     _check(opt, model, lambda: torch.randn(2, 4))
-    assert torch_plugin.stats.recompiles == 2
+    # Three compiles; the third is not counted as a recompile: the deleted Linear was
+    # guarded by identity, so its death dropped both earlier entries.
+    assert torch_plugin.stats.graphs_compiled == 3
 
 
 def test_changing_a_module_list_read_by_children_recompiles():

@@ -71,6 +71,7 @@ def _check(results: list[dict], atol: float) -> None:
         per_step = r["frames_converted_per_step"]
         assert per_step[0] > 0 and per_step[-1] == per_step[0], "no recompile after step 1"
         assert any("hooks" in b for b in r["graph_breaks"]), "breaks at sharded layers"
+        assert r["models_alive_after_use"] == [False, False], "compiled frames keep no model"
     assert results[0]["frames"] == results[1]["frames"], "all ranks compile the same frames"
 
 

@@ -11,9 +11,11 @@ compares; nothing here decides pass or fail.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
+import weakref
 from pathlib import Path
 
 import torch
@@ -244,7 +246,7 @@ def _fsdp2_train(rank: int, model_name: str, mesh, compiled: str | None, records
         n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
         for n, p in model.named_parameters()
     }
-    return losses, evals, params, converted
+    return losses, evals, params, converted, weakref.ref(model)
 
 
 def run_fsdp2_case(rank: int, world: int, port: int, out_dir: str, case: dict) -> None:
@@ -267,6 +269,12 @@ def run_fsdp2_case(rank: int, world: int, port: int, out_dir: str, case: dict) -
             compiled = _fsdp2_train(rank, case["model"], mesh, case["backend"], records)
         finally:
             convert_frame.listeners.remove(records.append)
+        # The compiled model (with its FSDP2 state and process-group references) must be
+        # freed like the eager one once the program drops it: before, the compiled frames
+        # kept it alive until exit, past destroy_process_group.
+        gc.collect()
+        gc.collect()
+        models_alive = [eager[4]() is not None, compiled[4]() is not None]
         eval_diff = max((a - b).abs().max().item() for a, b in zip(eager[1], compiled[1]))
         result = {
             "rank": rank,
@@ -277,6 +285,7 @@ def run_fsdp2_case(rank: int, world: int, port: int, out_dir: str, case: dict) -
             "frames": [r.code.co_qualname for r in records],
             "frames_converted_per_step": compiled[3],
             "graph_breaks": [r.graph_break[0] for r in records if r.graph_break is not None],
+            "models_alive_after_use": models_alive,
         }
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:

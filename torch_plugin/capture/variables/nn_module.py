@@ -118,6 +118,26 @@ def has_state_effects(module: torch.nn.Module) -> bool:
     return type(module).__module__.startswith(("torch.ao.", "torch.nn.qat", "torch.nn.quantized"))
 
 
+# State-dict and load hooks of an nn.Module instance (torch/nn/modules/module.py).
+_STATE_DICT_HOOKS = (
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+
+
+def _has_state_dict_hooks(module: torch.nn.Module) -> bool:
+    """Whether ``module`` has state-dict or load hooks. A ``call_module`` node makes the
+    compiled graph hold the module, and such hooks may reference its owner: FSDP2 registers
+    them on every module whose parameters it manages, closing over its parameter group and
+    so the whole model. The compiled entry would then keep alive the model its identity
+    guards watch, and never be dropped (capture_hook.md, "Entries die with the objects they
+    are specialized to"). Such a module's forward is inlined instead."""
+    d = module.__dict__
+    return any(d.get(name) for name in _STATE_DICT_HOOKS)
+
+
 def call_module_is_pure(module: torch.nn.Module) -> bool:
     """A torch.nn leaf module may become a ``call_module`` node (which capture runs on
     FakeTensors to learn its output's metadata) only when neither it nor any submodule it
@@ -240,6 +260,7 @@ class NNModuleVariable(VariableTracker):
             and type(m).forward is getattr(type(m), "forward", None)
             and "forward" not in m.__dict__
             and call_module_is_pure(m)
+            and not _has_state_dict_hooks(m)
         ):
             self.guard_submodules_no_hooks(tx)
             return tx.output.call_module(tx, m, self.source, list(args), dict(kwargs))
