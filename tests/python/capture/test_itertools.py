@@ -54,7 +54,10 @@ def test_itertools_in_one_graph(name):
         xs = [torch.randn(3) for _ in range(4)]
         t = torch.randn(3)
         log_got, log_want = [], []
-        got, want = opt(xs, t, log_got), fn(xs, t, log_want)
+        state = (torch.is_grad_enabled(), torch.get_default_dtype())
+        got = opt(xs, t, log_got)
+        assert (torch.is_grad_enabled(), torch.get_default_dtype()) == state
+        want = fn(xs, t, log_want)
         torch.testing.assert_close(got, want)
         assert log_got == log_want
     assert torch_plugin.stats.graph_breaks == []

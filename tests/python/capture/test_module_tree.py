@@ -17,10 +17,17 @@ import torch_plugin
 pytestmark = pytest.mark.usefixtures("fresh_capture")
 
 
+def _global_state() -> tuple:
+    return (torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_autocast_enabled("cpu"))
+
+
 def _check(opt, model, make_input, calls=3):
     for _ in range(calls):
         x = make_input()
-        torch.testing.assert_close(opt(x), model(x))
+        state = _global_state()
+        got = opt(x)
+        assert _global_state() == state, "the compiled call changed global torch state"
+        torch.testing.assert_close(got, model(x))
 
 
 class Walks(nn.Module):
