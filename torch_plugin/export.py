@@ -30,6 +30,8 @@ import torch.utils._pytree as pytree
 
 from .capture import convert_frame
 from .capture.output_structure import rebuild, spec_has
+# ExportedOutput and tensor_setitem: also the names files saved before they moved use.
+from .exported.graph_module import ExportedGraph, ExportedOutput, tensor_setitem
 
 
 class ExportError(RuntimeError):
@@ -136,31 +138,6 @@ def _standalone(gm, example_inputs, spec, args, kwargs) -> torch.fx.GraphModule:
             [f"arg{i}" for i in range(len(args))] + list(kwargs), in_spec, out_spec
         )
     )
-    exported = torch.fx.GraphModule(root, graph, class_name="ExportedGraph")
+    exported = ExportedGraph(root, graph, class_name="ExportedGraph")
     exported.recompile()
     return exported
-
-
-def tensor_setitem(tensor: torch.Tensor, index: Any, value: Any) -> None:
-    """``tensor[index] = value`` in an exported graph. ``torch.load`` rebuilds a graph module
-    by tracing its code with FX proxies, which take no item assignment; under that trace
-    this records itself as a node instead."""
-    if isinstance(tensor, torch.fx.Proxy):
-        tensor.tracer.create_proxy("call_function", tensor_setitem, (tensor, index, value), {})
-        return
-    tensor[index] = value
-
-
-class ExportedOutput(torch.nn.Module):
-    """The exported call's return value from the graph's output tensors, for a return value
-    holding objects the code builds or ModelOutputs (``spec`` is the capture's output
-    description, see ``capture/output_structure.py``): each call builds its own objects, as
-    eager does. A submodule, so that ``torch.load``'s re-trace of the graph keeps it as one
-    call (a function would run on the tracer's proxies)."""
-
-    def __init__(self, spec: tuple) -> None:
-        super().__init__()
-        self.spec = spec
-
-    def forward(self, *tensors: torch.Tensor) -> Any:
-        return rebuild(self.spec, tensors)

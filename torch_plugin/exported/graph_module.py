@@ -1,0 +1,54 @@
+"""The exported graph module: :class:`ExportedGraph` and the pieces its graph calls.
+
+An exported graph is an ordinary ``torch.fx.GraphModule`` (it prints, re-traces and runs
+without the hook) of class :class:`ExportedGraph`, whose ``__reduce__`` gives
+``torch.save`` a structured description of the graph (see :mod:`.serialization`) that
+``torch.load`` rebuilds with its default ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..capture.output_structure import rebuild
+
+
+class ExportedGraph(torch.fx.GraphModule):
+    """The graph module :func:`torch_plugin.export` returns (see its docstring).
+
+    Submodules ``_export_guards`` (:class:`torch_plugin.exported.guards.ExportGuards`, called
+    first by the graph) and, for structured return values, ``_export_output``
+    (:class:`ExportedOutput`, called last)."""
+
+    def __reduce__(self):
+        from .serialization import reduce_exported
+
+        return reduce_exported(self)
+
+
+def tensor_setitem(tensor: torch.Tensor, index: Any, value: Any) -> None:
+    """``tensor[index] = value`` in an exported graph. ``torch.load`` rebuilds a graph module
+    by tracing its code with FX proxies, which take no item assignment; under that trace
+    this records itself as a node instead."""
+    if isinstance(tensor, torch.fx.Proxy):
+        tensor.tracer.create_proxy("call_function", tensor_setitem, (tensor, index, value), {})
+        return
+    tensor[index] = value
+
+
+class ExportedOutput(torch.nn.Module):
+    """The exported call's return value from the graph's output tensors, for a return value
+    holding objects the code builds or ModelOutputs (``spec`` is the capture's output
+    description, see ``capture/output_structure.py``): each call builds its own objects, as
+    eager does. A submodule, so that ``torch.load``'s re-trace of the graph keeps it as one
+    call (a function would run on the tracer's proxies)."""
+
+    def __init__(self, spec: tuple) -> None:
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        return rebuild(self.spec, tensors)
