@@ -30,8 +30,10 @@ import torch.utils._pytree as pytree
 
 from .capture import convert_frame
 from .capture.output_structure import rebuild, spec_has
+
 # ExportedOutput and tensor_setitem: also the names files saved before they moved use.
-from .exported.graph_module import ExportedGraph, ExportedOutput, tensor_setitem
+from .exported.graph_module import ExportCodeGen, ExportedGraph, ExportedOutput, tensor_setitem
+from .exported.guards import export_guards
 
 
 class ExportError(RuntimeError):
@@ -39,25 +41,44 @@ class ExportError(RuntimeError):
 
 
 def export(
-    fn: Callable | torch.nn.Module, *args: Any, **kwargs: Any
+    fn: Callable | torch.nn.Module, *args: Any, dynamic: bool | None = None, **kwargs: Any
 ) -> tuple[torch.fx.GraphModule, list[str]]:
-    """Capture ``fn(*args, **kwargs)`` as one FX graph.
+    """Capture ``fn(*args, **kwargs)`` as one FX graph that checks its guards on every call.
 
     Args:
         fn: a function or an nn.Module (its forward is captured, hooks are not).
         args, kwargs: example inputs; tensors among them (at any depth of tuples, lists and
             dicts) become the graph's inputs, other values are specialized.
+        dynamic: ``None`` or ``False`` (the default): static sizes, except the dims marked
+            with :func:`torch_plugin.mark_dynamic` on the example inputs; ``True``: every
+            dim of every input tensor symbolic. What earlier ``optimize()`` calls learned
+            (automatic dynamic) never leaks into an export: the result depends only on the
+            arguments and these options. (A keyword argument of ``fn`` named ``dynamic``
+            cannot be passed through export.)
 
     Returns:
-        ``(graph_module, guards)``: ``graph_module(*args, **kwargs)`` recomputes the call for
-        new tensors of the same shapes/dtypes; ``guards`` lists, in source terms, the
-        conditions the capture assumed (``L['x']: tensor dtype=torch.float32, ...``).
+        ``(graph_module, guards)``. ``graph_module(*args, **kwargs)`` recomputes the call for
+        new inputs. Before computing, it checks what the capture assumed about them (the
+        submodule ``graph_module._export_guards``): the structure of nested inputs (types,
+        lengths, dict keys), each tensor's dtype, device, layout, requires_grad, sizes and
+        strides (symbolic ones: the relations the capture recorded, e.g. ``s0 >= 2``),
+        and the values of non-tensor inputs the code read (ints, strings, None ...). A call
+        that violates one raises :class:`~torch_plugin.exported.guards.ExportGuardError`,
+        naming the input (``L['x'].size()[0]``), the value seen and the value assumed.
+        Guards a bare call cannot check (on ``self`` of a module, globals, closure
+        variables, the global torch state) are listed in
+        ``graph_module._export_guards.unchecked``: the graph keeps their values from
+        export. ``guards`` lists every guard of the capture in source terms
+        (``L['x']: tensor dtype=torch.float32, ...``). The graph module survives
+        ``torch.save`` / ``torch.load`` with torch.load's defaults (``weights_only=True``;
+        import torch_plugin before loading) and still checks its guards after loading.
 
     Raises:
         torch_plugin.CaptureError: a graph break (the message names the reason and the
             user's file and line).
         ExportError: nothing was captured (e.g. the code is skipped), more than one graph was
-            captured, or the call has side effects a standalone graph cannot hold.
+            captured, the call has side effects a standalone graph cannot hold, or its guards
+            cannot be checked on a call of the graph (a wrapper of ``fn`` was captured).
     """
     from . import optimize
 
@@ -70,7 +91,9 @@ def export(
 
     convert_frame.listeners.append(records.append)
     try:
-        optimize(export_backend, nopython=True)(fn)(*args, **kwargs)
+        # dynamic=False: only marked dims are symbolic, and automatic dynamic's sizes from
+        # earlier optimize() calls are neither read nor updated.
+        optimize(export_backend, nopython=True, dynamic=bool(dynamic))(fn)(*args, **kwargs)
     finally:
         convert_frame.listeners.remove(records.append)
     captured = [r for r in records if r.graph is not None]
@@ -94,10 +117,25 @@ def export(
             "exported graph cannot replay"
         )
     gm, example_inputs = graphs[0]
-    return _standalone(gm, example_inputs, record.output_spec, args, kwargs), list(record.guards)
+    in_spec = pytree.tree_structure((args, kwargs))
+    try:
+        guards = export_guards(
+            record.guard_set,
+            record.shape_env,
+            record.shape_bindings,
+            fn,
+            record.code,
+            args,
+            kwargs,
+            in_spec,
+        )
+    except ValueError as e:
+        raise ExportError(f"export of {name}: its guards cannot be checked on a call: {e}") from e
+    exported = _standalone(gm, example_inputs, record.output_spec, args, kwargs, guards)
+    return exported, list(record.guards)
 
 
-def _standalone(gm, example_inputs, spec, args, kwargs) -> torch.fx.GraphModule:
+def _standalone(gm, example_inputs, spec, args, kwargs, guards) -> torch.fx.GraphModule:
     flat_args, in_spec = pytree.tree_flatten((args, kwargs))
     graph = torch.fx.Graph()
     arg_nodes = [graph.placeholder(f"leaf{i}") for i in range(len(flat_args))]
@@ -133,11 +171,13 @@ def _standalone(gm, example_inputs, spec, args, kwargs) -> torch.fx.GraphModule:
         structured = rebuild(spec, out_nodes)
         out_leaves, out_spec = pytree.tree_flatten(structured)
     graph.output(out_leaves)
-    graph._codegen = torch.fx.graph._PyTreeCodeGen(
+    graph._codegen = ExportCodeGen(
         torch.fx.graph._PyTreeInfo(
             [f"arg{i}" for i in range(len(args))] + list(kwargs), in_spec, out_spec
         )
     )
     exported = ExportedGraph(root, graph, class_name="ExportedGraph")
+    # Called by the generated forward (ExportCodeGen), not by a graph node.
+    exported.add_module("_export_guards", guards)
     exported.recompile()
     return exported

@@ -99,6 +99,11 @@ class CaptureRecord:
     # How the graph was split at DDP's gradient buckets (torch_plugin.distributed.ddp.DDPSplit),
     # or None when it was not compiled inside DDP's forward.
     ddp_split: Any = None
+    # The guards themselves (capture.guards.GuardSet) with the ShapeEnv and shape bindings of
+    # a capture with symbolic sizes, for export(), which checks them on each call.
+    guard_set: Any = None
+    shape_env: Any = None
+    shape_bindings: tuple = ()
 
 
 # Functions called with each CaptureRecord (explain(), export() and the logs use this).
@@ -469,6 +474,9 @@ class ConvertFrame:
                     visible_side_effects=tuple(output.side_effects.caller_visible()),
                     returns_runtime_args=spec_has(spec, "arg"),
                     ddp_split=ddp_splits[0] if ddp_splits else None,
+                    guard_set=output.guards,
+                    shape_env=output.shape_env,
+                    shape_bindings=tuple(output.shape_bindings),
                 )
             )
         return transformed, guard

@@ -183,16 +183,19 @@ class GuardSet:
         return [g.describe() for g in self._guards.values()] + list(self.shape_checks)
 
 
-def build_guard_tree(guards: GuardSet, shape_env=None, shape_bindings=()):
+def build_guard_tree(guards: GuardSet, shape_env=None, shape_bindings=(), root=None):
     """Compile ``guards`` into a ``torch_plugin._C.RootGuardManager``.
 
     Each source becomes a path of accessors from the root (argument slot, global,
     closure cell, then attributes and items); nodes are shared between guards with a
-    common prefix. The global-state check is always added.
+    common prefix. The global-state check is always added. ``root``: another object with
+    RootGuardManager's builder methods to build on (torch_plugin/exported/guards.py records
+    the calls for an exported graph); a new RootGuardManager by default.
     """
-    from torch_plugin import _C
+    if root is None:
+        from torch_plugin import _C
 
-    root = _C.RootGuardManager()
+        root = _C.RootGuardManager()
     root.add_global_state_match()
     nodes: dict[Source, Any] = {}
 

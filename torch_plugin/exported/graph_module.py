@@ -16,6 +16,24 @@ import torch.fx
 from ..capture.output_structure import rebuild
 
 
+class ExportCodeGen(torch.fx.graph._PyTreeCodeGen):
+    """FX's pytree code generation (``forward(self, arg0, ..., kw...)`` flattening the call's
+    arguments by ``self._in_spec``), with the guard check first: the generated ``forward``
+    calls ``self._export_guards.check((args, kwargs))`` on the arguments as given, before
+    flattening them (a flatten against the export's spec would accept a longer tuple or a
+    list for a tuple silently)."""
+
+    def gen_var_bindings(self, fn_args, free_vars, expanded_def) -> str:
+        in_spec = self.pytree_info.in_spec
+        n_args = in_spec.child(0).num_children
+        names = self.pytree_info.orig_args
+        kwargs = ", ".join(f"{k!r}: {v}" for k, v in zip(in_spec.child(1).context, names[n_args:]))
+        positional = "".join(f"{a}, " for a in names[:n_args])
+        check = f"""
+    self._export_guards.check((({positional}), {{{kwargs}}}))"""
+        return check + super().gen_var_bindings(fn_args, free_vars, expanded_def)
+
+
 class ExportedGraph(torch.fx.GraphModule):
     """The graph module :func:`torch_plugin.export` returns (see its docstring).
 

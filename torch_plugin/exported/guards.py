@@ -1,0 +1,460 @@
+"""The guards of an exported graph, checked on every call before it computes.
+
+A capture assumes things about its inputs: shapes and strides, dtypes, devices,
+``requires_grad``, the structure of nested arguments, the values of ints and strings it
+branched on, the relations between symbolic sizes. In ``optimize()`` a failed guard
+recompiles; an exported graph has nothing to recompile, so it refuses the call instead:
+:class:`ExportGuards` (the submodule ``_export_guards``, which the graph's ``forward`` calls
+first, see :class:`torch_plugin.exported.graph_module.ExportCodeGen`) raises
+:class:`ExportGuardError` naming the input, the value seen and the value assumed.
+
+How. The capture's guards are compiled by :func:`torch_plugin.capture.guards.build_guard_tree`
+into a builder; :class:`_Recorder` stands in for ``torch_plugin._C.RootGuardManager`` there
+and records each builder call as data (a *path* from an argument slot of the captured frame,
+the guard kind and its argument), so that the same calls can be replayed on a real
+``RootGuardManager`` (one C++ call per check, ``RootGuardManager.check``) and saved with the
+graph (:meth:`ExportGuards.payload`, plain data: no code). A call's ``(args, kwargs)`` are
+mapped to the frame's argument slots by a *slot recipe* computed at export from the
+function's signature.
+
+Checked: every guard whose source starts at an argument of the call. Not checked, because a
+bare call of the graph cannot see them (listed in :attr:`ExportGuards.unchecked`, in source
+terms): guards on ``self`` of an exported module (its ``training`` flag, parameter
+identities: the graph holds the module's parameters and runs as the module was at export),
+globals and closure variables the code read (their values are constants of the graph), and
+the global torch state (grad mode, autocast, default dtype ...: the graph's torch calls run
+under the caller's state, as eager's would; a Python branch the code took on that state is
+not re-taken).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+
+class ExportGuardError(RuntimeError):
+    """A call of an exported graph with inputs its capture did not assume (the message names
+    the input, the value seen, the value assumed and how to export for it)."""
+
+
+_HOW_TO = (
+    "The graph was exported for the example inputs' shapes, dtypes, devices and structure. "
+    "To export for varying sizes, mark them before export: torch_plugin.mark_dynamic(x, dim), "
+    "or torch_plugin.export(fn, *args, dynamic=True, **kwargs); for another dtype, device or "
+    "structure, export again with such inputs."
+)
+
+
+# --- recording the guard tree's builder calls -----------------------------------------------
+class _Node:
+    """Stands for a GuardManager: records leaf guards under ``path``."""
+
+    def __init__(self, rec: _Recorder, path: tuple | None, root: str) -> None:
+        self._rec, self.path, self.root = rec, path, root
+
+    def attr(self, name: str) -> _Node:
+        return self._rec.node(self, ("attr", name))
+
+    def item(self, key: Any) -> _Node:
+        return self._rec.node(self, ("item", key))
+
+    def _leaf(self, kind: str, arg: Any, desc: str) -> None:
+        self._rec.leaf(self, kind, arg, desc)
+
+    def add_type_match(self, cls, desc):
+        self._leaf("type", cls, desc)
+
+    def add_id_match(self, obj, desc):
+        self._leaf("id", obj, desc)
+
+    def add_equals_match(self, value, desc):
+        self._leaf("equals", value, desc)
+
+    def add_len_match(self, n, desc):
+        self._leaf("len", n, desc)
+
+    def add_dict_keys_match(self, keys, desc):
+        self._leaf("dict_keys", list(keys), desc)
+
+    def add_not_in_dict(self, key, desc):
+        self._leaf("not_in_dict", key, desc)
+
+    def add_empty_attr_dicts(self, names, desc):
+        self._leaf("empty_attr_dicts", list(names), desc)
+
+    def add_tensor_match(self, example, desc, check_strides=True, sizes=(), strides=()):
+        spec = {
+            "type": type(example),
+            "dtype": example.dtype,
+            "device": example.device,
+            "layout": example.layout,
+            "size": list(example.shape),
+            "stride": list(example.stride()) if example.layout == torch.strided else None,
+            "requires_grad": example.requires_grad,
+            "check_strides": check_strides,
+            "dynamic_sizes": list(sizes),
+            "dynamic_strides": list(strides),
+        }
+        self._leaf("tensor", spec, desc)
+
+
+class _Recorder(_Node):
+    """Stands for a RootGuardManager in ``build_guard_tree``; ``slot_ok(slot)`` says which
+    argument slots a bare call of the graph provides."""
+
+    def __init__(self, slot_ok) -> None:
+        super().__init__(self, None, "")
+        self.slot_ok = slot_ok
+        self.checks: list[tuple] = []  # (kind, path, arg, description)
+        # root source -> descriptions of its guards that a bare call cannot check
+        self.unchecked: dict[str, list[str]] = {}
+        self.n_symbols = 0
+        self.slot_names: dict[int, str] = {}
+
+    def node(self, parent: _Node, step: tuple) -> _Node:
+        path = None if parent.path is None else (*parent.path, step)
+        return _Node(self, path, parent.root)
+
+    def leaf(self, node: _Node, kind: str, arg: Any, desc: str) -> None:
+        if node.path is None:
+            self.unchecked.setdefault(node.root, []).append(desc)
+        else:
+            self.checks.append((kind, node.path, arg, desc))
+
+    def summary(self) -> list[str]:
+        """One line per source a bare call cannot check: ``G['scale']: 2 guards (G['scale']
+        == 2.0, ...)``."""
+        out = []
+        for root, descs in self.unchecked.items():
+            shown = "; ".join(descs[:2]) + ("; ..." if len(descs) > 2 else "")
+            out.append(f"{root}: {len(descs)} guard{'s' * (len(descs) != 1)} ({shown})")
+        return out
+
+    # root accessors
+    def local(self, slot: int, name: str) -> _Node:
+        self.slot_names[slot] = name
+        return _Node(self, (("slot", slot),) if self.slot_ok(slot) else None, name)
+
+    def global_(self, name: str) -> _Node:
+        return _Node(self, None, f"G[{name!r}]")
+
+    def closure(self, index: int, name: str) -> _Node:
+        return _Node(self, None, name)
+
+    def object_(self, obj: Any, name: str) -> _Node:
+        return _Node(self, None, name)
+
+    def add_global_state_match(self) -> None:
+        self.unchecked["global torch state"] = [
+            "grad mode, autocast, default dtype, deterministic algorithms, backend flags"
+        ]
+
+    def add_alias_guard(self, a: _Node, b: _Node, same: bool, desc: str) -> None:
+        if a.path is None or b.path is None:
+            self.unchecked.setdefault((a if a.path is None else b).root, []).append(desc)
+        else:
+            self.checks.append(("alias", a.path, (b.path, same), desc))
+
+    def add_shape_symbol(self, node: _Node, kind: str, dim: int, name: str) -> int:
+        if node.path is None:
+            raise ValueError(f"a symbolic size of {name} is not read from the call's arguments")
+        self.checks.append(("symbol", node.path, (kind, dim), name))
+        self.n_symbols += 1
+        return self.n_symbols - 1
+
+    def add_shape_check(self, program, desc: str) -> None:
+        self.checks.append(("shape", (), [tuple(p) for p in program], desc))
+
+
+# --- slot recipes --------------------------------------------------------------------------
+def slot_recipe(fn: Any, code, args: tuple, kwargs: dict) -> list[tuple] | None:
+    """How a call's ``(args, kwargs)`` fill the argument slots of ``code``, the captured
+    frame's code object, when ``fn`` (a function or an nn.Module) is called with them:
+    one entry per slot, ``("arg", i)``, ``("kw", name)``, ``("varargs", start)`` (the tuple
+    ``args[start:]``), ``("varkw", names)`` (the dict of those kwargs), ``("fixed",)`` (a
+    default or ``self``: not given by the call). None when ``code`` is not ``fn``'s own code
+    (a wrapper was captured through), so the slots cannot be known."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    func = getattr(target, "__func__", target)
+    if getattr(func, "__code__", None) is not code:
+        return None
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except TypeError:
+        return None
+    params = inspect.signature(target).parameters
+    n_pos = 0
+    where: dict[str, tuple] = {}
+    for name, value in bound.arguments.items():
+        kind = params[name].kind
+        if kind == inspect.Parameter.VAR_POSITIONAL:
+            where[name] = ("varargs", n_pos)
+        elif kind == inspect.Parameter.VAR_KEYWORD:
+            where[name] = ("varkw", list(value))
+        elif n_pos < len(args) and kind != inspect.Parameter.KEYWORD_ONLY:
+            where[name] = ("arg", n_pos)
+            n_pos += 1
+        else:
+            where[name] = ("kw", name)
+    n_slots = code.co_argcount + code.co_kwonlyargcount
+    n_slots += bool(code.co_flags & inspect.CO_VARARGS) + bool(
+        code.co_flags & inspect.CO_VARKEYWORDS
+    )
+    return [where.get(name, ("fixed",)) for name in code.co_varnames[:n_slots]]
+
+
+def _slot_values(recipe: list[tuple], args: tuple, kwargs: dict) -> list:
+    out = []
+    for entry in recipe:
+        how = entry[0]
+        if how == "arg":
+            out.append(args[entry[1]])
+        elif how == "kw":
+            out.append(kwargs[entry[1]])
+        elif how == "varargs":
+            out.append(tuple(args[entry[1] :]))
+        elif how == "varkw":
+            out.append({k: kwargs[k] for k in entry[1]})
+        else:
+            out.append(None)
+    return out
+
+
+# --- the submodule -------------------------------------------------------------------------
+class ExportGuards(torch.nn.Module):
+    """Checks a call of an exported graph against what its capture assumed.
+
+    ``checks``: the recorded guard-tree calls (kind, path, arg, description) on the captured
+    frame's argument slots; ``recipe``: :func:`slot_recipe`; ``in_spec``: the pytree spec of
+    the example call's ``(args, kwargs)`` (the structure of nested inputs is compared
+    exactly); ``unchecked``: descriptions of the guards a bare call cannot check.
+
+    Called as ``self._export_guards((args, kwargs))`` by the graph's forward. Raises
+    :class:`ExportGuardError`. The checks run in C++ (``RootGuardManager.check``, built on
+    the first call); only a failure builds a message in Python.
+    """
+
+    def __init__(self, checks, recipe, in_spec, unchecked, slot_names=()) -> None:
+        super().__init__()
+        self.slot_names = {int(k): v for k, v in dict(slot_names).items()}
+        self.checks = list(checks)
+        self.recipe = list(recipe)
+        self.in_spec = in_spec
+        self._structure = _compile_structure(in_spec)
+        self.unchecked = list(unchecked)
+        self._tree = None
+
+    # what torch_plugin.exported.serialization saves and restores (plain data)
+    def payload(self) -> dict:
+        return {
+            "checks": [list(c) for c in self.checks],
+            "recipe": [list(r) for r in self.recipe],
+            "in_spec": pytree.treespec_dumps(self.in_spec),
+            "unchecked": list(self.unchecked),
+            "slot_names": [[k, v] for k, v in self.slot_names.items()],
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> ExportGuards:
+        return cls(
+            [tuple(_untuple_path(c)) for c in payload["checks"]],
+            [tuple(r) for r in payload["recipe"]],
+            pytree.treespec_loads(payload["in_spec"]),
+            payload["unchecked"],
+            payload["slot_names"],
+        )
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_tree"] = None  # C++ object: rebuilt on the next call
+        return state
+
+    def forward(self, call: tuple) -> None:
+        self.check(call)
+
+    def check(self, call: tuple) -> None:
+        """Raises :class:`ExportGuardError` unless ``call``, the ``(args, kwargs)`` of a call
+        of the exported graph, satisfies the guards. (The generated forward calls this
+        method directly: a module call would cost a few microseconds more.)"""
+        args, kwargs = call
+        if not _same_structure(call, self._structure):
+            raise ExportGuardError(
+                "exported graph called with inputs of another structure: expected "
+                f"{_describe_spec(self.in_spec)}, got {_describe_spec(pytree.tree_structure(call))}."
+                f" {_HOW_TO}"
+            )
+        if not self.checks:
+            return
+        tree = self._tree
+        if tree is None:
+            tree = self._tree = _build_tree(self.checks, self.slot_names)
+        values = _slot_values(self.recipe, args, kwargs)
+        if not tree.check(values, _EMPTY, _EMPTY, None):
+            reason = tree.failure_reason(values, _EMPTY, _EMPTY, None)
+            raise ExportGuardError(
+                f"exported graph called with an input its capture did not assume: {reason}. "
+                f"{_HOW_TO}"
+            )
+
+    def extra_repr(self) -> str:
+        return f"{len(self.checks)} checks, {len(self.unchecked)} unchecked"
+
+
+_EMPTY: dict = {}
+
+
+def _untuple_path(check) -> tuple:
+    kind, path, arg, desc = check
+    path = tuple(tuple(step) for step in path)
+    if kind == "alias":
+        arg = (tuple(tuple(step) for step in arg[0]), arg[1])
+    elif kind == "shape":
+        arg = [tuple(p) for p in arg]
+    elif kind == "symbol":
+        arg = tuple(arg)
+    return (kind, path, arg, desc)
+
+
+def _compile_structure(spec) -> tuple | None:
+    """``spec`` as nested tuples for :func:`_same_structure`: None for a leaf, else
+    ``(type, context, children)`` (context: the length of a tuple or list, the key list of a
+    dict, (pytree context, number of children) for other node types; children: the non-leaf children as
+    ``(index, structure)`` pairs)."""
+    if spec.is_leaf():
+        return None
+    children = tuple(
+        (i, c) for i, c in enumerate(_compile_structure(c) for c in spec.children()) if c
+    )
+    if spec.type in (tuple, list):
+        return (spec.type, spec.num_children, children)
+    if spec.type is dict:
+        return (dict, list(spec.context), children)
+    return (spec.type, (spec.context, spec.num_children), children)
+
+
+def _same_structure(value: Any, structure: tuple | None) -> bool:
+    """``value`` has exactly the pytree structure ``structure`` (:func:`_compile_structure`):
+    types, lengths, dict keys and their order, other contexts, down to its leaves."""
+    if structure is None:
+        return True
+    cls, context, children = structure
+    if type(value) is not cls:
+        return False
+    if cls is tuple or cls is list:
+        if len(value) != context:
+            return False
+        items = value
+    elif cls is dict:
+        if list(value) != context:
+            return False
+        items = list(value.values()) if children else ()
+    else:
+        items, got = pytree.SUPPORTED_NODES[cls].flatten_fn(value)
+        if got != context[0] or len(items) != context[1]:
+            return False
+    for i, child in children:
+        if not _same_structure(items[i], child):
+            return False
+    return True
+
+
+def _describe_spec(spec) -> str:
+    text = str(spec)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _build_tree(checks: list[tuple], slot_names: dict):
+    """A RootGuardManager with ``checks`` replayed on it (no global-state match)."""
+    from torch_plugin import _C
+
+    root = _C.RootGuardManager()
+    nodes: dict[tuple, Any] = {}
+
+    def node_for(path: tuple):
+        node = nodes.get(path)
+        if node is None:
+            *parent, (how, arg) = path
+            if not parent:
+                node = root.local(arg, slot_names.get(arg, f"argument {arg}"))
+            elif how == "attr":
+                node = node_for(tuple(parent)).attr(arg)
+            else:
+                node = node_for(tuple(parent)).item(arg)
+            nodes[path] = node
+        return node
+
+    for kind, path, arg, desc in checks:
+        if kind == "shape":
+            root.add_shape_check(list(arg), desc)
+            continue
+        node = node_for(path)
+        if kind == "type":
+            node.add_type_match(arg, desc)
+        elif kind == "id":
+            node.add_id_match(arg, desc)
+        elif kind == "equals":
+            node.add_equals_match(arg, desc)
+        elif kind == "len":
+            node.add_len_match(arg, desc)
+        elif kind == "dict_keys":
+            node.add_dict_keys_match(arg, desc)
+        elif kind == "not_in_dict":
+            node.add_not_in_dict(arg, desc)
+        elif kind == "empty_attr_dicts":
+            node.add_empty_attr_dicts(arg, desc)
+        elif kind == "tensor":
+            node.add_tensor_match(
+                _example(arg),
+                desc,
+                arg["check_strides"],
+                arg["dynamic_sizes"],
+                arg["dynamic_strides"],
+            )
+        elif kind == "alias":
+            root.add_alias_guard(node, node_for(arg[0]), arg[1], desc)
+        elif kind == "symbol":
+            root.add_shape_symbol(node, arg[0], arg[1], desc)
+        else:
+            raise ValueError(f"unknown exported guard kind {kind!r}")
+    return root
+
+
+def _example(spec: dict) -> torch.Tensor:
+    """A tensor with the metadata ``spec`` describes, for ``add_tensor_match`` (which reads
+    type, dispatch keys, dtype, device, layout, sizes and strides from an example)."""
+    if spec["layout"] == torch.strided:
+        t = torch.empty_strided(
+            spec["size"], spec["stride"], dtype=spec["dtype"], device=spec["device"]
+        )
+    else:
+        t = torch.empty(
+            spec["size"], dtype=spec["dtype"], device=spec["device"], layout=spec["layout"]
+        )
+    if spec["requires_grad"]:
+        t.requires_grad_(True)
+    if spec["type"] is torch.nn.Parameter:
+        t = torch.nn.Parameter(t, requires_grad=spec["requires_grad"])
+    return t
+
+
+def export_guards(guard_set, shape_env, shape_bindings, fn, code, args, kwargs, in_spec):
+    """The :class:`ExportGuards` of one export: the capture's ``guard_set`` (with the shape
+    environment and bindings of a capture with symbolic sizes) recorded for the argument
+    slots of ``code`` that a call of ``fn(*args, **kwargs)`` fills.
+
+    Raises ValueError when a symbolic size is not read from the call's arguments."""
+    from torch_plugin.capture.guards import build_guard_tree
+
+    recipe = slot_recipe(fn, code, args, kwargs)
+    if recipe is None:
+        raise ValueError(
+            f"the captured frame ({code.co_qualname}) is not the exported function's own code"
+        )
+    given = {i for i, r in enumerate(recipe) if r[0] != "fixed"}
+    rec = _Recorder(lambda slot: slot in given)
+    build_guard_tree(guard_set, shape_env, shape_bindings, root=rec)
+    return ExportGuards(rec.checks, recipe, in_spec, rec.summary(), rec.slot_names)
