@@ -33,7 +33,7 @@ from .capture.output_structure import rebuild, spec_has
 
 # ExportedOutput and tensor_setitem: also the names files saved before they moved use.
 from .exported.graph_module import ExportCodeGen, ExportedGraph, ExportedOutput, tensor_setitem
-from .exported.guards import export_guards
+from .exported.guards import export_guards, source_path
 
 
 class ExportError(RuntimeError):
@@ -131,11 +131,63 @@ def export(
         )
     except ValueError as e:
         raise ExportError(f"export of {name}: its guards cannot be checked on a call: {e}") from e
-    exported = _standalone(gm, example_inputs, record.output_spec, args, kwargs, guards)
+    positions = _input_positions(record.input_sources, guards.recipe, args, kwargs)
+    checked = {path for kind, path, _, _ in guards.checks if kind in ("tensor", "equals", "symbol")}
+    for source, position in zip(record.input_sources, positions):
+        if position is not None and source_path(source) not in checked:
+            raise ExportError(
+                f"export of {name}: the graph input {source.name()} would not be checked on a"
+                " call of the exported graph (internal error: please report it)"
+            )
+    exported = _standalone(gm, example_inputs, positions, record.output_spec, args, kwargs, guards)
     return exported, list(record.guards)
 
 
-def _standalone(gm, example_inputs, spec, args, kwargs, guards) -> torch.fx.GraphModule:
+def _input_positions(sources, recipe, args, kwargs) -> list[int | None]:
+    """For each graph input (read by the capture from ``sources``, see capture/sources.py),
+    its index among the pytree leaves of the call's ``(args, kwargs)``, or None when it is not
+    one of them (a global, say). Matched by path, not identity: one tensor passed twice, or
+    an int equal to another, still maps to its own position."""
+    from .capture.sources import AttrSource, ItemSource, LocalSource
+
+    flat = pytree.tree_flatten_with_path((args, kwargs))[0]
+    index = {tuple(path): i for i, (path, _) in enumerate(flat)}
+
+    def key_path(source) -> tuple | None:
+        if isinstance(source, LocalSource):
+            if source.slot >= len(recipe):
+                return None
+            how, *arg = recipe[source.slot]
+            if how == "arg":
+                return (pytree.SequenceKey(0), pytree.SequenceKey(arg[0]))
+            if how == "kw":
+                return (pytree.SequenceKey(1), pytree.MappingKey(arg[0]))
+            return (how, arg[0]) if how in ("varargs", "varkw") else None
+        if isinstance(source, (ItemSource, AttrSource)):
+            base = key_path(source.base)
+            if base is None:
+                return None
+            if base[0] == "varargs" and isinstance(source, ItemSource):
+                return (pytree.SequenceKey(0), pytree.SequenceKey(base[1] + source.key))
+            if base[0] == "varkw" and isinstance(source, ItemSource):
+                return (pytree.SequenceKey(1), pytree.MappingKey(source.key))
+            if isinstance(source, AttrSource):
+                return (*base, pytree.GetAttrKey(source.attr))
+            key = source.key
+            step = pytree.SequenceKey(key) if isinstance(key, int) else pytree.MappingKey(key)
+            return (*base, step)
+        return None
+
+    out = []
+    for source in sources:
+        path = key_path(source)
+        out.append(
+            index.get(path) if path is not None and path[0] not in ("varargs", "varkw") else None
+        )
+    return out
+
+
+def _standalone(gm, example_inputs, positions, spec, args, kwargs, guards) -> torch.fx.GraphModule:
     flat_args, in_spec = pytree.tree_flatten((args, kwargs))
     graph = torch.fx.Graph()
     arg_nodes = [graph.placeholder(f"leaf{i}") for i in range(len(flat_args))]
@@ -149,9 +201,16 @@ def _standalone(gm, example_inputs, spec, args, kwargs, guards) -> torch.fx.Grap
     env: dict = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, (node, example) in enumerate(zip(placeholders, example_inputs)):
-        position = next((j for j, a in enumerate(flat_args) if a is example), None)
+        position = positions[i] if i < len(positions) else None
+        if position is None and isinstance(example, torch.Tensor):
+            position = next((j for j, a in enumerate(flat_args) if a is example), None)
         if position is not None:
             env[node] = arg_nodes[position]
+        elif not isinstance(example, torch.Tensor):
+            raise ExportError(
+                f"export: graph input {node.name} (a symbolic {type(example).__name__}) is not"
+                " one of the call's arguments"
+            )
         else:  # a tensor not among the arguments (a global, say): a constant of the export
             const_name = f"_export_constant_{i}"
             root.register_buffer(const_name, example)

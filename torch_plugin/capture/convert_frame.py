@@ -104,6 +104,8 @@ class CaptureRecord:
     guard_set: Any = None
     shape_env: Any = None
     shape_bindings: tuple = ()
+    # Where each graph input (placeholder, in order) was read from.
+    input_sources: tuple = ()
 
 
 # Functions called with each CaptureRecord (explain(), export() and the logs use this).
@@ -477,6 +479,7 @@ class ConvertFrame:
                     guard_set=output.guards,
                     shape_env=output.shape_env,
                     shape_bindings=tuple(output.shape_bindings),
+                    input_sources=tuple(output.input_sources),
                 )
             )
         return transformed, guard

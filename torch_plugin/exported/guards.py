@@ -33,6 +33,7 @@ import inspect
 from typing import Any
 
 import torch
+import torch.fx
 import torch.utils._pytree as pytree
 
 
@@ -182,11 +183,13 @@ def slot_recipe(fn: Any, code, args: tuple, kwargs: dict) -> list[tuple] | None:
     func = getattr(target, "__func__", target)
     if getattr(func, "__code__", None) is not code:
         return None
+    # The code's own signature: a decorated forward's __wrapped__ is not what was captured.
+    sig = inspect.Signature.from_callable(target, follow_wrapped=False)
     try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
+        bound = sig.bind(*args, **kwargs)
     except TypeError:
         return None
-    params = inspect.signature(target).parameters
+    params = sig.parameters
     n_pos = 0
     where: dict[str, tuple] = {}
     for name, value in bound.arguments.items():
@@ -200,6 +203,11 @@ def slot_recipe(fn: Any, code, args: tuple, kwargs: dict) -> list[tuple] | None:
             n_pos += 1
         else:
             where[name] = ("kw", name)
+    for name, param in params.items():
+        if name not in where and param.kind == inspect.Parameter.VAR_POSITIONAL:
+            where[name] = ("varargs", len(args))
+        elif name not in where and param.kind == inspect.Parameter.VAR_KEYWORD:
+            where[name] = ("varkw", [])
     n_slots = code.co_argcount + code.co_kwonlyargcount
     n_slots += bool(code.co_flags & inspect.CO_VARARGS) + bool(
         code.co_flags & inspect.CO_VARKEYWORDS
@@ -282,6 +290,8 @@ class ExportGuards(torch.nn.Module):
         method directly: a module call would cost a few microseconds more.)"""
         args, kwargs = call
         if not _same_structure(call, self._structure):
+            if _tracing(call):
+                return
             raise ExportGuardError(
                 "exported graph called with inputs of another structure: expected "
                 f"{_describe_spec(self.in_spec)}, got {_describe_spec(pytree.tree_structure(call))}."
@@ -293,7 +303,7 @@ class ExportGuards(torch.nn.Module):
         if tree is None:
             tree = self._tree = _build_tree(self.checks, self.slot_names)
         values = _slot_values(self.recipe, args, kwargs)
-        if not tree.check(values, _EMPTY, _EMPTY, None):
+        if not tree.check(values, _EMPTY, _EMPTY, None) and not _tracing(call):
             reason = tree.failure_reason(values, _EMPTY, _EMPTY, None)
             raise ExportGuardError(
                 f"exported graph called with an input its capture did not assume: {reason}. "
@@ -305,6 +315,12 @@ class ExportGuards(torch.nn.Module):
 
 
 _EMPTY: dict = {}
+
+
+def _tracing(call: tuple) -> bool:
+    """Whether the call is FX symbolically tracing the exported graph (its inputs are
+    proxies): the trace records the graph's computation, not the check."""
+    return any(isinstance(leaf, torch.fx.Proxy) for leaf in pytree.tree_leaves(call))
 
 
 def _untuple_path(check) -> tuple:
@@ -439,6 +455,22 @@ def _example(spec: dict) -> torch.Tensor:
     if spec["type"] is torch.nn.Parameter:
         t = torch.nn.Parameter(t, requires_grad=spec["requires_grad"])
     return t
+
+
+def source_path(source) -> tuple | None:
+    """The path :class:`_Recorder` records for the guards on ``source`` (argument slot, then
+    attributes and items), or None for a source not under an argument."""
+    from torch_plugin.capture.sources import AttrSource, ItemSource, LocalSource
+
+    if isinstance(source, LocalSource):
+        return (("slot", source.slot),)
+    if isinstance(source, (AttrSource, ItemSource)):
+        base = source_path(source.base)
+        if base is None:
+            return None
+        step = ("attr", source.attr) if isinstance(source, AttrSource) else ("item", source.key)
+        return (*base, step)
+    return None
 
 
 def export_guards(guard_set, shape_env, shape_bindings, fn, code, args, kwargs, in_spec):
