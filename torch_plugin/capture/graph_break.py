@@ -132,7 +132,14 @@ class Reconstructor:
         self._preparing.discard(id(var))
         if (
             not isinstance(
-                var, (ListVariable, ConstDictVariable, ModelOutputVariable, NewObjectVariable)
+                var,
+                (
+                    ListVariable,
+                    TupleVariable,
+                    ConstDictVariable,
+                    ModelOutputVariable,
+                    NewObjectVariable,
+                ),
             )
             or var.source is not None
         ):

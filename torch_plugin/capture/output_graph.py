@@ -334,6 +334,19 @@ class OutputGraph:
         self.example_inputs.append(value)
         return var
 
+    def real_tensor(self, var: TensorVariable) -> torch.Tensor | None:
+        """The real tensor behind ``var`` when it is a graph input (the one seen at capture)
+        or a graph attribute (a parameter or buffer), else None (a value the graph
+        computes: no real object exists while capturing)."""
+        if var.node.op == "placeholder" and var.source is not None:
+            if self._inputs_by_source.get(var.source) is var:
+                return self.example_inputs[self.input_sources.index(var.source)]
+            return None
+        if var.node.op == "get_attr" and isinstance(var.node.target, str):
+            value = getattr(self.root, var.node.target, None)
+            return value if isinstance(value, torch.Tensor) else None
+        return None
+
     def _last_placeholder(self):
         last = None
         for node in self.graph.nodes:
@@ -455,6 +468,8 @@ class OutputGraph:
             )
         except Exception as e:
             unimplemented(f"{getattr(target, '__name__', target)} raised {type(e).__name__}: {e}")
+        if _holds_numpy_scalar((fake_args, fake_kwargs)):
+            self._check_plain_scalars_agree(target, run, fake_args, fake_kwargs, example)
         if not _contains_tensor(example):
             if is_pure_call(kind, target):
                 # metadata-only result (e.g. torch.is_floating_point): a constant of the
@@ -483,7 +498,29 @@ class OutputGraph:
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["example_value"] = example
         node.meta["stack_trace"] = tx.current_location_text()
-        return self._wrap_result(tx, node, example)
+        return self._wrap_result(tx, node, example, _argument_variables(args, kwargs))
+
+    def _check_plain_scalars_agree(
+        self, target, run: Callable, fake_args: tuple, fake_kwargs: dict, example: Any
+    ) -> None:
+        """The graph spells a NumPy scalar argument (``np.float64(2.5)``, a ``float``
+        subclass) as the Python number of the same value (its FX code has no ``np``, see
+        :func:`_plain_scalar`). Allowed only where that gives the same result's type, dtype,
+        shape, strides, device and requires_grad as the NumPy scalar did (FakeTensor runs the
+        call both ways): ``torch.tensor(np.float64(2.5))`` is float64 where
+        ``torch.tensor(2.5)`` is float32, a graph break."""
+        plain_args = _plain_scalar(fake_args)
+        plain_kwargs = _plain_scalar(fake_kwargs)
+        try:
+            with self.fake_mode, self._guard_context(target, plain_args):
+                plain = run(*plain_args, **plain_kwargs)
+        except Exception:  # noqa: BLE001 - any difference is a graph break
+            plain = _MISMATCH
+        if not _same_metadata(example, plain):
+            unimplemented(
+                f"{getattr(target, '__name__', target)} with a NumPy scalar argument gives"
+                " another result than with the Python number of its value"
+            )
 
     def _guard_context(self, target, fake_args: tuple):
         """Convolutions on contiguous input and weight: no guards from the fake kernel.
@@ -537,10 +574,23 @@ class OutputGraph:
 
         return enable_python_dispatcher()
 
-    def _wrap_result(self, tx, node: torch.fx.Node, example: Any) -> VariableTracker:
+    def _wrap_result(
+        self, tx, node: torch.fx.Node, example: Any, known: dict | None = None
+    ) -> VariableTracker:
+        """The variable for ``node``'s result. A tensor that is one of the call's tensor
+        arguments (an in-place op's ``self``, an ``out=`` tensor, ``x.to(x.dtype)``: FakeTensor
+        returns the very fake object it was given, as the real op returns the very tensor) is
+        that argument's variable (``known``: id of its example -> variable), so ``x.add_(1) is
+        x`` holds and every later use is that one variable. The node itself stays in the
+        graph, in order, and carries the mutation (nothing removes unused nodes; AOTAutograd
+        traces every node and functionalizes the mutation)."""
         from .variables.lists import ListVariable, NamedTupleVariable, TupleVariable
 
+        known = known or {}
         if isinstance(example, torch.Tensor):
+            same = known.get(id(example))
+            if same is not None and same.example is example:
+                return same
             return TensorVariable(node, example)
         if isinstance(example, (tuple, list)):
             items = []
@@ -548,10 +598,10 @@ class OutputGraph:
                 if isinstance(ex, torch.Tensor):
                     n = self.graph.call_function(operator.getitem, (node, i))
                     n.meta["example_value"] = ex
-                    items.append(TensorVariable(n, ex))
+                    items.append(self._wrap_result(tx, n, ex, known))
                 elif _contains_tensor(ex):
                     n = self.graph.call_function(operator.getitem, (node, i))
-                    items.append(self._wrap_result(tx, n, ex))
+                    items.append(self._wrap_result(tx, n, ex, known))
                 else:
                     from .variables.builder import wrap_constant_or_object
 
@@ -625,6 +675,9 @@ class OutputGraph:
             return value
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return self.sym_arg(value)
+        if _holds_numpy_scalar(value):
+            # checked to give the same result (_check_plain_scalars_agree)
+            value = _plain_scalar(value)
         if isinstance(value, (tuple, list)) and any(
             isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, tuple, list)) for v in value
         ):
@@ -651,6 +704,81 @@ class _ShapeSource(torch._guards.Source):
     @property
     def guard_source(self):
         return torch._guards.GuardSource.LOCAL
+
+
+def _argument_variables(args: list, kwargs: dict) -> dict:
+    """id of each tensor argument's example -> its variable (also inside list, tuple and dict
+    arguments): the variables a call's result may be (see ``OutputGraph._wrap_result``)."""
+    from .variables.dicts import ConstDictVariable
+    from .variables.lists import BaseListVariable
+
+    found: dict = {}
+    todo = [*args, *kwargs.values()]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, TensorVariable):
+            found.setdefault(id(v.example), v)
+        elif isinstance(v, BaseListVariable):
+            todo.extend(v.items)
+        elif isinstance(v, ConstDictVariable):
+            todo.extend(v.items.values())
+    return found
+
+
+_MISMATCH = object()
+
+
+def _is_numpy_scalar(value: Any) -> bool:
+    """A NumPy scalar that is also a Python number (``np.float64`` subclasses ``float``,
+    ``np.complex128`` ``complex``): a constant of the capture, but not one FX code can
+    spell (it prints as ``np.float64(2.5)``)."""
+    return (
+        isinstance(value, (int, float, complex))
+        and type(value) not in (int, float, complex, bool)
+        and type(value).__module__ == "numpy"
+    )
+
+
+def _holds_numpy_scalar(value: Any) -> bool:
+    if _is_numpy_scalar(value):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_holds_numpy_scalar(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_numpy_scalar(v) for v in value.values())
+    return False
+
+
+def _plain_scalar(value: Any) -> Any:
+    """``value`` with each NumPy scalar replaced by the Python number of the same value
+    (exact: ``np.float64`` is a double, as ``float``), inside tuples, lists and dicts."""
+    if _is_numpy_scalar(value):
+        for base in (float, int, complex):
+            if isinstance(value, base):
+                return base(value)
+    if type(value) in (tuple, list):
+        return type(value)(_plain_scalar(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain_scalar(v) for k, v in value.items()}
+    return value
+
+
+def _same_metadata(a: Any, b: Any) -> bool:
+    """Whether two fake results agree in everything the graph's result would show
+    except values (type, dtype, shape, strides, device, requires_grad; containers item by
+    item; other values equal and of one type)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            type(a) is type(b)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and a.stride() == b.stride()
+            and a.device == b.device
+            and a.requires_grad == b.requires_grad
+        )
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same_metadata, a, b))
+    return type(a) is type(b) and a == b
 
 
 def _contains_tensor(value: Any) -> bool:

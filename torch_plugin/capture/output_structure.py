@@ -60,14 +60,25 @@ def flatten_output(
     ):
         # guarded on its type only: return the object found at its source on this call
         return ("arg", output_graph.runtime_arg(var.source))
+    if isinstance(var, TupleVariable) and var.source is not None and output_graph is not None:
+        # a tuple (or named tuple) from the frame's inputs: the caller's own object (`f(t) is
+        # t`; a named tuple subclass's instance attributes come with it)
+        return ("arg", output_graph.runtime_arg(var.source))
+    # A tuple built in the frame is built once per variable (rebuild's memo): `return t, t`
+    # gives one object twice, as in eager.
     if isinstance(var, NamedTupleVariable):
         return (
             "namedtuple",
             var.tuple_cls,
             [flatten_output(v, outputs, output_graph, visiting) for v in var.items],
+            id(var),
         )
     if isinstance(var, TupleVariable):
-        return ("tuple", [flatten_output(v, outputs, output_graph, visiting) for v in var.items])
+        return (
+            "tuple",
+            [flatten_output(v, outputs, output_graph, visiting) for v in var.items],
+            id(var),
+        )
     if isinstance(var, ListVariable):
         return (
             "list",
@@ -153,7 +164,13 @@ def rebuild(spec: tuple, tensors, memo: dict | None = None, args: tuple = ()) ->
     if memo is None:
         memo = {}
     if kind == "tuple":
-        return tuple(rebuild(s, tensors, memo, args) for s in spec[1])
+        key = spec[2] if len(spec) > 2 else None
+        if key is not None and key in memo:
+            return memo[key]
+        out = tuple(rebuild(s, tensors, memo, args) for s in spec[1])
+        if key is not None:
+            memo[key] = out
+        return out
     if kind == "list":
         if spec[2] in memo:
             return memo[spec[2]]
@@ -161,9 +178,15 @@ def rebuild(spec: tuple, tensors, memo: dict | None = None, args: tuple = ()) ->
         out.extend(rebuild(s, tensors, memo, args) for s in spec[1])
         return out
     if kind == "namedtuple":
+        key = spec[3] if len(spec) > 3 else None
+        if key is not None and key in memo:
+            return memo[key]
         cls = spec[1]
         values = [rebuild(s, tensors, memo, args) for s in spec[2]]
-        return cls(values) if not hasattr(cls, "_fields") else cls(*values)
+        out = cls(values) if not hasattr(cls, "_fields") else cls(*values)
+        if key is not None:
+            memo[key] = out
+        return out
     if kind == "dict":
         if spec[3] in memo:
             return memo[spec[3]]

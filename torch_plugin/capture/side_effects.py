@@ -179,6 +179,8 @@ def _collect_ids(spec: tuple, out: set) -> None:
         for _, s in spec[2]:
             _collect_ids(s, out)
     elif kind == "tuple":
+        if len(spec) > 2:
+            out.add(spec[2])
         for s in spec[1]:
             _collect_ids(s, out)
     elif kind in ("model_output", "object"):
@@ -186,6 +188,8 @@ def _collect_ids(spec: tuple, out: set) -> None:
         for _key, s in spec[2]:
             _collect_ids(s, out)
     elif kind == "namedtuple":
+        if len(spec) > 3:
+            out.add(spec[3])
         for s in spec[2]:
             _collect_ids(
                 s[1] if isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], str) else s, out

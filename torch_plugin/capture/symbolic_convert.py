@@ -696,9 +696,13 @@ class InstructionTranslatorBase(ContainerInstructions):
 
     def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
         """``obj.name = value`` (the STORE_ATTR opcode and ``setattr``)."""
-        from .variables.user_defined import is_private, private_setattr, refuse_mutated_private
-
         from .variables.model_output import ModelOutputVariable
+        from .variables.user_defined import (
+            is_private,
+            private_setattr,
+            refuse_code_running_write,
+            refuse_mutated_private,
+        )
 
         if isinstance(obj, (NewObjectVariable, FunctionCtxVariable, ModelOutputVariable)):
             obj.store_attr(self, name, value)  # not visible outside the frame yet
@@ -713,6 +717,7 @@ class InstructionTranslatorBase(ContainerInstructions):
             return
         if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
             real = _object_seen(obj)
+            refuse_code_running_write(real, name)
             if isinstance(real, torch.nn.Module) and isinstance(value, TensorVariable):
                 if name in real._parameters or name in real._buffers:
                     unimplemented(

@@ -14,6 +14,8 @@ import builtins
 import math
 import operator
 
+import torch
+
 from ..exc import unimplemented
 from .base import CallableVariable
 from .constant import ConstantVariable, is_immutable
@@ -380,10 +382,63 @@ def _hasattr(tx, obj, name):
         value = obj.as_python_constant()
         return hasattr(value, name)
     if isinstance(obj, TensorVariable):
-        return hasattr(obj.example, name)
+        return _tensor_hasattr(tx, obj, name)
     if isinstance(obj, (BaseListVariable, ConstDictVariable)):
-        return hasattr(obj.python_type(), name)
+        cls = obj.python_type()
+        if hasattr(cls, name):
+            return True
+        if obj.source is not None and getattr(cls, "__dictoffset__", 0):
+            # a subclass instance from the inputs (a named tuple subclass without
+            # __slots__) may carry instance attributes, which the variable does not model
+            return None
+        return False
     return None
+
+
+def _tensor_hasattr(tx, obj, name: str):
+    """``hasattr`` on a tensor, answered as CPython looks the name up on the real tensor
+    (never from its FakeTensor, whose class and instance attributes differ: ``fake_mode``).
+
+    The tensor's class (``torch.Tensor``, or ``nn.Parameter``) is fixed by its guard (or by
+    the graph, for a value computed in it): a method or other non-data attribute there is
+    True. A data descriptor (``getset`` or property: ``__cuda_array_interface__``, ``mT``)
+    runs its getter on the example, whose metadata (dtype, device, shape, requires_grad) the
+    tensor's guard fixes: AttributeError is False, another exception (eager raises it) a
+    graph break. Otherwise the instance ``__dict__`` decides: a graph input's or a
+    parameter's real ``__dict__`` (``x.test = None`` before the call), guarded with
+    ``DICT_KEYS_MATCH`` (True) or ``NOT_IN_DICT`` (False); a tensor computed in the graph is
+    a new object with an empty one. None (a graph break) where the answer cannot be
+    guarded."""
+    from ..sources import AttrSource
+    from .user_defined import class_lookup
+
+    real = tx.output.real_tensor(obj)
+    cls = type(real) if real is not None else torch.Tensor
+    if any(name in klass.__dict__ for klass in cls.__mro__):
+        attr = class_lookup(cls, name)
+        descr_type = type(attr)
+        if not (hasattr(descr_type, "__set__") or hasattr(descr_type, "__delete__")):
+            return True
+        example = real if real is not None else obj.example
+        try:
+            attr.__get__(example, cls)
+        except AttributeError:
+            return False
+        except Exception:  # noqa: BLE001 - eager raises it: CPython decides (graph break)
+            return None
+        return True
+    if real is None:
+        if obj.node.op in ("placeholder", "get_attr"):
+            return None
+        return False  # a new tensor: no instance attributes (captured code sets none)
+    if obj.source is None:
+        return None  # no guard can keep the answer
+    instance_dict = AttrSource(obj.source, "__dict__")
+    if name in real.__dict__:
+        tx.output.guards.dict_keys_match(instance_dict, real.__dict__)
+        return True
+    tx.output.guards.not_in_dict(instance_dict, name)
+    return False
 
 
 def _shared_module_hasattr(tx, obj, name: str) -> bool:

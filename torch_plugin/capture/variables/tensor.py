@@ -100,7 +100,31 @@ class TensorVariable(VariableTracker):
         if hasattr(torch.Tensor, name) and callable(getattr(torch.Tensor, name)):
             # data methods (item, tolist, numpy) fail when called: a graph break at the call
             return TensorMethodVariable(self, name)
+        instance_attr = self._instance_attr(tx, name)
+        if instance_attr is not None:
+            return instance_attr
         unimplemented(f"Tensor attribute {name!r}")
+
+    def _instance_attr(self, tx, name: str) -> VariableTracker | None:
+        """An attribute the caller stored on a graph input (``x.test = ...`` before the
+        call), read from its real ``__dict__`` with a ``DICT_KEYS_MATCH`` guard on it (the
+        keys) and the value's own guard at ``AttrSource(source, name)``; None when the
+        tensor has no such attribute or its ``__dict__`` cannot be guarded."""
+        from ..sources import AttrSource
+        from .user_defined import class_lookup
+
+        real = tx.output.real_tensor(self)
+        if (
+            real is None
+            or self.source is None
+            or name not in real.__dict__
+            or class_lookup(type(real), name) is not None
+        ):
+            return None
+        from .builder import wrap_value
+
+        tx.output.guards.dict_keys_match(AttrSource(self.source, "__dict__"), real.__dict__)
+        return wrap_value(tx, real.__dict__[name], AttrSource(self.source, name))
 
     def call_method(self, tx, name, args, kwargs):
         if name in _DATA_METHODS:

@@ -474,6 +474,33 @@ class _NoOpVariable(VariableTracker):
 # --- writes to private copies (``copy.deepcopy`` folded at capture time) -------------------
 
 
+def refuse_code_running_write(obj, name: str) -> None:
+    """Graph break when ``obj.name = value`` on a real object would run code rather than
+    store the value in the instance ``__dict__``: a class ``__setattr__`` other than
+    ``object``'s (or, for an nn.Module, ``nn.Module``'s, which the capture models), or a data
+    descriptor of the class at ``name`` (a ``__set__``/``__delete__``: a property setter, a
+    descriptor storing ``2 * value``) other than a ``__slots__`` member. The capture records
+    attribute writes as plain stores that later reads in the frame see, while the replay
+    runs the real ``setattr``: the two would disagree."""
+    cls = type(obj)
+    setter = class_lookup(cls, "__setattr__")
+    modelled = (object.__setattr__,) + (
+        (torch.nn.Module.__setattr__,) if isinstance(obj, torch.nn.Module) else ()
+    )
+    if setter not in modelled:
+        unimplemented(f"assignment to {cls.__name__}.{name} runs {cls.__name__}.__setattr__")
+    static = class_lookup(cls, name)
+    if (
+        static is not None
+        and (hasattr(type(static), "__set__") or hasattr(type(static), "__delete__"))
+        and not isinstance(static, types.MemberDescriptorType)
+    ):
+        unimplemented(
+            f"assignment to {cls.__name__}.{name} runs its descriptor"
+            f" ({type(static).__name__}.__set__)"
+        )
+
+
 def is_private(var: VariableTracker) -> bool:
     """Whether ``var`` is a private copy (:attr:`UserDefinedObjectVariable.private`)."""
     return isinstance(var, UserDefinedObjectVariable) and var.private
