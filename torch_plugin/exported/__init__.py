@@ -10,3 +10,5 @@
 
 Depends on capture (output structure) only; capture never imports it.
 """
+
+from . import serialization  # noqa: F401 - registers load_exported with add_safe_globals

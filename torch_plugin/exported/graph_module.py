@@ -70,3 +70,22 @@ class ExportedOutput(torch.nn.Module):
 
     def forward(self, *tensors: torch.Tensor) -> Any:
         return rebuild(self.spec, tensors)
+
+    def payload(self) -> dict:
+        """What ``torch.save`` writes for this module (see :mod:`.serialization`): the output
+        spec, whose classes are written as references to their module and name."""
+        return {"spec": self.spec}
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> ExportedOutput:
+        """The module :meth:`payload` described (classes already resolved by the loader).
+
+        Raises:
+            torch_plugin.exported.serialization.ExportLoadError: a malformed spec, or a class
+                in a role it cannot play (a named tuple that is not a tuple subclass, ...)."""
+        from .serialization import ExportLoadError, check_output_spec
+
+        if type(payload) is not dict or "spec" not in payload:
+            raise ExportLoadError("malformed ExportedOutput payload")
+        check_output_spec(payload["spec"])
+        return cls(payload["spec"])
