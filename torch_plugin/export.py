@@ -5,14 +5,17 @@ raises :class:`torch_plugin.CaptureError` with the reason and the user's file an
 then turns the one captured graph into a standalone ``torch.fx.GraphModule``:
 
 - it takes the call's arguments in the user's structure (``exported(*args, **kwargs)``);
-  tensors are matched to graph inputs by identity, other arguments were specialized
+  tensors are matched to graph inputs by where they are in it, other arguments were specialized
   (``guards`` says to which values);
 - it returns the user's structure (nested tuples, lists, dicts, named tuples, constants);
   objects the code builds (an HF ``DynamicCache`` with ``use_cache=True``) and ModelOutputs
   are built anew by each call from the graph's tensors (:class:`ExportedOutput`, the
   submodule ``_export_output`` that the graph calls last);
 - parameters and buffers are attributes of the module (the originals, not copies);
-- it runs with no hook, and survives ``torch.save`` / ``torch.load(weights_only=False)``.
+- it checks its guards on every call before computing (:mod:`torch_plugin.exported.guards`);
+- it runs with no hook, and survives ``torch.save`` / ``torch.load`` with torch.load's
+  defaults (``weights_only=True``; import torch_plugin first, see
+  :mod:`torch_plugin.exported.serialization`).
 
 The pytree handling of inputs and outputs is FX's own (``torch.fx.graph._PyTreeCodeGen``),
 the mechanism ``torch._dynamo.export`` uses.
@@ -162,13 +165,19 @@ def _input_positions(sources, recipe, args, kwargs) -> list[int | None]:
                 return (pytree.SequenceKey(0), pytree.SequenceKey(arg[0]))
             if how == "kw":
                 return (pytree.SequenceKey(1), pytree.MappingKey(arg[0]))
-            return (how, arg[0]) if how in ("varargs", "varkw") else None
+            if how == "varargs":
+                return ("varargs", (arg[0], arg[1]))
+            return ("varkw", arg[0]) if how == "varkw" else None
         if isinstance(source, (ItemSource, AttrSource)):
             base = key_path(source.base)
             if base is None:
                 return None
             if base[0] == "varargs" and isinstance(source, ItemSource):
-                return (pytree.SequenceKey(0), pytree.SequenceKey(base[1] + source.key))
+                start, with_self = base[1]
+                index = start + source.key - with_self
+                if index < start:  # the bound self
+                    return None
+                return (pytree.SequenceKey(0), pytree.SequenceKey(index))
             if base[0] == "varkw" and isinstance(source, ItemSource):
                 return (pytree.SequenceKey(1), pytree.MappingKey(source.key))
             if isinstance(source, AttrSource):

@@ -41,6 +41,21 @@ class ExportedGraph(torch.fx.GraphModule):
     first by the graph) and, for structured return values, ``_export_output``
     (:class:`ExportedOutput`, called last)."""
 
+    @property
+    def checked_guards(self) -> list[str]:
+        """What each call checks before computing, in source terms (``L['x'].size()[0] ==
+        4``); a violation raises ``torch_plugin.exported.guards.ExportGuardError``."""
+        guards = self._modules.get("_export_guards")
+        return [] if guards is None else [c[3] for c in guards.checks if c[0] != "symbol"]
+
+    @property
+    def unchecked_guards(self) -> list[str]:
+        """What the capture assumed that a call of the graph cannot check (one line per
+        source: ``self`` of a module, globals, closure variables, the global torch state):
+        the graph keeps those values from export."""
+        guards = self._modules.get("_export_guards")
+        return [] if guards is None else list(guards.unchecked)
+
     def __reduce__(self):
         from .serialization import reduce_exported
 

@@ -29,6 +29,7 @@ not re-taken).
 
 from __future__ import annotations
 
+import collections
 import inspect
 from typing import Any
 
@@ -107,9 +108,10 @@ class _Recorder(_Node):
     """Stands for a RootGuardManager in ``build_guard_tree``; ``slot_ok(slot)`` says which
     argument slots a bare call of the graph provides."""
 
-    def __init__(self, slot_ok) -> None:
+    def __init__(self, slot_ok, hidden: set[tuple] = frozenset()) -> None:
         super().__init__(self, None, "")
         self.slot_ok = slot_ok
+        self.hidden = hidden
         self.checks: list[tuple] = []  # (kind, path, arg, description)
         # root source -> descriptions of its guards that a bare call cannot check
         self.unchecked: dict[str, list[str]] = {}
@@ -118,6 +120,8 @@ class _Recorder(_Node):
 
     def node(self, parent: _Node, step: tuple) -> _Node:
         path = None if parent.path is None else (*parent.path, step)
+        if path in self.hidden:
+            return _Node(self, None, f"{parent.root}[0] (self)")
         return _Node(self, path, parent.root)
 
     def leaf(self, node: _Node, kind: str, arg: Any, desc: str) -> None:
@@ -175,37 +179,45 @@ class _Recorder(_Node):
 def slot_recipe(fn: Any, code, args: tuple, kwargs: dict) -> list[tuple] | None:
     """How a call's ``(args, kwargs)`` fill the argument slots of ``code``, the captured
     frame's code object, when ``fn`` (a function or an nn.Module) is called with them:
-    one entry per slot, ``("arg", i)``, ``("kw", name)``, ``("varargs", start)`` (the tuple
-    ``args[start:]``), ``("varkw", names)`` (the dict of those kwargs), ``("fixed",)`` (a
-    default or ``self``: not given by the call). None when ``code`` is not ``fn``'s own code
-    (a wrapper was captured through), so the slots cannot be known."""
+    one entry per slot, ``("arg", i)``, ``("kw", name)``, ``("varargs", start, with_self)``
+    (the tuple ``args[start:]``, after a placeholder for the bound ``self`` when
+    ``with_self``: a decorated method ``wrapper(*args, **kwargs)`` receives its module as
+    ``args[0]``), ``("varkw", names)`` (the dict of those kwargs), ``("fixed",)`` (a default
+    or ``self``: not given by the call). None when ``code`` is not ``fn``'s own code (a
+    wrapper was captured through), so the slots cannot be known."""
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
-    func = getattr(target, "__func__", target)
+    method = inspect.ismethod(target)
+    func = target.__func__ if method else target
     if getattr(func, "__code__", None) is not code:
         return None
-    # The code's own signature: a decorated forward's __wrapped__ is not what was captured.
-    sig = inspect.Signature.from_callable(target, follow_wrapped=False)
+    # The code's own signature (a decorated forward's __wrapped__ is not what was captured),
+    # with the bound self as the first positional argument.
+    sig = inspect.Signature.from_callable(func, follow_wrapped=False)
+    offset = 1 if method else 0
+    full_args = (_SELF,) * offset + tuple(args)
     try:
-        bound = sig.bind(*args, **kwargs)
+        bound = sig.bind(*full_args, **kwargs)
     except TypeError:
         return None
     params = sig.parameters
-    n_pos = 0
+    n_pos = 0  # positional arguments of full_args consumed
     where: dict[str, tuple] = {}
     for name, value in bound.arguments.items():
         kind = params[name].kind
         if kind == inspect.Parameter.VAR_POSITIONAL:
-            where[name] = ("varargs", n_pos)
+            with_self = method and n_pos == 0
+            where[name] = ("varargs", max(n_pos - offset, 0), with_self)
+            n_pos = len(full_args)
         elif kind == inspect.Parameter.VAR_KEYWORD:
             where[name] = ("varkw", list(value))
-        elif n_pos < len(args) and kind != inspect.Parameter.KEYWORD_ONLY:
-            where[name] = ("arg", n_pos)
+        elif n_pos < len(full_args) and kind != inspect.Parameter.KEYWORD_ONLY:
+            where[name] = ("fixed",) if value is _SELF else ("arg", n_pos - offset)
             n_pos += 1
         else:
             where[name] = ("kw", name)
     for name, param in params.items():
         if name not in where and param.kind == inspect.Parameter.VAR_POSITIONAL:
-            where[name] = ("varargs", len(args))
+            where[name] = ("varargs", len(args), False)
         elif name not in where and param.kind == inspect.Parameter.VAR_KEYWORD:
             where[name] = ("varkw", [])
     n_slots = code.co_argcount + code.co_kwonlyargcount
@@ -213,6 +225,27 @@ def slot_recipe(fn: Any, code, args: tuple, kwargs: dict) -> list[tuple] | None:
         code.co_flags & inspect.CO_VARKEYWORDS
     )
     return [where.get(name, ("fixed",)) for name in code.co_varnames[:n_slots]]
+
+
+class _SelfPlaceholder:
+    """Stands for the bound ``self`` of an exported module's method among positional
+    arguments (its guards are not checked: see :func:`hidden_paths`)."""
+
+    def __repr__(self) -> str:
+        return "<self>"
+
+
+_SELF = _SelfPlaceholder()
+
+
+def hidden_paths(recipe: list[tuple]) -> set[tuple]:
+    """Guard paths a call does not give: ``args[0]`` of a ``*args`` slot that holds the
+    bound self."""
+    return {
+        (("slot", i), ("item", 0))
+        for i, entry in enumerate(recipe)
+        if entry[0] == "varargs" and entry[2]
+    }
 
 
 def _slot_values(recipe: list[tuple], args: tuple, kwargs: dict) -> list:
@@ -224,7 +257,8 @@ def _slot_values(recipe: list[tuple], args: tuple, kwargs: dict) -> list:
         elif how == "kw":
             out.append(kwargs[entry[1]])
         elif how == "varargs":
-            out.append(tuple(args[entry[1] :]))
+            rest = tuple(args[entry[1] :])
+            out.append((_SELF, *rest) if entry[2] else rest)
         elif how == "varkw":
             out.append({k: kwargs[k] for k in entry[1]})
         else:
@@ -258,23 +292,36 @@ class ExportGuards(torch.nn.Module):
 
     # what torch_plugin.exported.serialization saves and restores (plain data)
     def payload(self) -> dict:
+        """This module's state as plain data for torch_plugin.exported.serialization (which
+        encodes tuples, classes, dtypes, devices and pytree specs)."""
         return {
-            "checks": [list(c) for c in self.checks],
-            "recipe": [list(r) for r in self.recipe],
-            "in_spec": pytree.treespec_dumps(self.in_spec),
+            "checks": [tuple(c) for c in self.checks],
+            "recipe": [tuple(r) for r in self.recipe],
+            "in_spec": self.in_spec,
             "unchecked": list(self.unchecked),
-            "slot_names": [[k, v] for k, v in self.slot_names.items()],
+            "slot_names": [(k, v) for k, v in self.slot_names.items()],
         }
 
     @classmethod
     def from_payload(cls, payload: dict) -> ExportGuards:
-        return cls(
-            [tuple(_untuple_path(c)) for c in payload["checks"]],
-            [tuple(r) for r in payload["recipe"]],
-            pytree.treespec_loads(payload["in_spec"]),
-            payload["unchecked"],
-            payload["slot_names"],
-        )
+        """The inverse of :meth:`payload`. The payload comes from a file (untrusted): its
+        shape is validated; raises ``torch_plugin.exported.serialization.ExportLoadError``
+        (a ValueError) naming what is malformed."""
+        try:
+            checks = [_valid_check(c) for c in payload["checks"]]
+            recipe = [_valid_recipe_entry(r) for r in payload["recipe"]]
+            in_spec = payload["in_spec"]
+            _require(isinstance(in_spec, pytree.TreeSpec), "in_spec is not a pytree spec")
+            unchecked = [_valid(str, u, "unchecked") for u in payload["unchecked"]]
+            names = {
+                _valid(int, k, "slot"): _valid(str, v, "slot name")
+                for k, v in payload["slot_names"]
+            }
+        except (KeyError, TypeError, ValueError) as e:
+            from .serialization import ExportLoadError
+
+            raise ExportLoadError(f"malformed exported guards: {e}") from None
+        return cls(checks, recipe, in_spec, unchecked, names)
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -323,16 +370,95 @@ def _tracing(call: tuple) -> bool:
     return any(isinstance(leaf, torch.fx.Proxy) for leaf in pytree.tree_leaves(call))
 
 
-def _untuple_path(check) -> tuple:
+# --- validation of a payload read from a file ----------------------------------------------
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
+
+
+def _valid(cls, value, what: str):
+    _require(isinstance(value, cls) and not (cls is int and isinstance(value, bool)), what)
+    return value
+
+
+def _valid_path(path) -> tuple:
+    steps = tuple(tuple(step) for step in path)
+    for i, step in enumerate(steps):
+        _require(len(step) == 2, f"path step {step!r}")
+        how, arg = step
+        if i == 0:
+            _require(how == "slot" and isinstance(arg, int), f"path root {step!r}")
+        else:
+            _require(how in ("attr", "item"), f"path step {step!r}")
+            if how == "attr":
+                _valid(str, arg, "attribute name")
+    return steps
+
+
+_TENSOR_FIELDS = {
+    "dtype": torch.dtype,
+    "device": torch.device,
+    "layout": torch.layout,
+    "size": list,
+    "requires_grad": bool,
+    "check_strides": bool,
+    "dynamic_sizes": list,
+    "dynamic_strides": list,
+}
+
+
+def _valid_check(check) -> tuple:
     kind, path, arg, desc = check
-    path = tuple(tuple(step) for step in path)
-    if kind == "alias":
-        arg = (tuple(tuple(step) for step in arg[0]), arg[1])
-    elif kind == "shape":
-        arg = [tuple(p) for p in arg]
+    _valid(str, desc, "description")
+    if kind == "shape":
+        program = [tuple(p) for p in arg]
+        for op, value in program:
+            _valid(str, op, "shape op")
+            _require(isinstance(value, (int, float)), "shape operand")
+        return (kind, (), program, desc)
+    path = _valid_path(path)
+    _require(bool(path), "empty path")
+    if kind == "type":
+        _require(isinstance(arg, type), "type guard argument is not a class")
+    elif kind == "len":
+        _valid(int, arg, "length")
+    elif kind in ("dict_keys", "empty_attr_dicts"):
+        arg = list(arg)
+    elif kind == "tensor":
+        _require(isinstance(arg, dict), "tensor guard argument")
+        for field, cls in _TENSOR_FIELDS.items():
+            _valid(cls, arg[field], f"tensor guard field {field}")
+        _require(arg["type"] in (torch.Tensor, torch.nn.Parameter), "tensor guard type")
+        _require(all(isinstance(v, int) for v in arg["size"]), "tensor guard size")
+        _require(
+            arg["stride"] is None or all(isinstance(v, int) for v in arg["stride"]),
+            "tensor guard stride",
+        )
+    elif kind == "alias":
+        arg = (_valid_path(arg[0]), _valid(bool, arg[1], "alias flag"))
     elif kind == "symbol":
-        arg = tuple(arg)
+        _require(arg[0] in ("size", "stride", "int"), "symbol kind")
+        arg = (arg[0], _valid(int, arg[1], "symbol dim"))
+    else:
+        _require(kind in ("id", "equals", "not_in_dict"), f"guard kind {kind!r}")
     return (kind, path, arg, desc)
+
+
+def _valid_recipe_entry(entry) -> tuple:
+    entry = tuple(entry)
+    how = entry[0]
+    if how == "arg":
+        _valid(int, entry[1], "argument index")
+    elif how == "kw":
+        _valid(str, entry[1], "keyword")
+    elif how == "varargs":
+        _valid(int, entry[1], "varargs start")
+        _valid(bool, entry[2], "varargs self flag")
+    elif how == "varkw":
+        entry = (how, [_valid(str, k, "keyword") for k in entry[1]])
+    else:
+        _require(entry == ("fixed",), f"slot recipe entry {entry!r}")
+    return entry
 
 
 def _compile_structure(spec) -> tuple | None:
@@ -347,6 +473,8 @@ def _compile_structure(spec) -> tuple | None:
     )
     if spec.type in (tuple, list):
         return (spec.type, spec.num_children, children)
+    if spec.type is collections.namedtuple:  # pytree's node type for every named tuple
+        return (spec.context, spec.num_children, children)
     if spec.type is dict:
         return (dict, list(spec.context), children)
     return (spec.type, (spec.context, spec.num_children), children)
@@ -360,7 +488,7 @@ def _same_structure(value: Any, structure: tuple | None) -> bool:
     cls, context, children = structure
     if type(value) is not cls:
         return False
-    if cls is tuple or cls is list:
+    if isinstance(context, int):  # tuple, list, named tuple
         if len(value) != context:
             return False
         items = value
@@ -487,6 +615,6 @@ def export_guards(guard_set, shape_env, shape_bindings, fn, code, args, kwargs, 
             f"the captured frame ({code.co_qualname}) is not the exported function's own code"
         )
     given = {i for i, r in enumerate(recipe) if r[0] != "fixed"}
-    rec = _Recorder(lambda slot: slot in given)
+    rec = _Recorder(lambda slot: slot in given, hidden_paths(recipe))
     build_guard_tree(guard_set, shape_env, shape_bindings, root=rec)
     return ExportGuards(rec.checks, recipe, in_spec, rec.summary(), rec.slot_names)
