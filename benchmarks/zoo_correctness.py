@@ -182,8 +182,14 @@ def _worst(want: list, got: list, what: str) -> tuple[float, str]:
 
 
 def check_export(name: str) -> dict:
-    """``torch_plugin.export`` of the eval-mode model with one input, then the exported module
-    and eager on two fresh inputs of the same shapes."""
+    """``torch_plugin.export`` of the eval-mode model with one input, then the exported module,
+    the same module after ``torch.save`` / ``torch.load`` (torch.load's defaults), and eager
+    on two fresh inputs of the same shapes; and a call with one more row in every tensor
+    input's first dim, which the exported graph must refuse (ExportGuardError)."""
+    import io
+
+    from torch_plugin.exported.guards import ExportGuardError
+
     model, inputs, outputs = MODELS[name]()
     model.eval()
     torch_plugin.reset()
@@ -192,14 +198,28 @@ def check_export(name: str) -> dict:
     try:
         args, kwargs = inputs()
         gm, _ = torch_plugin.export(model, *args, **kwargs)
+        buf = io.BytesIO()
+        torch.save(gm, buf)
+        buf.seek(0)
+        loaded = torch.load(buf)
         for step in range(2):
             torch.manual_seed(2000 + step)
             args, kwargs = inputs()
             with torch.no_grad():
-                e, loc = _worst(outputs(model(*args, **kwargs)), outputs(gm(*args, **kwargs)),
-                                "output")
-            if e > worst:
-                worst, where = e, loc
+                want = outputs(model(*args, **kwargs))
+                for label, g in (("output", gm), ("loaded output", loaded)):
+                    e, loc = _worst(want, outputs(g(*args, **kwargs)), label)
+                    if e > worst:
+                        worst, where = e, loc
+        grow = lambda t: torch.cat([t, t[:1]]) if isinstance(t, torch.Tensor) and t.dim() else t
+        for g in (gm, loaded):
+            try:
+                with torch.no_grad():
+                    g(*[grow(a) for a in args], **{k: grow(v) for k, v in kwargs.items()})
+            except ExportGuardError:
+                pass
+            else:
+                worst, where = float("inf"), "a call with another batch size was not refused"
     except Exception as e:  # noqa: BLE001 - reported as a loud failure
         return {"status": "ERROR", "error": f"{type(e).__name__}: {str(e)[:200]}",
                 "trace": traceback.format_exc(limit=3)[-600:], "graphs": 0, "breaks": 0,

@@ -249,16 +249,7 @@ def test_hf_llama_with_cache(tmp_path):
         vocab_size=100, num_key_value_heads=2,
     )  # fmt: skip
     model = transformers.LlamaModel(config).eval()
-    try:
-        _, loaded, _ = _check(
-            model, lambda: ((torch.randint(3, 100, (2, 8)),), {}), tmp_path, calls=2
-        )
-    except ExportSaveError as e:
-        if "module _export_guards" not in str(e):
-            raise
-        # ExportGuards (torch_plugin/exported/guards.py, being written) keeps identity checks
-        # on the model's submodules in its payload: live objects no file can hold.
-        pytest.xfail(f"ExportGuards payload holds live objects: {str(e)[:200]}")
+    _, loaded, _ = _check(model, lambda: ((torch.randint(3, 100, (2, 8)),), {}), tmp_path, calls=2)
     assert type(loaded(torch.randint(3, 100, (2, 8))).past_key_values).__name__ == "DynamicCache"
 
 
@@ -292,14 +283,7 @@ def test_namedtuple_input(tmp_path):
     def inputs():
         return (Result(torch.randn(3), torch.randn(3)),), {"k": 2}
 
-    try:
-        _check(f, inputs, tmp_path)
-    except (ExportSaveError, NotImplementedError) as e:
-        if "_export_guards" not in str(e) and "treespec" not in str(e).lower():
-            raise
-        # ExportGuards.payload (being written) writes its input spec with treespec_dumps,
-        # which refuses named tuples; the payload may hold the TreeSpec itself instead.
-        pytest.xfail(f"ExportGuards payload: {str(e)[:200]}")
+    _check(f, inputs, tmp_path)
 
 
 def test_pytree_specs_in_payloads_round_trip():
