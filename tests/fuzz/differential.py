@@ -101,6 +101,11 @@ def signature(m: Mismatch) -> tuple:
     what = m.what.split("\n")[0]
     if what.startswith("values differ"):
         what = "values differ"
+    elif "has raise " in what:  # one side raised, the other returned: class by the error
+        side = "compiled" if "compiled has raise " in what else "eager"
+        what = f"only {side} raised " + what.split("has raise ", 1)[1][:60]
+    elif what.startswith("attributes eager"):
+        what = "attributes differ"
     elif "raised" in what:
         what = what[:80]
     else:
@@ -171,14 +176,19 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
             t.clone() if t.layout == torch.strided else t,
             obj.requires_grad,
             obj.is_leaf if obj.requires_grad else None,
+            _attrs(obj, ids, depth),  # x.tag = ... set by the program or its caller
         )
     if isinstance(obj, torch.nn.Module):
         return _snapshot_module(obj, ids, depth)
     if isinstance(obj, (list, tuple)):
+        # a namedtuple (or a subclass of one, which has a __dict__ for attributes set on
+        # it) compares its type name and attributes too
         return (
-            type(obj).__name__,
+            "list" if isinstance(obj, list) else "tuple",
             n,
             [snapshot(v, ids, depth + 1) for v in obj],
+            type(obj).__qualname__,
+            _attrs(obj, ids, depth),
         )
     if isinstance(obj, dict):
         items = []
@@ -214,6 +224,18 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
         ]
         return ("object", n, type(obj).__qualname__, attrs)
     return ("other", n, type(obj).__qualname__, repr(obj)[:200])
+
+
+def _attrs(obj: Any, ids: dict, depth: int) -> list:
+    """Public instance attributes of a tensor or a tuple/list subclass (usually none)."""
+    d = getattr(obj, "__dict__", None)
+    if not d:
+        return []
+    return [
+        (k, snapshot(v, ids, depth + 1))
+        for k, v in list(d.items())
+        if not k.startswith("_") and not isinstance(v, (types.FunctionType, types.ModuleType, type))
+    ]
 
 
 def _snapshot_module(mod: torch.nn.Module, ids: dict, depth: int) -> Any:
@@ -290,6 +312,9 @@ def _compare(want: Any, got: Any, path: str, rtol: float, atol: float) -> str | 
             )
         if want[3] != got[3]:
             return f"{path}: requires_grad eager {want[3]}, compiled {got[3]}"
+        d = _compare_named(want[5], got[5], path, ".", rtol, atol)
+        if d:
+            return d
         if w.layout != torch.strided:
             return None
         if w.dtype.is_floating_point or w.dtype.is_complex:
@@ -305,6 +330,8 @@ def _compare(want: Any, got: Any, path: str, rtol: float, atol: float) -> str | 
     if kind in ("list", "tuple", "set", "frozenset"):
         if kind in ("set", "frozenset"):
             return None if want[2] == got[2] else f"{path}: eager {want[2]}, compiled {got[2]}"
+        if want[3] != got[3]:
+            return f"{path}: type eager {want[3]}, compiled {got[3]}"
         if len(want[2]) != len(got[2]):
             return (
                 f"{path}: {kind} length eager {len(want[2])}, compiled {len(got[2])}"
@@ -314,7 +341,7 @@ def _compare(want: Any, got: Any, path: str, rtol: float, atol: float) -> str | 
             d = _compare(w, g, f"{path}[{i}]", rtol, atol)
             if d:
                 return d
-        return None
+        return _compare_named(want[4], got[4], path, ".", rtol, atol)
     if kind == "dict":
         wk, gk = [k for k, _ in want[2]], [k for k, _ in got[2]]
         if wk != gk:

@@ -3,6 +3,7 @@
     python tests/fuzz/run.py --seed 0 --count 500 --backends eager,aot_eager,plugin
     python tests/fuzz/run.py --replay 1234                 # one program by its seed
     python tests/fuzz/run.py --count 200 --minimize        # shrink each failing program
+    python tests/fuzz/run.py --only descriptors,numpy-scalars  # mostly these families
 
 Each program (tests/fuzz/program_gen.py) runs three calls under eager PyTorch and under each
 backend (tests/fuzz/differential.py compares results and every observable). For a mismatch
@@ -54,12 +55,21 @@ def main(argv=None) -> int:
         help="comma-separated statement families to leave out (e.g. setitem,generator,"
         "autocast: known bugs), see program_gen.FEATURES",
     )
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated statement families to keep (all others excluded; the newer "
+        "families then make up most statements), e.g. inplace-identity,descriptors",
+    )
     ap.add_argument("--quiet", action="store_true", help="only the summary")
     ap.add_argument("--max-print", type=int, default=3, help="programs printed per mismatch class")
     args = ap.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
     exclude = [f for f in args.exclude.split(",") if f]
-    unknown = set(exclude) - set(program_gen.FEATURES)
+    only = [f for f in args.only.split(",") if f]
+    if only:
+        exclude += [f for f in program_gen.FEATURES if f not in only and f not in exclude]
+    unknown = (set(exclude) | set(only)) - set(program_gen.FEATURES)
     if unknown:
         ap.error(f"unknown --exclude {sorted(unknown)}; known: {program_gen.FEATURES}")
     seeds = [args.replay] if args.replay is not None else range(args.seed, args.seed + args.count)

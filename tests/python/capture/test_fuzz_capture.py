@@ -9,6 +9,9 @@ four minutes on a 2-core machine:
 - "plugin" on every 20th program (100): it also generates and compiles C++ kernels
   (cached on disk by source, so later runs are faster).
 
+Statement families that still hit a known bug (KNOWN_BUGS) are left out of these programs;
+test_fuzz_family runs each newer family (program_gen.NEW_FAMILIES) on its own, 30 programs.
+
 The long tests (TORCH_PLUGIN_FUZZ_LONG=1) run "aot_eager" and "plugin" on all 2,000 and
 "inductor" on every 10th. A failure lists each mismatch class with one program's source; reproduce and shrink
 one with ``python tests/fuzz/run.py --replay SEED --backends NAME --minimize``.
@@ -24,15 +27,35 @@ from differential import signature
 N_PROGRAMS = 2000
 CHUNK = 500
 
+# Statement families (program_gen.NEW_FAMILIES) that still find a known capture bug on the
+# committed code: left out of the programs here (program_gen then makes exactly the programs
+# it made before those families existed) and expected to fail in test_fuzz_family. Delete an
+# entry once its bug is fixed.
+KNOWN_BUGS = {
+    # `r = t.add_(1)` / `torch.Tensor.mul_(t, 2)`: compiled `r is t` is False (eager True)
+    "inplace-identity": "in-place op result is not its receiver (`x.add_(1) is x`)",
+    # `o.sa = v` through a set-only (or get+set) descriptor: a read-back in the same frame
+    # returns v instead of the value __set__ stored (and __set__'s side effects are lost)
+    "descriptors": "store through a set-only / data descriptor bypasses __set__",
+    # hasattr(x, "tag") False for a tag set by the caller; hasattr(x, "fake_mode") True
+    "tensor-attrs": "hasattr / getattr on tensors sees the FakeTensor, not the real tensor",
+    # o = NTX(...) (a typing.NamedTuple / namedtuple subclass); o.extra = t: the attribute
+    # is lost (returned object) or AttributeError (read back)
+    "object-attrs": "attributes on namedtuple / NamedTuple subclass instances are lost",
+    # a np.float64 argument: NameError: name 'np' is not defined
+    "numpy-scalars": "NumPy scalar arguments: NameError 'np' in the compiled frame",
+}
+EXCLUDE = tuple(KNOWN_BUGS)
 
-def _run(seeds, backends_for):
+
+def _run(seeds, backends_for, exclude=EXCLUDE):
     classes = collections.defaultdict(list)
     examples = {}
     for seed in seeds:
         backends = backends_for(seed)
         if not backends:
             continue
-        src = program_gen.generate(seed).source()
+        src = program_gen.generate(seed, exclude).source()
         try:
             mismatches = program_gen.check_program(src, backends, seed=seed)
         except Exception as e:  # noqa: BLE001 - a harness crash is reported like a mismatch
@@ -86,6 +109,36 @@ def test_fuzz_programs_all_backends(fresh_capture, start):
 @LONG
 def test_fuzz_programs_inductor(fresh_capture):
     _run(range(0, N_PROGRAMS, 10), lambda seed: ["inductor"])
+
+
+# Each newer family on its own (program_gen then draws most statements from it): 30 short
+# programs, "eager" on all and "aot_eager" on every 5th, a few seconds per family.
+FAMILY_SEEDS = range(30)
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(f, marks=pytest.mark.xfail(reason=KNOWN_BUGS[f], strict=False))
+        if f in KNOWN_BUGS
+        else f
+        for f in program_gen.NEW_FAMILIES
+    ],
+)
+def test_fuzz_family(fresh_capture, family):
+    others = tuple(f for f in program_gen.FEATURES if f != family)
+    _run(FAMILY_SEEDS, lambda seed: ["eager"] + ["aot_eager"] * (seed % 5 == 0), others)
+
+
+def test_new_families_are_generated_and_excludable():
+    # The newer families draw from the RNG only when enabled, so with them all excluded a
+    # seed gives the program it gave before they were added (CI's seeds keep their meaning).
+    seen = set()
+    for seed in range(40):
+        seen |= program_gen.generate(seed).features
+        src = program_gen.generate(seed, program_gen.NEW_FAMILIES).source()
+        assert "import numpy" not in src and "class DObj" not in src and "class NTX" not in src
+    assert set(program_gen.NEW_FAMILIES) <= seen
 
 
 def test_generator_is_deterministic():
