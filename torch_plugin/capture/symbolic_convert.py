@@ -313,6 +313,12 @@ class InstructionTranslatorBase(ContainerInstructions):
             av, bv = a.as_python_constant(), b.as_python_constant()
             if isinstance(av, (list, dict, set)) or isinstance(bv, (list, dict, set)):
                 fn = BINARY_OPS[op.rstrip("=")]
+            if _is_numpy_value(av) or _is_numpy_value(bv):
+                # NumPy cannot compute on a symbolic int (np.int64(2) * s0 would become an
+                # int where eager gives np.int64): its concrete value, under a guard
+                from .dynamic_shapes import specialize
+
+                av, bv = specialize(av), specialize(bv)
             return wrap_constant_or_object(fn(av, bv))
         unimplemented(f"operator {op} on {a} and {b}")
 
@@ -1030,6 +1036,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         for name in code.co_cellvars:
             if name not in self.cells:
                 self.cells[name] = CellVariable(None)
+
+
+def _is_numpy_value(value: Any) -> bool:
+    """A NumPy scalar or array (its arithmetic result types are NumPy's)."""
+    return (type(value).__module__ or "").split(".")[0] == "numpy"
 
 
 def _object_seen(obj: VariableTracker):

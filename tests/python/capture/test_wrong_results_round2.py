@@ -486,3 +486,16 @@ def test_numpy_scalar_constant(backend, fn, dtype, scalar):
         return a, scalar
 
     run_against_eager(backend, fn, _argsets(make))
+
+
+def _numpy_times_int_across_break(x, npv, n):
+    m = npv * 2 + n  # NumPy arithmetic: np.int64 in eager, also when n is symbolic
+    print(end="")  # a graph break with `m` live
+    return x + 1, m
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_numpy_scalar_with_symbolic_int(backend):
+    # n changes between calls: the recompile makes it a symbolic int
+    argsets = [(torch.randn(2), np.int64(n), n) for n in (1, 1, 2, 3, 0)]
+    run_against_eager(backend, _numpy_times_int_across_break, argsets)
