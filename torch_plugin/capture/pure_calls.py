@@ -200,7 +200,8 @@ _INPLACE_OPERATORS = frozenset(
 
 def mutated_tensor(kind: str, target: Any, args: tuple) -> torch.Tensor | None:
     """The tensor an in-place call writes to (its first argument), or None for other calls:
-    methods named ``*_`` (``add_``, ``copy_``), ``__setitem__`` / ``operator.setitem`` and
+    methods named ``*_`` (``add_``, ``copy_``) and their function forms
+    (``torch.Tensor.add_(x, 1)``, ``torch.relu_``), ``__setitem__`` / ``operator.setitem`` and
     the in-place operators (``+=``)."""
     if not args or not isinstance(args[0], torch.Tensor):
         return None
@@ -211,7 +212,20 @@ def mutated_tensor(kind: str, target: Any, args: tuple) -> torch.Tensor | None:
             return args[0]
     except TypeError:
         return None
-    return None
+    return args[0] if _is_inplace_function(target) else None
+
+
+def _is_inplace_function(target: Any) -> bool:
+    """An in-place tensor operation called as a function: an unbound ``torch.Tensor`` method
+    (``torch.Tensor.add_(x, 1)``) or a ``torch`` / ``torch.nn.functional`` function named
+    ``*_`` (``torch.relu_``), each writing its first argument."""
+    name = getattr(target, "__name__", None)
+    if not isinstance(name, str) or not name.endswith("_") or name.startswith("_"):
+        return False
+    return any(
+        getattr(namespace, name, None) is target
+        for namespace in (torch.Tensor, torch, torch.nn.functional)
+    )
 
 
 def overlapping_argument(kind: str, target: Any, args: tuple, kwargs: dict) -> bool:

@@ -319,6 +319,7 @@ class InstructionTranslatorBase(ContainerInstructions):
                 from .dynamic_shapes import specialize
 
                 av, bv = specialize(av), specialize(bv)
+            av, bv = _bool_as_int(av, bv), _bool_as_int(bv, av)
             return wrap_constant_or_object(fn(av, bv))
         unimplemented(f"operator {op} on {a} and {b}")
 
@@ -1036,6 +1037,15 @@ class InstructionTranslator(InstructionTranslatorBase):
         for name in code.co_cellvars:
             if name not in self.cells:
                 self.cells[name] = CellVariable(None)
+
+
+def _bool_as_int(value, other):
+    """``value`` as an int when it is a bool and ``other`` a symbolic int or float: Python
+    computes ``True + n`` as ``1 + n``, but a SymInt's arithmetic takes no bool (sympy
+    raises "BooleanAtom not allowed in this context")."""
+    if isinstance(value, bool) and isinstance(other, (torch.SymInt, torch.SymFloat)):
+        return int(value)
+    return value
 
 
 def _is_numpy_value(value: Any) -> bool:

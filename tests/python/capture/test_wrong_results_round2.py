@@ -499,3 +499,31 @@ def test_numpy_scalar_with_symbolic_int(backend):
     # n changes between calls: the recompile makes it a symbolic int
     argsets = [(torch.randn(2), np.int64(n), n) for n in (1, 1, 2, 3, 0)]
     run_against_eager(backend, _numpy_times_int_across_break, argsets)
+
+
+# --- found by the widened program generator (tests/fuzz, families of issue #25) -------------
+def _count_identity_with_symbolic_int(x, y, count):
+    count = count + (x is not y)  # a bool added to an int that turns symbolic on recompile
+    return x + 1, count
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bool_from_identity_added_to_symbolic_int(backend):
+    # count changes between calls: the recompile makes it a symbolic int, and `True + s0`
+    # must compute as `1 + s0` (sympy refuses a bool in an Add)
+    argsets = [(torch.randn(2), torch.randn(2), n) for n in (0, 1, 2, 3)]
+    run_against_eager(backend, _count_identity_with_symbolic_int, argsets)
+
+
+def _unbound_inplace_with_overlap(y):
+    return torch.Tensor.add_(y, y[0])  # eager: "some elements ... refer to a single memory"
+
+
+def _inplace_function_with_overlap(y):
+    return torch.relu_(y[1:]).sum() + torch.Tensor.mul_(y, 2).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [_unbound_inplace_with_overlap, _inplace_function_with_overlap])
+def test_inplace_function_forms_check_overlap(backend, fn):
+    run_against_eager(backend, fn, _argsets(lambda shape: (torch.randn(*shape),)))
