@@ -20,6 +20,8 @@ Flags:
   of frames that were not captured).
 - :data:`debug_check_pure` (False): check that each call folded at capture time as pure
   changed no tensor (the tests turn it on).
+- :data:`debug_raise_internal_errors` (False): an internal error of the translator raises
+  instead of letting the frame run unmodified (the tests turn it on).
 - :data:`optimize_ddp` (True): a graph captured inside DistributedDataParallel's forward is
   compiled as one subgraph per gradient bucket, so DDP's all-reduces overlap the backward.
 - :data:`share_module_code` (True): layers of one class that run as separate frames share
@@ -89,6 +91,14 @@ its result holds no tensor) is checked to have changed no tensor argument, and r
 AssertionError if it did (see ``torch_plugin.capture.pure_calls``). Calls that are neither
 known pure nor in-place always become graph nodes or graph breaks; this checks the list of
 pure calls itself. The test suite turns it on (``tests/python/conftest.py``)."""
+
+debug_raise_internal_errors: bool = False
+"""Debug mode for capture: an internal error of the translator (an exception other than
+"cannot capture this", i.e. a bug of torch_plugin) propagates to the caller as
+``torch_plugin.capture.InternalCaptureError``, with the original exception as its cause,
+instead of being logged while the frame runs unmodified (the default, so that a bug never
+breaks a user's program). The test suite turns it on (``tests/python/conftest.py``), so
+every such bug fails the test that meets it."""
 
 
 class _ConfigModule(types.ModuleType):

@@ -178,6 +178,12 @@ class CaptureError(RuntimeError):
     """Raised under ``nopython=True`` when a frame cannot be captured as one graph."""
 
 
+class InternalCaptureError(RuntimeError):
+    """A bug of the translator, raised only under ``config.debug_raise_internal_errors``
+    (otherwise the frame runs unmodified and a warning is logged); the original exception
+    is its ``__cause__``."""
+
+
 class _capture_isolation:
     """Capture and compile change no real state, and no hook sees their FakeTensors.
 
@@ -277,7 +283,7 @@ class ConvertFrame:
         try:
             with shutdown.converting():  # an exit meanwhile waits for it (shutdown.py)
                 return self._convert(frame)
-        except (BackendCompilerFailed, CaptureError):
+        except (BackendCompilerFailed, CaptureError, InternalCaptureError):
             raise
         except Unsupported as e:
             if self.nopython:
@@ -338,9 +344,15 @@ class ConvertFrame:
                 )
                 dynamic_shapes.force_static(frame.f_code)
                 return self._convert_releasing_globals(frame, break_at, break_reason)
-        except (Unsupported, BackendCompilerFailed, CaptureError):
+        except (Unsupported, BackendCompilerFailed, CaptureError, InternalCaptureError):
             raise
         except Exception as e:  # a translator bug must not break the user's program
+            if config.debug_raise_internal_errors:
+                raise InternalCaptureError(
+                    f"internal error while capturing {frame.f_code.co_qualname} "
+                    f"({frame.f_code.co_filename}:{frame.f_code.co_firstlineno}): "
+                    f"{type(e).__name__}: {e}"
+                ) from e
             log.warning(
                 "torch_plugin: internal error while capturing %s; it runs unmodified",
                 frame.f_code.co_qualname,
