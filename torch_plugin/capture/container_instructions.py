@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 
+from .dynamic_shapes import specialize_deep
 from .exc import Unsupported, unimplemented
 from .variables.base import VariableTracker
 from .variables.builder import wrap_constant_or_object
@@ -111,11 +112,12 @@ class ContainerInstructions:
         self.push(ListVariable(self.popn(inst.arg), mutable_local=True))
 
     def BUILD_SET(self, inst):
-        items = self.popn(inst.arg)
-        if all(i.is_python_constant() for i in items):
-            self.push(ConstantVariable(frozenset(i.as_python_constant() for i in items)))
-            return
-        unimplemented("set of non-constant values")
+        # A set display builds a mutable ``set`` (``x in {1, 2}`` is a frozenset constant,
+        # LOAD_CONST, not BUILD_SET). No variable models a mutable set: a frozenset stood in
+        # for it, which changed its type (type(s) is set, {1} | {2} gave a frozenset) and
+        # its identity under in-place operators (t = s; s |= {2} left t unchanged).
+        self.popn(inst.arg)
+        unimplemented("set display (a mutable set is not modelled)")
 
     def BUILD_MAP(self, inst):
         flat = self.popn(2 * inst.arg)
@@ -139,7 +141,8 @@ class ContainerInstructions:
         value = self.pop()
         if not value.is_python_constant():
             unimplemented(f"f-string formatting of {value}")
-        v = value.as_python_constant()
+        # A symbolic size formats as its symbol's name (s0): the concrete value, guarded
+        v = specialize_deep(value.as_python_constant())
         conv = flags & 0x03
         v = {0: v, 1: str(v), 2: repr(v), 3: ascii(v)}[conv]
         self.push(ConstantVariable(format(v, spec)))

@@ -148,6 +148,35 @@ def specialize(value: Any) -> Any:
     return value
 
 
+def specialize_deep(value: Any) -> Any:
+    """:func:`specialize` through lists, dicts, tuples and sets too: for a value about to
+    become text (``str``, ``repr``, ``format``, f-strings, ``%``), whose characters must be
+    the concrete numbers (a SymInt's ``str`` is its symbol's name, ``s0``)."""
+    if type(value) is list:
+        return [specialize_deep(v) for v in value]
+    if type(value) is tuple:
+        return tuple(specialize_deep(v) for v in value)
+    if type(value) is dict:
+        return {specialize_deep(k): specialize_deep(v) for k, v in value.items()}
+    if type(value) in (set, frozenset):
+        return type(value)(specialize_deep(v) for v in value)
+    return specialize(value)
+
+
+def has_symbolic(value: Any) -> bool:
+    """True when ``value`` is, or holds (in a list, tuple, dict, slice or Size), a symbolic
+    number."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(has_symbolic(v) for v in value)
+    if isinstance(value, dict):
+        return any(has_symbolic(k) or has_symbolic(v) for k, v in value.items())
+    if isinstance(value, slice):
+        return any(has_symbolic(v) for v in (value.start, value.stop, value.step))
+    return False
+
+
 def force_static(code: types.CodeType) -> None:
     """Capture ``code`` with static shapes from now on (its shape guards were unsupported)."""
     _static_code.add(code)

@@ -31,6 +31,7 @@ import torch
 
 from . import torch_compile_interop
 from .container_instructions import ContainerInstructions
+from .dynamic_shapes import has_symbolic, specialize_deep
 from .exc import Unsupported, UserSourceLocation, unimplemented
 from .output_graph import OutputGraph
 from .sources import ClosureSource, GlobalSource, ItemSource, LocalSource, ObjectSource
@@ -281,6 +282,28 @@ class InstructionTranslatorBase(ContainerInstructions):
             if op.endswith("=") and isinstance(a, TensorVariable):
                 return self.output.call_function(self, fn, [a, b], {})
             return self.output.call_function(self, BINARY_OPS[op.rstrip("=")], [a, b], {})
+        # In-place operators on a list or dict mutate the object (every alias sees it):
+        # list += any iterable is list.extend, list *= n repeats in place, dict |= is update
+        if op == "+=" and type(a) is ListVariable and a.python_cls is list:
+            a.call_method(self, "extend", [b], {})
+            return a
+        if op == "*=" and type(a) is ListVariable and a.python_cls is list:
+            if not b.is_python_constant() or not isinstance(b.as_python_constant(), int):
+                unimplemented(f"list *= {b}")
+            if not a.mutable_local:
+                unimplemented("in-place *= on a list from the frame's inputs")
+            a.items[:] = a.items * b.as_python_constant()
+            return a
+        if op == "|=" and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
+            a.call_method(self, "update", [b], {})
+            return a
+        if (
+            op == "*"
+            and isinstance(b, BaseListVariable)
+            and a.is_python_constant()
+            and isinstance(a.as_python_constant(), int)
+        ):
+            a, b = b, a  # n * sequence is sequence * n
         if (
             isinstance(a, BaseListVariable)
             and op in ("+", "+=")
@@ -311,7 +334,11 @@ class InstructionTranslatorBase(ContainerInstructions):
             return ConstDictVariable({**a.items, **b.items}, mutable_local=True)
         if a.is_python_constant() and b.is_python_constant():
             av, bv = a.as_python_constant(), b.as_python_constant()
-            if isinstance(av, (list, dict, set)) or isinstance(bv, (list, dict, set)):
+            if op.endswith("=") and isinstance(av, (list, dict, set, bytearray)):
+                # an in-place operator mutates the object: computing a new one (as the
+                # operator without "=") would leave every alias (a caller's set) unchanged
+                unimplemented(f"in-place {op} on a {type(av).__name__} (mutation not modelled)")
+            if isinstance(bv, (list, dict, set)):
                 fn = BINARY_OPS[op.rstrip("=")]
             if _is_numpy_value(av) or _is_numpy_value(bv):
                 # NumPy cannot compute on a symbolic int (np.int64(2) * s0 would become an
@@ -319,8 +346,18 @@ class InstructionTranslatorBase(ContainerInstructions):
                 from .dynamic_shapes import specialize
 
                 av, bv = specialize(av), specialize(bv)
+            if isinstance(av, (str, bytes)) and op.rstrip("=") == "%":
+                # printf-style formatting: a symbolic size formats as its symbol's name
+                av, bv = specialize_deep(av), specialize_deep(bv)
             av, bv = _bool_as_int(av, bv), _bool_as_int(bv, av)
-            return wrap_constant_or_object(fn(av, bv))
+            try:
+                return wrap_constant_or_object(fn(av, bv))
+            except TypeError:
+                if not (has_symbolic(av) or has_symbolic(bv)):
+                    raise
+            # SymInt/SymBool lack some operators ((s0 > 3) ^ True): the concrete values,
+            # under a guard
+            return wrap_constant_or_object(fn(specialize_deep(av), specialize_deep(bv)))
         unimplemented(f"operator {op} on {a} and {b}")
 
     def compare(self, op: str, a: VariableTracker, b: VariableTracker) -> VariableTracker:
@@ -800,7 +837,15 @@ class InstructionTranslatorBase(ContainerInstructions):
         if isinstance(v, TensorVariable):
             self.push(self.output.call_function(self, fn, [v], {}))
         elif v.is_python_constant():
-            self.push(wrap_constant_or_object(fn(v.as_python_constant())))
+            value = v.as_python_constant()
+            try:
+                result = fn(value)
+            except TypeError:
+                if not has_symbolic(value):
+                    raise
+                # SymInt has no ~, SymBool no unary -: the concrete value, under a guard
+                result = fn(specialize_deep(value))
+            self.push(wrap_constant_or_object(result))
         else:
             unimplemented(f"unary {fn.__name__} on {v}")
 
@@ -866,8 +911,9 @@ class InstructionTranslatorBase(ContainerInstructions):
         closure = self.pop().items if flags & 0x08 else ()
         if flags & 0x04:
             self.pop()  # annotations
-        kwdefaults = self.pop().items if flags & 0x02 else {}
-        defaults = self.pop().items if flags & 0x01 else ()
+        kwdefaults = self._function_kwdefaults(self.pop()) if flags & 0x02 else {}
+        # A default tuple of constants is one LOAD_CONST (a ConstantVariable of a tuple).
+        defaults = self.pop().unpack_var_sequence(self) if flags & 0x01 else ()
         fn = NestedUserFunctionVariable(
             code,
             self.f_globals,
@@ -879,6 +925,16 @@ class InstructionTranslatorBase(ContainerInstructions):
         )
         fn.globals_source = self.globals_source
         self.push(fn)
+
+    @staticmethod
+    def _function_kwdefaults(value: VariableTracker) -> dict[str, VariableTracker]:
+        """MAKE_FUNCTION's keyword-only defaults: a dict built by BUILD_MAP or
+        BUILD_CONST_KEY_MAP, or one constant dict."""
+        if isinstance(value, ConstDictVariable):
+            return dict(value.items)
+        if value.is_python_constant() and isinstance(value.as_python_constant(), dict):
+            return {k: wrap_constant_or_object(v) for k, v in value.as_python_constant().items()}
+        unimplemented(f"keyword-only defaults {value} of a function made in the captured code")
 
     # --- control flow ---------------------------------------------------------------------
     def _jump_if(self, inst, want: bool, pop: bool = True):

@@ -16,6 +16,7 @@ import operator
 
 import torch
 
+from ..dynamic_shapes import has_symbolic, specialize_deep
 from ..exc import unimplemented
 from .base import CallableVariable
 from .constant import ConstantVariable, is_immutable
@@ -77,6 +78,19 @@ _PURE_CONSTANT_FNS = {
 }
 
 
+# Builtins whose result is text or a number's digits: a symbolic argument must be concrete
+_TEXT_FNS = {str, repr, ascii, format, bin, hex, oct, chr, bytes}
+
+
+def _symbolic_ints(args) -> bool:
+    """Two int arguments, at least one symbolic (divmod computes as // and %)."""
+    return (
+        len(args) == 2
+        and all(isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool) for v in args)
+        and has_symbolic(args)
+    )
+
+
 def _all_const(args, kwargs) -> bool:
     return all(a.is_python_constant() for a in args) and all(
         v.is_python_constant() for v in kwargs.values()
@@ -119,6 +133,12 @@ class BuiltinVariable(CallableVariable):
             or getattr(math, name, None) is fn
         ):
             a, k = _consts(args, kwargs)
+            if fn in _TEXT_FNS or (fn is divmod and not _symbolic_ints(a)):
+                # the text of a symbolic size is its symbol's name (s0); divmod has no
+                # SymFloat form: the concrete values, under a guard
+                a, k = specialize_deep(a), specialize_deep(k)
+            elif fn is divmod:
+                return wrap_constant_or_object((a[0] // a[1], a[0] % a[1]))
             value = fn(*a, **k)
             if is_immutable(value) or isinstance(value, (list, dict)):
                 return wrap_constant_or_object(value)
@@ -297,14 +317,17 @@ class BuiltinVariable(CallableVariable):
             total = tx.binary_op("+", total, item)
         return total
 
-    def call_min(self, tx, *args):
-        return self._minmax(tx, min, args)
+    def call_min(self, tx, *args, **kwargs):
+        return self._minmax(tx, min, args, kwargs)
 
-    def call_max(self, tx, *args):
-        return self._minmax(tx, max, args)
+    def call_max(self, tx, *args, **kwargs):
+        return self._minmax(tx, max, args, kwargs)
 
-    def _minmax(self, tx, fn, args):
+    def _minmax(self, tx, fn, args, kwargs):
         from .tensor import TensorVariable
+
+        if kwargs:  # a key function may be user code: not run at capture time
+            unimplemented(f"{fn.__name__}() with {', '.join(kwargs)}=")
 
         items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
         if all(i.is_python_constant() for i in items):

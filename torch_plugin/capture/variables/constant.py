@@ -97,10 +97,14 @@ class ConstantVariable(VariableTracker):
                 unimplemented("str.format with non-constant arguments")
             unimplemented(f"method {name!r} of constant {self.value!r} with non-constant arguments")
         fn = getattr(self.value, name)
-        result = fn(
-            *[a.as_python_constant() for a in args],
-            **{k: v.as_python_constant() for k, v in kwargs.items()},
-        )
+        a = [a.as_python_constant() for a in args]
+        k = {k: v.as_python_constant() for k, v in kwargs.items()}
+        if isinstance(self.value, (str, bytes)):
+            # str.format/join/...: the text of a symbolic size is its symbol's name (s0)
+            from ..dynamic_shapes import specialize_deep
+
+            a, k = specialize_deep(a), specialize_deep(k)
+        result = fn(*a, **k)
         from .builder import wrap_constant_or_object
 
         return wrap_constant_or_object(result)

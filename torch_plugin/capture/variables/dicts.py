@@ -12,7 +12,7 @@ from typing import Any
 from ..exc import unimplemented
 from .base import VariableTracker, method_getattr
 from .constant import ConstantVariable
-from .lists import ListVariable, TupleVariable
+from .lists import TupleVariable
 
 
 class ConstDictVariable(VariableTracker):
@@ -147,5 +147,14 @@ class DictViewVariable(VariableTracker):
             return ConstantVariable(args[0].as_python_constant() in self.dict_var.items)
         return super().call_method(tx, name, args, kwargs)
 
+    def python_type(self) -> type:
+        return type(getattr({}, self.kind)())
+
     def as_python_constant(self):
-        return ListVariable(self.unpack_var_sequence(None)).as_python_constant()
+        # a real view (of a copy): set operators (keys() | keys()), == (keys() == {"a"} is
+        # True, keys() == ["a"] False, values() == values() False) and type are a view's
+        d = self.dict_var.items
+        if self.kind == "keys":
+            return dict.fromkeys(d).keys()
+        values = {k: v.as_python_constant() for k, v in d.items()}
+        return getattr(values, self.kind)()
