@@ -64,6 +64,12 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true", help="only the summary")
     ap.add_argument("--max-print", type=int, default=3, help="programs printed per mismatch class")
     args = ap.parse_args(argv)
+    import torch_plugin
+
+    # As in the test suite: a translator bug raises (a mismatch) instead of a logged warning
+    # while the frame runs unmodified (which would compare equal to eager and hide it).
+    torch_plugin.config.debug_raise_internal_errors = True
+    torch_plugin.config.debug_check_pure = True
     backends = [b for b in args.backends.split(",") if b]
     exclude = [f for f in args.exclude.split(",") if f]
     only = [f for f in args.only.split(",") if f]

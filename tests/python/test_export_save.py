@@ -9,6 +9,7 @@ import collections
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -23,7 +24,6 @@ from torch_plugin.exported.serialization import ExportLoadError, ExportSaveError
 pytestmark = pytest.mark.usefixtures("fresh_capture")
 
 Result = collections.namedtuple("Result", "total scaled")
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _assert_same(got, want):
@@ -298,10 +298,14 @@ def test_pytree_specs_in_payloads_round_trip():
 
 # --- loading in another process ------------------------------------------------------------
 def _run(code: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    # The child imports the torch_plugin under test (installed, or the source tree with its
+    # built extension), from a neutral directory.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(torch_plugin.__file__)))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, check=False,
-        timeout=300,
+        timeout=300, cwd=tempfile.gettempdir(),
     )  # fmt: skip
 
 

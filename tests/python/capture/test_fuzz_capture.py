@@ -31,19 +31,9 @@ CHUNK = 500
 # committed code: left out of the programs here (program_gen then makes exactly the programs
 # it made before those families existed) and expected to fail in test_fuzz_family. Delete an
 # entry once its bug is fixed.
-KNOWN_BUGS = {
-    # `r = t.add_(1)` / `torch.Tensor.mul_(t, 2)`: compiled `r is t` is False (eager True)
-    "inplace-identity": "in-place op result is not its receiver (`x.add_(1) is x`)",
-    # `o.sa = v` through a set-only (or get+set) descriptor: a read-back in the same frame
-    # returns v instead of the value __set__ stored (and __set__'s side effects are lost)
-    "descriptors": "store through a set-only / data descriptor bypasses __set__",
-    # hasattr(x, "tag") False for a tag set by the caller; hasattr(x, "fake_mode") True
-    "tensor-attrs": "hasattr / getattr on tensors sees the FakeTensor, not the real tensor",
-    # o = NTX(...) (a typing.NamedTuple / namedtuple subclass); o.extra = t: the attribute
-    # is lost (returned object) or AttributeError (read back)
-    "object-attrs": "attributes on namedtuple / NamedTuple subclass instances are lost",
-    # a np.float64 argument: NameError: name 'np' is not defined
-    "numpy-scalars": "NumPy scalar arguments: NameError 'np' in the compiled frame",
+KNOWN_BUGS: dict[str, str] = {
+    # none today: the five families' bugs (in-place identity, descriptors, tensor attributes,
+    # attributes on NamedTuple subclasses, NumPy scalars) were fixed for issue #25
 }
 EXCLUDE = tuple(KNOWN_BUGS)
 
