@@ -6,7 +6,8 @@
   computing, the conditions the capture assumed about the call's arguments;
 - :mod:`.serialization`: ``torch.save`` / ``torch.load`` of an exported graph with
   ``torch.load``'s defaults (``weights_only=True``): a structured, allowlisted description of the
-  graph, never pickled code.
+  graph, never pickled code; :mod:`.allowlist`: the functions and classes such a file may
+  name, and how their names are resolved on load.
 
 Depends on capture (output structure) only; capture never imports it.
 """

@@ -48,7 +48,7 @@ with :class:`ExportSaveError` naming the node or module and what was refused):
   ``_nested``, ``torch.fft``, ``torch.linalg``, ``torch.special``; the Python functions of
   ``torch.functional`` and ``torch.nn.functional``; ``torch.Tensor`` methods; the builtin
   functions of ``operator`` (not ``operator.call``) and ``math``; the builtins
-  :data:`_BUILTINS`; ``torch._C._set_grad_enabled``, ``torch.amp._enter_autocast`` /
+  ``allowlist._BUILTINS``; ``torch._C._set_grad_enabled``, ``torch.amp._enter_autocast`` /
   ``_exit_autocast``, ``torch.sym_*``, ``torch._assert``/``_check``; torch_plugin's graph
   helpers (``exported.graph_module.tensor_setitem``,
   ``capture.variables.tensor.requires_grad_leaf``) and the ``apply`` of
@@ -63,7 +63,7 @@ with :class:`ExportSaveError` naming the node or module and what was refused):
 - classes inside payloads (named tuple, ModelOutput and dict classes of an output
   structure, types in guards, ...) are written as ``("class", module, qualname)`` and
   resolved on load only if the module is already imported (``sys.modules``) or belongs to
-  one of the packages :data:`ALLOWED_PACKAGES` (then imported); never from another
+  one of the packages ``allowlist.ALLOWED_PACKAGES`` (then imported); never from another
   standard-library module than ``collections``, ``typing`` and ``builtins``; and only if
   the name resolves to a class (not a function). A class defined in a script
   (``__main__``) or a user module therefore loads only where that module was imported
@@ -77,15 +77,8 @@ calls only the allowlisted functions, modules and classes.
 
 from __future__ import annotations
 
-import builtins
 import collections
-import importlib
 import keyword
-import math
-import operator
-import pickle
-import re
-import sys
 import types
 from typing import Any
 
@@ -94,300 +87,22 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 
+from .allowlist import (
+    IDENTIFIER,
+    ExportLoadError,
+    ExportSaveError,
+    allowed_name,
+    class_ref,
+    describe,
+    function_ref,
+    resolve_class,
+    resolve_function,
+)
+
 FORMAT = "torch_plugin.exported"
 VERSION = 1
 
 #: Packages whose modules :func:`resolve_class` may import to resolve a class reference.
-ALLOWED_PACKAGES = frozenset(
-    {"torch", "torch_plugin", "transformers", "torchvision", "timm", "collections", "typing",
-     "builtins"}
-)  # fmt: skip
-# Standard-library packages whose classes may be referenced (others never: tempfile,
-# subprocess, ... hold classes whose finalizers act on their attributes).
-_STDLIB_ALLOWED = frozenset({"collections", "typing", "builtins"})
-
-#: Builtins allowed as graph functions.
-_BUILTINS = (
-    "getattr", "hasattr", "len", "abs", "min", "max", "round", "pow", "divmod", "sum", "all",
-    "any", "isinstance", "int", "float", "bool", "complex", "tuple", "list", "dict", "range",
-    "slice", "iter", "next", "reversed", "sorted", "zip", "enumerate",
-)  # fmt: skip
-
-_OPERATOR_DUNDERS = frozenset(
-    f"__{p}{n}__"
-    for n in (
-        "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift",
-        "and", "or", "xor", "divmod", "div",
-    )
-    for p in ("", "r", "i")
-) | frozenset(
-    f"__{n}__"
-    for n in (
-        "neg", "pos", "abs", "invert", "eq", "ne", "lt", "le", "gt", "ge", "getitem",
-        "setitem", "delitem", "len", "contains", "bool", "int", "float", "index", "complex",
-        "round", "floor", "ceil", "trunc",
-    )
-)  # fmt: skip
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# Builtin types that are no attribute of the builtins module, by qualified name.
-_UNNAMED_BUILTIN_TYPES = {
-    t.__qualname__: t for t in (type(None), type(Ellipsis), type(NotImplemented))
-}
-
-
-class ExportSaveError(pickle.PicklingError):
-    """``torch.save`` of an exported graph holding something the safe format does not
-    allow (the message names the node or module and the object)."""
-
-
-class ExportLoadError(ValueError):
-    """A file's exported-graph payload is malformed or names something not allowed."""
-
-
-# --- classes -----------------------------------------------------------------------------
-def class_ref(cls: type, where: str) -> tuple:
-    """``("class", module, qualname)`` for ``cls``.
-
-    Raises:
-        ExportSaveError: ``cls`` cannot be found again by that name (defined in a function,
-            renamed) or lives where :func:`resolve_class` would refuse it."""
-    module, qualname = getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
-        raise ExportSaveError(
-            f"{where}: class {cls!r} cannot be saved by name (defined inside a function?); "
-            "define it at module level"
-        )
-    try:
-        found = resolve_class(module, qualname)
-    except ExportLoadError as e:
-        raise ExportSaveError(f"{where}: class {cls!r} would not load: {e}") from None
-    if found is not cls:
-        raise ExportSaveError(f"{where}: {module}.{qualname} names another object than {cls!r}")
-    return ("class", module, qualname)
-
-
-def resolve_class(module: str, qualname: str) -> type:
-    """The class ``module.qualname``, under the rules in the module docstring.
-
-    Raises:
-        ExportLoadError: the module is not imported and not under :data:`ALLOWED_PACKAGES`,
-            is a refused standard-library module, or the name is not a class."""
-    if not isinstance(module, str) or not isinstance(qualname, str):
-        raise ExportLoadError(f"malformed class reference {module!r}, {qualname!r}")
-    top = module.split(".")[0]
-    name = f"{module}.{qualname}"
-    if top in sys.stdlib_module_names and top not in _STDLIB_ALLOWED:
-        raise ExportLoadError(
-            f"class {name}: standard-library module {module} is not allowed (only "
-            f"{', '.join(sorted(_STDLIB_ALLOWED))})"
-        )
-    mod = sys.modules.get(module)
-    if mod is None:
-        if top not in ALLOWED_PACKAGES:
-            raise ExportLoadError(
-                f"class {name}: module {module} is not imported; import it before torch.load "
-                f"(modules of {', '.join(sorted(ALLOWED_PACKAGES))} are imported as needed)"
-            )
-        try:
-            mod = importlib.import_module(module)
-        except ImportError as e:
-            raise ExportLoadError(f"class {name}: cannot import {module}: {e}") from None
-    if module == "builtins" and qualname in _UNNAMED_BUILTIN_TYPES:
-        return _UNNAMED_BUILTIN_TYPES[qualname]
-    obj: Any = mod
-    for part in qualname.split("."):
-        if not _IDENTIFIER.match(part):
-            raise ExportLoadError(f"malformed class reference {name!r}")
-        # the namespace itself: a module's __getattr__ (PEP 562) may import other modules
-        obj = vars(obj).get(part) if isinstance(obj, (types.ModuleType, type)) else None
-        if obj is None:
-            raise ExportLoadError(f"class {name}: no {part!r} in {module}")
-    if not isinstance(obj, type):
-        raise ExportLoadError(f"{name} is not a class ({type(obj).__name__})")
-    return obj
-
-
-# --- functions -----------------------------------------------------------------------------
-def _is_builtin(obj) -> bool:
-    return isinstance(obj, types.BuiltinFunctionType)
-
-
-def _python_function_of(*modules: str):
-    return lambda obj: isinstance(obj, types.FunctionType) and obj.__module__ in modules
-
-
-def _allowed_name(name: str) -> bool:
-    """An attribute or method name a graph may use: an identifier, no dunder but the
-    operator ones."""
-    return (
-        isinstance(name, str)
-        and bool(_IDENTIFIER.match(name))
-        and (not name.startswith("__") or name in _OPERATOR_DUNDERS)
-    )
-
-
-_FUNCTION_MODULES: dict[str, tuple] | None = None
-_EXPLICIT: dict[str, Any] | None = None
-
-
-def _tables() -> tuple[dict, dict]:
-    global _FUNCTION_MODULES, _EXPLICIT
-    if _FUNCTION_MODULES is None:
-        import torch.functional
-        import torch.nn.functional as F
-
-        from ..capture.variables.tensor import requires_grad_leaf
-        from .graph_module import tensor_setitem
-
-        vf = torch._C._VariableFunctions
-        functional = _python_function_of("torch.functional")
-        _FUNCTION_MODULES = {
-            "torch": (
-                torch,
-                lambda obj: (
-                    obj is getattr(vf, getattr(obj, "__name__", ""), None) or functional(obj)
-                ),
-            ),
-            "torch.functional": (torch.functional, functional),
-            "torch.nn.functional": (
-                F,
-                lambda obj: _is_builtin(obj) or _python_function_of("torch.nn.functional")(obj),
-            ),
-            "torch._C._VariableFunctions": (vf, _is_builtin),
-            **{
-                f"torch._C.{sub}": (getattr(torch._C, sub), _is_builtin)
-                for sub in ("_nn", "_fft", "_linalg", "_special", "_nested")
-                if hasattr(torch._C, sub)
-            },
-            **{
-                f"torch.{sub}": (getattr(torch, sub), _is_builtin)
-                for sub in ("fft", "linalg", "special")
-            },
-            "operator": (operator, lambda obj: _is_builtin(obj) and obj is not operator.call),
-            "math": (math, _is_builtin),
-            "torch.Tensor": (
-                torch.Tensor,
-                lambda obj: isinstance(
-                    obj,
-                    (
-                        types.FunctionType,
-                        types.MethodDescriptorType,
-                        types.WrapperDescriptorType,
-                        types.BuiltinFunctionType,
-                    ),
-                ),
-            ),
-        }
-        explicit = {f"builtins.{name}": getattr(builtins, name) for name in _BUILTINS}
-        explicit.update(
-            {
-                "torch._C._set_grad_enabled": torch._C._set_grad_enabled,
-                "torch.amp._enter_autocast": torch.amp._enter_autocast,
-                "torch.amp._exit_autocast": torch.amp._exit_autocast,
-                "torch_plugin.exported.graph_module.tensor_setitem": tensor_setitem,
-                "torch_plugin.capture.variables.tensor.requires_grad_leaf": requires_grad_leaf,
-            }
-        )
-        for name in ("_assert", "_check", "_check_is_size", "sym_int", "sym_float", "sym_max",
-                     "sym_min", "sym_not", "sym_ite", "sym_sum"):  # fmt: skip
-            if hasattr(torch, name):
-                explicit[f"torch.{name}"] = getattr(torch, name)
-        _EXPLICIT = explicit
-    return _FUNCTION_MODULES, _EXPLICIT
-
-
-def function_ref(fn: Any, where: str) -> tuple:
-    """The reference :func:`resolve_function` turns back into ``fn``.
-
-    Raises:
-        ExportSaveError: ``fn`` is not in the allowlist (module docstring)."""
-    modules, explicit = _tables()
-    if isinstance(fn, torch._ops.OpOverload):
-        return ("function", f"torch.ops.{fn.namespace}.{fn._opname}.{fn._overloadname}")
-    if isinstance(fn, torch._ops.OpOverloadPacket):
-        ns, op = fn._qualified_op_name.split("::")
-        return ("function", f"torch.ops.{ns}.{op}")
-    from ..capture.variables import autograd_function
-
-    for cls, apply in autograd_function._APPLY_FUNCTIONS.items():
-        if apply is fn:
-            _, module, qualname = class_ref(cls, where)
-            return ("autograd_apply", module, qualname)
-    candidates = [name for name, obj in explicit.items() if obj is fn]
-    attr = getattr(fn, "__name__", None)
-    if isinstance(attr, str):
-        candidates += [f"{m}.{attr}" for m in modules]
-    for name in candidates:
-        try:
-            if resolve_function(("function", name)) is fn:
-                return ("function", name)
-        except ExportLoadError:
-            continue
-    raise ExportSaveError(
-        f"{where}: function {_describe(fn)} is not in the allowlist of functions an exported "
-        "graph can be saved with (torch operators, torch.nn.functional, torch.Tensor methods, "
-        "operator, math, a few builtins; see torch_plugin.exported.serialization). The file "
-        "would otherwise have to hold code: save the graph's module and weights instead"
-    )
-
-
-def resolve_function(ref: tuple) -> Any:
-    """The function a :func:`function_ref` reference names.
-
-    Raises:
-        ExportLoadError: the reference is malformed or names something not allowed."""
-    modules, explicit = _tables()
-    if ref[0] == "autograd_apply" and len(ref) == 3:
-        from ..capture.variables.autograd_function import apply_function
-
-        cls = resolve_class(ref[1], ref[2])
-        if not issubclass(cls, torch.autograd.Function):
-            raise ExportLoadError(f"{ref[1]}.{ref[2]} is not a torch.autograd.Function")
-        return apply_function(cls)
-    if ref[0] != "function" or len(ref) != 2 or not isinstance(ref[1], str):
-        raise ExportLoadError(f"malformed function reference {ref!r}")
-    name = ref[1]
-    if name in explicit:
-        return explicit[name]
-    if name.startswith("torch.ops."):
-        parts = name.split(".")[2:]
-        if len(parts) not in (2, 3) or not all(_IDENTIFIER.match(p) for p in parts):
-            raise ExportLoadError(f"malformed operator name {name!r}")
-        namespace = getattr(torch.ops, parts[0])
-        if not isinstance(namespace, torch._ops._OpNamespace):
-            raise ExportLoadError(f"{name}: torch.ops.{parts[0]} is not an operator namespace")
-        try:
-            obj = getattr(namespace, parts[1])
-            if len(parts) == 3:
-                obj = getattr(obj, parts[2])
-        except (AttributeError, RuntimeError) as e:
-            raise ExportLoadError(
-                f"operator {name} is not registered (import the library defining it): {e}"
-            ) from None
-        if not isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-            raise ExportLoadError(f"{name} is not an operator")
-        return obj
-    module, _, attr = name.rpartition(".")
-    entry = modules.get(module)
-    if entry is None or not _allowed_name(attr):
-        raise ExportLoadError(f"function {name} is not in the allowlist")
-    namespace = entry[0]
-    if isinstance(namespace, types.ModuleType):  # not through a module __getattr__
-        obj = vars(namespace).get(attr)
-    else:
-        obj = getattr(namespace, attr, None)
-    if obj is None or not entry[1](obj):
-        raise ExportLoadError(f"function {name} is not in the allowlist")
-    return obj
-
-
-def _describe(obj: Any) -> str:
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-    module = getattr(obj, "__module__", None)
-    return f"{module}.{name}" if name and module else repr(obj)
-
-
 # --- values --------------------------------------------------------------------------------
 _RAW = (type(None), bool, int, float, str, bytes, complex)
 _FUNCTION_TYPES = (
@@ -416,7 +131,7 @@ def encode_value(value: Any, where: str, depth: int = 0) -> Any:
         return value
     if isinstance(value, torch.Tensor):
         raise ExportSaveError(
-            f"{where}: tensor subclass {_describe(t)} cannot be saved (torch.Tensor and "
+            f"{where}: tensor subclass {describe(t)} cannot be saved (torch.Tensor and "
             "nn.Parameter only)"
         )
     if t is list or t is immutable_list:
@@ -458,7 +173,7 @@ def encode_value(value: Any, where: str, depth: int = 0) -> Any:
     if isinstance(value, _FUNCTION_TYPES):
         return function_ref(value, where)
     raise ExportSaveError(
-        f"{where}: a value of type {_describe(t)} ({value!r:.80}) cannot be saved in the safe "
+        f"{where}: a value of type {describe(t)} ({value!r:.80}) cannot be saved in the safe "
         "format (primitives, tuples, lists, dicts, tensors, dtypes, devices, classes and "
         "allowlisted functions only)"
     )
@@ -496,7 +211,7 @@ def decode_value(data: Any, nodes: dict | None = None, depth: int = 0) -> Any:
         if tag == "namedtuple":
             cls = decode_value(rest[0], nodes, d)
             if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
-                raise ExportLoadError(f"{_describe(cls)} is not a named tuple class")
+                raise ExportLoadError(f"{describe(cls)} is not a named tuple class")
             return cls(*(decode_value(v, nodes, d) for v in rest[1]))
         if tag == "slice":
             return slice(*(decode_value(v, nodes, d) for v in rest))
@@ -506,7 +221,7 @@ def decode_value(data: Any, nodes: dict | None = None, depth: int = 0) -> Any:
             return Ellipsis
         if tag in ("dtype", "layout", "memory_format"):
             kind = {"dtype": torch.dtype, "layout": torch.layout}.get(tag, torch.memory_format)
-            obj = getattr(torch, rest[0], None) if _IDENTIFIER.match(rest[0]) else None
+            obj = getattr(torch, rest[0], None) if IDENTIFIER.match(rest[0]) else None
             if type(obj) is not kind:
                 raise ExportLoadError(f"unknown {tag} {rest[0]!r}")
             return obj
@@ -578,7 +293,7 @@ def decode_treespec(data: Any) -> pytree.TreeSpec:
     else:
         node_type = decode_value(data["type"])
         if node_type not in pytree.SUPPORTED_NODES:
-            raise ExportLoadError(f"{_describe(node_type)} is not a registered pytree node type")
+            raise ExportLoadError(f"{describe(node_type)} is not a registered pytree node type")
     if type(data["children"]) is not list:
         raise ExportLoadError("malformed pytree spec")
     return pytree.TreeSpec(node_type, context, [decode_treespec(c) for c in data["children"]])
@@ -642,7 +357,7 @@ def _tensor_state(module: torch.nn.Module, where: str) -> dict:
     for name, t in [*module._parameters.items(), *module._buffers.items()]:
         if t is not None and type(t) not in (torch.Tensor, torch.nn.Parameter):
             raise ExportSaveError(
-                f"{_join(where, name)}: tensor subclass {_describe(type(t))} cannot be saved"
+                f"{_join(where, name)}: tensor subclass {describe(type(t))} cannot be saved"
             )
     return {
         "training": bool(module.training),
@@ -664,7 +379,7 @@ def _refuse_hooks(module: torch.nn.Module, where: str) -> None:
     ]
     if hooks:
         raise ExportSaveError(
-            f"module {where or '(the exported graph)'} ({_describe(type(module))}) has hooks "
+            f"module {where or '(the exported graph)'} ({describe(type(module))}) has hooks "
             f"({', '.join(sorted(hooks))}), which cannot be saved"
         )
 
@@ -675,29 +390,27 @@ def _encode_module(module: torch.nn.Module, where: str) -> dict:
     payload = getattr(module, "payload", None)
     if cls.__module__.startswith("torch_plugin.") and callable(payload):
         if not callable(getattr(cls, "from_payload", None)):
-            raise ExportSaveError(f"module {where} ({_describe(cls)}) has no from_payload")
+            raise ExportSaveError(f"module {where} ({describe(cls)}) has no from_payload")
         return {
             "kind": "project",
             "class": class_ref(cls, where),
-            "payload": encode_value(payload(), f"module {where} ({_describe(cls)}) payload"),
+            "payload": encode_value(payload(), f"module {where} ({describe(cls)}) payload"),
             "training": bool(module.training),
         }
     if not cls.__module__.startswith("torch.nn."):
         raise ExportSaveError(
-            f"module {where} is of class {_describe(cls)}, which is not a torch.nn module: only "
+            f"module {where} is of class {describe(cls)}, which is not a torch.nn module: only "
             "torch.nn modules (and torch_plugin's own) can be saved in the safe format, not "
             "user-defined classes"
         )
     attrs = {k: v for k, v in vars(module).items() if k not in _MODULE_INTERNALS}
-    odd = [k for k in attrs if not _IDENTIFIER.match(k) or k.startswith("__")]
+    odd = [k for k in attrs if not IDENTIFIER.match(k) or k.startswith("__")]
     if odd:
-        raise ExportSaveError(
-            f"module {where} ({_describe(cls)}): attributes {odd} cannot be saved"
-        )
+        raise ExportSaveError(f"module {where} ({describe(cls)}): attributes {odd} cannot be saved")
     return {
         "kind": "torch.nn",
         "class": class_ref(cls, where),
-        "attrs": encode_value(attrs, f"module {where} ({_describe(cls)}) attributes"),
+        "attrs": encode_value(attrs, f"module {where} ({describe(cls)}) attributes"),
         **_tensor_state(module, where),
     }
 
@@ -731,22 +444,22 @@ def _decode_module(data: dict, where: str) -> torch.nn.Module:
     kind = data.get("kind")
     cls = decode_value(data.get("class"))
     if not issubclass(cls, torch.nn.Module):
-        raise ExportLoadError(f"module {where}: {_describe(cls)} is not an nn.Module")
+        raise ExportLoadError(f"module {where}: {describe(cls)} is not an nn.Module")
     if kind == "project":
         if not cls.__module__.startswith("torch_plugin.") or not hasattr(cls, "from_payload"):
-            raise ExportLoadError(f"module {where}: {_describe(cls)} is not a torch_plugin module")
+            raise ExportLoadError(f"module {where}: {describe(cls)} is not a torch_plugin module")
         module = cls.from_payload(decode_value(data["payload"]))
         if not isinstance(module, cls):
-            raise ExportLoadError(f"module {where}: {_describe(cls)}.from_payload gave {module!r}")
+            raise ExportLoadError(f"module {where}: {describe(cls)}.from_payload gave {module!r}")
         module.training = _typed(data["training"], bool, where)
         return module
     if kind != "torch.nn" or not cls.__module__.startswith("torch.nn."):
-        raise ExportLoadError(f"module {where}: {_describe(cls)} is not a torch.nn module")
+        raise ExportLoadError(f"module {where}: {describe(cls)} is not a torch.nn module")
     attrs = decode_value(data["attrs"])
     if type(attrs) is not dict or any(
         not isinstance(k, str)
         or k in _MODULE_INTERNALS
-        or not _IDENTIFIER.match(k)
+        or not IDENTIFIER.match(k)
         or k.startswith("__")
         for k in attrs
     ):
@@ -771,14 +484,14 @@ def _codegen_kinds() -> dict[str, type]:
 def _encode_graph(graph: torch.fx.Graph) -> dict:
     nodes = []
     for node in graph.nodes:
-        where = f"node {node.name} ({node.op} {_describe(node.target)})"
+        where = f"node {node.name} ({node.op} {describe(node.target)})"
         if node.op == "call_function":
             target = function_ref(node.target, where)
-            if node.target is getattr and not (len(node.args) >= 2 and _allowed_name(node.args[1])):
+            if node.target is getattr and not (len(node.args) >= 2 and allowed_name(node.args[1])):
                 raise ExportSaveError(f"{where}: getattr with name {node.args[1:2]!r}")
         else:
             target = node.target
-            if node.op == "call_method" and not _allowed_name(target):
+            if node.op == "call_method" and not allowed_name(target):
                 raise ExportSaveError(f"{where}: method name {target!r} cannot be saved")
         args = encode_value(node.args, where)
         kwargs = encode_value(node.kwargs, where)
@@ -786,7 +499,7 @@ def _encode_graph(graph: torch.fx.Graph) -> dict:
     codegen = graph._codegen
     kind = next((k for k, c in _codegen_kinds().items() if type(codegen) is c), None)
     if kind is None:
-        raise ExportSaveError(f"graph code generator {_describe(type(codegen))} cannot be saved")
+        raise ExportSaveError(f"graph code generator {describe(type(codegen))} cannot be saved")
     out: dict = {"kind": kind}
     if kind != "plain":
         info = codegen.pytree_info
@@ -802,7 +515,7 @@ def _encode_graph(graph: torch.fx.Graph) -> dict:
 def _check_name(name: Any, dotted: bool, what: str) -> str:
     parts = name.split(".") if dotted and isinstance(name, str) else [name]
     if not all(
-        isinstance(p, str) and _IDENTIFIER.match(p) and not keyword.iskeyword(p) for p in parts
+        isinstance(p, str) and IDENTIFIER.match(p) and not keyword.iskeyword(p) for p in parts
     ):
         raise ExportLoadError(f"{what}: {name!r} is not a valid identifier")
     return name
@@ -826,7 +539,7 @@ def _decode_graph(data: dict) -> torch.fx.Graph:
         elif op in ("get_attr", "call_module"):
             _check_name(target, True, f"node {name} target")
         elif op == "call_method":
-            if not _allowed_name(target):
+            if not allowed_name(target):
                 raise ExportLoadError(f"node {name}: method name {target!r} is not allowed")
         elif op == "placeholder":
             _check_name(target.lstrip("*") if isinstance(target, str) else target, False, name)
@@ -837,7 +550,7 @@ def _decode_graph(data: dict) -> torch.fx.Graph:
             raise ExportLoadError(f"node {name}: malformed arguments")
         for k in kwargs:
             _check_name(k, False, f"node {name} keyword")
-        if target is getattr and not (len(args) >= 2 and _allowed_name(args[1])):
+        if target is getattr and not (len(args) >= 2 and allowed_name(args[1])):
             raise ExportLoadError(f"node {name}: getattr with name {args[1:2]!r} is not allowed")
         node = graph.create_node(op, target, args, kwargs, name=name)
         if node.name != name:
