@@ -96,7 +96,8 @@ def export(
     try:
         # dynamic=False: only marked dims are symbolic, and automatic dynamic's sizes from
         # earlier optimize() calls are neither read nor updated.
-        optimize(export_backend, nopython=True, dynamic=bool(dynamic))(fn)(*args, **kwargs)
+        with convert_frame.keep_guard_sets():
+            optimize(export_backend, nopython=True, dynamic=bool(dynamic))(fn)(*args, **kwargs)
     finally:
         convert_frame.listeners.remove(records.append)
     captured = [r for r in records if r.graph is not None]

@@ -100,7 +100,9 @@ class CaptureRecord:
     # or None when it was not compiled inside DDP's forward.
     ddp_split: Any = None
     # The guards themselves (capture.guards.GuardSet) with the ShapeEnv and shape bindings of
-    # a capture with symbolic sizes, for export(), which checks them on each call.
+    # a capture with symbolic sizes, for export(), which checks them on each call. Set only
+    # while keep_guard_sets is on (export): the guards hold the objects they compare, so a
+    # record kept by another listener would keep the user's model alive.
     guard_set: Any = None
     shape_env: Any = None
     shape_bindings: tuple = ()
@@ -110,6 +112,20 @@ class CaptureRecord:
 
 # Functions called with each CaptureRecord (explain(), export() and the logs use this).
 listeners: list = []
+
+
+class keep_guard_sets:
+    """While active (nestable), records carry their GuardSet, ShapeEnv and shape bindings
+    (``CaptureRecord.guard_set`` ...): ``torch_plugin.export`` turns them into the checks of
+    the exported graph."""
+
+    depth = 0
+
+    def __enter__(self):
+        keep_guard_sets.depth += 1
+
+    def __exit__(self, *exc):
+        keep_guard_sets.depth -= 1
 
 
 def _snapshot(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -488,9 +504,9 @@ class ConvertFrame:
                     visible_side_effects=tuple(output.side_effects.caller_visible()),
                     returns_runtime_args=spec_has(spec, "arg"),
                     ddp_split=ddp_splits[0] if ddp_splits else None,
-                    guard_set=output.guards,
-                    shape_env=output.shape_env,
-                    shape_bindings=tuple(output.shape_bindings),
+                    guard_set=output.guards if keep_guard_sets.depth else None,
+                    shape_env=output.shape_env if keep_guard_sets.depth else None,
+                    shape_bindings=tuple(output.shape_bindings) if keep_guard_sets.depth else (),
                     input_sources=tuple(output.input_sources),
                 )
             )
