@@ -18,64 +18,15 @@ turns on ``debug_raise_internal_errors``, so a translator crash fails the test.
 5. dict views are views: ``keys() | keys()``, ``keys() == {..}`` (a list stood in).
 """
 
-import copy
 import functools
 
 import pytest
 import torch
+from against_eager import run_against_eager
 
 import torch_plugin
 
 BACKENDS = ["eager", "aot_eager"]
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return (
-            isinstance(b, torch.Tensor)
-            and a.shape == b.shape
-            and a.dtype == b.dtype
-            and torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
-        )
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
-    if isinstance(a, dict):
-        return type(a) is type(b) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
-
-
-def _objects(value, out: list) -> list:
-    out.append(value)
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            _objects(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _objects(v, out)
-    return out
-
-
-def _identities(result, args) -> list:
-    objs = _objects((result, list(args)), [])
-    objs = [o for o in objs if not isinstance(o, (int, float, bool, str, type(None)))]
-    return [[i for i, b in enumerate(objs) if a is b] for a in objs]
-
-
-def run_against_eager(backend, fn, argsets):
-    torch_plugin.reset()
-    opt = torch_plugin.optimize(backend)(fn)
-    try:
-        for i, args in enumerate(argsets):
-            eager_args, opt_args = copy.deepcopy(args), copy.deepcopy(args)
-            expected = fn(*eager_args)
-            got = opt(*opt_args)
-            assert _same(expected, got), f"call {i}: result {got} != eager {expected}"
-            assert _identities(got, opt_args) == _identities(expected, eager_args), (
-                f"call {i}: identity relations differ from eager"
-            )
-            assert _same(list(eager_args), list(opt_args)), f"call {i}: arguments differ"
-    finally:
-        torch_plugin.reset()
 
 
 def _tensor_args(shapes=((4, 3), (4, 3), (4, 3), (5, 2))):

@@ -12,96 +12,15 @@ every argument after the call, and object state the function touches.
 5. a NumPy scalar constant in the graph.
 """
 
-import copy
 import typing
 
 import numpy as np
 import pytest
 import torch
-
-import torch_plugin
+from against_eager import argsets as _argsets
+from against_eager import run_against_eager
 
 BACKENDS = ["eager", "aot_eager", "plugin"]
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return (
-            isinstance(b, torch.Tensor)
-            and type(a) is type(b)
-            and a.shape == b.shape
-            and a.dtype == b.dtype
-            and torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
-        )
-    if isinstance(a, (list, tuple)):
-        return (
-            type(a) is type(b)
-            and len(a) == len(b)
-            and all(map(_same, a, b))
-            and _same(getattr(a, "__dict__", None), getattr(b, "__dict__", None))
-        )
-    if isinstance(a, dict):
-        return type(a) is type(b) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if hasattr(a, "__dict__") and not isinstance(a, type) and type(a).__eq__ is object.__eq__:
-        return type(a) is type(b) and _same(vars(a), vars(b))  # a user object: its state
-    return type(a) is type(b) and a == b
-
-
-def _objects(value, out: list) -> list:
-    """Every object reachable from ``value`` through tuples, lists, dicts and instance
-    ``__dict__``s, in a fixed order (for identity comparisons)."""
-    out.append(value)
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            _objects(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _objects(v, out)
-    if isinstance(value, tuple) and hasattr(value, "__dict__"):
-        for v in vars(value).values():
-            _objects(v, out)
-    return out
-
-
-def _identities(result, args) -> list:
-    """Which of the objects reachable from the result and the arguments are one object."""
-    objs = _objects((result, list(args)), [])
-    objs = [o for o in objs if not isinstance(o, (int, float, bool, str, type(None)))]
-    return [[i for i, b in enumerate(objs) if a is b] for a in objs]
-
-
-def run_against_eager(backend, fn, argsets, state=None):
-    """Call ``fn`` eagerly and optimized on copies of each argument tuple in ``argsets``;
-    compare results, identity relations, arguments after the call and ``state()`` (object
-    state the function touches: a snapshot taken after each call)."""
-    torch_plugin.reset()
-    opt = torch_plugin.optimize(backend)(fn)
-    try:
-        for i, args in enumerate(argsets):
-            eager_args, opt_args = copy.deepcopy(args), copy.deepcopy(args)
-            try:
-                expected = fn(*eager_args)
-            except Exception as e:  # noqa: BLE001 - the optimized call must raise it too
-                with pytest.raises(type(e)):
-                    opt(*opt_args)
-                continue
-            eager_ids = _identities(expected, eager_args)
-            eager_state = state() if state else None
-            got = opt(*opt_args)
-            assert _same(expected, got), f"call {i}: result {got} != eager {expected}"
-            assert _identities(got, opt_args) == eager_ids, (
-                f"call {i}: identity relations differ from eager"
-            )
-            assert _same(list(eager_args), list(opt_args)), f"call {i}: arguments differ"
-            if state:
-                assert _same(eager_state, state()), f"call {i}: state {state()} != {eager_state}"
-    finally:
-        torch_plugin.reset()
-
-
-def _argsets(make, shapes=((4, 3), (4, 3), (4, 3), (5, 2))):
-    """Fresh random inputs per call; the last call recompiles with another shape."""
-    return [make(shape) for shape in shapes]
 
 
 # --- 1. an in-place op's result is its self --------------------------------------------------
