@@ -15,7 +15,7 @@ from .exc import Unsupported, unimplemented
 from .variables.base import VariableTracker
 from .variables.builder import wrap_constant_or_object
 from .variables.constant import ConstantVariable
-from .variables.dicts import ConstDictVariable
+from .variables.dicts import ConstDictVariable, dict_key
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import TensorVariable
@@ -123,7 +123,7 @@ class ContainerInstructions:
         flat = self.popn(2 * inst.arg)
         items = {}
         for k, v in zip(flat[::2], flat[1::2]):
-            items[k.as_python_constant()] = v
+            items[dict_key(k)] = v
         self.push(ConstDictVariable(items, mutable_local=True))
 
     def BUILD_CONST_KEY_MAP(self, inst):

@@ -221,3 +221,29 @@ def test_minmax_key(backend):
     """min/max with key=/default= raised TypeError inside the translator (call_max() got an
     unexpected keyword argument 'key'); now a clean graph break."""
     run_against_eager(backend, _minmax_key, _tensor_args())
+
+
+# --- 7. a symbolic size as a dict key ---------------------------------------------------------
+def _size_keyed_dict(x):
+    n = x.shape[0]
+    d = {n: 1, "k": 2}  # BUILD_MAP with a symbolic key after the dynamic recompile
+    d[n + 1] = 3  # STORE_SUBSCR
+    by_size = {m: m * 2 for m in x.shape}  # MAP_ADD
+    return x + d[n] + d.get(n + 1, 0), list(d), by_size, n in d
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_symbolic_size_as_dict_key(backend):
+    """``{n: 1}`` with a symbolic ``n`` raised TypeError (unhashable SymInt) inside the
+    translator, hidden as a graph break; the key is now the concrete size, under a guard."""
+    shapes = ((4, 3), (4, 3), (5, 3), (6, 2), (5, 3))
+    run_against_eager(backend, _size_keyed_dict, _tensor_args(shapes))
+    # one graph per size, no graph break: nopython=True raises CaptureError at a break
+    torch_plugin.reset()
+    try:
+        opt = torch_plugin.optimize(backend, nopython=True)(_size_keyed_dict)
+        for shape in shapes:
+            x = torch.randn(shape)
+            assert opt(x)[1] == _size_keyed_dict(x)[1]
+    finally:
+        torch_plugin.reset()

@@ -9,10 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..dynamic_shapes import has_symbolic, specialize_deep
 from ..exc import unimplemented
 from .base import VariableTracker, method_getattr
 from .constant import ConstantVariable
 from .lists import TupleVariable
+
+
+def dict_key(var: VariableTracker):
+    """The dict key ``var`` stands for: a constant of the capture. A symbolic size (``{n: 1}``
+    with ``n = x.shape[0]`` after a dynamic recompile) is not hashable: its concrete value,
+    under a guard (the entry is then reused only for that size, as a dict of sizes would
+    decide its keys). Raises Unsupported for a key that is not a constant."""
+    if not var.is_python_constant():
+        unimplemented("dict key that is not a constant")
+    key = var.as_python_constant()
+    if has_symbolic(key):
+        key = specialize_deep(key)
+    return key
 
 
 class ConstDictVariable(VariableTracker):
@@ -51,10 +65,7 @@ class ConstDictVariable(VariableTracker):
         return self.items[key]
 
     def call_method(self, tx, name, args, kwargs):
-        def key_of(v):
-            if not v.is_python_constant():
-                unimplemented("dict key that is not a constant")
-            return v.as_python_constant()
+        key_of = dict_key
 
         if name == "__getitem__" and len(args) == 1:
             return self.getitem(key_of(args[0]))
