@@ -6,7 +6,7 @@ test_internal_errors.py).
 on deep copies of each argument tuple, and compares the results (values, dtypes, types,
 instance attributes of tuple subclasses and user objects), the identity relations among the
 objects reachable from the result and the arguments (``is``), the arguments after the call
-(in-place mutations), and optionally a state snapshot (globals, objects the function
+(in-place mutations), the global torch state, and optionally a state snapshot (globals, objects the function
 touches). When eager raises, the optimized call must raise the same exception type.
 """
 
@@ -14,6 +14,7 @@ import copy
 
 import pytest
 import torch
+from differential import global_state
 
 import torch_plugin
 
@@ -68,8 +69,9 @@ def identities(result, args) -> list:
 
 def run_against_eager(backend, fn, argsets, state=None):
     """Call ``fn`` eagerly and optimized on copies of each argument tuple in ``argsets``;
-    compare results, identity relations, arguments after the call and ``state()`` (object
-    state the function touches: a snapshot taken after each call)."""
+    compare results, identity relations, arguments after the call, the global torch state
+    (grad mode, inference mode, default dtype, autocast: differential.global_state) and
+    ``state()`` (object state the function touches: a snapshot taken after each call)."""
     torch_plugin.reset()
     opt = torch_plugin.optimize(backend)(fn)
     try:
@@ -83,12 +85,14 @@ def run_against_eager(backend, fn, argsets, state=None):
                 continue
             eager_ids = identities(expected, eager_args)
             eager_state = state() if state else None
+            eager_global = global_state()
             got = opt(*opt_args)
             assert same(expected, got), f"call {i}: result {got} != eager {expected}"
             assert identities(got, opt_args) == eager_ids, (
                 f"call {i}: identity relations differ from eager"
             )
             assert same(list(eager_args), list(opt_args)), f"call {i}: arguments differ"
+            assert global_state() == eager_global, f"call {i}: global torch state differs"
             if state:
                 assert same(eager_state, state()), f"call {i}: state {state()} != {eager_state}"
     finally:

@@ -511,6 +511,18 @@ def _describe_spec(spec) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
+# Recorded guard kinds replayed as one GuardManager method call (arg, description).
+_LEAF_METHODS = {
+    "type": "add_type_match",
+    "id": "add_id_match",
+    "equals": "add_equals_match",
+    "len": "add_len_match",
+    "dict_keys": "add_dict_keys_match",
+    "not_in_dict": "add_not_in_dict",
+    "empty_attr_dicts": "add_empty_attr_dicts",
+}
+
+
 def _build_tree(checks: list[tuple], slot_names: dict):
     """A RootGuardManager with ``checks`` replayed on it (no global-state match)."""
     from torch_plugin import _C
@@ -536,20 +548,8 @@ def _build_tree(checks: list[tuple], slot_names: dict):
             root.add_shape_check(list(arg), desc)
             continue
         node = node_for(path)
-        if kind == "type":
-            node.add_type_match(arg, desc)
-        elif kind == "id":
-            node.add_id_match(arg, desc)
-        elif kind == "equals":
-            node.add_equals_match(arg, desc)
-        elif kind == "len":
-            node.add_len_match(arg, desc)
-        elif kind == "dict_keys":
-            node.add_dict_keys_match(arg, desc)
-        elif kind == "not_in_dict":
-            node.add_not_in_dict(arg, desc)
-        elif kind == "empty_attr_dicts":
-            node.add_empty_attr_dicts(arg, desc)
+        if kind in _LEAF_METHODS:
+            getattr(node, _LEAF_METHODS[kind])(arg, desc)
         elif kind == "tensor":
             node.add_tensor_match(
                 _example(arg),
