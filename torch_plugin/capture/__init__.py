@@ -4,9 +4,15 @@ Layout, in data-flow order:
 - ``eval_frame``: optimize/disable/reset (turns the C++ hook on and off);
 - ``convert_frame``: the hook's callback; ``stats`` counters;
 - ``skipfiles``: which code is left alone;
-- ``symbolic_convert``: the bytecode interpreter; ``variables/``: value kinds;
+- ``symbolic_convert``: the bytecode interpreter (loop, names, control flow), with the opcode
+  families in mixins ``container_instructions``, ``operator_instructions``,
+  ``attribute_instructions`` and ``call_instructions`` (calls, inlining); ``variables/``: value
+  kinds;
 - ``sources`` and ``guards``: where values came from and the guard tree built from them;
-- ``output_graph`` and ``output_structure``: the FX graph, its inputs and outputs;
+- ``output_graph`` (with ``operation_recording``) and ``output_structure``: the FX graph, its
+  operations, inputs and outputs;
+- ``graph_break`` (with ``reconstruct``) and ``resume_execution``: graph breaks and resume
+  functions; ``graph_break_types``: the registry of graph-break types;
 - ``bytecode_emission``: the transformed code object.
 """
 

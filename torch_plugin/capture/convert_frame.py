@@ -14,7 +14,6 @@ import sys
 import time
 import types
 import warnings
-import weakref
 from typing import Any
 
 import torch
@@ -29,6 +28,7 @@ from .bytecode_emission import (
     release_with,
     uninstall_globals,
 )
+from .code_marks import seen_code_objects
 from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
 from .guards import build_guard_tree
@@ -185,8 +185,6 @@ def _notify(record: CaptureRecord) -> None:
         listener(record)
 
 
-# Code objects that have cache entries or skip marks, so reset() can clear them.
-seen_code_objects: weakref.WeakSet[types.CodeType] = weakref.WeakSet()
 _warned_cache_limit: set = set()
 
 

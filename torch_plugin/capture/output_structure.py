@@ -16,8 +16,9 @@ from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
 from .variables.dicts import ConstDictVariable
 from .variables.lists import ListVariable, NamedTupleVariable, TupleVariable
+from .variables.object_copies import refuse_mutated_private
 from .variables.tensor import TensorVariable
-from .variables.user_defined import UserDefinedObjectVariable, refuse_mutated_private
+from .variables.user_defined import UserDefinedObjectVariable
 
 
 def flatten_output(

@@ -17,64 +17,37 @@ CALL_INTRINSIC_1 (3.12), and FOR_ITER's exhaustion jump (3.12 skips END_FOR).
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import dis
 import inspect
-import operator
-import os
 import sys
 import types
-from typing import Any
 
-import torch
-
-from . import torch_compile_interop
+from .attribute_instructions import AttributeInstructions
+from .call_instructions import CallInstructions
 from .container_instructions import ContainerInstructions
-from .dynamic_shapes import has_symbolic, specialize_deep
 from .exc import Unsupported, UserSourceLocation, unimplemented
+from .operator_instructions import OperatorInstructions
 from .output_graph import OutputGraph
-from .sources import ClosureSource, GlobalSource, ItemSource, LocalSource, ObjectSource
-from .variables.autograd_function import FunctionCtxVariable
-from .variables.base import VariableTracker
+from .sources import ClosureSource, GlobalSource, ItemSource, LocalSource
+from .variables.base import NullVariable, VariableTracker
 from .variables.builder import wrap_constant_or_object, wrap_value
-from .variables.constant import BINARY_OPS, COMPARE_OPS, INPLACE_OPS, ConstantVariable
-from .variables.dicts import ConstDictVariable
-from .variables.functions import (
-    BaseUserFunctionVariable,
-    CellVariable,
-    NestedUserFunctionVariable,
-    UserFunctionVariable,
-    UserMethodVariable,
-)
-from .variables.iterators import GeneratorVariable, IteratorVariable
-from .variables.lists import (
-    BaseListVariable,
-    ListIteratorVariable,
-    ListVariable,
-    TupleVariable,
-    contains,
-)
-from .variables.new_object import NewObjectVariable
-from .variables.nn_module import NNModuleVariable
+from .variables.constant import ConstantVariable
+from .variables.functions import CellVariable
+from .variables.iterators import IteratorVariable
+from .variables.lists import ListIteratorVariable
 from .variables.tensor import TensorVariable
 from .variables.torch import AutocastVariable, GradModeVariable
-from .variables.user_defined import SuperVariable, UserDefinedObjectVariable
+from .variables.user_defined import SuperVariable
+
+__all__ = [
+    "InliningInstructionTranslator",
+    "InstructionTranslator",
+    "InstructionTranslatorBase",
+    "NullVariable",
+]
 
 PY312 = sys.version_info >= (3, 12)
 MAX_INSTRUCTIONS = 2_000_000
-MAX_INLINE_DEPTH = 64
-_GENERATOR_FLAGS = inspect.CO_GENERATOR
-_UNSUPPORTED_CODE_FLAGS = (
-    inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
-)
-
-
-class NullVariable(VariableTracker):
-    """The NULL that CALL's stack layout expects below a callable (PUSH_NULL)."""
-
-    def __repr__(self) -> str:
-        return "NULL"
 
 
 class WithExitVariable(VariableTracker):
@@ -114,59 +87,14 @@ class GeneratorYield(Exception):  # noqa: N818 - a control-flow signal, not an e
         self.value = value
 
 
-def _holds_object_state(v: VariableTracker) -> bool:
-    """Whether ``v.as_python_constant()`` would stand for an object whose attributes no guard
-    covers (a user object read from a source, or an nn.Module: guarded on identity only), also
-    inside a container or a partial. An object without a source was made during this capture
-    by a fold on such constants (``inspect.signature(fn)``): nothing outside can change it."""
-    from .variables.functions import PartialVariable
-    from .variables.nn_module import ModuleSliceVariable
-    from .variables.user_defined import _PLAIN_ATTRIBUTE_TYPES
-
-    if isinstance(v, UserDefinedObjectVariable):
-        return v.source is not None and not isinstance(v.value, _PLAIN_ATTRIBUTE_TYPES)
-    if isinstance(v, (NNModuleVariable, ModuleSliceVariable)):
-        return True
-    if isinstance(v, BaseListVariable):
-        return any(_holds_object_state(i) for i in v.items)
-    if isinstance(v, ConstDictVariable):
-        return any(_holds_object_state(i) for i in v.items.values())
-    if isinstance(v, PartialVariable):
-        return any(_holds_object_state(i) for i in [*v.args, *v.keywords.values()])
-    return False
-
-
-# Standard-library functions whose result depends only on their argument's type (and the
-# class's definition), not on an object's attributes: they fold on user objects too.
-# Pure helpers whose answer for a bound method depends on its function only (the function is
-# guarded where the method was looked up), not on the instance it is bound to.
-_SIGNATURE_ONLY_STDLIB = frozenset({inspect.signature, inspect.getfullargspec})
-
-_TYPE_ONLY_STDLIB = frozenset(
-    {
-        dataclasses.fields,
-        dataclasses.is_dataclass,
-        inspect.isclass,
-        inspect.isfunction,
-        inspect.ismethod,
-        inspect.isroutine,
-        inspect.ismodule,
-        inspect.isbuiltin,
-        inspect.isgeneratorfunction,
-        inspect.iscoroutinefunction,
-    }
-)
-
-
-# Standard-library functions that build fresh values from everything an object holds (no
-# part of the result is shared with the argument): they fold on a user object whose whole
-# state is guarded. copy.copy and dataclasses.replace share the attribute values (a later
-# mutation through the copy must reach the original), so they never fold on one.
-_DEEP_COPY_STDLIB = frozenset({copy.deepcopy, dataclasses.asdict, dataclasses.astuple})
-
-
-class InstructionTranslatorBase(ContainerInstructions):
-    """Interprets one code object. See the module docstring."""
+class InstructionTranslatorBase(
+    ContainerInstructions, OperatorInstructions, AttributeInstructions, CallInstructions
+):
+    """Interprets one code object. See the module docstring. The opcode handlers of each
+    family live in a mixin of their own: containers (container_instructions.py), operators
+    (operator_instructions.py), attributes (attribute_instructions.py), calls and inlining
+    (call_instructions.py); the loop, the stack, names, control flow, ``with`` blocks and
+    generators are here."""
 
     def __init__(
         self,
@@ -256,6 +184,34 @@ class InstructionTranslatorBase(ContainerInstructions):
         except _Return as r:
             return r.value
 
+    def run_to_yield(self) -> VariableTracker | None:
+        """Run an inlined generator's body up to its next ``yield``: the yielded value, or
+        None once the body returned (StopIteration). Its state is kept between calls."""
+        try:
+            self.run()
+        except GeneratorYield as y:
+            return y.value
+        return None
+
+    def inlining_translator(
+        self,
+        code: types.CodeType,
+        f_globals: dict,
+        symbolic_locals: dict[str, VariableTracker],
+        cells: dict[str, CellVariable],
+    ) -> InliningInstructionTranslator:
+        """A translator for a user function (``code``) called from this one, one level
+        deeper, recording into the same graph (see ``CallInstructions.inline_user_function``)."""
+        return InliningInstructionTranslator(
+            code,
+            f_globals,
+            _builtins_of(f_globals),
+            symbolic_locals,
+            cells,
+            self.output,
+            self.depth + 1,
+        )
+
     def push(self, v: VariableTracker) -> None:
         assert isinstance(v, VariableTracker), v
         self.stack.append(v)
@@ -272,149 +228,6 @@ class InstructionTranslatorBase(ContainerInstructions):
 
     def jump(self, inst: dis.Instruction) -> None:
         self.ip = self.offset_to_index[inst.argval]
-
-    # --- helpers --------------------------------------------------------------------------
-    def binary_op(self, op: str, a: VariableTracker, b: VariableTracker) -> VariableTracker:
-        fn = BINARY_OPS.get(op) or INPLACE_OPS.get(op)
-        if fn is None:
-            unimplemented(f"binary operator {op}")
-        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
-            if op.endswith("=") and isinstance(a, TensorVariable):
-                return self.output.call_function(self, fn, [a, b], {})
-            return self.output.call_function(self, BINARY_OPS[op.rstrip("=")], [a, b], {})
-        # In-place operators on a list or dict mutate the object (every alias sees it):
-        # list += any iterable is list.extend, list *= n repeats in place, dict |= is update
-        if op == "+=" and type(a) is ListVariable and a.python_cls is list:
-            a.call_method(self, "extend", [b], {})
-            return a
-        if op == "*=" and type(a) is ListVariable and a.python_cls is list:
-            if not b.is_python_constant() or not isinstance(b.as_python_constant(), int):
-                unimplemented(f"list *= {b}")
-            if not a.mutable_local:
-                unimplemented("in-place *= on a list from the frame's inputs")
-            a.items[:] = a.items * b.as_python_constant()
-            return a
-        if op == "|=" and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
-            a.call_method(self, "update", [b], {})
-            return a
-        if (
-            op == "*"
-            and isinstance(b, BaseListVariable)
-            and a.is_python_constant()
-            and isinstance(a.as_python_constant(), int)
-        ):
-            a, b = b, a  # n * sequence is sequence * n
-        if (
-            isinstance(a, BaseListVariable)
-            and op in ("+", "+=")
-            and isinstance(b, BaseListVariable)
-        ):
-            if op == "+=" and isinstance(a, ListVariable):
-                if not a.mutable_local:
-                    unimplemented("in-place += on a list from the frame's inputs")
-                a.items.extend(b.items)
-                return a
-            return (
-                type(a)(a.items + b.items, mutable_local=True)
-                if isinstance(a, ListVariable)
-                else TupleVariable(a.items + b.items)
-            )
-        if isinstance(a, BaseListVariable) and op in ("*", "*=") and b.is_python_constant():
-            items = a.items * b.as_python_constant()
-            return (
-                ListVariable(items, mutable_local=True)
-                if isinstance(a, ListVariable)
-                else TupleVariable(items)
-            )
-        if (
-            isinstance(a, ConstDictVariable)
-            and isinstance(b, ConstDictVariable)
-            and op in ("|", "|=")
-        ):
-            return ConstDictVariable({**a.items, **b.items}, mutable_local=True)
-        if a.is_python_constant() and b.is_python_constant():
-            av, bv = a.as_python_constant(), b.as_python_constant()
-            if op.endswith("=") and isinstance(av, (list, dict, set, bytearray)):
-                # an in-place operator mutates the object: computing a new one (as the
-                # operator without "=") would leave every alias (a caller's set) unchanged
-                unimplemented(f"in-place {op} on a {type(av).__name__} (mutation not modelled)")
-            if isinstance(bv, (list, dict, set)):
-                fn = BINARY_OPS[op.rstrip("=")]
-            if _is_numpy_value(av) or _is_numpy_value(bv):
-                # NumPy cannot compute on a symbolic int (np.int64(2) * s0 would become an
-                # int where eager gives np.int64): its concrete value, under a guard
-                from .dynamic_shapes import specialize
-
-                av, bv = specialize(av), specialize(bv)
-            if isinstance(av, (str, bytes)) and op.rstrip("=") == "%":
-                # printf-style formatting: a symbolic size formats as its symbol's name
-                av, bv = specialize_deep(av), specialize_deep(bv)
-            av, bv = _bool_as_int(av, bv), _bool_as_int(bv, av)
-            try:
-                return wrap_constant_or_object(fn(av, bv))
-            except TypeError:
-                if not (has_symbolic(av) or has_symbolic(bv)):
-                    raise
-            # SymInt/SymBool lack some operators ((s0 > 3) ^ True): the concrete values,
-            # under a guard
-            return wrap_constant_or_object(fn(specialize_deep(av), specialize_deep(bv)))
-        unimplemented(f"operator {op} on {a} and {b}")
-
-    def compare(self, op: str, a: VariableTracker, b: VariableTracker) -> VariableTracker:
-        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
-            return self.output.call_function(self, COMPARE_OPS[op], [a, b], {})
-        if a.is_python_constant() and b.is_python_constant():
-            return ConstantVariable(COMPARE_OPS[op](a.as_python_constant(), b.as_python_constant()))
-        if op in ("==", "!=") and a is b:
-            return ConstantVariable(op == "==")
-        unimplemented(f"comparison {op} between {a} and {b}")
-
-    def is_(self, a: VariableTracker, b: VariableTracker) -> bool:
-        if a is b:
-            return True
-        if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
-            return False  # an object built in the frame is no other object
-        tensor_a, tensor_b = isinstance(a, TensorVariable), isinstance(b, TensorVariable)
-        if tensor_a and tensor_b:
-            return a.node is b.node
-        if tensor_a or tensor_b:
-            return False
-        if isinstance(a, (NullVariable,)) or isinstance(b, NullVariable):
-            return False
-        for x, y in ((a, b), (b, a)):
-            if (
-                isinstance(y, ConstantVariable)
-                and y.value is None
-                and not isinstance(x, ConstantVariable)
-            ):
-                if isinstance(x, UserDefinedObjectVariable):
-                    return False  # its type is guarded; its identity does not matter here
-                try:
-                    x.as_python_constant()
-                except Unsupported:
-                    return False
-        try:
-            return a.as_python_constant() is b.as_python_constant()
-        except Unsupported:
-            pass
-        if type(a) is not type(b) and not (
-            isinstance(a, ConstantVariable) or isinstance(b, ConstantVariable)
-        ):
-            return False
-        unimplemented(f"`is` between {a} and {b}")
-
-    def getattr(self, obj: VariableTracker, name: str) -> VariableTracker:
-        """``getattr(obj, name)``; ``__class__`` is answered from the variable's type."""
-        if name == "__class__" and not isinstance(obj, TensorVariable):
-            return wrap_constant_or_object(obj.python_type())
-        if (
-            isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable))
-            and self.output.side_effects
-        ):
-            pending = self.output.side_effects.pending_attr(_object_seen(obj), name)
-            if pending is not None:
-                return pending
-        return obj.var_getattr(self, name)
 
     def call(self, fn: VariableTracker, args: list, kwargs: dict) -> VariableTracker:
         result = fn.call_function(self, args, kwargs)
@@ -435,126 +248,6 @@ class InstructionTranslatorBase(ContainerInstructions):
         if name in self.f_builtins:
             return wrap_value(self, self.f_builtins[name], None)
         unimplemented(f"name {name!r} is not defined")
-
-    def inline_user_function_obj(self, fn, args, kwargs) -> VariableTracker:
-        """Inline a real function object found by attribute lookup (no source)."""
-        var = (
-            wrap_value(self, fn, None)
-            if not isinstance(fn, types.FunctionType)
-            else UserFunctionVariable(fn)
-        )
-        return var.call_function(self, list(args), dict(kwargs))
-
-    def inline_user_function(
-        self, fn_var: BaseUserFunctionVariable, args, kwargs
-    ) -> VariableTracker:
-        code = fn_var.get_code()
-        if code.co_flags & _UNSUPPORTED_CODE_FLAGS:
-            unimplemented(f"call to coroutine/async function {code.co_name}")
-        if self.depth >= MAX_INLINE_DEPTH:
-            unimplemented("inlining too deep (recursion?)")
-        if isinstance(fn_var, UserFunctionVariable):  # e.g. a disabled method: obj.method
-            reason = torch_compile_interop.call_reason(fn_var.fn)
-            if reason is not None:
-                unimplemented(reason)
-        from .skipfiles import check_inline, is_pure_stdlib
-
-        if isinstance(fn_var, UserFunctionVariable) and fn_var.fn is os.getenv:
-            from .variables.environ import call_getenv
-
-            return call_getenv(self, args, kwargs)
-        if (
-            isinstance(fn_var, UserFunctionVariable)
-            and torch_compile_interop.assumes_constant_result(fn_var.fn)
-            and all(a.is_python_constant() for a in [*args, *kwargs.values()])
-        ):
-            value = fn_var.fn(
-                *[a.as_python_constant() for a in args],
-                **{k: v.as_python_constant() for k, v in kwargs.items()},
-            )
-            return wrap_constant_or_object(value)
-        from .variables.logging_calls import call_logger, is_logger_call
-
-        if is_logger_call(fn_var):
-            return call_logger(self, fn_var, args[1:], kwargs)  # args[0] is the logger
-        if isinstance(fn_var, UserFunctionVariable):
-            from .variables.import_probe import call_import_probe, is_import_probe
-
-            if is_import_probe(fn_var.fn):
-                return call_import_probe(self, fn_var.fn, args, kwargs)
-
-        if (
-            isinstance(fn_var, UserFunctionVariable)
-            and is_pure_stdlib(code)
-            and self._may_fold_stdlib(fn_var.fn, [*args, *kwargs.values()])
-        ):
-            # Pure standard-library helpers (inspect, dataclasses, ...) on values known at
-            # capture time run for real; their result is a constant of this capture.
-            # A type-only helper (dataclasses.fields) depends on the argument's type, which
-            # its variable already guards: no identity guard on an object built per call.
-            type_only = fn_var.fn in _TYPE_ONLY_STDLIB
-
-            signature_only = fn_var.fn in _SIGNATURE_ONLY_STDLIB
-
-            def real(a: VariableTracker) -> Any:
-                if type_only and isinstance(a, UserDefinedObjectVariable):
-                    return a.value
-                if (
-                    signature_only
-                    and type(a) is UserMethodVariable
-                    and isinstance(a.obj, (UserDefinedObjectVariable, NNModuleVariable))
-                ):
-                    # a bound method's signature is its function's, whatever the instance
-                    # (HF's apply_chunking_to_forward reads inspect.signature(self.ff_chunk))
-                    return types.MethodType(a.fn, _object_seen(a.obj))
-                return a.as_python_constant()
-
-            try:
-                real_args = [real(a) for a in args]
-                real_kwargs = {k: real(v) for k, v in kwargs.items()}
-            except Unsupported:
-                pass
-            else:
-                fn = fn_var.as_python_constant()
-                result = wrap_constant_or_object(fn(*real_args, **real_kwargs))
-                if fn is copy.deepcopy and isinstance(result, UserDefinedObjectVariable):
-                    result.private = True  # a new object nothing outside the capture holds
-                return result
-        check_inline(code)
-        bound = fn_var.bind(args, kwargs)
-        cells = fn_var.closure_cells(self)
-        for name in code.co_cellvars:
-            cells[name] = CellVariable(bound.get(name))
-        fn_globals = fn_var.get_globals()
-        sub = InliningInstructionTranslator(
-            code, fn_globals, _builtins_of(fn_globals), bound, cells, self.output, self.depth + 1
-        )
-        if fn_globals is not self.root_globals():
-            sub.globals_source = ObjectSource(fn_globals, str(fn_globals.get("__name__", "?")))
-        sub.parent = self
-        if code.co_flags & _GENERATOR_FLAGS:
-            # A generator object: its body runs lazily, one `yield` per next() (iterators.py).
-            sub.is_generator = True
-            return GeneratorVariable(sub)
-        return sub.run()
-
-    def _may_fold_stdlib(self, fn, args: list[VariableTracker]) -> bool:
-        """Whether a pure standard-library call may run now on ``args``' constants. A user
-        object's or module's constant is its identity (ID_MATCH) while copy.deepcopy(config)
-        or dataclasses.asdict(config) read its attributes, which later calls may change: such
-        a call folds when only the argument's type matters, or, for the deep copies, when all
-        of the object's state is guarded (:func:`~.variables.user_defined.guard_state`)."""
-        stateful = [a for a in args if _holds_object_state(a)]
-        if not stateful or fn in _TYPE_ONLY_STDLIB:
-            return True
-        if fn not in _DEEP_COPY_STDLIB:
-            return False
-        from .variables.user_defined import guard_state
-
-        return all(
-            isinstance(a, UserDefinedObjectVariable) and guard_state(self, a.value, a.source)
-            for a in stateful
-        )
 
     def root_tx(self) -> InstructionTranslatorBase:
         tx = self
@@ -709,232 +402,6 @@ class InstructionTranslatorBase(ContainerInstructions):
             if full not in sys.modules:
                 raise
             self.push(wrap_constant_or_object(sys.modules[full]))
-
-    # --- attributes -------------------------------------------------------------------------
-    def LOAD_ATTR(self, inst):
-        obj = self.pop()
-        method = PY312 and (inst.arg & 1)
-        value = self.getattr(obj, inst.argval)
-        if method:
-            self.push(NullVariable())
-        self.push(value)
-
-    def LOAD_METHOD(self, inst):  # 3.11
-        obj = self.pop()
-        self.push(NullVariable())
-        self.push(self.getattr(obj, inst.argval))
-
-    def LOAD_SUPER_ATTR(self, inst):  # 3.12
-        self_var = self.pop()
-        cls = self.pop()
-        self.pop()  # the global super
-        value = SuperVariable(cls.as_python_constant(), self_var).var_getattr(self, inst.argval)
-        if inst.arg & 1:
-            self.push(NullVariable())
-        self.push(value)
-
-    def STORE_ATTR(self, inst):
-        obj = self.pop()
-        value = self.pop()
-        self.store_attr(obj, inst.argval, value)
-
-    def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
-        """``obj.name = value`` (the STORE_ATTR opcode and ``setattr``)."""
-        from .variables.model_output import ModelOutputVariable
-        from .variables.user_defined import (
-            is_private,
-            private_setattr,
-            refuse_code_running_write,
-            refuse_mutated_private,
-        )
-
-        if isinstance(obj, (NewObjectVariable, FunctionCtxVariable, ModelOutputVariable)):
-            obj.store_attr(self, name, value)  # not visible outside the frame yet
-            return
-        if isinstance(obj, TensorVariable) and name == "requires_grad":
-            from .variables.tensor import set_requires_grad
-
-            set_requires_grad(self, obj, value)
-            return
-        if is_private(obj):
-            private_setattr(self, obj, name, value)
-            return
-        if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
-            real = _object_seen(obj)
-            refuse_code_running_write(real, name)
-            if isinstance(real, torch.nn.Module) and isinstance(value, TensorVariable):
-                if name in real._parameters or name in real._buffers:
-                    unimplemented(
-                        f"assignment to parameter/buffer {name!r} of {type(real).__name__}"
-                    )
-            # A user object is guarded on its type only: the write is replayed on the object
-            # found at its source on each call, not on the one seen at capture.
-            # A shared module (capture/shared_modules.py) likewise.
-            target = (
-                obj.source
-                if isinstance(obj, UserDefinedObjectVariable)
-                or (isinstance(obj, NNModuleVariable) and obj.shared)
-                else None
-            )
-            refuse_mutated_private(value)
-            self.output.side_effects.store_attr(real, name, value, target)
-            return
-        unimplemented(f"assignment to attribute {name!r} of {obj}")
-
-    def DELETE_ATTR(self, inst):
-        self.delete_attr(self.pop(), inst.argval)
-
-    def delete_attr(self, obj: VariableTracker, name: str) -> None:
-        """``del obj.name`` (the DELETE_ATTR opcode and ``delattr``)."""
-        from .variables.user_defined import is_private, private_setattr
-
-        if isinstance(obj, NewObjectVariable):
-            obj.delete_attr(self, name)
-            return
-        if is_private(obj):
-            private_setattr(self, obj, name, None)
-            return
-        unimplemented(f"deletion of attribute {name!r} (side effect)")
-
-    # --- operators ------------------------------------------------------------------------
-    def BINARY_OP(self, inst):
-        b = self.pop()
-        a = self.pop()
-        self.push(self.binary_op(inst.argrepr, a, b))
-
-    def COMPARE_OP(self, inst):
-        b = self.pop()
-        a = self.pop()
-        op = inst.argval
-        if isinstance(op, str) and op.startswith("bool("):
-            op = op[5:-1]
-        self.push(self.compare(op, a, b))
-
-    def IS_OP(self, inst):
-        b = self.pop()
-        a = self.pop()
-        result = self.is_(a, b)
-        self.push(ConstantVariable(result != bool(inst.arg)))
-
-    def CONTAINS_OP(self, inst):
-        container = self.pop()
-        item = self.pop()
-        if isinstance(container, (BaseListVariable,)):
-            result = contains(self, container.items, item).value
-        elif (
-            isinstance(container, (ConstDictVariable, NNModuleVariable))
-            or not container.is_python_constant()
-        ):
-            result = container.call_method(self, "__contains__", [item], {}).as_python_constant()
-        else:
-            if isinstance(item, TensorVariable):
-                unimplemented("`in` test on a tensor")
-            result = item.as_python_constant() in container.as_python_constant()
-        self.push(ConstantVariable(result != bool(inst.arg)))
-
-    def _unary(self, fn):
-        v = self.pop()
-        if isinstance(v, TensorVariable):
-            self.push(self.output.call_function(self, fn, [v], {}))
-        elif v.is_python_constant():
-            value = v.as_python_constant()
-            try:
-                result = fn(value)
-            except TypeError:
-                if not has_symbolic(value):
-                    raise
-                # SymInt has no ~, SymBool no unary -: the concrete value, under a guard
-                result = fn(specialize_deep(value))
-            self.push(wrap_constant_or_object(result))
-        else:
-            unimplemented(f"unary {fn.__name__} on {v}")
-
-    def UNARY_NEGATIVE(self, inst):
-        self._unary(operator.neg)
-
-    def UNARY_POSITIVE(self, inst):
-        self._unary(operator.pos)
-
-    def UNARY_INVERT(self, inst):
-        self._unary(operator.invert)
-
-    def UNARY_NOT(self, inst):
-        self.push(ConstantVariable(not self.pop().truthiness(self)))
-
-    def CALL_INTRINSIC_1(self, inst):  # 3.12
-        if inst.argrepr == "INTRINSIC_UNARY_POSITIVE":
-            self._unary(operator.pos)
-        elif inst.argrepr == "INTRINSIC_LIST_TO_TUPLE":
-            self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
-        else:
-            unimplemented(f"CALL_INTRINSIC_1 {inst.argrepr}")
-
-    # --- calls ----------------------------------------------------------------------------
-    def KW_NAMES(self, inst):
-        self.kw_names = self.code.co_consts[inst.arg]
-
-    def CALL(self, inst):
-        n = inst.arg
-        args = self.popn(n)
-        a, b = self.popn(2)
-        if isinstance(a, NullVariable):
-            fn = b
-        else:
-            fn = a
-            args = [b, *args]
-        kwargs = {}
-        if self.kw_names:
-            names = self.kw_names
-            kw_values = args[len(args) - len(names) :]
-            args = args[: len(args) - len(names)]
-            kwargs = dict(zip(names, kw_values))
-            self.kw_names = None
-        self.push(self.call(fn, args, kwargs))
-
-    def CALL_FUNCTION_EX(self, inst):
-        kwargs_var = self.pop() if inst.arg & 1 else None
-        args_var = self.pop()
-        fn = self.pop()
-        if self.stack and isinstance(self.stack[-1], NullVariable):
-            self.pop()
-        args = args_var.unpack_var_sequence(self)
-        kwargs = {}
-        if kwargs_var is not None:
-            if not isinstance(kwargs_var, ConstDictVariable):
-                unimplemented(f"**kwargs from {kwargs_var}")
-            kwargs = dict(kwargs_var.items)
-        self.push(self.call(fn, list(args), kwargs))
-
-    def MAKE_FUNCTION(self, inst):
-        flags = inst.arg
-        code = self.pop().as_python_constant()
-        closure = self.pop().items if flags & 0x08 else ()
-        if flags & 0x04:
-            self.pop()  # annotations
-        kwdefaults = self._function_kwdefaults(self.pop()) if flags & 0x02 else {}
-        # A default tuple of constants is one LOAD_CONST (a ConstantVariable of a tuple).
-        defaults = self.pop().unpack_var_sequence(self) if flags & 0x01 else ()
-        fn = NestedUserFunctionVariable(
-            code,
-            self.f_globals,
-            code.co_name,
-            code.co_qualname,
-            tuple(defaults),
-            dict(kwdefaults),
-            tuple(closure),
-        )
-        fn.globals_source = self.globals_source
-        self.push(fn)
-
-    @staticmethod
-    def _function_kwdefaults(value: VariableTracker) -> dict[str, VariableTracker]:
-        """MAKE_FUNCTION's keyword-only defaults: a dict built by BUILD_MAP or
-        BUILD_CONST_KEY_MAP, or one constant dict."""
-        if isinstance(value, ConstDictVariable):
-            return dict(value.items)
-        if value.is_python_constant() and isinstance(value.as_python_constant(), dict):
-            return {k: wrap_constant_or_object(v) for k, v in value.as_python_constant().items()}
-        unimplemented(f"keyword-only defaults {value} of a function made in the captured code")
 
     # --- control flow ---------------------------------------------------------------------
     def _jump_if(self, inst, want: bool, pop: bool = True):
@@ -1093,27 +560,3 @@ class InstructionTranslator(InstructionTranslatorBase):
         for name in code.co_cellvars:
             if name not in self.cells:
                 self.cells[name] = CellVariable(None)
-
-
-def _bool_as_int(value, other):
-    """``value`` as an int when it is a bool and ``other`` a symbolic int or float: Python
-    computes ``True + n`` as ``1 + n``, but a SymInt's arithmetic takes no bool (sympy
-    raises "BooleanAtom not allowed in this context")."""
-    if isinstance(value, bool) and isinstance(other, (torch.SymInt, torch.SymFloat)):
-        return int(value)
-    return value
-
-
-def _is_numpy_value(value: Any) -> bool:
-    """A NumPy scalar or array (its arithmetic result types are NumPy's)."""
-    return (type(value).__module__ or "").split(".")[0] == "numpy"
-
-
-def _object_seen(obj: VariableTracker):
-    """The real object behind a user-object or nn.Module variable, without guarding its
-    identity (side effects are keyed by it while tracing)."""
-    if isinstance(obj, UserDefinedObjectVariable):
-        return obj.value
-    if isinstance(obj, NNModuleVariable):
-        return obj.module
-    return obj.as_python_constant()

@@ -103,7 +103,7 @@ def frame_action(fn, code) -> str | None:
         if inner_code is not None:
             from torch_plugin import _C
 
-            from .convert_frame import seen_code_objects
+            from .code_marks import seen_code_objects
 
             _C.skip_code(inner_code)
             seen_code_objects.add(inner_code)

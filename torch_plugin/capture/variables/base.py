@@ -111,3 +111,10 @@ def method_getattr(var: VariableTracker, name: str) -> VariableTracker:
     if callable(getattr(var.python_type(), name, None)):
         return BoundMethodVariable(var, name)
     unimplemented(f"attribute {name!r} of {var}")
+
+
+class NullVariable(VariableTracker):
+    """The NULL that CALL's stack layout expects below a callable (PUSH_NULL)."""
+
+    def __repr__(self) -> str:
+        return "NULL"

@@ -53,16 +53,12 @@ class GeneratorVariable(IteratorVariable):
         self.done = False
 
     def next_item(self) -> VariableTracker | None:
-        from ..symbolic_convert import GeneratorYield
-
         if self.done:
             return None
-        try:
-            self.sub.run()
-        except GeneratorYield as y:
-            return y.value
-        self.done = True  # returned: StopIteration
-        return None
+        item = self.sub.run_to_yield()
+        if item is None:
+            self.done = True  # returned: StopIteration
+        return item
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__next__" and not args and not kwargs:

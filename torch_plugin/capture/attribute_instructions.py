@@ -1,0 +1,138 @@
+"""Opcode handlers for attributes: LOAD_ATTR, LOAD_METHOD, LOAD_SUPER_ATTR, STORE_ATTR and
+DELETE_ATTR.
+
+Key class: :class:`AttributeInstructions`, a mixin of
+:class:`~torch_plugin.capture.symbolic_convert.InstructionTranslatorBase`, with the helpers
+``getattr``, ``store_attr`` and ``delete_attr`` that the builtins ``getattr``/``setattr``/
+``delattr`` reuse. A write to a real object is a recorded side effect (replayed after the
+graph), a write the replay could not reproduce is a graph break.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from .exc import unimplemented
+from .variables.autograd_function import FunctionCtxVariable
+from .variables.base import NullVariable, VariableTracker
+from .variables.builder import wrap_constant_or_object
+from .variables.new_object import NewObjectVariable
+from .variables.nn_module import NNModuleVariable
+from .variables.tensor import TensorVariable
+from .variables.user_defined import SuperVariable, UserDefinedObjectVariable
+
+PY312 = sys.version_info >= (3, 12)
+
+
+class AttributeInstructions:
+    """Attribute opcodes of the translator. See the module docstring."""
+
+    def getattr(self, obj: VariableTracker, name: str) -> VariableTracker:
+        """``getattr(obj, name)``; ``__class__`` is answered from the variable's type."""
+        if name == "__class__" and not isinstance(obj, TensorVariable):
+            return wrap_constant_or_object(obj.python_type())
+        if (
+            isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable))
+            and self.output.side_effects
+        ):
+            pending = self.output.side_effects.pending_attr(_object_seen(obj), name)
+            if pending is not None:
+                return pending
+        return obj.var_getattr(self, name)
+
+    def LOAD_ATTR(self, inst):
+        obj = self.pop()
+        method = PY312 and (inst.arg & 1)
+        value = self.getattr(obj, inst.argval)
+        if method:
+            self.push(NullVariable())
+        self.push(value)
+
+    def LOAD_METHOD(self, inst):  # 3.11
+        obj = self.pop()
+        self.push(NullVariable())
+        self.push(self.getattr(obj, inst.argval))
+
+    def LOAD_SUPER_ATTR(self, inst):  # 3.12
+        self_var = self.pop()
+        cls = self.pop()
+        self.pop()  # the global super
+        value = SuperVariable(cls.as_python_constant(), self_var).var_getattr(self, inst.argval)
+        if inst.arg & 1:
+            self.push(NullVariable())
+        self.push(value)
+
+    def STORE_ATTR(self, inst):
+        obj = self.pop()
+        value = self.pop()
+        self.store_attr(obj, inst.argval, value)
+
+    def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
+        """``obj.name = value`` (the STORE_ATTR opcode and ``setattr``)."""
+        from .variables.model_output import ModelOutputVariable
+        from .variables.object_copies import (
+            is_private,
+            private_setattr,
+            refuse_code_running_write,
+            refuse_mutated_private,
+        )
+
+        if isinstance(obj, (NewObjectVariable, FunctionCtxVariable, ModelOutputVariable)):
+            obj.store_attr(self, name, value)  # not visible outside the frame yet
+            return
+        if isinstance(obj, TensorVariable) and name == "requires_grad":
+            from .variables.tensor import set_requires_grad
+
+            set_requires_grad(self, obj, value)
+            return
+        if is_private(obj):
+            private_setattr(self, obj, name, value)
+            return
+        if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
+            real = _object_seen(obj)
+            refuse_code_running_write(real, name)
+            if isinstance(real, torch.nn.Module) and isinstance(value, TensorVariable):
+                if name in real._parameters or name in real._buffers:
+                    unimplemented(
+                        f"assignment to parameter/buffer {name!r} of {type(real).__name__}"
+                    )
+            # A user object is guarded on its type only: the write is replayed on the object
+            # found at its source on each call, not on the one seen at capture.
+            # A shared module (capture/shared_modules.py) likewise.
+            target = (
+                obj.source
+                if isinstance(obj, UserDefinedObjectVariable)
+                or (isinstance(obj, NNModuleVariable) and obj.shared)
+                else None
+            )
+            refuse_mutated_private(value)
+            self.output.side_effects.store_attr(real, name, value, target)
+            return
+        unimplemented(f"assignment to attribute {name!r} of {obj}")
+
+    def DELETE_ATTR(self, inst):
+        self.delete_attr(self.pop(), inst.argval)
+
+    def delete_attr(self, obj: VariableTracker, name: str) -> None:
+        """``del obj.name`` (the DELETE_ATTR opcode and ``delattr``)."""
+        from .variables.object_copies import is_private, private_setattr
+
+        if isinstance(obj, NewObjectVariable):
+            obj.delete_attr(self, name)
+            return
+        if is_private(obj):
+            private_setattr(self, obj, name, None)
+            return
+        unimplemented(f"deletion of attribute {name!r} (side effect)")
+
+
+def _object_seen(obj: VariableTracker):
+    """The real object behind a user-object or nn.Module variable, without guarding its
+    identity (side effects are keyed by it while tracing)."""
+    if isinstance(obj, UserDefinedObjectVariable):
+        return obj.value
+    if isinstance(obj, NNModuleVariable):
+        return obj.module
+    return obj.as_python_constant()
