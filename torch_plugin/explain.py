@@ -26,6 +26,7 @@ import torch.fx
 
 from .capture import convert_frame
 from .capture.exc import UserSourceLocation
+from .capture.graph_break_types import GraphBreakType
 
 # The reason capture gives for a frame with nothing to capture: such frames are harmless
 # (plain Python), so the report lists them in one line instead of as problems.
@@ -46,6 +47,8 @@ class BreakReason:
         filename, lineno, function, source_line: the user's code at that point (the
             innermost user function when the break happened inside an inlined call); None
             or ``""`` when unknown.
+        gb_type: the graph-break type (:mod:`torch_plugin.capture.graph_break_types`: id,
+            explanation, hint for the user), or None when unknown.
     """
 
     reason: str
@@ -54,11 +57,14 @@ class BreakReason:
     lineno: int | None = None
     function: str | None = None
     source_line: str = ""
+    gb_type: GraphBreakType | None = None
 
     @classmethod
     def from_capture(cls, reason: str, frame: str, location: Any) -> BreakReason:
         """Build from a reason and a location, given as a :class:`UserSourceLocation` or as
-        its ``str()`` (``File "f.py", line 6, in bar\\n    source``), or None."""
+        its ``str()`` (``File "f.py", line 6, in bar\\n    source``), or None. The type is
+        the one ``reason`` names (a :class:`~torch_plugin.capture.exc.GraphBreakReason`)."""
+        gb_type = getattr(reason, "gb_type", None)
         if isinstance(location, UserSourceLocation):
             return cls(
                 reason,
@@ -67,6 +73,7 @@ class BreakReason:
                 location.lineno,
                 location.function,
                 location.source_line,
+                gb_type,
             )
         if isinstance(location, str):
             m = _LOCATION.match(location.strip())
@@ -78,8 +85,9 @@ class BreakReason:
                     int(m["line"]),
                     m["fn"],
                     (m["src"] or "").strip(),
+                    gb_type,
                 )
-        return cls(reason, frame)
+        return cls(reason, frame, gb_type=gb_type)
 
     @property
     def location(self) -> str:
@@ -205,10 +213,15 @@ def _op_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
 
 
 def _location_lines(br: BreakReason) -> list[str]:
-    if br.filename is None:
-        return []
-    lines = [f'     File "{br.filename}", line {br.lineno}, in {br.function}']
-    return lines + [f"       {br.source_line}"] if br.source_line else lines
+    """The user's file, line and source of a break, then its type's id, name and hint."""
+    lines = []
+    if br.filename is not None:
+        lines.append(f'     File "{br.filename}", line {br.lineno}, in {br.function}')
+        if br.source_line:
+            lines.append(f"       {br.source_line}")
+    if br.gb_type is not None:
+        lines.append(f"     [{br.gb_type.id} {br.gb_type.name}] hint: {br.gb_type.hint}")
+    return lines
 
 
 def format_report(out: ExplainOutput) -> str:

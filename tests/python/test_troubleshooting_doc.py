@@ -51,3 +51,21 @@ def test_example(line, code, tmp_path, capsys):
     runpy.run_path(str(path), run_name="__doc_example__")
     out = capsys.readouterr()
     assert "Traceback" not in out.err
+
+
+def test_graph_break_types_table_matches_the_registry():
+    """The table between the graph-break-types markers is the registry's own rendering, so the
+    docs and ``torch_plugin.capture.graph_break_types`` cannot drift apart."""
+    from torch_plugin.capture.graph_break_types import GRAPH_BREAK_TYPES, markdown_table
+
+    text = DOC.read_text()
+    m = re.search(
+        r"<!-- graph-break-types:begin -->\n(.*?)\n<!-- graph-break-types:end -->", text, re.DOTALL
+    )
+    assert m is not None, "docs/troubleshooting.md lost its graph-break types table"
+    assert m[1] == markdown_table(), (
+        "regenerate the table: python -c 'from torch_plugin.capture.graph_break_types import "
+        "markdown_table; print(markdown_table())'"
+    )
+    for t in GRAPH_BREAK_TYPES:
+        assert f"| {t.id} | {t.name} |" in m[1]

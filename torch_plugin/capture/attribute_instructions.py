@@ -14,6 +14,7 @@ import sys
 
 import torch
 
+from . import graph_break_types as gbt
 from .exc import unimplemented
 from .variables.autograd_function import FunctionCtxVariable
 from .variables.base import NullVariable, VariableTracker
@@ -96,7 +97,8 @@ class AttributeInstructions:
             if isinstance(real, torch.nn.Module) and isinstance(value, TensorVariable):
                 if name in real._parameters or name in real._buffers:
                     unimplemented(
-                        f"assignment to parameter/buffer {name!r} of {type(real).__name__}"
+                        gbt.NN_MODULE,
+                        f"assignment to parameter/buffer {name!r} of {type(real).__name__}",
                     )
             # A user object is guarded on its type only: the write is replayed on the object
             # found at its source on each call, not on the one seen at capture.
@@ -110,7 +112,7 @@ class AttributeInstructions:
             refuse_mutated_private(value)
             self.output.side_effects.store_attr(real, name, value, target)
             return
-        unimplemented(f"assignment to attribute {name!r} of {obj}")
+        unimplemented(gbt.SIDE_EFFECT, f"assignment to attribute {name!r} of {obj}")
 
     def DELETE_ATTR(self, inst):
         self.delete_attr(self.pop(), inst.argval)
@@ -125,7 +127,7 @@ class AttributeInstructions:
         if is_private(obj):
             private_setattr(self, obj, name, None)
             return
-        unimplemented(f"deletion of attribute {name!r} (side effect)")
+        unimplemented(gbt.SIDE_EFFECT, f"deletion of attribute {name!r} (side effect)")
 
 
 def _object_seen(obj: VariableTracker):

@@ -19,6 +19,7 @@ import os
 import types
 from typing import Any
 
+from . import graph_break_types as gbt
 from . import torch_compile_interop
 from .attribute_instructions import _object_seen
 from .exc import Unsupported, unimplemented
@@ -113,13 +114,13 @@ class CallInstructions:
     ) -> VariableTracker:
         code = fn_var.get_code()
         if code.co_flags & _UNSUPPORTED_CODE_FLAGS:
-            unimplemented(f"call to coroutine/async function {code.co_name}")
+            unimplemented(gbt.GENERATOR, f"call to coroutine/async function {code.co_name}")
         if self.depth >= MAX_INLINE_DEPTH:
-            unimplemented("inlining too deep (recursion?)")
+            unimplemented(gbt.CAPTURE_LIMIT, "inlining too deep (recursion?)")
         if isinstance(fn_var, UserFunctionVariable):  # e.g. a disabled method: obj.method
             reason = torch_compile_interop.call_reason(fn_var.fn)
             if reason is not None:
-                unimplemented(reason)
+                unimplemented(gbt.RUNS_OUTSIDE_CAPTURE, reason)
         from .skipfiles import check_inline, is_pure_stdlib
 
         if isinstance(fn_var, UserFunctionVariable) and fn_var.fn is os.getenv:
@@ -248,7 +249,7 @@ class CallInstructions:
         kwargs = {}
         if kwargs_var is not None:
             if not isinstance(kwargs_var, ConstDictVariable):
-                unimplemented(f"**kwargs from {kwargs_var}")
+                unimplemented(gbt.VALUE_NOT_CONSTANT, f"**kwargs from {kwargs_var}")
             kwargs = dict(kwargs_var.items)
         self.push(self.call(fn, list(args), kwargs))
 
@@ -281,4 +282,7 @@ class CallInstructions:
             return dict(value.items)
         if value.is_python_constant() and isinstance(value.as_python_constant(), dict):
             return {k: wrap_constant_or_object(v) for k, v in value.as_python_constant().items()}
-        unimplemented(f"keyword-only defaults {value} of a function made in the captured code")
+        unimplemented(
+            gbt.VALUE_NOT_CONSTANT,
+            f"keyword-only defaults {value} of a function made in the captured code",
+        )

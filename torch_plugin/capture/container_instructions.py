@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 
+from . import graph_break_types as gbt
 from .dynamic_shapes import specialize_deep
 from .exc import Unsupported, unimplemented
 from .variables.base import VariableTracker
@@ -99,7 +100,7 @@ class ContainerInstructions:
     def _slice(self, parts):
         if all(p.is_python_constant() for p in parts):
             return ConstantVariable(slice(*[p.as_python_constant() for p in parts]))
-        unimplemented("slice with non-constant bounds")
+        unimplemented(gbt.VALUE_NOT_CONSTANT, "slice with non-constant bounds")
 
     def BUILD_SLICE(self, inst):
         self.push(self._slice(self.popn(inst.arg)))
@@ -117,7 +118,7 @@ class ContainerInstructions:
         # for it, which changed its type (type(s) is set, {1} | {2} gave a frozenset) and
         # its identity under in-place operators (t = s; s |= {2} left t unchanged).
         self.popn(inst.arg)
-        unimplemented("set display (a mutable set is not modelled)")
+        unimplemented(gbt.UNSUPPORTED_BYTECODE, "set display (a mutable set is not modelled)")
 
     def BUILD_MAP(self, inst):
         flat = self.popn(2 * inst.arg)
@@ -140,7 +141,7 @@ class ContainerInstructions:
         spec = self.pop().as_python_constant() if flags & 0x04 else ""
         value = self.pop()
         if not value.is_python_constant():
-            unimplemented(f"f-string formatting of {value}")
+            unimplemented(gbt.VALUE_NOT_CONSTANT, f"f-string formatting of {value}")
         # A symbolic size formats as its symbol's name (s0): the concrete value, guarded
         v = specialize_deep(value.as_python_constant())
         conv = flags & 0x03
@@ -159,7 +160,7 @@ class ContainerInstructions:
         self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
 
     def SET_ADD(self, inst):
-        unimplemented("set comprehension")
+        unimplemented(gbt.UNSUPPORTED_BYTECODE, "set comprehension")
 
     def MAP_ADD(self, inst):
         v = self.pop()
@@ -176,13 +177,13 @@ class ContainerInstructions:
         if isinstance(v, ConstDictVariable):
             for k in v.items:
                 if k in target.items:
-                    unimplemented(f"got multiple values for keyword argument {k!r}")
+                    unimplemented(gbt.EXCEPTION, f"got multiple values for keyword argument {k!r}")
         target.call_method(self, "update", [v], {})
 
     def UNPACK_SEQUENCE(self, inst):
         items = self.pop().unpack_var_sequence(self)
         if len(items) != inst.arg:
-            unimplemented(f"cannot unpack {len(items)} values into {inst.arg}")
+            unimplemented(gbt.EXCEPTION, f"cannot unpack {len(items)} values into {inst.arg}")
         for item in reversed(items):
             self.push(item)
 
@@ -190,7 +191,7 @@ class ContainerInstructions:
         items = self.pop().unpack_var_sequence(self)
         before, after = inst.arg & 0xFF, inst.arg >> 8
         if len(items) < before + after:
-            unimplemented("not enough values to unpack")
+            unimplemented(gbt.EXCEPTION, "not enough values to unpack")
         middle = items[before : len(items) - after]
         result = (
             items[:before]
@@ -219,6 +220,7 @@ def _refuse_mask_assignment_with_grad(obj, key, value) -> None:
     tensors = [v for v in (obj, value) if isinstance(v, TensorVariable)]
     if any(t.example.requires_grad for t in tensors):
         unimplemented(
+            gbt.DATA_DEPENDENT,
             "t[mask] = v with a boolean mask while autograd records it (its backward has a "
-            "data-dependent shape)"
+            "data-dependent shape)",
         )

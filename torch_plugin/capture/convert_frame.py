@@ -22,6 +22,7 @@ import torch.fx
 from .. import config
 from ..backends.registry import UNVERSIONED_PARAMETERS, BackendCompilerFailed
 from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
+from . import graph_break_types as gbt
 from .bytecode_emission import (
     collect_installed_globals,
     make_transformed_code,
@@ -327,7 +328,7 @@ class ConvertFrame:
                         str(first.location) if first.location else None,
                     )
                 )
-                graph_breaks_log.info("graph break in %s: %s", code.co_qualname, first)
+                graph_breaks_log.info("graph break in %s: %s", code.co_qualname, first.describe())
                 return result
         stats.frames_failed += 1
         stats.failures.append(
@@ -336,7 +337,7 @@ class ConvertFrame:
         graph_breaks_log.info(
             "not capturing %s: %s",
             code.co_qualname,
-            first,
+            first.describe(),
             exc_info=first if config.verbose else None,
         )
         return None
@@ -372,7 +373,10 @@ class ConvertFrame:
                 frame.f_code.co_qualname,
                 exc_info=True,
             )
-            raise Unsupported(f"internal error in the translator: {type(e).__name__}: {e}") from e
+            raise Unsupported(
+                f"internal error in the translator: {type(e).__name__}: {e}",
+                gb_type=gbt.INTERNAL_ERROR,
+            ) from e
 
     def _convert_releasing_globals(self, frame, break_at, break_reason):
         """``_convert_impl``; the globals its code installs (compiled graphs, resume
@@ -439,7 +443,7 @@ class ConvertFrame:
         if not any(
             n.op in ("call_function", "call_method", "call_module") for n in output.graph.nodes
         ):
-            raise Unsupported("no tensor operations to capture")
+            raise Unsupported("no tensor operations to capture", gb_type=gbt.NOTHING_TO_CAPTURE)
         output.graph.output(tuple(t.node for t in tensors))
         gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
         if output.unversioned_parameters:

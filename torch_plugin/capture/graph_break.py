@@ -25,6 +25,7 @@ import types
 
 import bytecode as bc
 
+from . import graph_break_types as gbt
 from .bytecode_emission import CodeGen, assemble
 from .exc import Unsupported, unimplemented
 from .reconstruct import (
@@ -95,9 +96,11 @@ def _covered_by_exception_table(code: types.CodeType, offset: int) -> bool:
 def check_breakable(code: types.CodeType, inst: dis.Instruction) -> None:
     """Raise Unsupported when a graph break at ``inst`` cannot keep Python semantics."""
     if inst.opname in _NOT_BREAKABLE:
-        unimplemented(f"cannot graph-break at {inst.opname}")
+        unimplemented(gbt.NO_BREAK_HERE, f"cannot graph-break at {inst.opname}")
     if _covered_by_exception_table(code, inst.offset):
-        unimplemented("graph break inside a try/with block (the frame runs unmodified)")
+        unimplemented(
+            gbt.NO_BREAK_HERE, "graph break inside a try/with block (the frame runs unmodified)"
+        )
 
 
 class _ReplayCall:
@@ -143,7 +146,9 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
         targets = [tx.instructions[inst_index + 1].offset]
         n_after = len(stack) + effect
     if n_after < 0:
-        unimplemented(f"stack underflow computing a graph break at {inst.opname}")
+        unimplemented(
+            gbt.NO_BREAK_HERE, f"stack underflow computing a graph break at {inst.opname}"
+        )
     live: set[str] = set()
     for t in targets:
         live |= live_locals(code, t)
@@ -184,10 +189,15 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
             index[key] = len(unique)
             unique.append(sym_out)
     if not output.input_sources and not output.side_effects and not _has_ops(output):
-        unimplemented("no tensor operation or tensor input before the break (runs unmodified)")
+        unimplemented(
+            gbt.NOTHING_TO_CAPTURE,
+            "no tensor operation or tensor input before the break (runs unmodified)",
+        )
     compiled = compile_graph(unique)
     if compiled is None and replay_tensors:
-        unimplemented("side effects store tensors, but the graph has no operation")
+        unimplemented(
+            gbt.NO_BREAK_HERE, "side effects store tensors, but the graph has no operation"
+        )
 
     gen = CodeGen(code, tx.f_globals, tx.lineno)
     preloaded = preload_sourced_values(gen, [*stack, *local_values.values()], replay)
@@ -295,7 +305,7 @@ def _popped(inst: dis.Instruction) -> int:
         return 1
     if name == "MAP_ADD":
         return 2
-    unimplemented(f"graph break at {name} is not supported yet")
+    unimplemented(gbt.NO_BREAK_HERE, f"graph break at {name} is not supported yet")
 
 
 def _native_instr(inst: dis.Instruction, lineno: int) -> bc.Instr:
@@ -375,4 +385,6 @@ def _assemble(code: types.CodeType, gen: CodeGen) -> types.CodeType:
     try:
         return assemble(code, gen)
     except Exception as e:  # a bytecode-assembly failure is a capture failure, not the user's
-        raise Unsupported(f"cannot assemble graph-break code: {e}") from e
+        raise Unsupported(
+            f"cannot assemble graph-break code: {e}", gb_type=gbt.INTERNAL_ERROR
+        ) from e

@@ -20,6 +20,7 @@ import torch
 import torch.fx
 
 from .. import config
+from . import graph_break_types as gbt
 from .exc import unimplemented
 from .pure_calls import (
     check_fold_left_inputs_unchanged,
@@ -54,7 +55,7 @@ class OperationRecorder:
                 const = value.as_python_constant()
                 if is_immutable(const):
                     return self._const_arg(const, fake)
-            unimplemented(f"argument {value} to a torch operation")
+            unimplemented(gbt.FAKE_TENSOR, f"argument {value} to a torch operation")
         return value
 
     def _record(
@@ -66,8 +67,9 @@ class OperationRecorder:
         fake_kwargs = {k: self._to_args(v, True) for k, v in kwargs.items()}
         if overlapping_argument(kind, target, fake_args, fake_kwargs):
             unimplemented(
+                gbt.SIDE_EFFECT,
                 f"{describe_call(kind, target)} writes a tensor that another argument overlaps"
-                " (eager decides: it raises or computes in place)"
+                " (eager decides: it raises or computes in place)",
             )
         versions = tensor_versions(fake_args, fake_kwargs) if config.debug_check_pure else None
         try:
@@ -78,14 +80,19 @@ class OperationRecorder:
             torch._subclasses.fake_tensor.DynamicOutputShapeException,
         ) as e:
             unimplemented(
-                f"data-dependent operation {getattr(target, '__name__', target)}: {type(e).__name__}"
+                gbt.DATA_DEPENDENT,
+                f"data-dependent operation {getattr(target, '__name__', target)}: {type(e).__name__}",
             )
         except NotImplementedError as e:
             unimplemented(
-                f"{getattr(target, '__name__', target)} is not supported on FakeTensor: {e}"
+                gbt.FAKE_TENSOR,
+                f"{getattr(target, '__name__', target)} is not supported on FakeTensor: {e}",
             )
         except Exception as e:
-            unimplemented(f"{getattr(target, '__name__', target)} raised {type(e).__name__}: {e}")
+            unimplemented(
+                gbt.FAKE_TENSOR,
+                f"{getattr(target, '__name__', target)} raised {type(e).__name__}: {e}",
+            )
         if _holds_numpy_scalar((fake_args, fake_kwargs)):
             self._check_plain_scalars_agree(target, run, fake_args, fake_kwargs, example)
         if not _contains_tensor(example):
@@ -99,13 +106,15 @@ class OperationRecorder:
                 return wrap_constant_or_object(example)
             if not is_mutating_call(kind, target, node_kwargs):
                 unimplemented(
+                    gbt.SIDE_EFFECT,
                     f"{describe_call(kind, target)} returned no tensor and is not known to be"
-                    " pure (its effect cannot be replayed)"
+                    " pure (its effect cannot be replayed)",
                 )
             if example is not None:
                 unimplemented(
+                    gbt.SIDE_EFFECT,
                     f"{describe_call(kind, target)} mutates a tensor and returns a"
-                    f" {type(example).__name__}"
+                    f" {type(example).__name__}",
                 )
             # An in-place call whose result is None (``t[i] = v``, ``Tensor.__setitem__``):
             # a graph node, so the mutation happens when the graph runs.
@@ -136,8 +145,9 @@ class OperationRecorder:
             plain = _MISMATCH
         if not _same_metadata(example, plain):
             unimplemented(
+                gbt.FAKE_TENSOR,
                 f"{getattr(target, '__name__', target)} with a NumPy scalar argument gives"
-                " another result than with the Python number of its value"
+                " another result than with the Python number of its value",
             )
 
     def _guard_context(self, target, fake_args: tuple):
@@ -231,7 +241,7 @@ class OperationRecorder:
                 if isinstance(example, tuple)
                 else ListVariable(items, mutable_local=True)
             )
-        unimplemented(f"operation returning {type(example).__name__}")
+        unimplemented(gbt.FAKE_TENSOR, f"operation returning {type(example).__name__}")
 
     def call_function(self, tx, fn, args: list, kwargs: dict) -> VariableTracker:
         return self._record(tx, "call_function", fn, args, kwargs, fn)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from . import graph_break_types as gbt
 from .dynamic_shapes import has_symbolic, specialize_deep
 from .exc import Unsupported, unimplemented
 from .variables.base import NullVariable, VariableTracker
@@ -33,7 +34,7 @@ class OperatorInstructions:
     def binary_op(self, op: str, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         fn = BINARY_OPS.get(op) or INPLACE_OPS.get(op)
         if fn is None:
-            unimplemented(f"binary operator {op}")
+            unimplemented(gbt.UNSUPPORTED_BYTECODE, f"binary operator {op}")
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             if op.endswith("=") and isinstance(a, TensorVariable):
                 return self.output.call_function(self, fn, [a, b], {})
@@ -45,9 +46,9 @@ class OperatorInstructions:
             return a
         if op == "*=" and type(a) is ListVariable and a.python_cls is list:
             if not b.is_python_constant() or not isinstance(b.as_python_constant(), int):
-                unimplemented(f"list *= {b}")
+                unimplemented(gbt.VALUE_NOT_CONSTANT, f"list *= {b}")
             if not a.mutable_local:
-                unimplemented("in-place *= on a list from the frame's inputs")
+                unimplemented(gbt.SIDE_EFFECT, "in-place *= on a list from the frame's inputs")
             a.items[:] = a.items * b.as_python_constant()
             return a
         if op == "|=" and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
@@ -67,7 +68,7 @@ class OperatorInstructions:
         ):
             if op == "+=" and isinstance(a, ListVariable):
                 if not a.mutable_local:
-                    unimplemented("in-place += on a list from the frame's inputs")
+                    unimplemented(gbt.SIDE_EFFECT, "in-place += on a list from the frame's inputs")
                 a.items.extend(b.items)
                 return a
             return (
@@ -93,7 +94,10 @@ class OperatorInstructions:
             if op.endswith("=") and isinstance(av, (list, dict, set, bytearray)):
                 # an in-place operator mutates the object: computing a new one (as the
                 # operator without "=") would leave every alias (a caller's set) unchanged
-                unimplemented(f"in-place {op} on a {type(av).__name__} (mutation not modelled)")
+                unimplemented(
+                    gbt.SIDE_EFFECT,
+                    f"in-place {op} on a {type(av).__name__} (mutation not modelled)",
+                )
             if isinstance(bv, (list, dict, set)):
                 fn = BINARY_OPS[op.rstrip("=")]
             if _is_numpy_value(av) or _is_numpy_value(bv):
@@ -114,7 +118,7 @@ class OperatorInstructions:
             # SymInt/SymBool lack some operators ((s0 > 3) ^ True): the concrete values,
             # under a guard
             return wrap_constant_or_object(fn(specialize_deep(av), specialize_deep(bv)))
-        unimplemented(f"operator {op} on {a} and {b}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"operator {op} on {a} and {b}")
 
     def compare(self, op: str, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
@@ -123,7 +127,7 @@ class OperatorInstructions:
             return ConstantVariable(COMPARE_OPS[op](a.as_python_constant(), b.as_python_constant()))
         if op in ("==", "!=") and a is b:
             return ConstantVariable(op == "==")
-        unimplemented(f"comparison {op} between {a} and {b}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"comparison {op} between {a} and {b}")
 
     def is_(self, a: VariableTracker, b: VariableTracker) -> bool:
         if a is b:
@@ -157,7 +161,7 @@ class OperatorInstructions:
             isinstance(a, ConstantVariable) or isinstance(b, ConstantVariable)
         ):
             return False
-        unimplemented(f"`is` between {a} and {b}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"`is` between {a} and {b}")
 
     def BINARY_OP(self, inst):
         b = self.pop()
@@ -190,7 +194,7 @@ class OperatorInstructions:
             result = container.call_method(self, "__contains__", [item], {}).as_python_constant()
         else:
             if isinstance(item, TensorVariable):
-                unimplemented("`in` test on a tensor")
+                unimplemented(gbt.DATA_DEPENDENT, "`in` test on a tensor")
             result = item.as_python_constant() in container.as_python_constant()
         self.push(ConstantVariable(result != bool(inst.arg)))
 
@@ -209,7 +213,7 @@ class OperatorInstructions:
                 result = fn(specialize_deep(value))
             self.push(wrap_constant_or_object(result))
         else:
-            unimplemented(f"unary {fn.__name__} on {v}")
+            unimplemented(gbt.UNMODELLED_VALUE, f"unary {fn.__name__} on {v}")
 
     def UNARY_NEGATIVE(self, inst):
         self._unary(operator.neg)
@@ -229,7 +233,7 @@ class OperatorInstructions:
         elif inst.argrepr == "INTRINSIC_LIST_TO_TUPLE":
             self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
         else:
-            unimplemented(f"CALL_INTRINSIC_1 {inst.argrepr}")
+            unimplemented(gbt.UNSUPPORTED_BYTECODE, f"CALL_INTRINSIC_1 {inst.argrepr}")
 
 
 def _bool_as_int(value, other):

@@ -24,6 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from . import dynamic_shapes
+from . import graph_break_types as gbt
 from .exc import Unsupported, unimplemented
 from .guards import GuardSet
 from .operation_recording import OperationRecorder
@@ -307,7 +308,7 @@ class OutputGraph(OperationRecorder):
         if type(value) not in (torch.Tensor, torch.nn.Parameter) and not isinstance(
             value, torch.nn.Parameter
         ):
-            unimplemented(f"tensor subclass {type(value).__name__} as input")
+            unimplemented(gbt.FAKE_TENSOR, f"tensor subclass {type(value).__name__} as input")
         name = self._unique(source.name())
         last = self._last_placeholder()
         with (
@@ -369,6 +370,7 @@ class OutputGraph(OperationRecorder):
             "tensor.requires_grad = True in a graph where no input requires grad (its outputs "
             "would not require grad after an AOTAutograd backend)",
             location,
+            gb_type=gbt.SIDE_EFFECT,
         )
         err.root_index = index
         raise err
@@ -426,7 +428,7 @@ class OutputGraph(OperationRecorder):
 
     def exit_real_context(self, token: object) -> None:
         if not self._real_contexts or self._real_contexts[-1][0] is not token:
-            unimplemented("context managers exited out of order")
+            unimplemented(gbt.CONTEXT_MANAGER, "context managers exited out of order")
         _, exit, state = self._real_contexts.pop()
         exit(state)
 
@@ -438,9 +440,14 @@ class OutputGraph(OperationRecorder):
 
     def check_global_state(self) -> None:
         if torch.is_grad_enabled() != self._grad_enabled_at_start:
-            unimplemented("the captured code changes grad mode without restoring it (side effect)")
+            unimplemented(
+                gbt.SIDE_EFFECT,
+                "the captured code changes grad mode without restoring it (side effect)",
+            )
         if self._real_contexts:
-            unimplemented("the captured code leaves a torch.autocast region open")
+            unimplemented(
+                gbt.CONTEXT_MANAGER, "the captured code leaves a torch.autocast region open"
+            )
 
     def restore_global_state(self) -> None:
         """Undo what tracing switched for real (grad mode, open autocast regions)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import graph_break_types as gbt
 from .dynamic_shapes import specialize
 from .exc import unimplemented
 from .variables.base import VariableTracker
@@ -109,7 +110,7 @@ def flatten_output(
         return ("object", var.cls, attrs, id(var))
     if isinstance(var, ModelOutputVariable) and var.source is not None:
         if output_graph is None:
-            unimplemented(f"returning a received {var.cls.__name__}")
+            unimplemented(gbt.ESCAPING_VALUE, f"returning a received {var.cls.__name__}")
         return ("arg", output_graph.runtime_arg(var.source))  # the caller's own object
     if isinstance(var, ModelOutputVariable):
         return (
@@ -127,7 +128,7 @@ def flatten_output(
             return ("const", var.as_python_constant())
         except Exception:
             pass
-    unimplemented(f"returning {var} from the captured frame")
+    unimplemented(gbt.ESCAPING_VALUE, f"returning {var} from the captured frame")
 
 
 def _is_stable_object(var: VariableTracker) -> bool:

@@ -21,6 +21,7 @@ import bytecode as bc
 import torch
 import torch.fx
 
+from . import graph_break_types as gbt
 from .bytecode_emission import CodeGen
 from .dynamic_shapes import is_symbolic, specialize
 from .exc import unimplemented
@@ -56,7 +57,8 @@ class Reconstructor:
         if isinstance(var, NewObjectVariable):
             if id(var) in self._preparing:
                 unimplemented(
-                    "objects built in the frame that reach each other are live at a break"
+                    gbt.ESCAPING_VALUE,
+                    "objects built in the frame that reach each other are live at a break",
                 )
             self._preparing.add(id(var))
         for child in _children(var):
@@ -105,7 +107,7 @@ class Reconstructor:
             elif var.source is not None:
                 var.source.reconstruct(gen)
             else:
-                unimplemented(f"cannot rebuild {var}")
+                unimplemented(gbt.ESCAPING_VALUE, f"cannot rebuild {var}")
             return
         if isinstance(var, ConstantVariable):
             if var.source is not None and is_symbolic(var.value):
@@ -138,7 +140,7 @@ class Reconstructor:
             return
         if isinstance(var, ConstDictVariable):
             if var.user_cls is not dict:
-                unimplemented(f"cannot rebuild a {var.user_cls.__name__}")
+                unimplemented(gbt.ESCAPING_VALUE, f"cannot rebuild a {var.user_cls.__name__}")
             for key, value in var.items.items():
                 gen.load_const(key)
                 self(value)
@@ -213,7 +215,7 @@ class Reconstructor:
             refuse_mutated_private(var)
             gen.load_object(var.as_python_constant(), "obj")
             return
-        unimplemented(f"cannot rebuild {var} after a graph break")
+        unimplemented(gbt.ESCAPING_VALUE, f"cannot rebuild {var} after a graph break")
 
     def _load_value(self, value: Any) -> None:
         """A constant; its symbolic ints come from the graph's outputs (see
@@ -425,7 +427,7 @@ def check_rebuildable(var: VariableTracker, seen: set | None = None) -> None:
     if isinstance(
         var, (NestedUserFunctionVariable, CellVariable, GradModeVariable, AutocastVariable)
     ):
-        unimplemented(f"cannot rebuild {var} after a graph break")
+        unimplemented(gbt.ESCAPING_VALUE, f"cannot rebuild {var} after a graph break")
     seen = set() if seen is None else seen
     if id(var) in seen:
         return

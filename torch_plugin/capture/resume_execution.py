@@ -21,6 +21,7 @@ import types
 
 import bytecode as bc
 
+from . import graph_break_types as gbt
 from .exc import unimplemented
 
 PY312 = sys.version_info >= (3, 12)
@@ -94,7 +95,7 @@ def live_locals(code: types.CodeType, offset: int) -> set[str]:
                 changed = True
     start = index.get(offset)
     if start is None:
-        unimplemented(f"no instruction at offset {offset}")
+        unimplemented(gbt.NO_BREAK_HERE, f"no instruction at offset {offset}")
     return live_in[start]
 
 
@@ -141,15 +142,20 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
     abstract = bc.Bytecode.from_code(code)
     real = [(pos, ins) for pos, ins in enumerate(abstract) if isinstance(ins, bc.Instr)]
     if len(real) != len(instructions):
-        unimplemented("cannot map instructions for a resume function")
+        unimplemented(gbt.NO_BREAK_HERE, "cannot map instructions for a resume function")
     target_pos = None
     for (pos, ins), dis_ins in zip(real, instructions):
         if ins.name != dis_ins.opname:
-            unimplemented(f"cannot map instruction {dis_ins.opname} for a resume function")
+            unimplemented(
+                gbt.NO_BREAK_HERE, f"cannot map instruction {dis_ins.opname} for a resume function"
+            )
         if dis_ins.offset == spec.target_offset:
             target_pos = pos
     if target_pos is None:
-        unimplemented(f"no instruction at offset {spec.target_offset} for a resume function")
+        unimplemented(
+            gbt.NO_BREAK_HERE,
+            f"no instruction at offset {spec.target_offset} for a resume function",
+        )
     # A target that opens an exception-table region (the POP_TOP after BEFORE_WITH: a graph
     # break at `with ctx:` resumes inside the block) has a TryBegin just before it. The jump
     # must pass through it: `bytecode` computes a region's stack depth from the flow that

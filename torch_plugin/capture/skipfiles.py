@@ -15,6 +15,7 @@ import types
 
 import torch
 
+from . import graph_break_types as gbt
 from .exc import unimplemented
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -113,17 +114,20 @@ def check_inline(code: types.CodeType) -> None:
     filename = code.co_filename
     if filename.startswith(_TORCH_DIR):
         if filename == _NN_MODULE_FILE:
-            unimplemented(f"call to torch.nn.Module internals ({code.co_name})")
+            unimplemented(gbt.SKIPPED_CODE, f"call to torch.nn.Module internals ({code.co_name})")
         if filename in _RUN_FOR_REAL_FILES:
             unimplemented(
+                gbt.RUNS_OUTSIDE_CAPTURE,
                 f"call to {code.co_name} of torch.utils.checkpoint (runs for real: it installs "
-                "saved-tensor hooks and recomputes in backward)"
+                "saved-tensor hooks and recomputes in backward)",
             )
         return
     if _is_stdlib(filename):
         base = os.path.basename(filename)
         if not any(ok in filename for ok in _INLINE_STDLIB_OK) and base not in _INLINE_STDLIB_OK:
-            unimplemented(f"call to standard library function {code.co_name} ({base})")
+            unimplemented(
+                gbt.SKIPPED_CODE, f"call to standard library function {code.co_name} ({base})"
+            )
 
 
 # Standard-library modules whose functions are free of effects when given constants.

@@ -22,6 +22,7 @@ import inspect
 import sys
 import types
 
+from . import graph_break_types as gbt
 from .attribute_instructions import AttributeInstructions
 from .call_instructions import CallInstructions
 from .container_instructions import ContainerInstructions
@@ -154,11 +155,15 @@ class InstructionTranslatorBase(
                     self.lineno = inst.starts_line
                 count += 1
                 if count > MAX_INSTRUCTIONS:
-                    unimplemented("too many instructions interpreted (unbounded loop?)")
+                    unimplemented(
+                        gbt.CAPTURE_LIMIT, "too many instructions interpreted (unbounded loop?)"
+                    )
                 handler = getattr(self, inst.opname, None)
                 try:
                     if handler is None:
-                        unimplemented(f"bytecode {inst.opname} is not supported yet")
+                        unimplemented(
+                            gbt.UNSUPPORTED_BYTECODE, f"bytecode {inst.opname} is not supported yet"
+                        )
                     handler(inst)
                 except Unsupported as e:
                     if e.location is None:
@@ -171,11 +176,15 @@ class InstructionTranslatorBase(
                     raise
                 except RecursionError:
                     raise Unsupported(
-                        "recursion too deep while capturing", self.location()
+                        "recursion too deep while capturing",
+                        self.location(),
+                        gb_type=gbt.CAPTURE_LIMIT,
                     ) from None
                 except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
                     err = Unsupported(
-                        f"{type(e).__name__} while capturing {inst.opname}: {e}", self.location()
+                        f"{type(e).__name__} while capturing {inst.opname}: {e}",
+                        self.location(),
+                        gb_type=gbt.EXCEPTION,
                     )
                     if self.parent is None:
                         err.root_index = self.ip - 1
@@ -247,7 +256,7 @@ class InstructionTranslatorBase(
             return wrap_value(self, self.f_globals[name], source)
         if name in self.f_builtins:
             return wrap_value(self, self.f_builtins[name], None)
-        unimplemented(f"name {name!r} is not defined")
+        unimplemented(gbt.EXCEPTION, f"name {name!r} is not defined")
 
     def root_tx(self) -> InstructionTranslatorBase:
         tx = self
@@ -261,13 +270,13 @@ class InstructionTranslatorBase(
     def zero_arg_super(self) -> VariableTracker:
         cell = self.cells.get("__class__")
         if cell is None or cell.contents is None or self.code.co_argcount == 0:
-            unimplemented("super() without __class__ cell")
+            unimplemented(gbt.UNMODELLED_VALUE, "super() without __class__ cell")
         first = self.code.co_varnames[0]
         obj = self.symbolic_locals.get(first)
         if obj is None and first in self.cells:
             obj = self.cells[first].contents
         if obj is None:
-            unimplemented("super() without a first argument")
+            unimplemented(gbt.UNMODELLED_VALUE, "super() without a first argument")
         return SuperVariable(cell.contents.as_python_constant(), obj)
 
     # --- opcodes: no-ops ------------------------------------------------------------------
@@ -305,7 +314,7 @@ class InstructionTranslatorBase(
         elif name in self.cells and self.cells[name].contents is not None:
             self.push(self.cells[name].contents)
         else:
-            unimplemented(f"local variable {name!r} referenced before assignment")
+            unimplemented(gbt.EXCEPTION, f"local variable {name!r} referenced before assignment")
 
     LOAD_FAST_CHECK = LOAD_FAST
 
@@ -355,7 +364,9 @@ class InstructionTranslatorBase(
     def LOAD_DEREF(self, inst):
         cell = self.cells.get(inst.argval)
         if cell is None or cell.contents is None:
-            unimplemented(f"free variable {inst.argval!r} referenced before assignment")
+            unimplemented(
+                gbt.EXCEPTION, f"free variable {inst.argval!r} referenced before assignment"
+            )
         self.push(cell.contents)
 
     def STORE_DEREF(self, inst):
@@ -365,7 +376,8 @@ class InstructionTranslatorBase(
         if cell.source_bound:
             if cell.real_cell is None:
                 unimplemented(
-                    f"assignment to nonlocal {name!r} of a closure cell not known at capture"
+                    gbt.SIDE_EFFECT,
+                    f"assignment to nonlocal {name!r} of a closure cell not known at capture",
                 )
             from .sources import ClosureCellSource
 
@@ -388,7 +400,7 @@ class InstructionTranslatorBase(
             )
         module = sys.modules.get(name)
         if module is None:
-            unimplemented(f"import of {name!r}, not imported yet")
+            unimplemented(gbt.IMPORT, f"import of {name!r}, not imported yet")
         if not fromlist and "." in name:
             module = sys.modules[name.partition(".")[0]]
         self.push(wrap_constant_or_object(module))
@@ -467,7 +479,7 @@ class InstructionTranslatorBase(
     def FOR_ITER(self, inst):
         it = self.stack[-1]
         if not isinstance(it, IteratorVariable):
-            unimplemented(f"for loop over {it}")
+            unimplemented(gbt.UNMODELLED_VALUE, f"for loop over {it}")
         item = it.next_item()
         if item is not None:
             self.push(item)
@@ -497,7 +509,7 @@ class InstructionTranslatorBase(
 
     def YIELD_VALUE(self, inst):
         if not self.is_generator:
-            unimplemented("yield in the captured frame")
+            unimplemented(gbt.GENERATOR, "yield in the captured frame")
         value = self.pop()
         self.push(ConstantVariable(None))  # what `yield` evaluates to on resume (no send())
         raise GeneratorYield(value)
@@ -507,10 +519,10 @@ class InstructionTranslatorBase(
         raise _Return(self.pop())
 
     def RAISE_VARARGS(self, inst):
-        unimplemented("raise statement reached while capturing")
+        unimplemented(gbt.EXCEPTION, "raise statement reached while capturing")
 
     def LOAD_ASSERTION_ERROR(self, inst):
-        unimplemented("assertion failed while capturing")
+        unimplemented(gbt.EXCEPTION, "assertion failed while capturing")
 
 
 def _builtins_of(f_globals: dict) -> dict:

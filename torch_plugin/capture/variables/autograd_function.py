@@ -32,6 +32,7 @@ import types
 
 import torch
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -66,11 +67,11 @@ class FunctionCtxVariable(VariableTracker):
             return _NoOpMethod()
         if name == "needs_input_grad":
             return TupleVariable([ConstantVariable(b) for b in self.needs_input_grad])
-        unimplemented(f"ctx.{name} in an inlined autograd.Function.forward")
+        unimplemented(gbt.AUTOGRAD_FUNCTION, f"ctx.{name} in an inlined autograd.Function.forward")
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if name in _CTX_NO_OPS or name in ("needs_input_grad", "saved_tensors"):
-            unimplemented(f"assignment to ctx.{name}")
+            unimplemented(gbt.AUTOGRAD_FUNCTION, f"assignment to ctx.{name}")
         self.attrs[name] = value
 
     def call_method(self, tx, name, args, kwargs):
@@ -154,15 +155,19 @@ class AutogradFunctionApplyVariable(VariableTracker):
             isinstance(a, TensorVariable) and a.example.requires_grad for a in args
         )
         if kwargs:
-            unimplemented(f"{cls.__name__}.apply with keyword arguments")
+            unimplemented(gbt.AUTOGRAD_FUNCTION, f"{cls.__name__}.apply with keyword arguments")
         setup = inspect.getattr_static(cls, "setup_context")
         if setup is not inspect.getattr_static(torch.autograd.Function, "setup_context"):
-            unimplemented(f"{cls.__name__} defines setup_context (not modelled)")
+            unimplemented(
+                gbt.AUTOGRAD_FUNCTION, f"{cls.__name__} defines setup_context (not modelled)"
+            )
         forward = inspect.getattr_static(cls, "forward")
         if not isinstance(forward, staticmethod) or not isinstance(
             forward.__func__, types.FunctionType
         ):
-            unimplemented(f"{cls.__name__}.forward is not a Python staticmethod")
+            unimplemented(
+                gbt.AUTOGRAD_FUNCTION, f"{cls.__name__}.forward is not a Python staticmethod"
+            )
         from .functions import UserFunctionVariable
 
         if grad:
@@ -170,9 +175,14 @@ class AutogradFunctionApplyVariable(VariableTracker):
             if not isinstance(backward, staticmethod) or not isinstance(
                 backward.__func__, types.FunctionType
             ):
-                unimplemented(f"{cls.__name__}.backward is not a Python staticmethod")
+                unimplemented(
+                    gbt.AUTOGRAD_FUNCTION, f"{cls.__name__}.backward is not a Python staticmethod"
+                )
             if not all(isinstance(a, TensorVariable) or a.is_python_constant() for a in args):
-                unimplemented(f"{cls.__name__}.apply with arguments other than tensors/constants")
+                unimplemented(
+                    gbt.AUTOGRAD_FUNCTION,
+                    f"{cls.__name__}.apply with arguments other than tensors/constants",
+                )
             graph = tx.output.graph
             nodes_before = set(graph.nodes)
             effects_before = tx.output.side_effects.snapshot()
@@ -182,23 +192,28 @@ class AutogradFunctionApplyVariable(VariableTracker):
         result = tx.inline_user_function(UserFunctionVariable(forward.__func__), [ctx, *args], {})
         if _contains(result, list(args)):
             unimplemented(
-                f"{cls.__name__}.forward returns one of its inputs (apply returns a view)"
+                gbt.AUTOGRAD_FUNCTION,
+                f"{cls.__name__}.forward returns one of its inputs (apply returns a view)",
             )
         if _contains(result, [ctx]):
-            unimplemented(f"{cls.__name__}.forward returns its ctx")
+            unimplemented(gbt.AUTOGRAD_FUNCTION, f"{cls.__name__}.forward returns its ctx")
         if not grad:
             return result
         # Grad mode on: forward was traced only to check that it has no effect outside its
         # result; its nodes are dropped and the graph calls ``cls.apply`` itself, which keeps
         # the user's backward (AOTAutograd traces through it).
         if tx.output.side_effects.snapshot() != effects_before:
-            unimplemented(f"{cls.__name__}.forward has side effects (grad mode on)")
+            unimplemented(
+                gbt.AUTOGRAD_FUNCTION, f"{cls.__name__}.forward has side effects (grad mode on)"
+            )
         added = [n for n in graph.nodes if n not in nodes_before]
         calls = {n for n in added if n.op in ("call_function", "call_method", "call_module")}
         for node in reversed(added):
             if node in calls:
                 if any(u not in calls for u in node.users):
-                    unimplemented(f"{cls.__name__}.forward's values escape its result")
+                    unimplemented(
+                        gbt.AUTOGRAD_FUNCTION, f"{cls.__name__}.forward's values escape its result"
+                    )
                 graph.erase_node(node)
         return tx.output.call_function(tx, apply_function(cls), list(args), {})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from ..sources import Source
 
@@ -29,7 +30,7 @@ class VariableTracker:
 
     # --- what the value is -------------------------------------------------------------
     def python_type(self) -> type:
-        unimplemented(f"python_type of {self}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"python_type of {self}")
 
     def is_python_constant(self) -> bool:
         try:
@@ -40,27 +41,27 @@ class VariableTracker:
 
     def as_python_constant(self) -> Any:
         """The real Python value, if it is known exactly at capture time."""
-        unimplemented(f"{self} is not a Python constant")
+        unimplemented(gbt.UNMODELLED_VALUE, f"{self} is not a Python constant")
 
     # --- operations ----------------------------------------------------------------------
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        unimplemented(f"attribute {name!r} of {self}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"attribute {name!r} of {self}")
 
     def call_function(self, tx, args: Sequence[VariableTracker], kwargs: dict) -> VariableTracker:
-        unimplemented(f"call of {self}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"call of {self}")
 
     def call_method(self, tx, name: str, args: Sequence[VariableTracker], kwargs: dict):
         if name == "__getattribute__" and len(args) == 1 and args[0].is_python_constant():
             return self.var_getattr(tx, args[0].as_python_constant())
-        unimplemented(f"method {name!r} of {self}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"method {name!r} of {self}")
 
     def truthiness(self, tx) -> bool:
         """``bool(value)``; raises Unsupported when it depends on tensor data."""
-        unimplemented(f"truth value of {self}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"truth value of {self}")
 
     def unpack_var_sequence(self, tx) -> list[VariableTracker]:
         """The items of ``iter(value)``, when they can be known at capture time."""
-        unimplemented(f"iteration over {self}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"iteration over {self}")
 
     def has_unpack_var_sequence(self, tx) -> bool:
         try:
@@ -110,7 +111,7 @@ def method_getattr(var: VariableTracker, name: str) -> VariableTracker:
 
     if callable(getattr(var.python_type(), name, None)):
         return BoundMethodVariable(var, name)
-    unimplemented(f"attribute {name!r} of {var}")
+    unimplemented(gbt.UNMODELLED_VALUE, f"attribute {name!r} of {var}")
 
 
 class NullVariable(VariableTracker):

@@ -16,6 +16,7 @@ import operator
 
 import torch
 
+from .. import graph_break_types as gbt
 from ..dynamic_shapes import has_symbolic, specialize_deep
 from ..exc import unimplemented
 from .base import CallableVariable
@@ -115,7 +116,10 @@ class BuiltinVariable(CallableVariable):
 
         fn = self.fn
         if fn in _UNSUPPORTED:
-            unimplemented(f"call to builtin {fn.__name__}()")
+            unimplemented(
+                gbt.LOGGING if fn is print else gbt.UNSUPPORTED_BUILTIN,
+                f"call to builtin {fn.__name__}()",
+            )
         name = getattr(fn, "__name__", "")
         handler = (
             getattr(self, f"call_{name}", None) if getattr(builtins, name, None) is fn else None
@@ -142,7 +146,7 @@ class BuiltinVariable(CallableVariable):
             value = fn(*a, **k)
             if is_immutable(value) or isinstance(value, (list, dict)):
                 return wrap_constant_or_object(value)
-        unimplemented(f"builtin {name}() with arguments {args}")
+        unimplemented(gbt.UNSUPPORTED_BUILTIN, f"builtin {name}() with arguments {args}")
 
     # --- handlers: return None to fall through to the generic constant path ------------
     def call_len(self, tx, obj):
@@ -155,7 +159,7 @@ class BuiltinVariable(CallableVariable):
         try:
             t = obj.python_type()
         except Exception:
-            unimplemented(f"isinstance() on {obj}")
+            unimplemented(gbt.UNSUPPORTED_BUILTIN, f"isinstance() on {obj}")
         return ConstantVariable(issubclass(t, classes))
 
     def call_issubclass(self, tx, a, b):
@@ -165,7 +169,7 @@ class BuiltinVariable(CallableVariable):
         from .builder import wrap_constant_or_object
 
         if rest:
-            unimplemented("type() with three arguments")
+            unimplemented(gbt.OBJECT_CONSTRUCTION, "type() with three arguments")
         return wrap_constant_or_object(obj.python_type())
 
     def call_getattr(self, tx, obj, name, *default):
@@ -181,20 +185,20 @@ class BuiltinVariable(CallableVariable):
 
     def call_setattr(self, tx, obj, name, value):
         if not name.is_python_constant():
-            unimplemented("setattr() with a name not known at capture")
+            unimplemented(gbt.VALUE_NOT_CONSTANT, "setattr() with a name not known at capture")
         tx.store_attr(obj, name.as_python_constant(), value)
         return ConstantVariable(None)
 
     def call_delattr(self, tx, obj, name):
         if not name.is_python_constant():
-            unimplemented("delattr() with a name not known at capture")
+            unimplemented(gbt.VALUE_NOT_CONSTANT, "delattr() with a name not known at capture")
         tx.delete_attr(obj, name.as_python_constant())
         return ConstantVariable(None)
 
     def call_hasattr(self, tx, obj, name):
         result = _hasattr(tx, obj, name.as_python_constant())
         if result is None:
-            unimplemented(f"hasattr() on {obj}")
+            unimplemented(gbt.UNSUPPORTED_BUILTIN, f"hasattr() on {obj}")
         return ConstantVariable(result)
 
     def call_tuple(self, tx, *args):
@@ -227,12 +231,12 @@ class BuiltinVariable(CallableVariable):
 
     def call_next(self, tx, it, *default):
         if not isinstance(it, IteratorVariable):
-            unimplemented(f"next() on {it}")
+            unimplemented(gbt.UNSUPPORTED_BUILTIN, f"next() on {it}")
         item = it.next_item()
         if item is None:
             if default:
                 return default[0]
-            unimplemented("next() on an exhausted iterator (StopIteration)")
+            unimplemented(gbt.EXCEPTION, "next() on an exhausted iterator (StopIteration)")
         return item
 
     def call_enumerate(self, tx, seq, start=None):
@@ -247,7 +251,7 @@ class BuiltinVariable(CallableVariable):
     def call_zip(self, tx, *seqs, **kwargs):
         if any(is_lazy(s) for s in seqs):
             if kwargs:
-                unimplemented("zip(strict=...) over a generator")
+                unimplemented(gbt.UNSUPPORTED_BUILTIN, "zip(strict=...) over a generator")
             return lazy_zip([as_iterator(tx, s) for s in seqs])
         lists = [s.unpack_var_sequence(tx) for s in seqs]
         if (
@@ -255,7 +259,7 @@ class BuiltinVariable(CallableVariable):
             and kwargs["strict"].as_python_constant()
             and len({len(x) for x in lists}) > 1
         ):
-            unimplemented("zip(strict=True) with unequal lengths")
+            unimplemented(gbt.EXCEPTION, "zip(strict=True) with unequal lengths")
         return ListIteratorVariable([TupleVariable(list(group)) for group in zip(*lists)])
 
     def call_reversed(self, tx, seq):
@@ -286,7 +290,7 @@ class BuiltinVariable(CallableVariable):
     def call_range(self, tx, *args):
         if all(a.is_python_constant() for a in args):
             return ConstantVariable(range(*[a.as_python_constant() for a in args]))
-        unimplemented("range() with non-constant bounds")
+        unimplemented(gbt.VALUE_NOT_CONSTANT, "range() with non-constant bounds")
 
     def call_bool(self, tx, *args):
         if not args:
@@ -327,13 +331,13 @@ class BuiltinVariable(CallableVariable):
         from .tensor import TensorVariable
 
         if kwargs:  # a key function may be user code: not run at capture time
-            unimplemented(f"{fn.__name__}() with {', '.join(kwargs)}=")
+            unimplemented(gbt.UNSUPPORTED_BUILTIN, f"{fn.__name__}() with {', '.join(kwargs)}=")
 
         items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
         if all(i.is_python_constant() for i in items):
             return ConstantVariable(fn(i.as_python_constant() for i in items))
         if any(isinstance(i, TensorVariable) for i in items):
-            unimplemented(f"{fn.__name__}() comparing tensors (data-dependent)")
+            unimplemented(gbt.DATA_DEPENDENT, f"{fn.__name__}() comparing tensors (data-dependent)")
         return None
 
     def call_super(self, tx, *args):
@@ -342,7 +346,7 @@ class BuiltinVariable(CallableVariable):
         if len(args) == 2:
             return SuperVariable(args[0].as_python_constant(), args[1])
         if args:
-            unimplemented("super() with one argument")
+            unimplemented(gbt.UNSUPPORTED_BUILTIN, "super() with one argument")
         return tx.zero_arg_super()
 
     def call_callable(self, tx, obj):
@@ -356,17 +360,17 @@ class BuiltinVariable(CallableVariable):
         return None
 
     def call_object(self, tx, *args):
-        unimplemented("object() inside captured code")
+        unimplemented(gbt.OBJECT_CONSTRUCTION, "object() inside captured code")
 
     def call_str(self, tx, *args):
         if args and not args[0].is_python_constant():
-            unimplemented(f"str() of {args[0]}")
+            unimplemented(gbt.UNSUPPORTED_BUILTIN, f"str() of {args[0]}")
 
     def call_int(self, tx, *args):
         from .tensor import TensorVariable
 
         if args and isinstance(args[0], TensorVariable):
-            unimplemented("int() of a tensor reads tensor data")
+            unimplemented(gbt.DATA_DEPENDENT, "int() of a tensor reads tensor data")
 
     call_float = call_int
 

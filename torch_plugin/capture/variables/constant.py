@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 
@@ -82,7 +83,7 @@ class ConstantVariable(VariableTracker):
         try:
             attr = getattr(self.value, name)
         except AttributeError:
-            unimplemented(f"{type(self.value).__name__} has no attribute {name!r}")
+            unimplemented(gbt.EXCEPTION, f"{type(self.value).__name__} has no attribute {name!r}")
         if callable(attr) and not isinstance(attr, type):
             return ConstantMethodVariable(self, name)
         from .builder import wrap_constant_or_object
@@ -94,8 +95,11 @@ class ConstantVariable(VariableTracker):
             v.is_python_constant() for v in kwargs.values()
         ):
             if isinstance(self.value, str) and name == "format":
-                unimplemented("str.format with non-constant arguments")
-            unimplemented(f"method {name!r} of constant {self.value!r} with non-constant arguments")
+                unimplemented(gbt.VALUE_NOT_CONSTANT, "str.format with non-constant arguments")
+            unimplemented(
+                gbt.VALUE_NOT_CONSTANT,
+                f"method {name!r} of constant {self.value!r} with non-constant arguments",
+            )
         fn = getattr(self.value, name)
         a = [a.as_python_constant() for a in args]
         k = {k: v.as_python_constant() for k, v in kwargs.items()}
@@ -112,7 +116,7 @@ class ConstantVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         if isinstance(self.value, (tuple, str, range, torch.Size, bytes, frozenset)):
             return [ConstantVariable(v) for v in self.value]
-        unimplemented(f"iteration over {type(self.value).__name__}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"iteration over {type(self.value).__name__}")
 
     def __repr__(self) -> str:
         return f"ConstantVariable({self.value!r})"

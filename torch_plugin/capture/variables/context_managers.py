@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import types
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -35,7 +36,7 @@ class InlinedExitVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         if not all(a.is_python_constant() and a.as_python_constant() is None for a in args):
-            unimplemented("__exit__ of a context manager with an exception")
+            unimplemented(gbt.CONTEXT_MANAGER, "__exit__ of a context manager with an exception")
         return tx.inline_user_function_obj(self.method, [self.ctx, *args], {})
 
 
@@ -49,9 +50,12 @@ class GeneratorExitVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         if not all(a.is_python_constant() and a.as_python_constant() is None for a in args):
-            unimplemented("__exit__ of a context manager with an exception")
+            unimplemented(gbt.CONTEXT_MANAGER, "__exit__ of a context manager with an exception")
         if self.gen.next_item() is not None:
-            unimplemented("@contextmanager generator yielded twice (RuntimeError in eager)")
+            unimplemented(
+                gbt.CONTEXT_MANAGER,
+                "@contextmanager generator yielded twice (RuntimeError in eager)",
+            )
         return ConstantVariable(False)
 
 
@@ -59,22 +63,28 @@ def enter(tx, ctx: VariableTracker) -> tuple[VariableTracker, VariableTracker]:
     """``with ctx:``: (the variable standing for ``ctx.__exit__``, what ``__enter__``
     returned). Raises Unsupported for context managers it cannot inline."""
     if not isinstance(ctx, (NewObjectVariable, UserDefinedObjectVariable)):
-        unimplemented(f"`with` block on {ctx}")
+        unimplemented(gbt.CONTEXT_MANAGER, f"`with` block on {ctx}")
     cls = ctx.python_type()
     if cls is contextlib._GeneratorContextManager and isinstance(ctx, NewObjectVariable):
         gen = ctx.var_getattr(tx, "gen")
         if not isinstance(gen, GeneratorVariable):
-            unimplemented(f"`with` block on a @contextmanager context over {gen}")
+            unimplemented(
+                gbt.CONTEXT_MANAGER, f"`with` block on a @contextmanager context over {gen}"
+            )
         value = gen.next_item()
         if value is None:
-            unimplemented("@contextmanager generator did not yield (RuntimeError in eager)")
+            unimplemented(
+                gbt.CONTEXT_MANAGER,
+                "@contextmanager generator did not yield (RuntimeError in eager)",
+            )
         return GeneratorExitVariable(gen), value
     enter_fn = class_lookup(cls, "__enter__")
     exit_fn = class_lookup(cls, "__exit__")
     if not isinstance(enter_fn, types.FunctionType) or not isinstance(exit_fn, types.FunctionType):
         unimplemented(
+            gbt.CONTEXT_MANAGER,
             f"`with` block on a {cls.__name__} object (its __enter__/__exit__ are not Python "
-            "functions)"
+            "functions)",
         )
     value = tx.inline_user_function_obj(enter_fn, [ctx], {})
     return InlinedExitVariable(ctx, exit_fn), value

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import graph_break_types as gbt
 from ..dynamic_shapes import has_symbolic, specialize_deep
 from ..exc import unimplemented
 from .base import VariableTracker, method_getattr
@@ -22,7 +23,7 @@ def dict_key(var: VariableTracker):
     under a guard (the entry is then reused only for that size, as a dict of sizes would
     decide its keys). Raises Unsupported for a key that is not a constant."""
     if not var.is_python_constant():
-        unimplemented("dict key that is not a constant")
+        unimplemented(gbt.VALUE_NOT_CONSTANT, "dict key that is not a constant")
     key = var.as_python_constant()
     if has_symbolic(key):
         key = specialize_deep(key)
@@ -61,7 +62,7 @@ class ConstDictVariable(VariableTracker):
 
     def getitem(self, key: Any) -> VariableTracker:
         if key not in self.items:
-            unimplemented(f"dict has no key {key!r} (KeyError at run time)")
+            unimplemented(gbt.EXCEPTION, f"dict has no key {key!r} (KeyError at run time)")
         return self.items[key]
 
     def call_method(self, tx, name, args, kwargs):
@@ -89,7 +90,8 @@ class ConstDictVariable(VariableTracker):
                 tx.output.side_effects.mutate_container(self.real, self)
         elif not self.mutable_local:
             unimplemented(
-                f"dict.{name} on a dict from the frame's inputs (mutation is a side effect)"
+                gbt.SIDE_EFFECT,
+                f"dict.{name} on a dict from the frame's inputs (mutation is a side effect)",
             )
         if name == "__setitem__" and len(args) == 2:
             self.items[key_of(args[0])] = args[1]
@@ -103,7 +105,7 @@ class ConstDictVariable(VariableTracker):
                 return self.items.pop(k)
             if len(args) == 2:
                 return args[1]
-            unimplemented(f"dict.pop of missing key {k!r}")
+            unimplemented(gbt.EXCEPTION, f"dict.pop of missing key {k!r}")
         if name == "setdefault" and 1 <= len(args) <= 2:
             k = key_of(args[0])
             if k not in self.items:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from ..sources import AttrSource, ItemSource, ObjectSource
 from .base import BoundMethodVariable, VariableTracker
@@ -32,7 +33,7 @@ def _lookup(tx, key: str) -> str | None:
     encode = getattr(os.environ, "encodekey", None)
     decode = getattr(os.environ, "decodevalue", None)
     if not isinstance(data, dict) or encode is None or decode is None:  # pragma: no cover
-        unimplemented("reading os.environ (an unknown os.environ layout)")
+        unimplemented(gbt.ENVIRONMENT, "reading os.environ (an unknown os.environ layout)")
     encoded = encode(key)
     if encoded in data:
         raw = data[encoded]
@@ -64,7 +65,7 @@ def _call_environ_method(tx, name: str, args, kwargs) -> VariableTracker | None:
     if name == "__getitem__" and len(values) == 1:
         found = _lookup(tx, values[0])
         if found is None:
-            unimplemented(f"os.environ[{values[0]!r}] raises KeyError")
+            unimplemented(gbt.ENVIRONMENT, f"os.environ[{values[0]!r}] raises KeyError")
         return ConstantVariable(found)
     if name == "__contains__" and len(values) == 1:
         return ConstantVariable(_lookup(tx, values[0]) is not None)
@@ -84,17 +85,21 @@ class EnvironVariable(VariableTracker):
         return False
 
     def as_python_constant(self):
-        unimplemented("os.environ used other than by reading a key known at capture time")
+        unimplemented(
+            gbt.ENVIRONMENT, "os.environ used other than by reading a key known at capture time"
+        )
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name in _READS:
             return BoundMethodVariable(self, name)
-        unimplemented(f"os.environ.{name}")
+        unimplemented(gbt.ENVIRONMENT, f"os.environ.{name}")
 
     def call_method(self, tx, name, args, kwargs):
         result = _call_environ_method(tx, name, args, kwargs) if name in _READS else None
         if result is None:
-            unimplemented(f"os.environ.{name} with arguments not known at capture time")
+            unimplemented(
+                gbt.ENVIRONMENT, f"os.environ.{name} with arguments not known at capture time"
+            )
         return result
 
     def __repr__(self) -> str:
@@ -108,7 +113,7 @@ def call_getenv(tx, args, kwargs) -> VariableTracker:
     args = list(args) + ([default] if default is not None else [])
     values = _constant_args(args, kwargs)
     if values is None or len(values) not in (1, 2):
-        unimplemented("os.getenv with a key not known at capture time")
+        unimplemented(gbt.ENVIRONMENT, "os.getenv with a key not known at capture time")
     found = _lookup(tx, values[0])
     if found is None:
         return ConstantVariable(values[1] if len(values) == 2 else None)

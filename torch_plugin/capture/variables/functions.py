@@ -14,6 +14,7 @@ import inspect
 import types
 from typing import Any
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import CallableVariable, VariableTracker
 from .constant import ConstantVariable
@@ -57,28 +58,34 @@ def bind_args(
         bound[name] = value
     extra = list(args[nargs:])
     if extra and not has_varargs:
-        unimplemented(f"{code.co_name}() got too many positional arguments")
+        unimplemented(gbt.EXCEPTION, f"{code.co_name}() got too many positional arguments")
     extra_kwargs: dict[str, VariableTracker] = {}
     for key, value in kwargs.items():
         if key in pos_names[nposonly:] or key in kwonly_names:
             if key in bound:
-                unimplemented(f"{code.co_name}() got multiple values for argument {key!r}")
+                unimplemented(
+                    gbt.EXCEPTION, f"{code.co_name}() got multiple values for argument {key!r}"
+                )
             bound[key] = value
         elif has_varkw:
             extra_kwargs[key] = value
         else:
-            unimplemented(f"{code.co_name}() got an unexpected keyword argument {key!r}")
+            unimplemented(
+                gbt.EXCEPTION, f"{code.co_name}() got an unexpected keyword argument {key!r}"
+            )
     ndefaults = len(defaults)
     for i, name in enumerate(pos_names):
         if name not in bound:
             j = i - (nargs - ndefaults)
             if j < 0:
-                unimplemented(f"{code.co_name}() missing required argument {name!r}")
+                unimplemented(gbt.EXCEPTION, f"{code.co_name}() missing required argument {name!r}")
             bound[name] = defaults[j]
     for name in kwonly_names:
         if name not in bound:
             if name not in kwdefaults:
-                unimplemented(f"{code.co_name}() missing keyword-only argument {name!r}")
+                unimplemented(
+                    gbt.EXCEPTION, f"{code.co_name}() missing keyword-only argument {name!r}"
+                )
             bound[name] = kwdefaults[name]
     idx = nargs + nkwonly
     if has_varargs:
@@ -166,7 +173,9 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             return ConstantVariable(getattr(self.fn, name))
         if name == "__code__":
             return ConstantVariable(self.fn.__code__)
-        unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
+        unimplemented(
+            gbt.UNMODELLED_VALUE, f"attribute {name!r} of function {self.fn.__qualname__}"
+        )
 
     def __repr__(self) -> str:
         return f"UserFunctionVariable({self.fn.__qualname__})"
@@ -255,7 +264,8 @@ class DisabledFunctionVariable(CallableVariable):
 
     def call_function(self, tx, args, kwargs):
         unimplemented(
+            gbt.RUNS_OUTSIDE_CAPTURE,
             self.reason
             or f"call to {getattr(self.fn, '__qualname__', self.fn)}, run with capture off"
-            " (torch_plugin.disable, torch.utils.checkpoint)"
+            " (torch_plugin.disable, torch.utils.checkpoint)",
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 
@@ -34,16 +35,18 @@ def call_import_probe(tx, fn, args, kwargs) -> VariableTracker:
 
     name = fn.__qualname__
     if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
-        unimplemented(f"{name} with arguments not known at capture time")
+        unimplemented(gbt.IMPORT, f"{name} with arguments not known at capture time")
     values = [a.as_python_constant() for a in args]
     options = {k: v.as_python_constant() for k, v in kwargs.items()}
     if fn is importlib.util.find_spec and (
         not values or not isinstance(values[0], str) or "." in values[0] or options
     ):
         # a dotted name imports its parent package: an effect, not a probe
-        unimplemented("importlib.util.find_spec of a submodule (it imports the package)")
+        unimplemented(
+            gbt.IMPORT, "importlib.util.find_spec of a submodule (it imports the package)"
+        )
     try:
         result = fn(*values, **options)
     except (ImportError, ValueError, TypeError) as e:
-        unimplemented(f"{name} raised {type(e).__name__}: {e}")
+        unimplemented(gbt.IMPORT, f"{name} raised {type(e).__name__}: {e}")
     return wrap_constant_or_object(result)

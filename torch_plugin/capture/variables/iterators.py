@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 
@@ -64,11 +65,11 @@ class GeneratorVariable(IteratorVariable):
         if name == "__next__" and not args and not kwargs:
             item = self.next_item()
             if item is None:
-                unimplemented("next() on an exhausted generator (StopIteration)")
+                unimplemented(gbt.GENERATOR, "next() on an exhausted generator (StopIteration)")
             return item
         if name == "__iter__" and not args and not kwargs:
             return self
-        unimplemented(f"generator.{name}() in captured code")
+        unimplemented(gbt.GENERATOR, f"generator.{name}() in captured code")
 
     def python_type(self) -> type:
         import types
@@ -99,7 +100,7 @@ class LazyIteratorVariable(IteratorVariable):
     def call_method(self, tx, name, args, kwargs):
         if name == "__iter__" and not args and not kwargs:
             return self
-        unimplemented(f"{self.name} iterator .{name}() in captured code")
+        unimplemented(gbt.UNMODELLED_VALUE, f"{self.name} iterator .{name}() in captured code")
 
     def __repr__(self) -> str:
         return f"LazyIteratorVariable({self.name})"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -36,7 +37,7 @@ def _const(var: VariableTracker | None, what: str, default=None):
     if var is None:
         return default
     if not var.is_python_constant():
-        unimplemented(f"itertools.{what} with a non-constant argument")
+        unimplemented(gbt.VALUE_NOT_CONSTANT, f"itertools.{what} with a non-constant argument")
     return var.as_python_constant()
 
 
@@ -59,7 +60,7 @@ def call(tx, cls: type, args: list, kwargs: dict) -> VariableTracker:
         obj = args[0] if args else kwargs.get("object")
         times = args[1] if len(args) > 1 else kwargs.get("times")
         if obj is None:
-            unimplemented("itertools.repeat without an object")
+            unimplemented(gbt.UNSUPPORTED_BUILTIN, "itertools.repeat without an object")
         if times is None:
             return LazyIteratorVariable(lambda: obj, "repeat")
         return ListIteratorVariable([obj] * max(0, int(_const(times, name))))
@@ -79,7 +80,7 @@ def call(tx, cls: type, args: list, kwargs: dict) -> VariableTracker:
         return _accumulate(tx, as_iterator(tx, args[0]), func, kwargs.get("initial"))
     if cls is itertools.pairwise and len(args) == 1 and not kwargs:
         return _pairwise(as_iterator(tx, args[0]))
-    unimplemented(f"itertools.{name} with these arguments")
+    unimplemented(gbt.UNSUPPORTED_BUILTIN, f"itertools.{name} with these arguments")
 
 
 def _chain(tx, args: list) -> VariableTracker:
@@ -102,7 +103,7 @@ def _islice(tx, args: list) -> VariableTracker:
     bounds = [_const(a, "islice") for a in args[1:]]
     start, stop, step = slice(*bounds).start or 0, slice(*bounds).stop, slice(*bounds).step or 1
     if start < 0 or (stop is not None and stop < 0) or step < 1:
-        unimplemented("itertools.islice with negative bounds (ValueError in eager)")
+        unimplemented(gbt.EXCEPTION, "itertools.islice with negative bounds (ValueError in eager)")
     state = {"next": start, "index": 0}
 
     def produce():

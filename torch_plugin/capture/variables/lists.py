@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker, method_getattr
 from .constant import ConstantVariable
@@ -59,8 +60,10 @@ class BaseListVariable(VariableTracker):
             try:
                 return self.items[key]
             except IndexError:
-                unimplemented(f"{self.python_cls.__name__} index {key} out of range")
-        unimplemented(f"{self.python_cls.__name__} index of type {type(key).__name__}")
+                unimplemented(gbt.EXCEPTION, f"{self.python_cls.__name__} index {key} out of range")
+        unimplemented(
+            gbt.VALUE_NOT_CONSTANT, f"{self.python_cls.__name__} index of type {type(key).__name__}"
+        )
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__getitem__" and len(args) == 1:
@@ -104,11 +107,14 @@ class BaseListVariable(VariableTracker):
                 or not reverse.is_python_constant()
                 or not all(isinstance(v, ConstantVariable) for v in items)
             ):
-                unimplemented("list.sort of values not known at capture, or with a key function")
+                unimplemented(
+                    gbt.VALUE_NOT_CONSTANT,
+                    "list.sort of values not known at capture, or with a key function",
+                )
             try:
                 items.sort(key=lambda v: v.value, reverse=bool(_const(reverse)))
             except TypeError as e:
-                unimplemented(f"list.sort raised TypeError: {e}")
+                unimplemented(gbt.EXCEPTION, f"list.sort raised TypeError: {e}")
         elif name == "__setitem__" and len(args) == 2:
             key = _const(args[0])
             if isinstance(key, slice):
@@ -124,7 +130,7 @@ class BaseListVariable(VariableTracker):
                     del items[i]
                     break
             else:
-                unimplemented("list.remove of a value not found")
+                unimplemented(gbt.EXCEPTION, "list.remove of a value not found")
         else:
             return super().call_method(tx, name, args, kwargs)
         return ConstantVariable(None)
@@ -158,14 +164,14 @@ def contains(tx, items: list[VariableTracker], needle: VariableTracker) -> Const
                 if item.as_python_constant() == value:
                     return ConstantVariable(True)
             elif isinstance(item, TensorVariable):
-                unimplemented("`in` test comparing a constant with a tensor")
+                unimplemented(gbt.DATA_DEPENDENT, "`in` test comparing a constant with a tensor")
         return ConstantVariable(False)
     for item in items:
         if item is needle:
             return ConstantVariable(True)
     if isinstance(needle, TensorVariable):
-        unimplemented("`in` test on a tensor (compares tensor data)")
-    unimplemented(f"`in` test for {needle}")
+        unimplemented(gbt.DATA_DEPENDENT, "`in` test on a tensor (compares tensor data)")
+    unimplemented(gbt.UNMODELLED_VALUE, f"`in` test for {needle}")
 
 
 class TupleVariable(BaseListVariable):

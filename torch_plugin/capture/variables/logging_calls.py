@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from ..sources import AttrSource
 from .base import VariableTracker
@@ -50,11 +51,11 @@ def call_logger(tx, fn_var, args, kwargs) -> VariableTracker:
         or obj.source is None
         or not isinstance(obj.value, logging.Logger)
     ):
-        unimplemented(f"logging call {name}() on a logger not read from a source")
+        unimplemented(gbt.LOGGING, f"logging call {name}() on a logger not read from a source")
     logger: logging.Logger = obj.value
     level = _LEVELS[fn_var.fn]
     if logger.isEnabledFor(level):
-        unimplemented(f"logging call {logger.name}.{name}() that emits a record")
+        unimplemented(gbt.LOGGING, f"logging call {logger.name}.{name}() that emits a record")
     guards = tx.output.guards
     guards.equals_match(AttrSource(obj.source, "disabled"), logger.disabled)
     if logger.disabled:

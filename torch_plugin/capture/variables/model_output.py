@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -42,14 +43,16 @@ class ModelOutputVariable(VariableTracker):
         }
         var = ModelOutputVariable(cls, fields, source)
         if list(var._present()) != list(value.keys()):
-            unimplemented(f"a {cls.__name__} whose fields and dict entries disagree")
+            unimplemented(
+                gbt.OBJECT_CONSTRUCTION, f"a {cls.__name__} whose fields and dict entries disagree"
+            )
         return var
 
     @staticmethod
     def create(tx, cls, args, kwargs) -> ModelOutputVariable:
         names = [f.name for f in dataclasses.fields(cls)]
         if len(args) > len(names):
-            unimplemented(f"{cls.__name__} with too many positional arguments")
+            unimplemented(gbt.EXCEPTION, f"{cls.__name__} with too many positional arguments")
         fields = {}
         for name in names:
             fields[name] = ConstantVariable(None)
@@ -57,7 +60,7 @@ class ModelOutputVariable(VariableTracker):
             fields[name] = value
         for name, value in kwargs.items():
             if name not in names:
-                unimplemented(f"{cls.__name__} got an unexpected field {name!r}")
+                unimplemented(gbt.EXCEPTION, f"{cls.__name__} got an unexpected field {name!r}")
             fields[name] = value
         if (
             args
@@ -70,7 +73,10 @@ class ModelOutputVariable(VariableTracker):
             from .tensor import TensorVariable
 
             if not isinstance(args[0], TensorVariable):
-                unimplemented(f"{cls.__name__} built from a single non-tensor argument")
+                unimplemented(
+                    gbt.OBJECT_CONSTRUCTION,
+                    f"{cls.__name__} built from a single non-tensor argument",
+                )
         return ModelOutputVariable(cls, fields)
 
     def python_type(self) -> type:
@@ -83,13 +89,21 @@ class ModelOutputVariable(VariableTracker):
         entry stays) and attributes that are not fields are not modelled, nor writes to a
         ModelOutput the frame received (the caller's object)."""
         if self.source is not None:
-            unimplemented(f"assignment to {self.cls.__name__}.{name} of a received ModelOutput")
+            unimplemented(
+                gbt.SIDE_EFFECT,
+                f"assignment to {self.cls.__name__}.{name} of a received ModelOutput",
+            )
         if name not in self.fields:
-            unimplemented(f"assignment to {self.cls.__name__}.{name}, not one of its fields")
+            unimplemented(
+                gbt.SIDE_EFFECT, f"assignment to {self.cls.__name__}.{name}, not one of its fields"
+            )
         is_none = isinstance(value, ConstantVariable) and value.value is None
         current = self.fields[name]
         if is_none and not (isinstance(current, ConstantVariable) and current.value is None):
-            unimplemented(f"assignment of None to {self.cls.__name__}.{name}, which holds a value")
+            unimplemented(
+                gbt.SIDE_EFFECT,
+                f"assignment of None to {self.cls.__name__}.{name}, which holds a value",
+            )
         self.fields[name] = value
 
     def _present(self) -> dict[str, VariableTracker]:
@@ -106,7 +120,7 @@ class ModelOutputVariable(VariableTracker):
             from .base import BoundMethodVariable
 
             return BoundMethodVariable(self, name)
-        unimplemented(f"attribute {name!r} of {self.cls.__name__}")
+        unimplemented(gbt.EXCEPTION, f"attribute {name!r} of {self.cls.__name__}")
 
     def truthiness(self, tx) -> bool:
         return len(self._present()) > 0
@@ -122,7 +136,7 @@ class ModelOutputVariable(VariableTracker):
             key = args[0].as_python_constant()
             if isinstance(key, str):
                 if key not in present:
-                    unimplemented(f"{self.cls.__name__} has no key {key!r}")
+                    unimplemented(gbt.EXCEPTION, f"{self.cls.__name__} has no key {key!r}")
                 return present[key]
             return TupleVariable(list(present.values())).getitem(tx, args[0])
         if name == "__len__":

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -102,13 +103,13 @@ class NewObjectVariable(VariableTracker):
         init = inspect.getattr_static(cls, "__init__")
         if init is object.__init__:
             if args or kwargs:
-                unimplemented(f"{cls.__name__}() takes no arguments")
+                unimplemented(gbt.EXCEPTION, f"{cls.__name__}() takes no arguments")
             return obj
         from .functions import UserMethodVariable
 
         result = UserMethodVariable(init, obj).call_function(tx, list(args), dict(kwargs))
         if not (isinstance(result, ConstantVariable) and result.value is None):
-            unimplemented(f"{cls.__name__}.__init__ returned a value")
+            unimplemented(gbt.EXCEPTION, f"{cls.__name__}.__init__ returned a value")
         return obj
 
     # --- what the value is --------------------------------------------------------------
@@ -116,7 +117,10 @@ class NewObjectVariable(VariableTracker):
         return self.cls
 
     def as_python_constant(self):
-        unimplemented(f"a {self.cls.__name__} built in the captured code is not a constant")
+        unimplemented(
+            gbt.UNMODELLED_VALUE,
+            f"a {self.cls.__name__} built in the captured code is not a constant",
+        )
 
     def is_python_constant(self) -> bool:
         return False
@@ -126,10 +130,14 @@ class NewObjectVariable(VariableTracker):
             method = inspect.getattr_static(self.cls, name, None)
             if method is not None:
                 if not isinstance(method, types.FunctionType):
-                    unimplemented(f"truth value of a {self.cls.__name__} ({name})")
+                    unimplemented(
+                        gbt.UNMODELLED_VALUE, f"truth value of a {self.cls.__name__} ({name})"
+                    )
                 result = self.call_method(tx, name, [], {})
                 if not isinstance(result, ConstantVariable):
-                    unimplemented(f"truth value of a {self.cls.__name__} ({name})")
+                    unimplemented(
+                        gbt.UNMODELLED_VALUE, f"truth value of a {self.cls.__name__} ({name})"
+                    )
                 return bool(result.value)
         return True
 
@@ -139,7 +147,10 @@ class NewObjectVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name == "__dict__":
-            unimplemented(f"__dict__ of a {self.cls.__name__} built in the captured code")
+            unimplemented(
+                gbt.UNMODELLED_VALUE,
+                f"__dict__ of a {self.cls.__name__} built in the captured code",
+            )
         if name == "__class__":
             from .builder import wrap_constant_or_object
 
@@ -150,7 +161,7 @@ class NewObjectVariable(VariableTracker):
         if name in self.attrs and not _is_data_descriptor(static):
             return self.attrs[name]
         if static is None:
-            unimplemented(f"{self.cls.__name__} object has no attribute {name!r}")
+            unimplemented(gbt.EXCEPTION, f"{self.cls.__name__} object has no attribute {name!r}")
         if not isinstance(
             static, (types.FunctionType, property, staticmethod, classmethod)
         ) and not hasattr(type(static), "__get__"):
@@ -170,12 +181,17 @@ class NewObjectVariable(VariableTracker):
         from .user_defined import class_lookup
 
         if _is_data_descriptor(class_lookup(self.cls, name)):
-            unimplemented(f"assignment to descriptor {name!r} of {self.cls.__name__}")
+            unimplemented(
+                gbt.SIDE_EFFECT, f"assignment to descriptor {name!r} of {self.cls.__name__}"
+            )
         self.attrs[name] = value
 
     def delete_attr(self, tx, name: str) -> None:
         if name not in self.attrs:
-            unimplemented(f"deleting {name!r}, not an instance attribute of {self.cls.__name__}")
+            unimplemented(
+                gbt.EXCEPTION,
+                f"deleting {name!r}, not an instance attribute of {self.cls.__name__}",
+            )
         del self.attrs[name]
 
     # --- calls ----------------------------------------------------------------------------
@@ -185,7 +201,7 @@ class NewObjectVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         call = inspect.getattr_static(self.cls, "__call__", None)
         if not isinstance(call, types.FunctionType):
-            unimplemented(f"call of a {self.cls.__name__} object")
+            unimplemented(gbt.UNMODELLED_VALUE, f"call of a {self.cls.__name__} object")
         from .functions import UserMethodVariable
 
         return UserMethodVariable(call, self).call_function(tx, args, kwargs)
@@ -197,13 +213,15 @@ class NewObjectVariable(VariableTracker):
             # contract that is self[0] ... self[len(self) - 1] (exceptions are not modelled)
             n = self.call_method(tx, "__len__", [], {})
             if not isinstance(n, ConstantVariable) or not isinstance(n.value, int):
-                unimplemented(f"iteration over a {self.cls.__name__} of unknown length")
+                unimplemented(
+                    gbt.UNMODELLED_VALUE, f"iteration over a {self.cls.__name__} of unknown length"
+                )
             return [
                 self.call_method(tx, "__getitem__", [ConstantVariable(i)], {})
                 for i in range(n.value)
             ]
         if not isinstance(it, types.FunctionType):
-            unimplemented(f"iteration over a {self.cls.__name__} object")
+            unimplemented(gbt.UNMODELLED_VALUE, f"iteration over a {self.cls.__name__} object")
         iterator = self.call_method(tx, "__iter__", [], {})
         return iterator.unpack_var_sequence(tx)
 

@@ -19,6 +19,7 @@ import types
 
 import torch
 
+from .. import graph_break_types as gbt
 from .. import torch_compile_interop
 from ..exc import unimplemented
 from ..sources import AttrSource
@@ -235,7 +236,7 @@ class NNModuleVariable(VariableTracker):
         try:
             static = inspect.getattr_static(m, name)
         except AttributeError:
-            unimplemented(f"{type(m).__name__} has no attribute {name!r}")
+            unimplemented(gbt.EXCEPTION, f"{type(m).__name__} has no attribute {name!r}")
         if name in _TREE_WALKS and static is getattr(torch.nn.Module, name):
             from .base import BoundMethodVariable
 
@@ -246,7 +247,7 @@ class NNModuleVariable(VariableTracker):
         m = self.module
         reason = torch_compile_interop.module_call_reason(m)
         if reason is not None:
-            unimplemented(reason)
+            unimplemented(gbt.RUNS_OUTSIDE_CAPTURE, reason)
         self.require_no_hooks(tx)
         form = functional_form(m)
         if form is not None and len(args) == 1 and not kwargs:
@@ -279,7 +280,9 @@ class NNModuleVariable(VariableTracker):
         """Capture inlines a module's call only while it has no hooks (they would have to
         run around it): a graph break otherwise, and a guard that no hook was added since."""
         if _has_hooks(self.module):
-            unimplemented(f"call of {type(self.module).__name__} with forward/backward hooks")
+            unimplemented(
+                gbt.NN_MODULE, f"call of {type(self.module).__name__} with forward/backward hooks"
+            )
         tx.output.guards.no_module_hooks(self.source)
 
     def guard_submodules_no_hooks(self, tx) -> None:
@@ -312,7 +315,7 @@ class NNModuleVariable(VariableTracker):
             )
         fwd = type(m).forward
         if fwd is torch.nn.Module.forward:
-            unimplemented(f"{type(m).__name__} has no forward()")
+            unimplemented(gbt.EXCEPTION, f"{type(m).__name__} has no forward()")
         return tx.inline_user_function_obj(fwd, [self, *args], kwargs)
 
     def call_method(self, tx, name, args, kwargs):
@@ -354,13 +357,13 @@ class NNModuleVariable(VariableTracker):
         from .lists import ListIteratorVariable
 
         if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
-            unimplemented(f"nn.Module.{name}() with non-constant arguments")
+            unimplemented(gbt.NN_MODULE, f"nn.Module.{name}() with non-constant arguments")
         call_args = [a.as_python_constant() for a in args]
         call_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
         m = self.module
         named = name if name.startswith("named_") else "named_" + name
         if name in ("children", "named_children") and (call_args or call_kwargs):
-            unimplemented(f"nn.Module.{name}() with arguments")
+            unimplemented(gbt.NN_MODULE, f"nn.Module.{name}() with arguments")
         try:
             if named in ("named_parameters", "named_buffers") and "prefix" not in call_kwargs:
                 if call_args:
@@ -375,7 +378,7 @@ class NNModuleVariable(VariableTracker):
                 prefix = call_kwargs.get("prefix", "")
             items = list(getattr(m, named)(*call_args, **call_kwargs))
         except TypeError as e:
-            unimplemented(f"nn.Module.{name}(): {e}")
+            unimplemented(gbt.EXCEPTION, f"nn.Module.{name}(): {e}")
         for path, sub in m.named_modules():
             _var_at(tx, self, path).guard_structure(tx)
         out = []
@@ -396,7 +399,7 @@ class NNModuleVariable(VariableTracker):
         if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)):
             if isinstance(key, slice):
                 if isinstance(m, torch.nn.ParameterList):
-                    unimplemented("slicing a ParameterList")
+                    unimplemented(gbt.NN_MODULE, "slicing a ParameterList")
                 return ModuleSliceVariable(self, list(m._modules)[key])
             names = (
                 list(m._modules)
@@ -405,9 +408,9 @@ class NNModuleVariable(VariableTracker):
             )
             n = len(names)
             if not -n <= key < n:
-                unimplemented(f"{type(m).__name__} index {key} out of range")
+                unimplemented(gbt.EXCEPTION, f"{type(m).__name__} index {key} out of range")
             return self.var_getattr(tx, names[key % n])
-        unimplemented(f"indexing {type(m).__name__}")
+        unimplemented(gbt.NN_MODULE, f"indexing {type(m).__name__}")
 
     def unpack_var_sequence(self, tx):
         m = self.module
@@ -418,7 +421,7 @@ class NNModuleVariable(VariableTracker):
             return [self.var_getattr(tx, str(i)) for i in range(len(m))]
         if isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return [ConstantVariable(k) for k in m.keys()]
-        unimplemented(f"iteration over {type(m).__name__}")
+        unimplemented(gbt.NN_MODULE, f"iteration over {type(m).__name__}")
 
     def __repr__(self) -> str:
         return f"NNModuleVariable({type(self.module).__name__})"
@@ -476,15 +479,19 @@ def class_attribute(tx, obj_var: VariableTracker, static, name: str) -> Variable
         return UserMethodVariable(static.__func__, UserDefinedClassVariable(obj_var.python_type()))
     if isinstance(static, property):
         if static.fget is None:
-            unimplemented(f"property {name!r} has no getter")
+            unimplemented(gbt.EXCEPTION, f"property {name!r} has no getter")
         return tx.inline_user_function_obj(static.fget, [obj_var], {})
     if isinstance(static, types.MemberDescriptorType) or hasattr(type(static), "__get__"):
         if isinstance(
             static,
             (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType),
         ):
-            unimplemented(f"C method {name!r} of {obj_var.python_type().__name__}")
-        unimplemented(f"descriptor attribute {name!r} of {obj_var.python_type().__name__}")
+            unimplemented(
+                gbt.NON_PYTHON_CALL, f"C method {name!r} of {obj_var.python_type().__name__}"
+            )
+        unimplemented(
+            gbt.NN_MODULE, f"descriptor attribute {name!r} of {obj_var.python_type().__name__}"
+        )
     from .builder import wrap_value
 
     return wrap_value(
@@ -524,7 +531,9 @@ class ModuleSliceVariable(VariableTracker):
             return ModuleSliceVariable(self.parent, self.names[key])
         n = len(self.names)
         if not isinstance(key, int) or not -n <= key < n:
-            unimplemented(f"{self.python_type().__name__} slice index {key!r} out of range")
+            unimplemented(
+                gbt.EXCEPTION, f"{self.python_type().__name__} slice index {key!r} out of range"
+            )
         return self.parent.var_getattr(tx, self.names[key % n])
 
     def call_method(self, tx, name, args, kwargs):
@@ -536,11 +545,11 @@ class ModuleSliceVariable(VariableTracker):
             from .lists import ListIteratorVariable
 
             return ListIteratorVariable(self._children(tx))
-        unimplemented(f"method {name!r} of a sliced {self.python_type().__name__}")
+        unimplemented(gbt.NN_MODULE, f"method {name!r} of a sliced {self.python_type().__name__}")
 
     def call_function(self, tx, args, kwargs):
         if not isinstance(self.parent.module, torch.nn.Sequential) or kwargs or len(args) != 1:
-            unimplemented(f"call of a sliced {self.python_type().__name__}")
+            unimplemented(gbt.NN_MODULE, f"call of a sliced {self.python_type().__name__}")
         value = args[0]
         for child in self._children(tx):
             value = child.call_function(tx, [value], {})

@@ -16,6 +16,7 @@ import types
 
 import torch
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from ..sources import AttrSource, ItemSource
 from .base import VariableTracker
@@ -39,7 +40,9 @@ def refuse_code_running_write(obj, name: str) -> None:
         (torch.nn.Module.__setattr__,) if isinstance(obj, torch.nn.Module) else ()
     )
     if setter not in modelled:
-        unimplemented(f"assignment to {cls.__name__}.{name} runs {cls.__name__}.__setattr__")
+        unimplemented(
+            gbt.SIDE_EFFECT, f"assignment to {cls.__name__}.{name} runs {cls.__name__}.__setattr__"
+        )
     static = class_lookup(cls, name)
     if (
         static is not None
@@ -47,8 +50,9 @@ def refuse_code_running_write(obj, name: str) -> None:
         and not isinstance(static, types.MemberDescriptorType)
     ):
         unimplemented(
+            gbt.SIDE_EFFECT,
             f"assignment to {cls.__name__}.{name} runs its descriptor"
-            f" ({type(static).__name__}.__set__)"
+            f" ({type(static).__name__}.__set__)",
         )
 
 
@@ -74,7 +78,9 @@ def private_setattr(tx, obj: UserDefinedObjectVariable, name: str, value: Variab
         args = [obj, ConstantVariable(name)] + ([value] if value is not None else [])
         return tx.inline_user_function_obj(method, args, {})
     else:
-        unimplemented(f"{slot} of {type(obj.value).__name__} on a copied object")
+        unimplemented(
+            gbt.NON_PYTHON_CALL, f"{slot} of {type(obj.value).__name__} on a copied object"
+        )
     return ConstantVariable(None)
 
 
@@ -92,12 +98,14 @@ def _object_write(obj: UserDefinedObjectVariable, name: str, value, write) -> No
     args = [obj.value, name]
     if value is not None:
         if not value.is_python_constant():
-            unimplemented(f"storing {value} on a copied object")
+            unimplemented(gbt.VALUE_NOT_CONSTANT, f"storing {value} on a copied object")
         args.append(value.as_python_constant())
     try:
         write(*args)
     except Exception as e:  # noqa: BLE001 - the frame runs unmodified instead
-        unimplemented(f"writing {name!r} of a copied {type(obj.value).__name__}: {e}")
+        unimplemented(
+            gbt.EXCEPTION, f"writing {name!r} of a copied {type(obj.value).__name__}: {e}"
+        )
     obj.mutated = True
 
 
@@ -107,9 +115,14 @@ def refuse_mutated_private(var: VariableTracker) -> None:
     across a break) would give every call the one object this capture made, where eager
     gives each call its own."""
     if isinstance(var, UserDefinedObjectVariable) and var.mutated:
-        unimplemented(f"a copied {type(var.value).__name__} modified in the captured code escapes")
+        unimplemented(
+            gbt.ESCAPING_VALUE,
+            f"a copied {type(var.value).__name__} modified in the captured code escapes",
+        )
     if getattr(var, "constructed", False):
-        unimplemented(f"an nn.Module built in the captured code ({var}) escapes")
+        unimplemented(
+            gbt.ESCAPING_VALUE, f"an nn.Module built in the captured code ({var}) escapes"
+        )
 
 
 class PrivateObjectMethodVariable(VariableTracker):
@@ -125,20 +138,23 @@ class PrivateObjectMethodVariable(VariableTracker):
         from .builder import wrap_constant_or_object
 
         if kwargs or not args or not args[0].is_python_constant():
-            unimplemented(f"super().{self.name} with these arguments")
+            unimplemented(gbt.UNMODELLED_VALUE, f"super().{self.name} with these arguments")
         attr = args[0].as_python_constant()
         if self.name == "__getattribute__" and len(args) == 1:
             try:
                 return wrap_constant_or_object(object.__getattribute__(self.obj.value, attr))
             except AttributeError:
-                unimplemented(f"{type(self.obj.value).__name__} object has no attribute {attr!r}")
+                unimplemented(
+                    gbt.EXCEPTION,
+                    f"{type(self.obj.value).__name__} object has no attribute {attr!r}",
+                )
         if self.name == "__setattr__" and len(args) == 2:
             _object_write(self.obj, attr, args[1], object.__setattr__)
             return ConstantVariable(None)
         if self.name == "__delattr__" and len(args) == 1:
             _object_write(self.obj, attr, None, object.__delattr__)
             return ConstantVariable(None)
-        unimplemented(f"super().{self.name} with these arguments")
+        unimplemented(gbt.UNMODELLED_VALUE, f"super().{self.name} with these arguments")
 
 
 # --- guarding all of an object's state (copy.deepcopy, dataclasses.asdict folded) ----------

@@ -15,6 +15,7 @@ import operator
 import torch
 import torch.fx
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -83,10 +84,10 @@ class TensorVariable(VariableTracker):
         )
 
     def as_python_constant(self):
-        unimplemented("a tensor's value is not known at capture time")
+        unimplemented(gbt.DATA_DEPENDENT, "a tensor's value is not known at capture time")
 
     def truthiness(self, tx) -> bool:
-        unimplemented("data-dependent branch: bool() of a tensor")
+        unimplemented(gbt.DATA_DEPENDENT, "data-dependent branch: bool() of a tensor")
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name in _CONSTANT_ATTRS:
@@ -94,7 +95,7 @@ class TensorVariable(VariableTracker):
         if name in _TENSOR_ATTRS:
             return tx.output.call_function(tx, getattr, [self, ConstantVariable(name)], {})
         if name == "grad":
-            unimplemented("reading tensor.grad")
+            unimplemented(gbt.UNMODELLED_VALUE, "reading tensor.grad")
         if name == "data":
             return tx.output.call_method(tx, "detach", [self], {})
         if hasattr(torch.Tensor, name) and callable(getattr(torch.Tensor, name)):
@@ -103,7 +104,7 @@ class TensorVariable(VariableTracker):
         instance_attr = self._instance_attr(tx, name)
         if instance_attr is not None:
             return instance_attr
-        unimplemented(f"Tensor attribute {name!r}")
+        unimplemented(gbt.UNMODELLED_VALUE, f"Tensor attribute {name!r}")
 
     def _instance_attr(self, tx, name: str) -> VariableTracker | None:
         """An attribute the caller stored on a graph input (``x.test = ...`` before the
@@ -128,7 +129,7 @@ class TensorVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         if name in _DATA_METHODS:
-            unimplemented(f"Tensor.{name}() reads tensor data into Python")
+            unimplemented(gbt.DATA_DEPENDENT, f"Tensor.{name}() reads tensor data into Python")
         if name in _METADATA_METHODS:
             from .builder import wrap_constant_or_object
 
@@ -147,12 +148,12 @@ class TensorVariable(VariableTracker):
             "untyped_storage",
             "storage",
         ):
-            unimplemented(f"Tensor.{name}()")
+            unimplemented(gbt.UNMODELLED_VALUE, f"Tensor.{name}()")
         return tx.output.call_method(tx, name, [self, *args], kwargs)
 
     def unpack_var_sequence(self, tx):
         if self.example.dim() == 0:
-            unimplemented("iteration over a 0-d tensor")
+            unimplemented(gbt.UNMODELLED_VALUE, "iteration over a 0-d tensor")
         n = self.example.shape[0]
         return [
             tx.output.call_function(tx, _getitem, [self, ConstantVariable(i)], {}) for i in range(n)
@@ -188,16 +189,21 @@ def set_requires_grad(tx, var: TensorVariable, value: VariableTracker) -> None:
     whose ``.grad`` fills, a graph output is not). Setting the value it already has is a
     no-op."""
     if not value.is_python_constant() or not isinstance(value.as_python_constant(), bool):
-        unimplemented("tensor.requires_grad = <not a constant bool>")
+        unimplemented(gbt.SIDE_EFFECT, "tensor.requires_grad = <not a constant bool>")
     flag = value.as_python_constant()
     if not var.example.is_leaf:
-        unimplemented("tensor.requires_grad = ... on a non-leaf tensor (eager raises)")
+        unimplemented(
+            gbt.EXCEPTION, "tensor.requires_grad = ... on a non-leaf tensor (eager raises)"
+        )
     if var.example.requires_grad == flag:
         return
     if not flag:
-        unimplemented("tensor.requires_grad = False (changes autograd state)")
+        unimplemented(gbt.SIDE_EFFECT, "tensor.requires_grad = False (changes autograd state)")
     if var.source is not None or var.node.op != "call_function" and var.node.op != "call_method":
-        unimplemented("tensor.requires_grad = True on a graph input or constant (caller's state)")
+        unimplemented(
+            gbt.SIDE_EFFECT,
+            "tensor.requires_grad = True on a graph input or constant (caller's state)",
+        )
     root = tx
     while root.parent is not None:
         root = root.parent
@@ -222,6 +228,7 @@ def refuse_forced_leaf(var: VariableTracker) -> None:
             "a tensor whose requires_grad was set in captured code leaves the graph (eager's "
             "is a leaf that accumulates .grad)",
             at[1],
+            gb_type=gbt.ESCAPING_VALUE,
         )
         err.root_index = at[0]  # the graph break goes to the assignment
         raise err

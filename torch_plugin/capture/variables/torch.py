@@ -22,6 +22,7 @@ import re
 
 import torch
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import CallableVariable, VariableTracker
 from .constant import ConstantVariable
@@ -90,7 +91,9 @@ class TorchFunctionVariable(CallableVariable):
             return GradModeVariable(fn is torch.enable_grad)
         if fn is torch.set_grad_enabled:
             if len(args) != 1 or not args[0].is_python_constant():
-                unimplemented("torch.set_grad_enabled with a non-constant argument")
+                unimplemented(
+                    gbt.VALUE_NOT_CONSTANT, "torch.set_grad_enabled with a non-constant argument"
+                )
             return GradModeVariable(bool(args[0].as_python_constant()), eager=True, tx=tx)
         if fn is torch.jit.annotate and len(args) == 2 and not kwargs:
             return args[1]  # TorchScript's type hint; in Python it returns its value
@@ -103,7 +106,10 @@ class TorchFunctionVariable(CallableVariable):
         if _is_autocast_class(fn):
             return AutocastVariable.create(fn, args, kwargs)
         if _changes_global_state(fn):
-            unimplemented(f"call to {getattr(fn, '__name__', fn)} (an effect outside the graph)")
+            unimplemented(
+                gbt.SIDE_EFFECT,
+                f"call to {getattr(fn, '__name__', fn)} (an effect outside the graph)",
+            )
         if isinstance(fn, type):
             if fn in (torch.Size, torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(
                 a.is_python_constant() for a in args
@@ -111,7 +117,7 @@ class TorchFunctionVariable(CallableVariable):
                 from .builder import wrap_constant_or_object
 
                 return wrap_constant_or_object(fn(*[a.as_python_constant() for a in args]))
-            unimplemented(f"constructing torch class {fn.__qualname__}")
+            unimplemented(gbt.OBJECT_CONSTRUCTION, f"constructing torch class {fn.__qualname__}")
         return tx.output.call_function(tx, fn, list(args), dict(kwargs))
 
     def var_getattr(self, tx, name):
@@ -156,7 +162,9 @@ class GradModeVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         # @torch.no_grad() used as a decorator on a function
-        unimplemented("torch.no_grad() used as a decorator inside captured code")
+        unimplemented(
+            gbt.CONTEXT_MANAGER, "torch.no_grad() used as a decorator inside captured code"
+        )
 
 
 class AutocastVariable(VariableTracker):
@@ -179,7 +187,7 @@ class AutocastVariable(VariableTracker):
         if not all(a.is_python_constant() for a in args) or not all(
             v.is_python_constant() for v in kwargs.values()
         ):
-            unimplemented(f"{cls.__qualname__} with non-constant arguments")
+            unimplemented(gbt.VALUE_NOT_CONSTANT, f"{cls.__qualname__} with non-constant arguments")
         # Constructing it reads global state (the default autocast dtype) only, which the
         # global-state guard covers.
         mode = cls(
@@ -197,7 +205,7 @@ class AutocastVariable(VariableTracker):
 
     def enter(self, tx) -> VariableTracker:
         if self._node is not None:
-            unimplemented("entering one torch.autocast object twice")
+            unimplemented(gbt.CONTEXT_MANAGER, "entering one torch.autocast object twice")
         vals = self.values()
         self._node = tx.output.graph.call_function(torch.amp._enter_autocast, vals)
         self._cleanup = tx.output.enter_real_context(
@@ -207,7 +215,9 @@ class AutocastVariable(VariableTracker):
 
     def exit(self, tx) -> VariableTracker:
         if self._node is None:
-            unimplemented("exiting a torch.autocast that was not entered in this frame")
+            unimplemented(
+                gbt.CONTEXT_MANAGER, "exiting a torch.autocast that was not entered in this frame"
+            )
         tx.output.graph.call_function(torch.amp._exit_autocast, (self._node,))
         tx.output.exit_real_context(self._cleanup)
         self._node = None
@@ -223,7 +233,9 @@ class AutocastVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         # ``torch.autocast(...)(fn)`` while tracing; functions decorated before the capture
         # are inlined (their ``with`` reaches the real object through a closure cell).
-        unimplemented("torch.autocast used as a decorator inside captured code")
+        unimplemented(
+            gbt.CONTEXT_MANAGER, "torch.autocast used as a decorator inside captured code"
+        )
 
     def __repr__(self) -> str:
         return f"AutocastVariable{self.values()}"

@@ -16,6 +16,7 @@ import types
 
 import torch
 
+from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from ..sources import AttrSource, ItemSource
 from .base import VariableTracker
@@ -88,7 +89,10 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = type(self.value)
         if hasattr(cls, "__bool__") or hasattr(cls, "__len__"):
             # The answer may change between calls and no guard covers it: let CPython decide.
-            unimplemented(f"truth value of a {cls.__name__} object (defines __bool__/__len__)")
+            unimplemented(
+                gbt.UNMODELLED_VALUE,
+                f"truth value of a {cls.__name__} object (defines __bool__/__len__)",
+            )
         return True
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
@@ -103,13 +107,13 @@ class UserDefinedObjectVariable(VariableTracker):
             try:
                 value = getattr(self.value, name)
             except AttributeError:
-                unimplemented(f"{cls.__name__} object has no attribute {name!r}")
+                unimplemented(gbt.EXCEPTION, f"{cls.__name__} object has no attribute {name!r}")
             return wrap_value(tx, value, source)
         if not _has_custom_getattr(cls):
             try:
                 static = inspect.getattr_static(self.value, name)
             except AttributeError:
-                unimplemented(f"{cls.__name__} object has no attribute {name!r}")
+                unimplemented(gbt.EXCEPTION, f"{cls.__name__} object has no attribute {name!r}")
             inst_dict = getattr(self.value, "__dict__", None)
             if inst_dict is None or name not in inst_dict:
                 if inst_dict is not None and source is not None:
@@ -124,7 +128,7 @@ class UserDefinedObjectVariable(VariableTracker):
         try:
             value = getattr(self.value, name)
         except AttributeError:
-            unimplemented(f"{cls.__name__} object has no attribute {name!r}")
+            unimplemented(gbt.EXCEPTION, f"{cls.__name__} object has no attribute {name!r}")
         return wrap_value(tx, value, source)
 
     def call_method(self, tx, name, args, kwargs):
@@ -153,7 +157,7 @@ class UserDefinedObjectVariable(VariableTracker):
                 return [wrap_constant_or_object(v) for v in list(self.value)]
             except TypeError:
                 pass
-        unimplemented(f"iteration over {type(self.value).__name__} object")
+        unimplemented(gbt.UNMODELLED_VALUE, f"iteration over {type(self.value).__name__} object")
 
     def call_function(self, tx, args, kwargs):
         call = getattr(type(self.value), "__call__", None)
@@ -161,7 +165,7 @@ class UserDefinedObjectVariable(VariableTracker):
             from .functions import UserMethodVariable
 
             return UserMethodVariable(call, self).call_function(tx, args, kwargs)
-        unimplemented(f"call of {type(self.value).__name__} object")
+        unimplemented(gbt.NON_PYTHON_CALL, f"call of {type(self.value).__name__} object")
 
     def __repr__(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
@@ -201,7 +205,7 @@ class UserDefinedClassVariable(VariableTracker):
         try:
             value = getattr(self.value, name)
         except AttributeError:
-            unimplemented(f"class {self.value.__name__} has no attribute {name!r}")
+            unimplemented(gbt.EXCEPTION, f"class {self.value.__name__} has no attribute {name!r}")
         return wrap_value(
             tx, value, AttrSource(self.source, name) if self.source is not None else None
         )
@@ -222,7 +226,10 @@ class UserDefinedClassVariable(VariableTracker):
             or any(k not in fields for k in kwargs)
             or any(f in kwargs for f in fields[: len(args)])
         ):
-            unimplemented(f"{cls.__name__}(...) with arguments that do not match its fields")
+            unimplemented(
+                gbt.OBJECT_CONSTRUCTION,
+                f"{cls.__name__}(...) with arguments that do not match its fields",
+            )
         first_default = len(fields) - len(defaults)
         items = []
         for i, name in enumerate(fields):
@@ -233,7 +240,10 @@ class UserDefinedClassVariable(VariableTracker):
             elif i >= first_default and is_immutable(defaults[i - first_default]):
                 items.append(wrap_constant_or_object(defaults[i - first_default]))
             else:
-                unimplemented(f"{cls.__name__}(...) without field {name!r} (or a mutable default)")
+                unimplemented(
+                    gbt.OBJECT_CONSTRUCTION,
+                    f"{cls.__name__}(...) without field {name!r} (or a mutable default)",
+                )
         if defaults and self.source is not None:
             tx.output.guards.equals_match(
                 AttrSource(AttrSource(self.source, "__new__"), "__defaults__"), defaults
@@ -285,7 +295,9 @@ class UserDefinedClassVariable(VariableTracker):
 
         if constructible(cls):
             return NewObjectVariable.create(tx, cls, args, kwargs, cls_source=self.source)
-        unimplemented(f"constructing an object of class {cls.__qualname__}")
+        unimplemented(
+            gbt.OBJECT_CONSTRUCTION, f"constructing an object of class {cls.__qualname__}"
+        )
 
     def __repr__(self) -> str:
         return f"UserDefinedClassVariable({self.value.__qualname__})"
@@ -310,12 +322,17 @@ def _construct_leaf_module(cls: type, args, kwargs) -> VariableTracker:
                 **{k: v.as_python_constant() for k, v in kwargs.items()},
             )
         except Exception as e:  # noqa: BLE001 - eager raises it too; the frame runs as it is
-            unimplemented(f"constructing nn.Module {cls.__name__} raised {type(e).__name__}: {e}")
+            unimplemented(
+                gbt.OBJECT_CONSTRUCTION,
+                f"constructing nn.Module {cls.__name__} raised {type(e).__name__}: {e}",
+            )
         if not any(True for _ in module.parameters()) and not any(True for _ in module.buffers()):
             var = NNModuleVariable(module)
             var.constructed = True
             return var
-    unimplemented(f"constructing nn.Module {cls.__name__} inside the captured code")
+    unimplemented(
+        gbt.OBJECT_CONSTRUCTION, f"constructing nn.Module {cls.__name__} inside the captured code"
+    )
 
 
 def _model_output_base():
@@ -345,7 +362,7 @@ class PythonModuleVariable(VariableTracker):
         try:
             value = getattr(self.value, name)
         except AttributeError:
-            unimplemented(f"module {self.value.__name__} has no attribute {name!r}")
+            unimplemented(gbt.EXCEPTION, f"module {self.value.__name__} has no attribute {name!r}")
         stable = self.value.__name__ == "torch" or self.value.__name__.startswith(
             ("torch.", "math", "operator")
         )
@@ -399,8 +416,10 @@ class SuperVariable(VariableTracker):
                     return wrap_constant_or_object(attr)
                 if klass is dict and name in _DICT_READS:
                     return _DictReadVariable(self.obj, name)
-                unimplemented(f"super().{name} resolving to {type(attr).__name__}")
-        unimplemented(f"super() has no attribute {name!r}")
+                unimplemented(
+                    gbt.NON_PYTHON_CALL, f"super().{name} resolving to {type(attr).__name__}"
+                )
+        unimplemented(gbt.EXCEPTION, f"super() has no attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
@@ -424,7 +443,7 @@ class _DictReadVariable(VariableTracker):
         d = self.obj.as_python_constant()
         source = self.obj.source
         if kwargs or not all(a.is_python_constant() for a in args):
-            unimplemented(f"dict.{self.name} with non-constant arguments")
+            unimplemented(gbt.VALUE_NOT_CONSTANT, f"dict.{self.name} with non-constant arguments")
         tx.output.guards.dict_keys_match(source, dict(d) if source is None else d)
         keys = [a.as_python_constant() for a in args]
         if self.name == "__len__":
@@ -442,7 +461,7 @@ class _DictReadVariable(VariableTracker):
             )
         if self.name == "get":
             return args[1] if len(args) > 1 else ConstantVariable(None)
-        unimplemented(f"KeyError: {key!r}")
+        unimplemented(gbt.EXCEPTION, f"KeyError: {key!r}")
 
 
 class _ModuleCallVariable(VariableTracker):
