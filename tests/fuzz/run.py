@@ -5,7 +5,7 @@
     python tests/fuzz/run.py --count 200 --minimize        # shrink each failing program
     python tests/fuzz/run.py --only descriptors,numpy-scalars  # mostly these families
 
-Each program (tests/fuzz/program_gen.py) runs three calls under eager PyTorch and under each
+Each program (tests/fuzz/program_gen/) runs three calls under eager PyTorch and under each
 backend (tests/fuzz/differential.py compares results and every observable). For a mismatch
 it prints the program's source, the first differing observable and, with --minimize, a
 reduced program that still fails the same way. Mismatches are grouped at the end by

@@ -1,4 +1,4 @@
-"""Random programs (tests/fuzz/program_gen.py) under capture must behave as in eager PyTorch.
+"""Random programs (tests/fuzz/program_gen/) under capture must behave as in eager PyTorch.
 
 Fixed seeds 0..1999, four calls each (compile, cached, recompile, second recompile), every
 observable compared (tests/fuzz/differential.py). Backends, to keep the default run near
