@@ -11,13 +11,13 @@ Public API:
 - :func:`list_backends`, :func:`lookup_backend`, :func:`register_backend` — the backend registry;
 - :mod:`torch_plugin.config` — flags.
 
-See README.md and docs/ for usage.
+See README.md and docs/ for usage. This module only re-exports; nothing in the package
+imports it (docs/internals/layers.md).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 
 import torch  # noqa: F401 - before _C: the extension finds torch's libraries loaded
 
@@ -35,70 +35,17 @@ if _onednn_error:
     )
 
 from . import config
-from .backends.registry import (
-    BackendCompilerFailed,
-    list_backends,
-    lookup_backend,
-    register_backend,
-)
+from .api import optimize
+from .backends.registry import list_backends, lookup_backend, register_backend
 from .capture import CaptureError, stats
 from .capture.dynamic_shapes import mark_dynamic
-from .capture.eval_frame import (
-    OptimizeContext,
-    OptimizedModule,
-    callback_for,
-    disable,
-    reset,
-    run,
-)
+from .capture.eval_frame import OptimizeContext, OptimizedModule, disable, reset, run
+from .contract import BackendCompilerFailed
 from .explain import ExplainOutput, explain
 from .export import ExportError, export
 from .logs import set_logs
 
 __version__ = "0.1.0"
-
-
-def optimize(
-    backend: str | Callable = "plugin",
-    *,
-    nopython: bool = False,
-    dynamic: bool | None = None,
-    mode: str | None = None,
-) -> OptimizeContext:
-    """Capture frames run under the returned context into FX graphs compiled by ``backend``.
-
-    Args:
-        backend: a registered backend name ("plugin", the default, is the project's own
-            compiler; "eager", "aot_eager", "inductor", see :func:`list_backends`) or a
-            callable ``(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) ->
-            Callable``.
-        nopython: if True, a frame that cannot be captured raises :class:`CaptureError`
-            instead of running unmodified.
-        dynamic: symbolic sizes (dynamic shapes). None (default): *automatic dynamic*: a
-            dimension whose size changes between two compiles of the same code is captured
-            with a symbolic size from then on, so one entry serves all its sizes (>= 2).
-            True: every dimension of every input tensor is symbolic from the first compile.
-            False: always static (each new size compiles again). Dims marked with
-            :func:`mark_dynamic` are symbolic in every mode. See docs/dynamic_shapes.md.
-        mode: None or "default"; or "reduce-overhead": CUDA graphs for "plugin" (kept wherever
-            a graph can be captured; by default they are used where safe and measured faster)
-            and "inductor" (Inductor's ``triton.cudagraphs``). Other backends take no mode.
-
-    Returns:
-        An :class:`OptimizeContext`: use it as a decorator (``@optimize("eager")``), call it
-        on a function or nn.Module (``optimize("inductor")(model)``; the module wrapper keeps
-        ``state_dict``, parameters and attributes of the original), or as a context manager
-        (``with optimize("eager"): f(x)``).
-
-    Raises:
-        ValueError: unknown backend name (the message lists the known ones), unknown mode,
-            or a mode for a backend that takes none.
-        TypeError: ``backend`` is neither a string nor a callable, or ``dynamic`` is not
-            None, True or False.
-    """
-    if dynamic not in (None, True, False):
-        raise TypeError(f"optimize(dynamic=...) must be None, True or False, got {dynamic!r}")
-    return OptimizeContext(callback_for(backend, nopython, dynamic, mode))
 
 
 __all__ = [

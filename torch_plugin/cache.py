@@ -7,7 +7,8 @@ Command line::
     python -m torch_plugin.cache evict    # remove least recently used entries down to the limit
 
 The cache root is ``TORCH_PLUGIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/torch_plugin``, else
-``~/.cache/torch_plugin`` (see :mod:`torch_plugin.compiler.options`). It holds:
+``~/.cache/torch_plugin`` (see :func:`torch_plugin.config.cache_root`; the compiler's trust
+checks are in :mod:`torch_plugin.compiler.options`). It holds:
 
 - ``<sha256>.kernel``: generated CPU kernels (verified entries, csrc/runtime/cache_file.h);
 - ``cuda/<sha256>.cubin`` / ``.ptx``: generated CUDA kernels (same format);
@@ -34,7 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_LIMIT_GB = 4.0
+from torch_plugin import config
+
+DEFAULT_LIMIT_GB = config.DEFAULT_CACHE_LIMIT_GB
 _KINDS = {
     "cpu kernels": ("", re.compile(r"[0-9a-f]{64}\.kernel")),
     "cuda kernels": ("cuda", re.compile(r"[0-9a-f]{40,64}\.(cubin|ptx)")),
@@ -46,16 +49,20 @@ _STALE_TEMP_S = 3600.0
 
 def cache_root() -> Path:
     """The cache root as the environment sets it (not created); see
-    :func:`torch_plugin.compiler.options.configured_cache_dir`."""
-    from torch_plugin.compiler.options import configured_cache_dir
+    :func:`torch_plugin.config.cache_root`.
 
-    return Path(configured_cache_dir())
+    Raises:
+        RuntimeError: no root can be found (no variable set and no home folder)."""
+    root = config.cache_root()
+    if not root:
+        raise RuntimeError("torch_plugin: no home folder for the cache; set TORCH_PLUGIN_CACHE_DIR")
+    return Path(root)
 
 
 def limit_bytes() -> int:
     """The size limit in bytes from ``TORCH_PLUGIN_CACHE_LIMIT_GB`` (default 4 GiB).
     Raises ValueError for a value that is not a non-negative number."""
-    raw = os.environ.get("TORCH_PLUGIN_CACHE_LIMIT_GB", str(DEFAULT_LIMIT_GB))
+    raw = config.cache_limit_gb()
     try:
         gb = float(raw)
     except ValueError:

@@ -1,4 +1,7 @@
-"""User-facing flags of torch_plugin, all in this one module.
+"""User-facing flags and options of torch_plugin, and every environment variable it reads.
+
+This module is the one place where a flag or an option is declared and where the environment
+is read; it imports nothing of the project (the other modules read it).
 
 Set a flag by assigning the module attribute, before or between calls::
 
@@ -28,15 +31,41 @@ Flags:
   one compiled entry after the first recompile (guarded on type, parameters as inputs).
 - :data:`logs` (``()``, or what ``TORCH_PLUGIN_LOGS`` says): the log channels printed to
   stderr; assigning it switches them at once.
+
+Environment variables (read when needed, by the functions at the end of this module):
+
+| environment variable | default | read by | effect |
+|---|---|---|---|
+| ``TORCH_PLUGIN_LOGS`` | unset | :func:`logs_spec` (at import), :func:`compiler_environment` | log channels (``torch_plugin.logs``); ``kernels`` in it prints each generated kernel |
+| ``TORCH_PLUGIN_FREEZE`` | ``1`` | :func:`compiler_environment` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding (views of weights stay views), prepacked convolution weights |
+| ``TORCH_PLUGIN_LIBRARY_PATTERNS`` | ``1`` | :func:`compiler_environment` | convolutions and matrix products (+epilogue) go to oneDNN / cuBLASLt |
+| ``TORCH_PLUGIN_FUSION`` | ``1`` | :func:`compiler_environment` | pointwise/reduction/norm groups become generated kernels |
+| ``TORCH_PLUGIN_MEMORY_PLANNING`` | ``1`` | :func:`compiler_environment` | library outputs share one preplanned per-run arena (buffer reuse by liveness) |
+| ``TORCH_PLUGIN_VERIFY`` | ``0`` | :func:`compiler_environment` | run the IR verifier after every pass |
+| ``TORCH_PLUGIN_DUMP_DIR`` | unset | :func:`compiler_environment` | write each graph before and after each pass there |
+| ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | :func:`compiler_environment` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
+| ``TORCH_PLUGIN_CUDA_GRAPHS`` | ``1`` | :func:`compiler_environment` | CUDA inference graphs are captured into CUDA graphs where that is safe |
+| ``TORCH_PLUGIN_CACHE_DIR`` | ``$XDG_CACHE_HOME/torch_plugin``, else ``$HOME/.cache/torch_plugin`` (the password database's home folder when ``HOME`` is unset or empty) | :func:`cache_root` | the disk caches' root (kernels, lowered graphs; see ``torch_plugin.compiler.options`` for the trust checks and ``python -m torch_plugin.cache``) |
+| ``TORCH_PLUGIN_CACHE_LIMIT_GB`` | ``4`` | :func:`cache_limit_gb` | least recently used entries are evicted after each new graph entry until the cache is under the limit |
+| ``CXX`` | unset: the first of ``c++``, ``g++``, ``clang++`` on ``PATH`` | :func:`runtime_options` | the host compiler of generated CPU kernels (split on whitespace, run without a shell) |
+| ``TORCH_PLUGIN_ONEDNN_LIBRARY`` | unset: ``torch_plugin/_onednn.so`` | :func:`runtime_options` | the oneDNN adapter library loaded by the C++ side |
+| ``TORCH_PLUGIN_ONEDNN_WEIGHTS`` | ``borrowed`` | :func:`runtime_options` | CPU linear steps read the frozen weight where it is (one copy of each weight: peak memory as eager's); ``packed`` reorders a copy into oneDNN's blocked layout (BERT-base batch 1 on 2 cores: about 5-10% faster, 300 MB more) |
+| ``TORCH_PLUGIN_CUBLASLT_TUNING`` | ``1`` | :func:`runtime_options` | CUDA products: time cuBLASLt's candidates and cuBLAS's gemm; ``0``: the heuristic's first; ``verbose``; ``gemm`` (tests) |
+| ``TORCH_PLUGIN_CUBLASLT_CANDIDATES`` | ``8`` | :func:`runtime_options` | how many candidates cuBLASLt's heuristic is asked for (1 to 64) |
+
+The last five are today also read by the C++ side itself (csrc/libs/onednn_loader.cpp,
+csrc/libs/cublaslt.cpp, csrc/runtime/library_step.cpp, csrc/runtime/kernel_cache.cpp);
+:func:`runtime_options` is the dict it is to receive instead.
 """
 
+import os
 import sys
 import types
 
 suppress_errors: bool = False
 """When a backend raises while compiling a graph, warn and run that graph eagerly (its FX
-``forward``) instead of raising :class:`torch_plugin.backends.registry.BackendCompilerFailed`.
-Read by ``torch_plugin.backends.registry.call_backend``.
+``forward``) instead of raising :class:`torch_plugin.contract.BackendCompilerFailed`.
+Read by ``torch_plugin.contract.call_backend``.
 Tested in ``tests/python/backends/test_registry.py``."""
 
 cache_size_limit: int = 8
@@ -52,7 +81,7 @@ Tested in ``tests/python/capture/test_graph_breaks.py``."""
 
 verbose: bool = False
 """Say more in torch_plugin's log messages: each backend compile (backend, graph, number of
-nodes, seconds) from ``torch_plugin.backends.registry.call_backend``, and the traceback of
+nodes, seconds) from ``torch_plugin.contract.call_backend``, and the traceback of
 each "not capturing ..." message from the capture layer. Messages go to the
 ``torch_plugin.*`` loggers at INFO level, so they show once logging is configured for it,
 e.g. ``logging.basicConfig(level=logging.INFO)``. The backend part is tested in
@@ -73,7 +102,7 @@ captured graph that computes gradients into one subgraph per DDP gradient bucket
 compiled by the backend on its own, so each bucket's all-reduce starts while the backward of
 the earlier layers still runs (see ``torch_plugin.distributed.ddp`` and docs/distributed.md).
 False compiles such graphs whole (every all-reduce then waits for the end of the backward).
-Read by ``torch_plugin.capture.convert_frame`` at each compile.
+Read by ``torch_plugin.distributed`` at each compile.
 Tested in ``tests/python/distributed/test_ddp.py``."""
 
 logs: tuple = ()
@@ -101,16 +130,128 @@ breaks a user's program). The test suite turns it on (``tests/python/conftest.py
 every such bug fails the test that meets it."""
 
 
+_logs_setter = None
+"""The function that assigning :data:`logs` calls (``torch_plugin.logs.set_logs``, which
+installs itself with :func:`install_logs_setter`): it validates the value, switches the
+channels and stores the tuple here."""
+
+
+def install_logs_setter(setter) -> None:
+    """Make ``config.logs = value`` call ``setter(value)`` (``torch_plugin.logs`` installs
+    ``set_logs`` at import; config itself knows nothing of logging)."""
+    global _logs_setter
+    _logs_setter = setter
+
+
 class _ConfigModule(types.ModuleType):
-    """This module's class: assigning ``logs`` goes through :func:`torch_plugin.set_logs`."""
+    """This module's class: assigning ``logs`` goes through the installed setter
+    (:func:`torch_plugin.set_logs`)."""
 
     def __setattr__(self, name: str, value) -> None:
-        if name == "logs":
-            from .logs import set_logs
-
-            set_logs(value)  # validates, switches handlers, stores the tuple in this module
+        if name == "logs" and _logs_setter is not None:
+            _logs_setter(value)  # validates, switches handlers, stores the tuple in this module
             return
         super().__setattr__(name, value)
 
 
 sys.modules[__name__].__class__ = _ConfigModule
+
+
+# --- the environment ------------------------------------------------------------------------
+# Every environment variable torch_plugin reads is read below (see the module docstring).
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """The boolean environment variable ``name``: unset is ``default``; ``0``, ``false``,
+    ``no``, ``off`` and the empty string are False; anything else is True."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+LOGS_ENV_VAR = "TORCH_PLUGIN_LOGS"
+
+
+def logs_spec() -> str:
+    """``TORCH_PLUGIN_LOGS`` as set ("" when unset): the log channels to switch on at import
+    (``torch_plugin.logs``)."""
+    return os.environ.get(LOGS_ENV_VAR, "")
+
+
+def cache_root() -> str:
+    """The disk caches' root the environment names (not created, not checked), resolved as
+    the C++ kernel cache resolves it (csrc/runtime/kernel_cache.cpp): a non-empty
+    ``TORCH_PLUGIN_CACHE_DIR``; else a non-empty ``XDG_CACHE_HOME`` + ``/torch_plugin``; else
+    the home folder + ``/.cache/torch_plugin``, from a non-empty ``HOME`` or else the password
+    database (never a folder shared with other users such as /tmp). "" when there is no home
+    folder either (the C++ side then raises its own error when it needs the cache)."""
+    env = os.environ.get("TORCH_PLUGIN_CACHE_DIR", "")
+    if env:
+        return env
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg:
+        return xdg + "/torch_plugin"
+    home = os.environ.get("HOME", "")
+    if not home:
+        import pwd
+
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:
+            return ""
+    return home + "/.cache/torch_plugin" if home else ""
+
+
+DEFAULT_CACHE_LIMIT_GB = 4.0
+
+
+def cache_limit_gb() -> str:
+    """``TORCH_PLUGIN_CACHE_LIMIT_GB`` as set (default ``"4.0"``); ``torch_plugin.cache``
+    parses and checks it."""
+    return os.environ.get("TORCH_PLUGIN_CACHE_LIMIT_GB", str(DEFAULT_CACHE_LIMIT_GB))
+
+
+def compiler_environment() -> dict[str, bool | str]:
+    """The "plugin" compiler's options as the environment sets them now (see the table in
+    the module docstring); ``torch_plugin.compiler.options.current`` builds its typed,
+    checked view from this dict. ``cache_dir`` is :func:`cache_root`, not yet checked."""
+    return {
+        "freeze": env_flag("TORCH_PLUGIN_FREEZE", True),
+        "library_patterns": env_flag("TORCH_PLUGIN_LIBRARY_PATTERNS", True),
+        "fusion": env_flag("TORCH_PLUGIN_FUSION", True),
+        "memory_planning": env_flag("TORCH_PLUGIN_MEMORY_PLANNING", True),
+        "verify": env_flag("TORCH_PLUGIN_VERIFY", False),
+        "dump_dir": os.environ.get("TORCH_PLUGIN_DUMP_DIR", ""),
+        "log_kernels": "kernels" in logs_spec().split(","),
+        "cache_dir": cache_root(),
+        "graph_cache": env_flag("TORCH_PLUGIN_GRAPH_CACHE", True),
+        "cuda_graphs": env_flag("TORCH_PLUGIN_CUDA_GRAPHS", True),
+    }
+
+
+def runtime_options() -> dict[str, str | int | bool]:
+    """The options the C++ runtime reads, as one dict, from the environment as the C++ side
+    reads them today (to be passed to ``torch_plugin._C._runtime.configure``):
+
+    - ``cache_dir``: the kernel cache's root (:func:`cache_root`);
+    - ``cxx``: ``CXX`` ("" for the default: the first of c++, g++, clang++ on PATH);
+    - ``onednn_library``: ``TORCH_PLUGIN_ONEDNN_LIBRARY`` ("" for ``torch_plugin/_onednn.so``);
+    - ``onednn_weights``: ``TORCH_PLUGIN_ONEDNN_WEIGHTS`` ("" for borrowed; ``packed``);
+    - ``cublaslt_tuning``: ``TORCH_PLUGIN_CUBLASLT_TUNING`` ("" for ``1``; ``0``, ``verbose``,
+      ``gemm``);
+    - ``cublaslt_candidates``: ``TORCH_PLUGIN_CUBLASLT_CANDIDATES`` ("" for 8; C++ clamps the
+      number to 1..64).
+
+    The values are the raw strings of the environment ("" when unset), so C++ keeps its own
+    defaults and parsing. A variable set to the empty string reads as unset (for
+    ``TORCH_PLUGIN_CUBLASLT_CANDIDATES`` the C++ side read ``""`` as 0, clamped to 1).
+    """
+    return {
+        "cache_dir": cache_root(),
+        "cxx": os.environ.get("CXX", ""),
+        "onednn_library": os.environ.get("TORCH_PLUGIN_ONEDNN_LIBRARY", ""),
+        "onednn_weights": os.environ.get("TORCH_PLUGIN_ONEDNN_WEIGHTS", ""),
+        "cublaslt_tuning": os.environ.get("TORCH_PLUGIN_CUBLASLT_TUNING", ""),
+        "cublaslt_candidates": os.environ.get("TORCH_PLUGIN_CUBLASLT_CANDIDATES", ""),
+    }

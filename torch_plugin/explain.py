@@ -24,7 +24,9 @@ from typing import Any
 import torch
 import torch.fx
 
+from .api import optimize
 from .capture import convert_frame
+from .capture.eval_frame import OptimizedModule, reset
 from .capture.exc import UserSourceLocation
 from .capture.graph_break_types import GraphBreakType
 
@@ -302,8 +304,6 @@ def _frame_report(record: convert_frame.CaptureRecord) -> FrameReport:
 
 def _unwrap(fn: Any) -> Any:
     """The user's function or module behind an ``optimize(...)`` wrapper."""
-    from .capture.eval_frame import OptimizedModule
-
     if isinstance(fn, OptimizedModule):
         return fn._orig_mod
     return getattr(fn, "_torchplugin_original", fn)
@@ -325,8 +325,7 @@ def explain(fn: Callable | torch.nn.Module, *args: Any, **kwargs: Any) -> Explai
         TypeError: ``fn`` is not callable.
         Any exception ``fn`` itself raises (after the state is restored).
     """
-    from . import optimize, reset, stats
-
+    stats = convert_frame.stats
     if not callable(fn):
         raise TypeError(
             f"torch_plugin.explain expects a function or nn.Module, got {type(fn).__name__}"

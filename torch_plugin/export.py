@@ -31,8 +31,10 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from .api import optimize
 from .capture import convert_frame
 from .capture.output_structure import rebuild, spec_has
+from .capture.sources import AttrSource, ItemSource, LocalSource
 
 # ExportedOutput and tensor_setitem: also the names files saved before they moved use.
 from .exported.graph_module import ExportCodeGen, ExportedGraph, ExportedOutput, tensor_setitem
@@ -83,8 +85,6 @@ def export(
             captured, the call has side effects a standalone graph cannot hold, or its guards
             cannot be checked on a call of the graph (a wrapper of ``fn`` was captured).
     """
-    from . import optimize
-
     graphs: list[tuple[torch.fx.GraphModule, list]] = []
     records: list = []
 
@@ -152,8 +152,6 @@ def _input_positions(sources, recipe, args, kwargs) -> list[int | None]:
     its index among the pytree leaves of the call's ``(args, kwargs)``, or None when it is not
     one of them (a global, say). Matched by path, not identity: one tensor passed twice, or
     an int equal to another, still maps to its own position."""
-    from .capture.sources import AttrSource, ItemSource, LocalSource
-
     flat = pytree.tree_flatten_with_path((args, kwargs))[0]
     index = {tuple(path): i for i, (path, _) in enumerate(flat)}
 

@@ -14,8 +14,12 @@ Channels (each is the logger ``torch_plugin.<channel>``):
   gradient buckets, or why it was compiled whole (emitted by
   ``torch_plugin.distributed.ddp``).
 
-The last three are written from a :data:`torch_plugin.capture.convert_frame.listeners`
-function, registered only while one of them is on.
+The last three are written by :func:`log_record`, which capture calls with each
+``CaptureRecord`` while one of them is on (:func:`records_wanted`).
+
+This module imports nothing of the project but ``config`` (a leaf below capture): capture
+asks it whether records are wanted, and it installs :func:`set_logs` as the setter of
+``config.logs`` (:func:`torch_plugin.config.install_logs_setter`).
 
 Switch channels with the ``TORCH_PLUGIN_LOGS`` environment variable, read at import
 (``TORCH_PLUGIN_LOGS=graph_breaks,recompiles``; ``all`` or ``+all`` for every channel;
@@ -24,27 +28,28 @@ Switch channels with the ``TORCH_PLUGIN_LOGS`` environment variable, read at imp
 propagate to the root logger (so nothing is printed twice); a channel that is off is left to
 the ``logging`` configuration of the program.
 
-Key names: :data:`CHANNELS`, :func:`set_logs`, :func:`parse_spec`, :data:`ENV_VAR`.
+Key names: :data:`CHANNELS`, :func:`set_logs`, :func:`parse_spec`, :data:`ENV_VAR`,
+:func:`records_wanted`, :func:`log_record`.
 """
 
 from __future__ import annotations
 
 import dis
 import logging
-import os
 import sys
 import warnings
 from collections.abc import Iterable
+from typing import Any
 
 from . import config
-from .capture import convert_frame
 
-ENV_VAR = "TORCH_PLUGIN_LOGS"
+ENV_VAR = config.LOGS_ENV_VAR
 CHANNELS: tuple[str, ...] = ("graph_breaks", "recompiles", "guards", "bytecode", "graph", "ddp")
 # Channels written from CaptureRecords (the others are logged by convert_frame directly).
 _RECORD_CHANNELS = ("guards", "bytecode", "graph")
 
 _handlers: dict[str, logging.Handler] = {}
+_records_wanted = False
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -141,21 +146,25 @@ def set_logs(channels: str | Iterable[str] | None = None, **flags: bool) -> None
             del _handlers[channel]
             logger.setLevel(logging.NOTSET)
             logger.propagate = True
-    wants_records = any(c in on for c in _RECORD_CHANNELS)
-    if wants_records and log_record not in convert_frame.listeners:
-        convert_frame.listeners.append(log_record)
-    elif not wants_records and log_record in convert_frame.listeners:
-        convert_frame.listeners.remove(log_record)
+    global _records_wanted
+    _records_wanted = any(c in on for c in _RECORD_CHANNELS)
     vars(config)["logs"] = enabled  # not config.logs = ...: that would call set_logs again
+
+
+def records_wanted() -> bool:
+    """Whether a channel written from capture records (``guards``, ``bytecode``, ``graph``)
+    is on: capture then calls :func:`log_record` with each record."""
+    return _records_wanted
 
 
 def _where(code) -> str:
     return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
 
 
-def log_record(record: convert_frame.CaptureRecord) -> None:
-    """Write one converted frame to the ``guards``, ``bytecode`` and ``graph`` channels
-    (the listener that :func:`set_logs` registers)."""
+def log_record(record: Any) -> None:
+    """Write one converted frame (a ``torch_plugin.capture.convert_frame.CaptureRecord``) to
+    the ``guards``, ``bytecode`` and ``graph`` channels; capture calls it while
+    :func:`records_wanted`."""
     where = _where(record.code)
     if "guards" in _handlers:
         lines = [f"  {g}" for g in record.guards] or ["  (none)"]
@@ -180,7 +189,7 @@ def log_record(record: convert_frame.CaptureRecord) -> None:
 
 
 def _set_logs_from_env() -> None:
-    spec = os.environ.get(ENV_VAR, "")
+    spec = config.logs_spec()
     if not spec.strip():
         return
     try:
@@ -189,4 +198,5 @@ def _set_logs_from_env() -> None:
         warnings.warn(f"{ENV_VAR}={spec!r} ignored: {e}", stacklevel=2)
 
 
+config.install_logs_setter(set_logs)
 _set_logs_from_env()

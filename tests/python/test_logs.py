@@ -12,8 +12,7 @@ import torch
 
 import torch_plugin
 from torch_plugin import config
-from torch_plugin.capture.convert_frame import listeners
-from torch_plugin.logs import CHANNELS, log_record, logger_for, parse_spec, set_logs
+from torch_plugin.logs import CHANNELS, logger_for, parse_spec, records_wanted, set_logs
 
 
 @pytest.fixture(autouse=True)
@@ -136,10 +135,10 @@ def test_graph_channel(capsys):
 
 def test_off_means_silent_and_restored(capsys):
     set_logs("all")
-    assert log_record in listeners
+    assert records_wanted()
     assert logger_for("graph_breaks").propagate is False
     set_logs()
-    assert log_record not in listeners
+    assert not records_wanted()
     for channel in CHANNELS:
         logger = logger_for(channel)
         assert logger.propagate is True and logger.level == logging.NOTSET
@@ -150,9 +149,9 @@ def test_off_means_silent_and_restored(capsys):
 
 def test_record_listener_only_for_record_channels():
     set_logs("graph_breaks,recompiles")
-    assert log_record not in listeners
+    assert not records_wanted()
     set_logs("graph_breaks,guards")
-    assert log_record in listeners
+    assert records_wanted()
 
 
 def test_config_assignment_switches_at_once(capsys):

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from torch_plugin.backends.registry import register_backend
+
 
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
     """Trace ``gm`` with AOTAutograd and run the resulting ATen graphs uncompiled."""
@@ -49,6 +51,11 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> C
         return rebuild(compiled(*args))
 
     return run
+
+
+def register() -> None:
+    """Register :func:`aot_eager` as the backend ``"aot_eager"``."""
+    register_backend(aot_eager, "aot_eager")
 
 
 def _boxed_nop(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from torch_plugin.backends.registry import register_backend
+
 
 def eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
     """Return the graph's own ``forward`` (no module hooks, no compilation).
@@ -25,3 +27,8 @@ def eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Calla
             if isinstance(value, torch.Tensor):
                 gm.__dict__[node.target] = value
     return gm.forward
+
+
+def register() -> None:
+    """Register :func:`eager` as the backend ``"eager"``."""
+    register_backend(eager, "eager")

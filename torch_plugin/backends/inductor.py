@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from torch_plugin.backends.aot_eager import flatten_graph_outputs, without_capture
+from torch_plugin.backends.registry import register_backend
 
 
 def inductor(
@@ -59,3 +60,9 @@ def inductor_reduce_overhead(
     """:func:`inductor` with CUDA graphs (``triton.cudagraphs``), as
     ``torch.compile(mode="reduce-overhead")``."""
     return inductor(gm, example_inputs, {"triton.cudagraphs": True})
+
+
+def register() -> None:
+    """Register :func:`inductor` as the backend ``"inductor"``, with the mode
+    "reduce-overhead" (:func:`inductor_reduce_overhead`)."""
+    register_backend(inductor, "inductor", modes={"reduce-overhead": inductor_reduce_overhead})

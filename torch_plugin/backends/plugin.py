@@ -50,7 +50,8 @@ from typing import Any
 import torch
 
 from torch_plugin.backends.aot_eager import flatten_graph_outputs, without_capture
-from torch_plugin.backends.registry import UNVERSIONED_PARAMETERS
+from torch_plugin.backends.registry import register_backend
+from torch_plugin.contract import UNVERSIONED_PARAMETERS
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,12 @@ def plugin_reduce_overhead(
 ) -> Callable[..., Any]:
     """:func:`plugin` with ``mode="reduce-overhead"``."""
     return plugin(gm, example_inputs, mode="reduce-overhead")
+
+
+def register() -> None:
+    """Register :func:`plugin` as the backend ``"plugin"``, with the mode "reduce-overhead"
+    (:func:`plugin_reduce_overhead`)."""
+    register_backend(plugin, "plugin", modes={"reduce-overhead": plugin_reduce_overhead})
 
 
 def _faster_of(

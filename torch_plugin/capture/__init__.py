@@ -1,8 +1,10 @@
 """Capture: Python frames → FX graphs + guards + transformed bytecode.
 
 Layout, in data-flow order:
-- ``eval_frame``: optimize/disable/reset (turns the C++ hook on and off);
-- ``convert_frame``: the hook's callback; ``stats`` counters;
+- ``eval_frame``: the optimize context, disable/run/reset (turns the C++ hook on and off);
+- ``convert_frame``: the hook's callback; ``stats`` counters; the one compile step, which
+  hands each graph to a compiler function through ``torch_plugin.contract`` (capture imports
+  only contract, config, logs and _C of the rest of the package);
 - ``skipfiles``: which code is left alone;
 - ``symbolic_convert``: the bytecode interpreter (loop, names, control flow), with the opcode
   families in mixins ``container_instructions``, ``operator_instructions``,

@@ -4,13 +4,16 @@ Key class: :class:`ConvertFrame`, one per (backend, nopython) pair, called by th
 hook with a ``torch_plugin._C.FrameInfo`` for each frame without a matching cache entry.
 It returns None (run the frame unmodified from now on) or ``(transformed_code, guard)``.
 :data:`stats` counts what happened, for tests, benchmarks and the demo.
+
+Capture meets the compilers only through :mod:`torch_plugin.contract`: a ConvertFrame holds
+a compiler function (names and modes were resolved by the public API), and each captured
+graph goes through :meth:`ConvertFrame._compile_graph` and ``contract.call_backend``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 import time
 import types
 import warnings
@@ -19,8 +22,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from .. import config
-from ..backends.registry import UNVERSIONED_PARAMETERS, BackendCompilerFailed
+from .. import config, logs
+from ..contract import DDP_SPLIT, BackendCompilerFailed, CompilerFn, call_backend
 from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
 from . import graph_break_types as gbt
 from .bytecode_emission import (
@@ -111,8 +114,14 @@ class CaptureRecord:
     input_sources: tuple = ()
 
 
-# Functions called with each CaptureRecord (explain(), export() and the logs use this).
+# Functions called with each CaptureRecord (explain() and export() use this; the log
+# channels are written through torch_plugin.logs.log_record while logs.records_wanted()).
 listeners: list = []
+
+
+def _listening() -> bool:
+    """Whether anyone wants CaptureRecords (a listener, or a log channel)."""
+    return bool(listeners) or logs.records_wanted()
 
 
 class keep_guard_sets:
@@ -137,53 +146,27 @@ def _snapshot(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
 
 
-def _reads_fsdp2_modules(frame: types.FrameType) -> bool:
-    """Whether a module among the frame's locals is, or holds, a module sharded by FSDP2
-    (``torch.distributed.fsdp.fully_shard``). FSDP2 all-gathers into the unsharded
-    parameters before each forward and frees them after, keeping their version counters
-    (``torch.autograd._unsafe_preserve_version_counter``): their values change with no
-    version bump, so the graph is marked for backends not to freeze them."""
-    fsdp = sys.modules.get("torch.distributed.fsdp")
-    fsdp_module = getattr(fsdp, "FSDPModule", None)
-    if fsdp_module is None:  # FSDP2 never imported: no module can be sharded by it
-        return False
-    managed = None
-    for value in frame.f_locals.values():
-        if not isinstance(value, torch.nn.Module):
-            continue
-        if managed is None:
-            managed = _fsdp2_managed_modules()
-        if any(isinstance(m, fsdp_module) or id(m) in managed for m in value.modules()):
-            return True
-    return False
-
-
-def _fsdp2_managed_modules() -> set[int]:
-    """Ids of the modules whose parameters an FSDP2 state manages, sharded modules or not:
-    ``fully_shard(root)`` also manages the parameters of the root's submodules that are not
-    sharded on their own (a final ``Linear``), and such a submodule's ``forward`` can be
-    captured as its own frame (called from code that runs unmodified). Read from the states
-    ``fully_shard`` registers (``torch.distributed._composable_state``, each state's
-    ``FSDPParamGroup.fsdp_params[i]._module_info``: torch 2.x internals, so any change there
-    makes this an empty set and only the sharded modules themselves are recognised)."""
-    ids: set[int] = set()
-    try:
-        from torch.distributed import _composable_state
-
-        for state_ref in list(_composable_state._module_state_mapping.values()):
-            group = getattr(state_ref(), "_fsdp_param_group", None)
-            for fsdp_param in getattr(group, "fsdp_params", ()) or ():
-                info = fsdp_param._module_info
-                ids.add(id(info.module))
-                ids.update(id(m) for m in info.shared_modules)
-    except (ImportError, AttributeError, TypeError):
-        return set()
-    return ids
-
-
 def _notify(record: CaptureRecord) -> None:
     for listener in list(listeners):
         listener(record)
+    if logs.records_wanted():
+        logs.log_record(record)
+
+
+def _has_operations(output: OutputGraph) -> bool:
+    return any(n.op in ("call_function", "call_method", "call_module") for n in output.graph.nodes)
+
+
+@dataclasses.dataclass
+class _CompiledGraph:
+    """What :meth:`ConvertFrame._compile_graph` made of one captured graph."""
+
+    gm: torch.fx.GraphModule
+    compiled: Any
+    snapshot: torch.fx.GraphModule | None  # for the CaptureRecord, when anyone listens
+    translate_time_s: float
+    compile_start: float  # time.perf_counter() when the backend started
+    ddp_split: Any
 
 
 _warned_cache_limit: set = set()
@@ -241,15 +224,32 @@ class _capture_isolation:
 
 
 class ConvertFrame:
-    """The callback installed by ``optimize(backend)``."""
+    """The callback installed by ``optimize(backend)``.
+
+    Args:
+        backend: the compiler function (``contract.CompilerFn``) of the backend in its mode.
+        backend_name: its name, for messages.
+        nopython: a frame that cannot be captured as one graph raises :class:`CaptureError`.
+        dynamic: the dynamic-shapes policy (``optimize(dynamic=...)``).
+        adapt_compiler: ``adapt_compiler(frame, backend) -> compiler``, called once per frame
+            converted; the compiler it returns compiles that frame's graphs. The layers above
+            capture adapt the backend to what runs the frame this way
+            (``torch_plugin.distributed``: FSDP2, DDP); None: ``backend`` itself.
+    """
 
     def __init__(
-        self, backend, backend_name: str, nopython: bool = False, dynamic: bool | None = None
+        self,
+        backend: CompilerFn,
+        backend_name: str,
+        nopython: bool = False,
+        dynamic: bool | None = None,
+        adapt_compiler=None,
     ) -> None:
         self.backend = backend
         self.backend_name = backend_name
         self.nopython = nopython
         self.dynamic = dynamic
+        self.adapt_compiler = adapt_compiler
 
     def __call__(self, frame):
         from torch_plugin import _C
@@ -392,12 +392,15 @@ class ConvertFrame:
 
     def _convert_impl(self, frame, break_at, break_reason):
         from torch_plugin import _C
-        from torch_plugin.backends.registry import call_backend
 
         code = frame.f_code
         t0 = time.perf_counter()
         output = OutputGraph(code.co_name, dynamic_shapes.DimPolicy(code, self.dynamic))
-        output.unversioned_parameters = _reads_fsdp2_modules(frame)
+        compiler = (
+            self.backend
+            if self.adapt_compiler is None
+            else self.adapt_compiler(frame, self.backend)
+        )
         output.share_modules = shared_modules.decide(frame, bool(_C.cache_entries(code)))
         try:
             tx = InstructionTranslator(frame, output, stop_at=break_at)
@@ -410,12 +413,14 @@ class ConvertFrame:
                     tx,
                     output,
                     break_at,
-                    lambda tensors: self._compile_partial(output, code, tensors, t0, partial),
+                    lambda tensors: self._compile_partial(
+                        output, code, compiler, tensors, t0, partial
+                    ),
                 )
                 stats.frames_captured += 1
                 output.add_distinct_guards()
                 guard = build_guard_tree(output.guards, output.shape_env, output.shape_bindings)
-                if listeners:
+                if _listening():
                     _notify(
                         CaptureRecord(
                             code,
@@ -440,36 +445,18 @@ class ConvertFrame:
             output.add_distinct_guards()
         finally:
             output.restore_global_state()
-        if not any(
-            n.op in ("call_function", "call_method", "call_module") for n in output.graph.nodes
-        ):
+        if not _has_operations(output):
             raise Unsupported("no tensor operations to capture", gb_type=gbt.NOTHING_TO_CAPTURE)
-        output.graph.output(tuple(t.node for t in tensors))
-        gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
-        if output.unversioned_parameters:
-            gm.meta[UNVERSIONED_PARAMETERS] = True
         if not output.has_dynamic_shapes():
             guard = build_guard_tree(output.guards)  # fails early, before the backend runs
-        t1 = time.perf_counter()
-        stats.translate_time_s += t1 - t0
-        graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
-        snapshot = _snapshot(gm) if listeners else None
-        ddp_splits: list = []
-        with output.backend_context():
-            compiled = call_backend(
-                self._backend_for_graph(ddp_splits),
-                gm,
-                list(output.example_inputs),
-                backend_name=self.backend_name,
-                graph_name=graph_name,
-            )
-        stats.backend_compile_time_s += time.perf_counter() - t1
+        graph = self._compile_graph(output, code, compiler, tensors, t0, part=False)
+        t1 = graph.compile_start
         if output.has_dynamic_shapes():
             # After the backend: its decisions about symbolic sizes are guards too.
             guard = build_guard_tree(output.guards, output.shape_env, output.shape_bindings)
-        log.debug("captured %s:\n%s", code.co_qualname, gm.code)
 
         n_inputs = len(output.input_sources)
+        compiled = graph.compiled
         if replay is None and not output.runtime_sources:
 
             def run_graph(*inputs):
@@ -491,12 +478,12 @@ class ConvertFrame:
         )
         stats.frames_captured += 1
         stats.graphs_compiled += 1
-        if listeners:
+        if _listening():
             _notify(
                 CaptureRecord(
                     code,
                     transformed,
-                    snapshot,
+                    graph.snapshot,
                     output.guards.describe(),
                     None,
                     t1 - t0,
@@ -505,7 +492,7 @@ class ConvertFrame:
                     replay is not None or bool(output.runtime_sources),
                     visible_side_effects=tuple(output.side_effects.caller_visible()),
                     returns_runtime_args=spec_has(spec, "arg"),
-                    ddp_split=ddp_splits[0] if ddp_splits else None,
+                    ddp_split=graph.ddp_split,
                     guard_set=output.guards if keep_guard_sets.depth else None,
                     shape_env=output.shape_env if keep_guard_sets.depth else None,
                     shape_bindings=tuple(output.shape_bindings) if keep_guard_sets.depth else (),
@@ -514,53 +501,51 @@ class ConvertFrame:
             )
         return transformed, guard
 
-    def _backend_for_graph(self, ddp_splits: list):
-        """The backend for one captured graph: ``self.backend``, or, while the forward of a
-        DistributedDataParallel module runs (and ``config.optimize_ddp``), ``self.backend``
-        wrapped to compile one subgraph per gradient bucket; each DDPSplit it makes is
-        appended to ``ddp_splits``."""
-        if not config.optimize_ddp:
-            return self.backend
-        from torch_plugin.distributed.ddp import active_ddp_module, bucket_splitting_compiler
-
-        ddp = active_ddp_module()
-        if ddp is None:
-            return self.backend
-        return bucket_splitting_compiler(self.backend, ddp, ddp_splits.append)
-
-    def _compile_partial(self, output, code, tensors, t0: float, info: dict):
-        """Compile the graph captured before a break, returning ``tensors`` as a tuple;
-        None when the graph has no operation (nothing to run)."""
-        from torch_plugin import _C
-        from torch_plugin.backends.registry import call_backend
-
-        if not any(
-            n.op in ("call_function", "call_method", "call_module") for n in output.graph.nodes
-        ):
-            return None
+    def _compile_graph(
+        self, output: OutputGraph, code, compiler: CompilerFn, tensors: list, t0: float, part: bool
+    ) -> _CompiledGraph:
+        """The one compile step of capture: end ``output``'s FX graph with ``tensors`` as its
+        outputs, make the GraphModule and compile it with ``compiler`` through
+        :func:`torch_plugin.contract.call_backend`. ``part``: the graph before a graph
+        break. Adds the translate and backend times to :data:`stats`."""
         output.graph.output(tuple(t.node for t in tensors))
         gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
-        if output.unversioned_parameters:
-            gm.meta[UNVERSIONED_PARAMETERS] = True
         t1 = time.perf_counter()
         stats.translate_time_s += t1 - t0
-        info["translate_time_s"] = t1 - t0
-        if listeners:
-            info["graph"] = _snapshot(gm)
-        graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}), part before a graph break"
-        ddp_splits: list = []
+        snapshot = _snapshot(gm) if _listening() else None
+        graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+        if part:
+            graph_name += ", part before a graph break"
         with output.backend_context():
             compiled = call_backend(
-                self._backend_for_graph(ddp_splits),
+                compiler,
                 gm,
                 list(output.example_inputs),
                 backend_name=self.backend_name,
                 graph_name=graph_name,
             )
-        if ddp_splits:
-            info["ddp_split"] = ddp_splits[0]
         stats.backend_compile_time_s += time.perf_counter() - t1
-        info["compile_time_s"] = time.perf_counter() - t1
+        log.debug(
+            "captured %s%s:\n%s",
+            code.co_qualname,
+            " (before a graph break)" if part else "",
+            gm.code,
+        )
+        return _CompiledGraph(gm, compiled, snapshot, t1 - t0, t1, gm.meta.get(DDP_SPLIT))
+
+    def _compile_partial(self, output, code, compiler, tensors, t0: float, info: dict):
+        """Compile the graph captured before a break, returning ``tensors`` as a tuple;
+        None when the graph has no operation (nothing to run)."""
+        from torch_plugin import _C
+
+        if not _has_operations(output):
+            return None
+        graph = self._compile_graph(output, code, compiler, tensors, t0, part=True)
+        info["translate_time_s"] = graph.translate_time_s
+        if graph.snapshot is not None:
+            info["graph"] = graph.snapshot
+        if graph.ddp_split is not None:
+            info["ddp_split"] = graph.ddp_split
+        info["compile_time_s"] = time.perf_counter() - graph.compile_start
         stats.graphs_compiled += 1
-        log.debug("captured %s (before a graph break):\n%s", code.co_qualname, gm.code)
-        return _C.disable_wrapper(compiled)
+        return _C.disable_wrapper(graph.compiled)

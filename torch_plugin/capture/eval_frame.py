@@ -1,4 +1,4 @@
-"""Turning capture on and off: ``optimize``, ``disable``, ``run``, ``reset``.
+"""Turning capture on and off: the ``optimize`` context, ``disable``, ``run``, ``reset``.
 
 Key classes: :class:`OptimizeContext` (what ``optimize(...)`` returns: a decorator, a
 wrapper for functions and nn.Modules, and a context manager) and :class:`OptimizedModule`
@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..contract import CompilerFn
 from . import dynamic_shapes, shared_modules
 from .convert_frame import ConvertFrame, seen_code_objects, stats
 from .torch_compile_interop import resume_dynamo, skip_in_dynamo, suspend_dynamo
@@ -29,23 +30,25 @@ if not torch.cuda.is_available():
 
 
 def callback_for(
-    backend: str | Callable, nopython: bool, dynamic: bool | None = None, mode: str | None = None
+    compiler: CompilerFn,
+    backend_name: str,
+    nopython: bool,
+    dynamic: bool | None = None,
+    *,
+    key: Any = None,
+    adapt_compiler: Callable | None = None,
 ) -> ConvertFrame:
-    """The ConvertFrame for this backend in this mode (memoized so cache entries are
-    shared)."""
-    from torch_plugin.backends.registry import backend_with_mode
-
-    compiler = backend_with_mode(backend, mode)
-    name = (
-        backend
-        if isinstance(backend, str)
-        else getattr(backend, "__name__", type(backend).__name__)
-    )
-    key = (backend if isinstance(backend, str) else id(backend), nopython, dynamic, mode)
-    cb = _callbacks.get(key)
+    """The ConvertFrame that compiles with ``compiler`` (a compiler function: backend names
+    and modes are resolved above capture, by ``torch_plugin.api.optimize``), memoized so
+    cache entries are shared: two calls with the same ``key`` (what the caller's request was,
+    default the compiler's identity), ``nopython`` and ``dynamic`` get the same callback
+    while the key still resolves to the same compiler. ``adapt_compiler``: see
+    :class:`~torch_plugin.capture.convert_frame.ConvertFrame`."""
+    memo_key = (id(compiler) if key is None else key, nopython, dynamic)
+    cb = _callbacks.get(memo_key)
     if cb is None or cb.backend is not compiler:
-        cb = ConvertFrame(compiler, name, nopython, dynamic)
-        _callbacks[key] = cb
+        cb = ConvertFrame(compiler, backend_name, nopython, dynamic, adapt_compiler)
+        _callbacks[memo_key] = cb
     return cb
 
 

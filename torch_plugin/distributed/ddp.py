@@ -49,9 +49,9 @@ from typing import Any
 import torch
 import torch.fx
 
-log = logging.getLogger("torch_plugin.ddp")
+from torch_plugin.contract import CompilerFn
 
-CompilerFn = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
+log = logging.getLogger("torch_plugin.ddp")
 
 
 @dataclasses.dataclass(frozen=True)

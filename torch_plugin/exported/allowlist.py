@@ -153,6 +153,16 @@ def allowed_name(name: str) -> bool:
 
 _FUNCTION_MODULES: dict[str, tuple] | None = None
 _EXPLICIT: dict[str, Any] | None = None
+_ALLOWED_BY_MODULES: dict[str, Any] = {}
+
+
+def allow_function(name: str, fn: Any) -> None:
+    """Allow ``fn`` in saved graphs under the reference ``name`` (its module and name): the
+    modules above this one register their helpers this way
+    (``torch_plugin.exported.graph_module.tensor_setitem``)."""
+    _ALLOWED_BY_MODULES[name] = fn
+    if _EXPLICIT is not None:
+        _EXPLICIT[name] = fn
 
 
 def _tables() -> tuple[dict, dict]:
@@ -162,7 +172,6 @@ def _tables() -> tuple[dict, dict]:
         import torch.nn.functional as F
 
         from ..capture.variables.tensor import requires_grad_leaf
-        from .graph_module import tensor_setitem
 
         vf = torch._C._VariableFunctions
         functional = _python_function_of("torch.functional")
@@ -209,8 +218,8 @@ def _tables() -> tuple[dict, dict]:
                 "torch._C._set_grad_enabled": torch._C._set_grad_enabled,
                 "torch.amp._enter_autocast": torch.amp._enter_autocast,
                 "torch.amp._exit_autocast": torch.amp._exit_autocast,
-                "torch_plugin.exported.graph_module.tensor_setitem": tensor_setitem,
                 "torch_plugin.capture.variables.tensor.requires_grad_leaf": requires_grad_leaf,
+                **_ALLOWED_BY_MODULES,
             }
         )
         for name in ("_assert", "_check", "_check_is_size", "sym_int", "sym_float", "sym_max",

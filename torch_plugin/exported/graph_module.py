@@ -4,16 +4,32 @@ An exported graph is an ordinary ``torch.fx.GraphModule`` (it prints, re-traces 
 without the hook) of class :class:`ExportedGraph`, whose ``__reduce__`` gives
 ``torch.save`` a structured description of the graph (see :mod:`.serialization`) that
 ``torch.load`` rebuilds with its default ``weights_only=True``.
+
+Below :mod:`.serialization`, which builds on this module: it installs its reducer here
+(:func:`install_reducer`), and this module registers :func:`tensor_setitem` in the allowlist
+(:func:`.allowlist.allow_function`).
 """
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx
 
 from ..capture.output_structure import rebuild
+from .allowlist import ExportLoadError, allow_function
+
+_reduce_exported: Callable[[torch.fx.GraphModule], tuple] | None = None
+
+
+def install_reducer(reduce: Callable[[torch.fx.GraphModule], tuple]) -> None:
+    """Make ``ExportedGraph.__reduce__`` return ``reduce(self)``
+    (``torch_plugin.exported.serialization.reduce_exported`` installs itself at import)."""
+    global _reduce_exported
+    _reduce_exported = reduce
 
 
 class ExportCodeGen(torch.fx.graph._PyTreeCodeGen):
@@ -57,9 +73,9 @@ class ExportedGraph(torch.fx.GraphModule):
         return [] if guards is None else list(guards.unchecked)
 
     def __reduce__(self):
-        from .serialization import reduce_exported
-
-        return reduce_exported(self)
+        if _reduce_exported is None:
+            raise pickle.PicklingError("torch_plugin.exported.serialization is not imported")
+        return _reduce_exported(self)
 
 
 def tensor_setitem(tensor: torch.Tensor, index: Any, value: Any) -> None:
@@ -70,6 +86,9 @@ def tensor_setitem(tensor: torch.Tensor, index: Any, value: Any) -> None:
         tensor.tracer.create_proxy("call_function", tensor_setitem, (tensor, index, value), {})
         return
     tensor[index] = value
+
+
+allow_function("torch_plugin.exported.graph_module.tensor_setitem", tensor_setitem)
 
 
 class ExportedOutput(torch.nn.Module):
@@ -98,9 +117,50 @@ class ExportedOutput(torch.nn.Module):
         Raises:
             torch_plugin.exported.serialization.ExportLoadError: a malformed spec, or a class
                 in a role it cannot play (a named tuple that is not a tuple subclass, ...)."""
-        from .serialization import ExportLoadError, check_output_spec
-
         if type(payload) is not dict or "spec" not in payload:
             raise ExportLoadError("malformed ExportedOutput payload")
         check_output_spec(payload["spec"])
         return cls(payload["spec"])
+
+
+def check_output_spec(spec: Any) -> None:
+    """Checks that ``spec`` is a well-formed output structure (capture/output_structure.py)
+    whose classes fit their roles: named tuples are tuple subclasses, dicts and
+    ModelOutputs dict subclasses, objects classes.
+
+    Raises:
+        ExportLoadError: otherwise."""
+
+    def parts(items, pair: bool) -> None:
+        if type(items) is not list:
+            raise ExportLoadError("malformed output structure")
+        for item in items:
+            if pair:
+                if type(item) is not tuple or len(item) != 2:
+                    raise ExportLoadError("malformed output structure")
+                check_output_spec(item[1])
+            else:
+                check_output_spec(item)
+
+    if type(spec) is not tuple or not spec or not isinstance(spec[0], str):
+        raise ExportLoadError(f"malformed output structure {spec!r:.80}")
+    kind, n = spec[0], len(spec)
+    role = {"namedtuple": tuple, "dict": dict, "model_output": dict, "object": object}
+    if kind == "tensor" and n == 2 and type(spec[1]) is int:
+        return
+    if kind == "const" and n == 2:
+        return
+    if kind == "object_ref" and n == 2 and type(spec[1]) is int:
+        return
+    if kind == "tuple" and n in (2, 3):  # (an id at the end, for some)
+        return parts(spec[1], False)
+    if kind == "list" and n == 3 and type(spec[2]) is int:
+        return parts(spec[1], False)
+    if kind in role and n == (3 if kind == "namedtuple" else 4):
+        cls = spec[1]
+        if not (isinstance(cls, type) and issubclass(cls, role[kind])):
+            raise ExportLoadError(f"output structure {kind} with class {cls!r}")
+        if kind == "object" and isinstance(cls, type) and issubclass(cls, type):
+            raise ExportLoadError(f"output structure object of metaclass {cls!r}")
+        return parts(spec[2], kind != "namedtuple")
+    raise ExportLoadError(f"malformed output structure part {kind!r}")

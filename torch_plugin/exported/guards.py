@@ -318,7 +318,7 @@ class ExportGuards(torch.nn.Module):
                 for k, v in payload["slot_names"]
             }
         except (KeyError, TypeError, ValueError) as e:
-            from .serialization import ExportLoadError
+            from .allowlist import ExportLoadError
 
             raise ExportLoadError(f"malformed exported guards: {e}") from None
         return cls(checks, recipe, in_spec, unchecked, names)

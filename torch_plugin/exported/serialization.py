@@ -87,6 +87,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 
+from . import graph_module
 from .allowlist import (
     IDENTIFIER,
     ExportLoadError,
@@ -299,50 +300,6 @@ def decode_treespec(data: Any) -> pytree.TreeSpec:
     return pytree.TreeSpec(node_type, context, [decode_treespec(c) for c in data["children"]])
 
 
-# --- output structures (ExportedOutput) -----------------------------------------------------
-def check_output_spec(spec: Any) -> None:
-    """Checks that ``spec`` is a well-formed output structure (capture/output_structure.py)
-    whose classes fit their roles: named tuples are tuple subclasses, dicts and
-    ModelOutputs dict subclasses, objects classes.
-
-    Raises:
-        ExportLoadError: otherwise."""
-
-    def parts(items, pair: bool) -> None:
-        if type(items) is not list:
-            raise ExportLoadError("malformed output structure")
-        for item in items:
-            if pair:
-                if type(item) is not tuple or len(item) != 2:
-                    raise ExportLoadError("malformed output structure")
-                check_output_spec(item[1])
-            else:
-                check_output_spec(item)
-
-    if type(spec) is not tuple or not spec or not isinstance(spec[0], str):
-        raise ExportLoadError(f"malformed output structure {spec!r:.80}")
-    kind, n = spec[0], len(spec)
-    role = {"namedtuple": tuple, "dict": dict, "model_output": dict, "object": object}
-    if kind == "tensor" and n == 2 and type(spec[1]) is int:
-        return
-    if kind == "const" and n == 2:
-        return
-    if kind == "object_ref" and n == 2 and type(spec[1]) is int:
-        return
-    if kind == "tuple" and n in (2, 3):  # (an id at the end, for some)
-        return parts(spec[1], False)
-    if kind == "list" and n == 3 and type(spec[2]) is int:
-        return parts(spec[1], False)
-    if kind in role and n == (3 if kind == "namedtuple" else 4):
-        cls = spec[1]
-        if not (isinstance(cls, type) and issubclass(cls, role[kind])):
-            raise ExportLoadError(f"output structure {kind} with class {cls!r}")
-        if kind == "object" and isinstance(cls, type) and issubclass(cls, type):
-            raise ExportLoadError(f"output structure object of metaclass {cls!r}")
-        return parts(spec[2], kind != "namedtuple")
-    raise ExportLoadError(f"malformed output structure part {kind!r}")
-
-
 # --- modules -------------------------------------------------------------------------------
 _MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 _STATE_KEYS = frozenset({"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})  # fmt: skip
@@ -473,8 +430,6 @@ def _decode_module(data: dict, where: str) -> torch.nn.Module:
 
 # --- graphs --------------------------------------------------------------------------------
 def _codegen_kinds() -> dict[str, type]:
-    from . import graph_module
-
     kinds = {"plain": torch.fx.graph.CodeGen, "pytree": torch.fx.graph._PyTreeCodeGen}
     if hasattr(graph_module, "ExportCodeGen"):
         kinds["export"] = graph_module.ExportCodeGen
@@ -612,8 +567,6 @@ def load_exported(payload: dict) -> torch.fx.GraphModule:
     Raises:
         ExportLoadError: a malformed payload, a newer format version, or a reference the
             allowlists refuse (a class whose module is not imported, say)."""
-    from .graph_module import ExportedGraph
-
     if type(payload) is not dict or payload.get("format") != FORMAT:
         raise ExportLoadError("not an exported graph payload")
     if type(payload.get("version")) is not int or payload["version"] > VERSION:
@@ -628,7 +581,7 @@ def load_exported(payload: dict) -> torch.fx.GraphModule:
         _restore_tensor_state(root, state, "")
     except KeyError as e:
         raise ExportLoadError(f"malformed exported graph payload (no {e})") from None
-    gm = ExportedGraph(root, graph, class_name="ExportedGraph")
+    gm = graph_module.ExportedGraph(root, graph, class_name="ExportedGraph")
     # GraphModule copies only what nodes reference (the guards submodule is called by the
     # generated code, not a node): the root's state as saved, in its order.
     gm._parameters = dict(root._parameters)
@@ -640,3 +593,4 @@ def load_exported(payload: dict) -> torch.fx.GraphModule:
 
 
 torch.serialization.add_safe_globals([load_exported])
+graph_module.install_reducer(reduce_exported)

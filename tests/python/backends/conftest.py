@@ -14,6 +14,7 @@ def _isolated_state(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     registry.list_backends()  # register the built-ins before taking the copy
     monkeypatch.setattr(registry, "_BACKENDS", dict(registry._BACKENDS))
+    monkeypatch.setattr(registry, "_MODES", dict(registry._MODES))
     monkeypatch.setattr(config, "suppress_errors", False)
 
 

@@ -5,11 +5,14 @@ import pytest
 import torch
 
 from torch_plugin.backends.aot_eager import flatten_graph_outputs
-from torch_plugin.backends.registry import call_backend
+from torch_plugin.backends.registry import lookup_backend
+from torch_plugin.contract import call_backend
 
 
 def _compile(gm, example_inputs):
-    return call_backend("aot_eager", gm, example_inputs, backend_name="aot_eager", graph_name="g")
+    return call_backend(
+        lookup_backend("aot_eager"), gm, example_inputs, backend_name="aot_eager", graph_name="g"
+    )
 
 
 def test_pointwise_matches_eager(pointwise_graph):

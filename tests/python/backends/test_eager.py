@@ -2,12 +2,13 @@
 
 import torch
 
-from torch_plugin.backends.registry import call_backend
+from torch_plugin.backends.registry import lookup_backend
+from torch_plugin.contract import call_backend
 
 
 def test_pointwise_matches_eager(pointwise_graph):
     compiled = call_backend(
-        "eager",
+        lookup_backend("eager"),
         pointwise_graph,
         [torch.randn(8), torch.randn(8)],
         backend_name="eager",
@@ -19,7 +20,9 @@ def test_pointwise_matches_eager(pointwise_graph):
 
 def test_module_with_parameters_matches_eager(mlp):
     gm = torch.fx.symbolic_trace(mlp)
-    compiled = call_backend("eager", gm, [torch.randn(4, 16)], backend_name="eager", graph_name="g")
+    compiled = call_backend(
+        lookup_backend("eager"), gm, [torch.randn(4, 16)], backend_name="eager", graph_name="g"
+    )
     x = torch.randn(4, 16)
     out, expected = compiled(x), mlp(x)
     assert type(out["parts"]) is tuple

@@ -9,13 +9,16 @@ import sys
 
 import torch
 
-from torch_plugin.backends.registry import call_backend
+from torch_plugin.backends.registry import lookup_backend
+from torch_plugin.contract import call_backend
 
 TOL = 1e-4
 
 
 def _compile(gm, example_inputs):
-    return call_backend("inductor", gm, example_inputs, backend_name="inductor", graph_name="g")
+    return call_backend(
+        lookup_backend("inductor"), gm, example_inputs, backend_name="inductor", graph_name="g"
+    )
 
 
 def test_import_does_not_load_inductor():

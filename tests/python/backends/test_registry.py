@@ -1,4 +1,5 @@
-"""Tests for torch_plugin/backends/registry.py: names, errors, call_backend."""
+"""Tests for torch_plugin/backends/registry.py (names, modes) and torch_plugin/contract.py
+(call_backend, BackendCompilerFailed)."""
 
 import subprocess
 import sys
@@ -10,12 +11,12 @@ import torch
 from torch_plugin import config
 from torch_plugin.backends import registry
 from torch_plugin.backends.registry import (
-    BackendCompilerFailed,
-    call_backend,
+    backend_with_mode,
     list_backends,
     lookup_backend,
     register_backend,
 )
+from torch_plugin.contract import BackendCompilerFailed, call_backend
 
 
 def test_builtin_backends_are_listed_sorted():
@@ -110,7 +111,11 @@ def test_registered_backend_is_used_by_call_backend(pointwise_graph):
 
     x, y = torch.randn(4), torch.randn(4)
     compiled = call_backend(
-        "recording", pointwise_graph, (x, y), backend_name="recording", graph_name="g"
+        lookup_backend("recording"),
+        pointwise_graph,
+        (x, y),
+        backend_name="recording",
+        graph_name="g",
     )
     assert seen[0][0] is pointwise_graph
     assert isinstance(seen[0][1], list) and seen[0][1][0] is x
@@ -188,7 +193,37 @@ def test_backend_returning_non_callable_raises(monkeypatch, pointwise_graph, sup
 
 def test_unknown_backend_name_in_call_backend(pointwise_graph):
     with pytest.raises(ValueError, match="unknown backend"):
-        call_backend("nope", pointwise_graph, [], backend_name="nope", graph_name="g")
+        call_backend(
+            lookup_backend("nope"), pointwise_graph, [], backend_name="nope", graph_name="g"
+        )
+
+
+def test_call_backend_takes_a_compiler_not_a_name(pointwise_graph):
+    """Names are resolved above capture (the registry); the contract takes callables only."""
+    with pytest.raises(TypeError, match="lookup_backend"):
+        call_backend("eager", pointwise_graph, [], backend_name="eager", graph_name="g")
+
+
+def test_modes_are_declared_by_registrations():
+    from torch_plugin.backends.inductor import inductor_reduce_overhead
+    from torch_plugin.backends.plugin import plugin, plugin_reduce_overhead
+
+    assert backend_with_mode("plugin", None) is plugin
+    assert backend_with_mode("plugin", "default") is plugin
+    assert backend_with_mode("plugin", "reduce-overhead") is plugin_reduce_overhead
+    assert backend_with_mode(plugin, "reduce-overhead") is plugin_reduce_overhead
+    assert backend_with_mode("inductor", "reduce-overhead") is inductor_reduce_overhead
+
+    def fast(gm, example_inputs):
+        return gm.forward
+
+    def mine(gm, example_inputs):
+        return gm.forward
+
+    register_backend(mine, "with_modes", modes={"fast": fast})
+    assert backend_with_mode("with_modes", "fast") is fast
+    with pytest.raises(ValueError, match="only 'with_modes' takes a mode"):
+        backend_with_mode("eager", "fast")
 
 
 def test_registry_state_is_restored_between_tests():
@@ -198,9 +233,11 @@ def test_registry_state_is_restored_between_tests():
 @pytest.mark.parametrize("verbose", [False, True])
 def test_verbose_logs_backend_compiles(monkeypatch, caplog, pointwise_graph, verbose):
     monkeypatch.setattr(config, "verbose", verbose)
-    with caplog.at_level("INFO", logger="torch_plugin.backends.registry"):
-        call_backend("eager", pointwise_graph, [], backend_name="eager", graph_name="g")
-    logged = [r.getMessage() for r in caplog.records if r.name == "torch_plugin.backends.registry"]
+    with caplog.at_level("INFO", logger="torch_plugin.contract"):
+        call_backend(
+            lookup_backend("eager"), pointwise_graph, [], backend_name="eager", graph_name="g"
+        )
+    logged = [r.getMessage() for r in caplog.records if r.name == "torch_plugin.contract"]
     if verbose:
         assert len(logged) == 1 and logged[0].startswith("backend 'eager' compiled graph g (")
     else:

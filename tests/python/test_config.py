@@ -1,0 +1,68 @@
+"""torch_plugin/config.py: the one module that reads the environment."""
+
+import pwd
+
+import pytest
+
+from torch_plugin import config
+from torch_plugin.compiler import options
+
+RUNTIME_VARS = {
+    "CXX": "cxx",
+    "TORCH_PLUGIN_ONEDNN_LIBRARY": "onednn_library",
+    "TORCH_PLUGIN_ONEDNN_WEIGHTS": "onednn_weights",
+    "TORCH_PLUGIN_CUBLASLT_TUNING": "cublaslt_tuning",
+    "TORCH_PLUGIN_CUBLASLT_CANDIDATES": "cublaslt_candidates",
+}
+
+
+@pytest.fixture
+def bare_env(monkeypatch):
+    for var in [*RUNTIME_VARS, "TORCH_PLUGIN_CACHE_DIR", "XDG_CACHE_HOME"]:
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def test_runtime_options_keys_and_defaults(bare_env):
+    bare_env.setenv("HOME", "/home/someone")
+    assert config.runtime_options() == {
+        "cache_dir": "/home/someone/.cache/torch_plugin",
+        "cxx": "",
+        "onednn_library": "",
+        "onednn_weights": "",
+        "cublaslt_tuning": "",
+        "cublaslt_candidates": "",
+    }
+
+
+def test_runtime_options_are_the_raw_environment(bare_env):
+    for i, var in enumerate(RUNTIME_VARS):
+        bare_env.setenv(var, f"value {i}")
+    opts = config.runtime_options()
+    assert {key: opts[key] for key in RUNTIME_VARS.values()} == {
+        key: f"value {i}" for i, key in enumerate(RUNTIME_VARS.values())
+    }
+
+
+def test_cache_root_as_the_cpp_kernel_cache_resolves_it(bare_env):
+    bare_env.setenv("HOME", "/h")
+    assert config.cache_root() == "/h/.cache/torch_plugin"
+    bare_env.setenv("HOME", "")  # empty is unset: the password database's home folder
+    assert config.cache_root() == pwd.getpwuid(__import__("os").getuid()).pw_dir + (
+        "/.cache/torch_plugin"
+    )
+    bare_env.setenv("XDG_CACHE_HOME", "/x")
+    assert config.cache_root() == "/x/torch_plugin"
+    bare_env.setenv("TORCH_PLUGIN_CACHE_DIR", "/c")
+    assert config.cache_root() == "/c" == config.runtime_options()["cache_dir"]
+
+
+def test_compiler_options_come_from_config(bare_env, tmp_path):
+    bare_env.setenv("TORCH_PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
+    bare_env.setenv("TORCH_PLUGIN_FUSION", "0")
+    bare_env.setenv("TORCH_PLUGIN_LOGS", "graph,kernels")
+    env = config.compiler_environment()
+    assert env["fusion"] is False and env["log_kernels"] is True
+    opts = options.current()
+    assert opts == options.Options(**env)
+    assert opts.cache_dir == str(tmp_path / "cache")

@@ -1,0 +1,160 @@
+"""What capture and the compilers share: the one interface between the two halves.
+
+Capture (``torch_plugin.capture``) turns frames into FX graphs and hands each graph to a
+compiler function; the backends (``torch_plugin.backends``), the distributed wrappers
+(``torch_plugin.distributed``) and the public API build those functions. Both sides import
+this module and nothing of each other, so capture never learns backend names or modes.
+
+A *compiler function* (a backend) is a callable ``compiler(gm, example_inputs) -> compiled``:
+``gm`` is the captured ``torch.fx.GraphModule``, ``example_inputs`` the list of real tensors
+it is about to be called with, and ``compiled(*inputs)`` must return what ``gm(*inputs)``
+would return. A compiler may rewrite ``gm`` while compiling it.
+
+Facts about a graph travel in ``gm.meta`` under the keys below:
+
+- :data:`UNVERSIONED_PARAMETERS`: True when the graph's parameters may be rewritten in place
+  *without* a bump of their version counter (FSDP2's ``fully_shard`` all-gathers into the
+  unsharded parameters before each forward and keeps their ``_version``): a compiler must read
+  them on every call and never freeze or cache their values. Set by
+  ``torch_plugin.distributed`` before the backend runs.
+- :data:`DDP_SPLIT`: how ``torch_plugin.distributed``'s bucket-splitting compiler split the
+  graph for DistributedDataParallel (a ``DDPSplit``); capture reports it in its
+  ``CaptureRecord`` (``explain()``, the ``ddp`` log channel).
+
+Key parts:
+- :data:`CompilerFn`: the type of a compiler function.
+- :func:`call_backend`: runs one compiler function on one captured graph; failures become
+  :class:`BackendCompilerFailed` (or, with ``config.suppress_errors``, a warning and an eager
+  fallback).
+- :class:`BackendCompilerFailed`: names the backend and the graph, chains the backend's error.
+
+Imports nothing of the project but ``config``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from torch_plugin import config
+
+log = logging.getLogger(__name__)
+
+CompilerFn = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
+"""``compiler(gm, example_inputs) -> compiled``, where ``compiled(*inputs)`` behaves like
+``gm``."""
+
+UNVERSIONED_PARAMETERS = "torch_plugin.unversioned_parameters"
+"""``gm.meta`` key: True when the graph's parameters may change in place without a version
+bump, so a compiler must not freeze them (see the module docstring)."""
+
+DDP_SPLIT = "torch_plugin.ddp_split"
+"""``gm.meta`` key: the ``torch_plugin.distributed.ddp.DDPSplit`` describing how the graph was
+split at DDP's gradient buckets (or why not), set while it is compiled inside DDP's forward."""
+
+
+class BackendCompilerFailed(RuntimeError):
+    """A backend raised while compiling a captured graph.
+
+    The message names the backend and the graph (its name, which says which user function it
+    came from, and its number of nodes); the backend's exception is chained as ``__cause__``.
+
+    Attributes:
+        backend_name: the backend's registered name (or the callable's name).
+        graph_name: the graph's description, as given by the capture layer.
+        num_nodes: the number of nodes in the FX graph, placeholders and output included.
+        inner_exception: the exception the backend raised.
+    """
+
+    def __init__(
+        self, backend_name: str, graph_name: str, num_nodes: int, inner_exception: BaseException
+    ):
+        self.backend_name = backend_name
+        self.graph_name = graph_name
+        self.num_nodes = num_nodes
+        self.inner_exception = inner_exception
+        super().__init__(
+            f"{_describe_failure(backend_name, graph_name, num_nodes, inner_exception)}\n"
+            "Set torch_plugin.config.suppress_errors = True to run such graphs eagerly "
+            "instead, or try backend='eager' or 'aot_eager' to narrow the failure down."
+        )
+
+
+def _describe_failure(
+    backend_name: str, graph_name: str, num_nodes: int, error: BaseException
+) -> str:
+    return (
+        f"backend {backend_name!r} failed to compile graph {graph_name} ({num_nodes} nodes): "
+        f"{type(error).__name__}: {error}"
+    )
+
+
+def call_backend(
+    compiler_fn: CompilerFn,
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    backend_name: str,
+    graph_name: str,
+) -> Callable[..., Any]:
+    """Compile the captured graph ``gm`` with ``compiler_fn`` and return ``compiled``.
+
+    ``compiler_fn`` is a compiler function, never a name (names and modes are resolved by
+    ``torch_plugin.backends.registry`` before capture starts). ``backend_name`` names it in
+    messages; ``graph_name`` describes the graph, e.g.
+    ``"graph 0 of Net.forward (model.py:12)"``. If the compiler raises, raise
+    :class:`BackendCompilerFailed` from its error, or, when ``config.suppress_errors`` is
+    set, warn and return ``gm``'s forward as it was before the compiler ran. A compiler that
+    returns something not callable is a broken backend: TypeError either way.
+
+    Raises:
+        TypeError: ``compiler_fn`` is not callable (a backend name: look it up with
+            ``torch_plugin.lookup_backend`` first), or it returned something not callable.
+    """
+    if not callable(compiler_fn):
+        raise TypeError(
+            f"call_backend takes a compiler function, got {type(compiler_fn).__name__}; "
+            "resolve a backend name with torch_plugin.lookup_backend first"
+        )
+    num_nodes = len(gm.graph.nodes)
+    # A backend may rewrite gm before it fails; keep the code gm has now for the fallback.
+    fallback = _current_forward(gm) if config.suppress_errors else None
+    start = time.perf_counter()
+    try:
+        compiled = compiler_fn(gm, list(example_inputs))
+    except Exception as e:
+        if fallback is None:
+            raise BackendCompilerFailed(backend_name, graph_name, num_nodes, e) from e
+        warnings.warn(
+            f"{_describe_failure(backend_name, graph_name, num_nodes, e)}; running the graph "
+            "eagerly instead (torch_plugin.config.suppress_errors is True)",
+            stacklevel=2,
+        )
+        return fallback
+    if not callable(compiled):
+        raise TypeError(
+            f"backend {backend_name!r} returned {type(compiled).__name__} for graph "
+            f"{graph_name}; a backend must return a callable"
+        )
+    if config.verbose:
+        log.info(
+            "backend %r compiled graph %s (%d nodes) in %.3f s",
+            backend_name,
+            graph_name,
+            num_nodes,
+            time.perf_counter() - start,
+        )
+    return compiled
+
+
+def _current_forward(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    """``gm.forward`` bound to the code generated from gm's graph as it is now."""
+    real_recompile = getattr(gm, "real_recompile", None)  # lazy GraphModules codegen on use
+    if real_recompile is not None:
+        real_recompile()
+    return gm.forward
