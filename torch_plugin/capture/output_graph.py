@@ -68,8 +68,6 @@ class OutputGraph(OperationRecorder):
         self._input_versions: dict[Source, int | None] = {}
         self._attr_names: dict[int, str] = {}
         self._attr_sources: dict[str, Source] = {}  # get_attr name -> where it was read
-        # Set by the frame converter: the graph's parameters may change in place without a
-        # version bump (FSDP2); the compiled graph carries it to the backend in gm.meta.
         # Set by the frame converter: modules reached from the frame's arguments are guarded
         # on their type, their tensors are graph inputs (capture/shared_modules.py).
         self.share_modules = False
