@@ -100,8 +100,14 @@ class InferenceStages:
         self.num_outputs = len(
             next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
         )
-        # The one call of the compiled graph, when AOTAutograd's wrapper is not needed.
+        # The one call of the compiled graph, when AOTAutograd's wrapper is not needed; only
+        # for plain dense tensors, each passed once (subclasses and duplicates are
+        # AOTAutograd's wrapper's work).
         self.direct: Callable[..., Any] | None = None
+        tensors = [*self.params_flat, *captured.example_inputs]
+        self.plain = len({id(t) for t in tensors}) == len(tensors) and all(
+            type(t) in (torch.Tensor, torch.nn.Parameter) and not t.is_sparse for t in tensors
+        )
 
     def _one_call(self, compiled: stages.CompiledGraph) -> Callable[..., Any]:
         flat = compiled.call.flat
@@ -154,7 +160,7 @@ class InferenceStages:
                 on_exported = functools.partial(graph_cache.store, self.options.cache_dir, self.key)
             else:
                 log.info("plugin: graph not cached: %s", why_not)
-        direct = why_not is None
+        direct = why_not is None and self.plain
         result = stages.compile_graph(
             fx_graph,
             frozen,
