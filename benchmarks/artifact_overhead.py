@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from torch_plugin.compiler.compile import compile_graph
+from torch_plugin.compiler.stages import compile_graph
 
 
 def chain(x, y, b):

@@ -1,4 +1,4 @@
-"""The disk cache of the "plugin" compiler: what it holds, clearing it, and its size limit.
+"""The disk cache of the "plugin" compiler from the command line.
 
 Command line::
 
@@ -6,199 +6,44 @@ Command line::
     python -m torch_plugin.cache clear    # remove every entry (the folder stays)
     python -m torch_plugin.cache evict    # remove least recently used entries down to the limit
 
-The cache root is ``TORCH_PLUGIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/torch_plugin``, else
-``~/.cache/torch_plugin`` (see :func:`torch_plugin.config.cache_root`; the compiler's trust
-checks are in :mod:`torch_plugin.compiler.options`). It holds:
+The folder, its entries and its size limit are :mod:`torch_plugin.compiler.cache_dir`'s (its
+one owner); this module re-exports its functions for scripts.
 
-- ``<sha256>.kernel``: generated CPU kernels (verified entries, csrc/runtime/cache_file.h);
-- ``cuda/<sha256>.cubin`` / ``.ptx``: generated CUDA kernels (same format);
-- ``graphs/<sha256>.json``: lowered inference graphs (torch_plugin/compiler/recipe_format.py);
-- ``<16 hex>.so``: CPU kernels of the format before 2026-11-25 (never loaded now; removed by
-  ``clear`` and ``evict``).
-
-Size limit: ``TORCH_PLUGIN_CACHE_LIMIT_GB`` (default 4). Each use of an entry sets its
-modification time, so the oldest modification time is the least recently used; after each
-new graph entry the compiler evicts the least recently used entries until the cache is under
-the limit (:func:`enforce_limit`). Temporary files older than an hour (left by a killed
-process) are removed too.
-
-Key parts: :func:`cache_root`, :func:`info`, :func:`clear`, :func:`enforce_limit`, :func:`main`.
+Key parts: :func:`main`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
-import re
 import sys
-import time
-from pathlib import Path
 
-from torch_plugin import config
+from torch_plugin.compiler.cache_dir import (
+    DEFAULT_LIMIT_GB,
+    CacheInfo,
+    Entry,
+    cache_root,
+    clear,
+    enforce_limit,
+    entries,
+    human,
+    info,
+    limit_bytes,
+    touch,
+)
 
-DEFAULT_LIMIT_GB = config.DEFAULT_CACHE_LIMIT_GB
-_KINDS = {
-    "cpu kernels": ("", re.compile(r"[0-9a-f]{64}\.kernel")),
-    "cuda kernels": ("cuda", re.compile(r"[0-9a-f]{40,64}\.(cubin|ptx)")),
-    "graphs": ("graphs", re.compile(r"[0-9a-f]{64}\.json")),
-    "old-format kernels": ("", re.compile(r"[0-9a-f]{16}\.so")),
-}
-_STALE_TEMP_S = 3600.0
-
-
-def cache_root() -> Path:
-    """The cache root as the environment sets it (not created); see
-    :func:`torch_plugin.config.cache_root`.
-
-    Raises:
-        RuntimeError: no root can be found (no variable set and no home folder)."""
-    root = config.cache_root()
-    if not root:
-        raise RuntimeError("torch_plugin: no home folder for the cache; set TORCH_PLUGIN_CACHE_DIR")
-    return Path(root)
-
-
-def limit_bytes() -> int:
-    """The size limit in bytes from ``TORCH_PLUGIN_CACHE_LIMIT_GB`` (default 4 GiB).
-    Raises ValueError for a value that is not a non-negative number."""
-    raw = config.cache_limit_gb()
-    try:
-        gb = float(raw)
-    except ValueError:
-        raise ValueError(
-            f"TORCH_PLUGIN_CACHE_LIMIT_GB must be a number of GiB, got {raw!r}"
-        ) from None
-    if not gb >= 0:
-        raise ValueError(f"TORCH_PLUGIN_CACHE_LIMIT_GB must be >= 0, got {raw!r}")
-    return int(gb * 2**30)
-
-
-@dataclasses.dataclass
-class Entry:
-    path: Path
-    kind: str
-    size: int
-    mtime: float
-
-
-def entries(root: Path | None = None) -> list[Entry]:
-    """Every cache entry under ``root`` (default :func:`cache_root`), of the kinds listed in
-    the module docstring; files of other names are not the cache's and are never touched."""
-    root = cache_root() if root is None else root
-    out = []
-    for kind, (sub, pattern) in _KINDS.items():
-        folder = root / sub if sub else root
-        try:
-            with os.scandir(folder) as it:
-                for e in it:
-                    if pattern.fullmatch(e.name) and e.is_file(follow_symlinks=False):
-                        st = e.stat(follow_symlinks=False)
-                        out.append(Entry(Path(e.path), kind, st.st_size, st.st_mtime))
-        except FileNotFoundError:
-            continue
-    return out
-
-
-def _stale_temporaries(root: Path) -> list[Path]:
-    now = time.time()
-    out = []
-    for folder in (root, root / "cuda", root / "graphs"):
-        try:
-            with os.scandir(folder) as it:
-                for e in it:
-                    if (
-                        e.name.startswith(".tmp-")
-                        and e.is_file(follow_symlinks=False)
-                        and now - e.stat(follow_symlinks=False).st_mtime > _STALE_TEMP_S
-                    ):
-                        out.append(Path(e.path))
-        except FileNotFoundError:
-            continue
-    return out
-
-
-@dataclasses.dataclass
-class CacheInfo:
-    """What :func:`info` reports: the root, entries and bytes per kind, the limit."""
-
-    root: Path
-    counts: dict[str, int]
-    sizes: dict[str, int]
-    limit: int
-
-    def __str__(self) -> str:
-        lines = [f"torch_plugin cache: {self.root}"]
-        for kind in _KINDS:
-            lines.append(f"  {kind}: {self.counts[kind]} entries, {_human(self.sizes[kind])}")
-        total = sum(self.sizes.values())
-        lines.append(f"  total: {_human(total)} of a {_human(self.limit)} limit")
-        return "\n".join(lines)
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
-def info(root: Path | None = None) -> CacheInfo:
-    """Entries and bytes per kind under ``root`` (default :func:`cache_root`)."""
-    root = cache_root() if root is None else root
-    found = entries(root)
-    counts = {k: sum(1 for e in found if e.kind == k) for k in _KINDS}
-    sizes = {k: sum(e.size for e in found if e.kind == k) for k in _KINDS}
-    return CacheInfo(root, counts, sizes, limit_bytes())
-
-
-def clear(root: Path | None = None) -> int:
-    """Remove every entry (and stale temporary file) under ``root``; return how many. Files
-    that are not cache entries stay. Entries loaded by a running process stay valid in it."""
-    root = cache_root() if root is None else root
-    removed = 0
-    for path in [e.path for e in entries(root)] + _stale_temporaries(root):
-        try:
-            path.unlink()
-            removed += 1
-        except FileNotFoundError:
-            pass
-    return removed
-
-
-def enforce_limit(root: Path | None = None, limit: int | None = None) -> int:
-    """Remove the least recently used entries (oldest modification time) until the entries
-    under ``root`` take at most ``limit`` bytes (default :func:`limit_bytes`); old-format
-    kernels and stale temporary files go first. Returns the bytes removed."""
-    root = cache_root() if root is None else root
-    limit = limit_bytes() if limit is None else limit
-    found = entries(root)
-    total = sum(e.size for e in found)
-    freed = 0
-    for path in _stale_temporaries(root):
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-    order = sorted(found, key=lambda e: (e.kind != "old-format kernels", e.mtime))
-    for e in order:
-        if total - freed <= limit and e.kind != "old-format kernels":
-            break
-        try:
-            e.path.unlink()
-            freed += e.size
-        except FileNotFoundError:
-            pass
-    return freed
-
-
-def touch(path: str | os.PathLike) -> None:
-    """Mark an entry as used now (its modification time), for least-recently-used eviction."""
-    try:
-        os.utime(path)
-    except OSError:
-        pass
+__all__ = [
+    "DEFAULT_LIMIT_GB",
+    "CacheInfo",
+    "Entry",
+    "cache_root",
+    "clear",
+    "enforce_limit",
+    "entries",
+    "info",
+    "limit_bytes",
+    "main",
+    "touch",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "clear":
             print(f"removed {clear(root)} entries from {root}")
         else:
-            print(f"removed {_human(enforce_limit(root))} from {root}")
+            print(f"removed {human(enforce_limit(root))} from {root}")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,8 +1,9 @@
 // bindings_runtime.cpp: the executor's and runtime's part of
 // torch_plugin._C._compiler: class Executor (built from a Graph that has been
-// through the pipeline; run, script_object, describe, step_counts, ...),
-// has_onednn and kernel_cache_stats. GIL: held, except inside Executor.run's
-// steps, which release it.
+// through the pipeline; run, script_object, describe, steps, step_counts,
+// set_frozen, ...), class GraphCall (a compiled graph's call on the hot path:
+// frozen-argument check and run, in C++), has_onednn and kernel_cache_stats.
+// GIL: held, except inside the executor's steps, which release it.
 #include "compiler/bindings_graph.h"
 
 #include "ops/executor_op.h"
@@ -14,12 +15,132 @@
 #include "runtime/executor.h"
 #include "runtime/kernel_cache.h"
 
+#include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
 #include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <optional>
 
 namespace py = pybind11;
 
 namespace torch_plugin::compiler {
+namespace {
+
+// A compiled graph's call, the one object between the caller and the executor
+// on the hot path. Called boxed (`call(args)`, AOTAutograd's convention:
+// frozen arguments first, then the inputs) or flat (`call.flat(*inputs)`: the
+// leading arguments given at construction, then `inputs`). The executor's
+// frozen arguments (Executor::set_frozen) are checked here, by TensorImpl and
+// version; when one changed, `on_frozen_changed(args)` (Python: rebuild, then
+// run) gives the result instead. `run_override`, when not None, runs the
+// inputs instead of the executor (Python: the CUDA-graph decision on the first
+// call, then a CUDA graph runner). `no_grad` and `disable_autocast` are
+// AOTAutograd's inference wrapper's modes (grad off; autocast off when it was
+// on at compile time: the traced graph has autocast's casts written out).
+struct GraphCall {
+  std::shared_ptr<runtime::Executor> executor;
+  std::vector<at::Tensor> leading;
+  py::object on_frozen_changed;
+  py::object run_override = py::none();
+  bool no_grad = false;
+  bool disable_autocast = false;
+  bool as_tuple = false;
+
+  py::object finish(py::object outputs) const {
+    if (as_tuple && !py::isinstance<py::tuple>(outputs))
+      return py::tuple(outputs);
+    return outputs;
+  }
+
+  py::object run_inputs(std::vector<at::Tensor>& inputs) const {
+    std::vector<at::Tensor> outputs;
+    {
+      python::GilRelease release; // parks at interpreter exit
+      c10::AutoGradMode grad(!no_grad && c10::GradMode::is_enabled());
+      std::optional<c10::impl::ExcludeDispatchKeyGuard> no_autocast;
+      if (disable_autocast)
+        no_autocast.emplace(c10::autocast_dispatch_keyset);
+      outputs = executor->run(inputs);
+    }
+    if (as_tuple) {
+      py::tuple result(outputs.size());
+      for (size_t i = 0; i < outputs.size(); ++i)
+        result[i] = from_tensor(outputs[i]);
+      return result;
+    }
+    py::list result(outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i)
+      result[i] = from_tensor(outputs[i]);
+    return result;
+  }
+
+  py::object run_override_with(std::vector<at::Tensor>& inputs) const {
+    std::optional<c10::AutoGradMode> grad;
+    if (no_grad)
+      grad.emplace(false);
+    std::optional<c10::impl::ExcludeDispatchKeyGuard> no_autocast;
+    if (disable_autocast)
+      no_autocast.emplace(c10::autocast_dispatch_keyset);
+    py::list args(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i)
+      args[i] = from_tensor(inputs[i]);
+    return finish(run_override(args));
+  }
+
+  // Boxed: `args` holds the frozen arguments, then the inputs.
+  py::object call(const py::sequence& args) const {
+    const runtime::Executor& e = *executor;
+    size_t n = e.num_frozen(), size = args.size();
+    if (size < n)
+      return changed(py::list(args));
+    for (size_t i = 0; i < n; ++i) {
+      py::object a = args[i];
+      if (!THPVariable_Check(a.ptr()) ||
+          !e.frozen_unchanged(i, THPVariable_Unpack(a.ptr())))
+        return changed(py::list(args));
+    }
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(size - n);
+    for (size_t i = n; i < size; ++i)
+      inputs.push_back(to_tensor(args[i]));
+    return run_override.is_none() ? run_inputs(inputs)
+                                  : run_override_with(inputs);
+  }
+
+  // Flat: the leading arguments, then `args`.
+  py::object flat(const py::args& args) const {
+    const runtime::Executor& e = *executor;
+    size_t n = e.num_frozen();
+    bool unchanged = n <= leading.size();
+    for (size_t i = 0; unchanged && i < n; ++i)
+      unchanged = e.frozen_unchanged(i, leading[i]);
+    if (!unchanged) {
+      py::list boxed;
+      for (const at::Tensor& t : leading)
+        boxed.append(from_tensor(t));
+      for (py::handle a : args)
+        boxed.append(a);
+      return changed(boxed);
+    }
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(leading.size() - n + args.size());
+    for (size_t i = n; i < leading.size(); ++i)
+      inputs.push_back(leading[i]);
+    for (py::handle a : args)
+      inputs.push_back(to_tensor(a));
+    return run_override.is_none() ? run_inputs(inputs)
+                                  : run_override_with(inputs);
+  }
+
+  py::object changed(py::list args) const {
+    return finish(on_frozen_changed(args));
+  }
+};
+
+} // namespace
 
 void init_runtime_bindings(py::module_& m) {
   py::class_<runtime::Executor, std::shared_ptr<runtime::Executor>>(
@@ -49,11 +170,28 @@ void init_runtime_bindings(py::module_& m) {
           [](std::shared_ptr<runtime::Executor> e) {
             // torch.classes.torch_plugin.Executor, the argument of
             // torch.ops.torch_plugin.run_graph (ops/executor_op.h).
-            return torch::jit::toPyObject(
-                c10::IValue(
-                    c10::make_intrusive<ops::ExecutorObject>(std::move(e))));
+            return torch::jit::toPyObject(c10::IValue(
+                c10::make_intrusive<ops::ExecutorObject>(std::move(e))));
           })
       .def("describe", &runtime::Executor::describe)
+      .def(
+          "steps",
+          [](const runtime::Executor& e) {
+            // [(kind, op, device)]: "fallback", "aten::add.Tensor", "cpu".
+            py::list out;
+            for (const runtime::StepInfo& s : e.steps())
+              out.append(py::make_tuple(s.kind, s.op, s.device.str()));
+            return out;
+          })
+      .def(
+          "set_frozen",
+          [](runtime::Executor& e, py::sequence frozen) {
+            std::vector<at::Tensor> tensors;
+            for (py::handle t : frozen)
+              tensors.push_back(to_tensor(t));
+            e.set_frozen(std::move(tensors));
+          })
+      .def("num_frozen", &runtime::Executor::num_frozen)
       .def("step_counts", &runtime::Executor::step_counts)
       .def("num_inputs", &runtime::Executor::num_inputs)
       .def(
@@ -64,6 +202,69 @@ void init_runtime_bindings(py::module_& m) {
       .def("device", [](const runtime::Executor& e) {
         return e.device().str();
       });
+  // GraphCall holds Python callables that may hold it (a compiled graph's
+  // bound methods): it takes part in Python's garbage collection.
+  py::class_<GraphCall>(
+      m, "GraphCall", py::custom_type_setup([](PyHeapTypeObject* heap_type) {
+        PyTypeObject* type = &heap_type->ht_type;
+        type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+        type->tp_traverse = [](PyObject* self, visitproc visit, void* arg) {
+          auto& c = py::cast<GraphCall&>(py::handle(self));
+          Py_VISIT(c.on_frozen_changed.ptr());
+          Py_VISIT(c.run_override.ptr());
+          Py_VISIT(Py_TYPE(self));
+          return 0;
+        };
+        type->tp_clear = [](PyObject* self) {
+          auto& c = py::cast<GraphCall&>(py::handle(self));
+          c.on_frozen_changed = py::none();
+          c.run_override = py::none();
+          return 0;
+        };
+      }))
+      .def(
+          py::init([](std::shared_ptr<runtime::Executor> e,
+                      py::object on_frozen_changed,
+                      py::sequence leading,
+                      bool no_grad,
+                      bool disable_autocast,
+                      bool as_tuple) {
+            GraphCall c;
+            c.executor = std::move(e);
+            c.on_frozen_changed = std::move(on_frozen_changed);
+            for (py::handle t : leading)
+              c.leading.push_back(to_tensor(t));
+            c.no_grad = no_grad;
+            c.disable_autocast = disable_autocast;
+            c.as_tuple = as_tuple;
+            return c;
+          }),
+          py::arg("executor"),
+          py::arg("on_frozen_changed"),
+          py::arg("leading") = py::list(),
+          py::arg("no_grad") = false,
+          py::arg("disable_autocast") = false,
+          py::arg("as_tuple") = false)
+      .def("__call__", &GraphCall::call)
+      .def("flat", &GraphCall::flat)
+      .def_property(
+          "executor",
+          [](const GraphCall& c) { return c.executor; },
+          [](GraphCall& c, std::shared_ptr<runtime::Executor> e) {
+            c.executor = std::move(e);
+          })
+      .def_readwrite("run_override", &GraphCall::run_override)
+      .def_property_readonly(
+          "leading",
+          [](const GraphCall& c) {
+            py::list out;
+            for (const at::Tensor& t : c.leading)
+              out.append(from_tensor(t));
+            return out;
+          })
+      .def_readonly("no_grad", &GraphCall::no_grad)
+      .def_readonly("disable_autocast", &GraphCall::disable_autocast);
+  m.attr("GraphCall").attr("_boxed_call") = true;
 #ifdef TORCH_PLUGIN_HAVE_ONEDNN
   // Built with oneDNN: usable when torch_plugin/_onednn.so (and libdnnl) loads.
   std::string why;

@@ -150,8 +150,23 @@ Executor::Executor(const ir::Graph& g) {
       steps_[i] = make_fallback_step(*nodes[i], slots);
   }
   step_names_.reserve(steps_.size());
-  for (const auto& step : steps_)
-    step_names_.push_back("torch_plugin: " + step->describe());
+  step_info_.reserve(steps_.size());
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    std::string d = steps_[i]->describe();
+    step_names_.push_back("torch_plugin: " + d);
+    const ir::Node& n = *nodes[i];
+    step_info_.push_back(
+        {d.substr(0, d.find(' ')),
+         n.qualified_name(),
+         n.outputs.empty() ? device_ : n.outputs[0]->device});
+  }
+}
+
+void Executor::set_frozen(std::vector<at::Tensor> frozen) {
+  frozen_versions_.clear();
+  for (const at::Tensor& t : frozen)
+    frozen_versions_.push_back(t._version());
+  frozen_ = std::move(frozen);
 }
 
 std::vector<at::Tensor> Executor::run(

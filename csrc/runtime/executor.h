@@ -34,6 +34,15 @@ struct OutputSpec {
   std::vector<int64_t> strides;
 };
 
+// One step of the plan, as data: its kind ("fallback", "kernel", "onednn",
+// "cublaslt", ...: the first word of the step's description), the IR node's
+// op ("aten::add.Tensor", "torch_plugin::fused") and the device it runs on.
+struct StepInfo {
+  std::string kind;
+  std::string op;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
 class Executor {
  public:
   // Builds the plan of `g`, which must have been through the compiler pipeline.
@@ -55,6 +64,29 @@ class Executor {
   std::string describe() const;
   // Step kind -> count, e.g. {"fallback": 3, "kernel": 5, "onednn": 20}.
   std::vector<std::pair<std::string, int>> step_counts() const;
+  // The steps in order, as data (what describe() prints, structured).
+  const std::vector<StepInfo>& steps() const {
+    return step_info_;
+  }
+
+  // Frozen arguments: the tensors the graph's leading arguments were frozen
+  // to (freezing made them constants), each with its version counter's value
+  // now. A caller that passes the frozen arguments along with the inputs (the
+  // boxed convention: frozen arguments first) checks each with
+  // frozen_unchanged() before running only the rest.
+  void set_frozen(std::vector<at::Tensor> frozen);
+  size_t num_frozen() const {
+    return frozen_.size();
+  }
+  const std::vector<at::Tensor>& frozen() const {
+    return frozen_;
+  }
+  // Whether `t` is frozen argument `i` (the same TensorImpl: the same Python
+  // tensor object) at the version it had when frozen.
+  bool frozen_unchanged(size_t i, const at::Tensor& t) const {
+    return t.unsafeGetTensorImpl() == frozen_[i].unsafeGetTensorImpl() &&
+        t._version() == frozen_versions_[i];
+  }
   // Bytes of one run's arena (0: no memory plan), and how many of the steps'
   // outputs are written into it.
   int64_t arena_bytes() const {
@@ -71,6 +103,9 @@ class Executor {
 
  private:
   std::vector<std::unique_ptr<Step>> steps_;
+  std::vector<StepInfo> step_info_;
+  std::vector<at::Tensor> frozen_;
+  std::vector<int64_t> frozen_versions_;
   // "torch_plugin: <describe()>" per step: its torch.profiler range name.
   std::vector<std::string> step_names_;
   std::vector<std::vector<int>> free_after_; // slots released after step i

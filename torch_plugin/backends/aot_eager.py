@@ -27,9 +27,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from torch_plugin.backends.registry import register_backend
+
+# Shared with the "plugin" compiler, which owns it (compiler/ never imports backends/).
+from torch_plugin.compiler.graph_outputs import flatten_graph_outputs
 
 
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
@@ -77,32 +79,3 @@ def without_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
     from torch_plugin import _C
 
     return _C.disable_wrapper(fn)
-
-
-def flatten_graph_outputs(gm: torch.fx.GraphModule) -> Callable[[Sequence[Any]], Any]:
-    """Make ``gm`` return a flat tuple; return a function that maps such a tuple (or list)
-    back to what ``gm`` returned before. Graphs that already return a flat tuple are left
-    alone."""
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    # FX stores containers in node args as immutable_list/immutable_dict; gm's generated
-    # code builds plain lists and dicts, so rebuild those.
-    result = _plain_containers(output.args[0])
-    leaves, spec = pytree.tree_flatten(result)
-    if spec == pytree.tree_structure(tuple(leaves)):  # already a flat tuple
-        return tuple
-    output.args = (tuple(leaves),)
-    gm.recompile()
-    if spec.is_leaf():  # one value
-        return lambda outputs: outputs[0]
-    return lambda outputs: pytree.tree_unflatten(list(outputs), spec)
-
-
-def _plain_containers(value: Any) -> Any:
-    """``value`` with FX's immutable_list/immutable_dict replaced by list/dict, recursively."""
-    if isinstance(value, dict):
-        return {k: _plain_containers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain_containers(v) for v in value]
-    if type(value) is tuple:
-        return tuple(_plain_containers(v) for v in value)
-    return value

@@ -18,7 +18,7 @@ with one launch. :class:`CudaGraphRunner` wraps a compiled graph's boxed runner
   and replays of one pool are ordered across streams by an event (:class:`_Pool`).
 
 :func:`why_not_capturable` says why a compiled graph must not be captured (its executor's
-steps name each op): inputs or constants not all on one CUDA device, an op that synchronizes
+steps, ``Executor.steps()``, name each op): inputs or constants not all on one CUDA device, an op that synchronizes
 with the CPU (``nonzero``, ``item``, ...), a random op (a replay would repeat the captured
 random numbers' offsets differently from eager), an in-place op on a graph input (it would
 write the static buffer, not the caller's tensor). A capture that fails anyway (an op that
@@ -69,12 +69,16 @@ def op_impurity(name: str) -> str | None:
 
 
 def why_not_capturable(
-    steps: Sequence[str], inputs: Sequence[torch.Tensor], constants: Sequence[torch.Tensor]
+    steps: Sequence[tuple[str, str, str]],
+    inputs: Sequence[torch.Tensor],
+    constants: Sequence[torch.Tensor],
 ) -> str | None:
     """Why a compiled graph cannot be captured into a CUDA graph, or None when it can.
 
     Args:
-        steps: the executor's step descriptions ("fallback aten::add.Tensor", "kernel fused_3").
+        steps: the executor's steps as ``(kind, op, device)`` (``Executor.steps()``:
+            ``("fallback", "aten::add.Tensor", "cuda:0")``, ``("kernel", "torch_plugin::fused",
+            "cuda:0")``); only ATen fallbacks can synchronize, draw random numbers or mutate.
         inputs: example inputs of the graph (its runtime inputs, without frozen constants).
         constants: the graph's frozen constants.
     """
@@ -86,9 +90,8 @@ def why_not_capturable(
         return f"its tensors are not all on one CUDA device ({sorted(map(str, devices))})"
     if any(not isinstance(t, torch.Tensor) for t in inputs):
         return "an input is not a tensor"
-    for step in steps:
-        op = step.split()[-1] if step.startswith("fallback ") else ""
-        if not op:
+    for kind, op, _device in steps:
+        if kind != "fallback":
             continue
         if op.split(".")[0] in _SYNCING_OPS:
             return f"{op} synchronizes with the CPU"

@@ -27,10 +27,10 @@ whose weights are prepacked; the graph module's library ops run their reference 
 kernels (ATen), and each call goes through the dispatcher from Python.
 
 Key parts:
-- :func:`to_graph_module`: a :class:`~torch_plugin.compiler.compile.CompiledGraph` (or an
+- :func:`to_graph_module`: a :class:`~torch_plugin.compiler.stages.CompiledGraph` (or an
   IR graph exported by ``_C._compiler.Graph.export()``) to a :class:`PluginGraphModule`.
-- :func:`compile_to_graph_module`: a model and example inputs to the graph module of its
-  compiled inference graph (capture, AOTAutograd, freezing, the pass pipeline).
+- Compiling a model or a captured graph to its artifact (AOTAutograd, freezing, the pass
+  pipeline, then :func:`to_graph_module`) is :func:`torch_plugin.artifact.compile_to_graph_module`.
 - :class:`PluginGraphModule`: the ``GraphModule`` subclass that pickles with ``torch_plugin``
   imported on load and keeps kernel sources as attributes across a save and load.
 - :func:`to_executor_graph_module`: a compiled graph as one ``run_graph`` call on its
@@ -39,7 +39,6 @@ Key parts:
 
 from __future__ import annotations
 
-import copy
 import operator
 from typing import Any
 
@@ -52,7 +51,6 @@ from torch_plugin.compiler.lowering import _DTYPES, _LAYOUTS, _MEMORY_FORMATS
 __all__ = [
     "ExecutorGraphModule",
     "PluginGraphModule",
-    "compile_to_graph_module",
     "to_executor_graph_module",
     "to_graph_module",
 ]
@@ -106,7 +104,7 @@ def _load(fn: Any, args: tuple[Any, ...]) -> PluginGraphModule:
 def to_graph_module(compiled: Any) -> PluginGraphModule:
     """The compiled graph ``compiled`` as an FX graph module of dispatcher ops.
 
-    ``compiled``: a :class:`~torch_plugin.compiler.compile.CompiledGraph`, an IR graph
+    ``compiled``: a :class:`~torch_plugin.compiler.stages.CompiledGraph`, an IR graph
     (``_C._compiler.Graph``, after ``run_pipeline``), or the dict its ``export()`` returns.
     The module takes the compiled graph's runtime inputs (for a frozen graph: without
     the frozen parameters, which are buffers) as positional tensors and returns a tuple
@@ -135,7 +133,7 @@ class ExecutorGraphModule(torch.fx.GraphModule):
 
 
 def to_executor_graph_module(compiled: Any) -> ExecutorGraphModule:
-    """The compiled graph ``compiled`` (a :class:`~torch_plugin.compiler.compile.CompiledGraph`)
+    """The compiled graph ``compiled`` (a :class:`~torch_plugin.compiler.stages.CompiledGraph`)
     as an FX graph module with one node calling ``torch.ops.torch_plugin.run_graph.default``
     on its executor (the attribute ``executor``, a ``torch.classes.torch_plugin.Executor``).
 
@@ -159,75 +157,6 @@ def to_executor_graph_module(compiled: Any) -> ExecutorGraphModule:
         )
     )
     return ExecutorGraphModule(root, graph, class_name="ExecutorGraphModule")
-
-
-def compile_to_graph_module(model: Any, *example_inputs: torch.Tensor) -> PluginGraphModule:
-    """Compile ``model(*example_inputs)`` for inference with the "plugin" compiler and return
-    the compiled artifact.
-
-    ``model``: an ``nn.Module``, a function, or an FX ``GraphModule`` already captured (its
-    placeholders take ``example_inputs``). Others are captured whole with
-    :func:`torch_plugin.export`. The ATen graph comes from AOTAutograd under ``no_grad`` with
-    the plugin decompositions; parameters and buffers are frozen into constants, as the
-    "plugin" backend does for inference. The module takes the example inputs' tensors, in
-    order, and returns a tuple of the model's output tensors (flattened). Its constants are
-    the parameters as they were at this call.
-
-    Raises:
-        torch_plugin.CaptureError / torch_plugin.ExportError: the model does not capture as
-            one graph.
-        NotImplementedError: the compiler does not take this graph (the backend would run
-            it unmodified; the reason is in the message).
-    """
-    from torch._functorch.aot_autograd import aot_module_simplified
-
-    from torch_plugin.backends.aot_eager import flatten_graph_outputs
-    from torch_plugin.compiler.compile import CompiledGraph, compile_graph
-    from torch_plugin.compiler.decompositions import decomposition_table
-
-    if isinstance(model, torch.fx.GraphModule):
-        # Same parameters and submodules, own graph: the caller's module is not rewritten.
-        gm = torch.fx.GraphModule(model, copy.deepcopy(model.graph))
-    else:
-        from torch_plugin.export import export
-
-        gm, _ = export(model, *example_inputs)
-    if isinstance(gm.graph._codegen, torch.fx.graph._PyTreeCodeGen):
-        # An exported graph takes and returns pytrees; AOTAutograd wants flat inputs and
-        # outputs (its placeholders already are the flattened arguments: the tensors).
-        gm.graph._codegen = torch.fx.graph.CodeGen()
-        gm.recompile()
-    flatten_graph_outputs(gm)
-    params = [
-        *dict(gm.named_parameters(remove_duplicate=False)).values(),
-        *dict(gm.named_buffers(remove_duplicate=False)).values(),
-    ]
-    compiled: list[Any] = []
-
-    def inference_compiler(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
-        compiled.append(compile_graph(fx_graph, params))
-        return compiled[-1]
-
-    with torch.no_grad():
-        aot_module_simplified(
-            gm,
-            list(example_inputs),
-            fw_compiler=inference_compiler,
-            inference_compiler=inference_compiler,
-            decompositions=decomposition_table(),
-            keep_inference_input_mutations=True,
-        )
-    if not compiled or not isinstance(compiled[-1], CompiledGraph):
-        raise NotImplementedError(
-            "the plugin compiler runs this graph unmodified (see the torch_plugin.compiler "
-            "log for the reason); there is no compiled artifact"
-        )
-    if compiled[-1].num_frozen != len(params):
-        raise NotImplementedError(
-            "the parameters were not frozen (TORCH_PLUGIN_FREEZE=0?); the compiled graph "
-            "takes them as inputs"
-        )
-    return to_graph_module(compiled[-1])
 
 
 class _Builder:

@@ -3,19 +3,18 @@
 Tracing a captured graph into an ATen graph (AOTAutograd: a metadata pass and a
 functionalized ``make_fx`` trace, both on FakeTensors) is most of the "plugin" backend's
 compile time on a large inference graph (ResNet-50: see docs/internals/compiler.md,
-"Compile time"). Its result, once lowered, is a short list of calls on the IR builder
-(``_C._compiler.Graph``): add an input, add a node with these schema-ordered arguments,
-give an output this type. This module records that list (a *lowering recipe*) while a graph
-is lowered, stores it on disk, and replays it on a later compile of the same graph.
+"Compile time"). This module stores the lowered IR graph (before the pass pipeline) through
+the IR's own export (``_C._compiler.Graph.export()``), and a later compile of the same graph
+builds it back instead of tracing.
 
-What is cached: the recipe's ops, names, constant arguments, sizes, strides, dtypes and
-devices — never tensor values — as validated JSON with a content hash
-(:mod:`torch_plugin.compiler.recipe_format`; no pickle: an entry is data, never code).
-Frozen parameters are referenced by their position and come from the
-live module on every replay, so a recipe cannot return stale weights. Graphs with other
-tensor constants (``get_attr`` tensors in the ATen graph) are not cached.
+What is cached: the graph's ops, constant arguments, sizes, strides, dtypes and device —
+never tensor values — as validated JSON with a content hash
+(:mod:`torch_plugin.compiler.graph_format`; no pickle: an entry is data, never code).
+Frozen parameters are referenced by their position and come from the live module on every
+build, so an entry cannot return stale weights. Graphs with other tensor constants
+(``get_attr`` tensors in the ATen graph) are not cached.
 
-When a recipe is used: only for inference graphs (AOTAutograd's inference path: no input
+When an entry is used: only for inference graphs (AOTAutograd's inference path: no input
 requires grad, or grad mode is off) whose AOTAutograd runtime wrapper does nothing, which
 :func:`trivially_wrapped` checks on the traced graph: the graph's placeholders are exactly
 the parameters, buffers and inputs (no deduplicated or synthetic-base arguments), it has no
@@ -23,115 +22,34 @@ mutable op (no input mutation kept in the graph), and it returns exactly the cap
 graph's outputs, each a fresh tensor (no output aliases an input or another output).
 Everything else (training, aliasing, mutation) always goes through AOTAutograd.
 
-The key (:func:`graph_key`) hashes everything the recipe depends on: the captured graph's
+The key (:func:`graph_key`) hashes everything the entry depends on: the captured graph's
 code and the identity of each callable it calls, the metadata (sizes, strides, dtype,
-requires_grad) of every parameter, buffer and example input, grad mode, the compiler
-options, the torch version, and the source of the Python files that produce the recipe
-(backends/plugin.py, compiler/lowering.py, compiler/decompositions.py, this file). The C++
-passes run after the replay, so they are not part of the key.
+requires_grad) of every parameter, buffer and example input, grad mode, the tracing state
+(autocast, default dtype), the compiler options, the torch version, the entry format, and
+the source of the Python files that produce the lowered graph (the compiler's stages,
+lowering, decompositions, attention rewriting, this file and the format). The C++ passes run
+after the cache, so they are not part of the key. The folder is
+:mod:`torch_plugin.compiler.cache_dir`'s.
 
-Key parts:
-- :func:`graph_key`, :func:`load`, :func:`store`.
-- :class:`RecordingGraph`: an IR builder that records its calls.
-- :class:`Recipe`, :func:`replay`.
+Key parts: :func:`graph_key`, :func:`load`, :func:`store`, :func:`trivially_wrapped`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import hashlib
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from torch_plugin import _C
-from torch_plugin.compiler import recipe_format
-from torch_plugin.compiler.recipe_format import FORMAT as _FORMAT
+from torch_plugin.compiler import cache_dir as cache_folder
+from torch_plugin.compiler import graph_format
+from torch_plugin.compiler.graph_format import FORMAT as _FORMAT
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class Recipe:
-    """A lowered graph as the builder calls that made it.
-
-    ``calls``: ``(method, args, result)`` in order, with ``add_constant`` recorded as
-    ``("frozen", index, id)``; ``num_frozen``: how many leading graph arguments are frozen
-    parameters (the rest are inputs).
-    """
-
-    calls: list[tuple[str, tuple, Any]]
-    num_frozen: int
-
-
-class Uncacheable(Exception):
-    """The graph being recorded cannot be cached (a tensor constant that is not frozen)."""
-
-
-class RecordingGraph:
-    """``_C._compiler.Graph`` that records every builder call (see :class:`Recipe`).
-
-    ``frozen``: the tensors lowering will pass to ``add_constant`` for frozen placeholders,
-    by position. A call to ``add_constant`` with any other tensor marks the recording as
-    uncacheable (``self.cacheable`` False); building goes on unaffected.
-    """
-
-    def __init__(self, frozen: dict[int, torch.Tensor]):
-        self.graph = _C._compiler.Graph()
-        self.calls: list[tuple[str, tuple, Any]] = []
-        self.cacheable = True
-        self._frozen = {id(t): i for i, t in frozen.items()}
-
-    def _call(self, method: str, *args: Any) -> Any:
-        result = getattr(self.graph, method)(*args)
-        self.calls.append((method, args, result))
-        return result
-
-    def add_input(self, dtype: int, sizes: list[int], strides: list[int], device: str) -> int:
-        return self._call("add_input", dtype, sizes, strides, device)
-
-    def add_constant(self, t: torch.Tensor) -> int:
-        result = self.graph.add_constant(t)
-        index = self._frozen.get(id(t))
-        if index is None:
-            self.cacheable = False
-        self.calls.append(("frozen", (index,), result))
-        return result
-
-    def add_node(self, op: str, overload: str, args: list, n: int, may_alias: bool) -> list[int]:
-        return self._call("add_node", op, overload, args, n, may_alias)
-
-    def set_type(
-        self, i: int, dtype: int, sizes: list[int], strides: list[int], device: str
-    ) -> None:
-        self._call("set_type", i, dtype, sizes, strides, device)
-
-    def set_outputs(self, ids: list[int]) -> None:
-        self._call("set_outputs", ids)
-
-
-def replay(recipe: Recipe, frozen: Sequence[torch.Tensor]) -> Any:
-    """The IR graph ``recipe`` describes, with ``frozen[i]`` as frozen parameter ``i``.
-
-    Raises ValueError when the builder hands out other value ids than it did when the
-    recipe was recorded (a recipe from another build of the extension).
-    """
-    g = _C._compiler.Graph()
-    for method, args, expected in recipe.calls:
-        if method == "frozen":
-            result = g.add_constant(frozen[args[0]].detach())
-        else:
-            result = getattr(g, method)(*args)
-        if result != expected:
-            raise ValueError(f"graph cache: {method} returned {result}, recorded {expected}")
-    return g
 
 
 def trivially_wrapped(
@@ -169,15 +87,19 @@ def trivially_wrapped(
 
 @functools.cache
 def _source_hash() -> str:
-    """Hash of the Python sources that produce a recipe."""
+    """Hash of the Python sources that produce a cached graph."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     for rel in (
-        "backends/plugin.py",
+        "compiler/pipeline.py",
+        "compiler/inference.py",
+        "compiler/stages.py",
+        "compiler/graph_outputs.py",
+        "compiler/attention.py",
         "compiler/lowering.py",
         "compiler/decompositions.py",
         "compiler/graph_cache.py",
-        "compiler/recipe_format.py",
+        "compiler/graph_format.py",
     ):
         h.update(rel.encode())
         h.update((root / rel).read_bytes())
@@ -208,8 +130,8 @@ def _has_symbolic_placeholder(gm: torch.fx.GraphModule) -> bool:
 def _tracing_state() -> str:
     """The global torch state that changes the ATen graph AOTAutograd traces from the same
     captured graph: autocast (ambient, entered outside the captured frame, so not in the
-    graph's code) per device type, and the default dtype. A recipe traced under autocast
-    replayed without it ran the bf16 graph for fp32 inputs (wrong results, and kernels whose
+    graph's code) per device type, and the default dtype. A graph traced under autocast
+    built again without it ran the bf16 graph for fp32 inputs (wrong results, and kernels whose
     baked dtypes read past their buffers)."""
     parts = [f"default_dtype={torch.get_default_dtype()}"]
     for device in ("cpu", "cuda"):
@@ -233,8 +155,8 @@ def graph_key(
         return None
     if _has_symbolic_placeholder(gm):
         # A graph captured with symbolic sizes has the code of its static twin, and its
-        # example inputs have concrete sizes: it is never cached (the recipe of one would
-        # be replayed for the other, issue #10).
+        # example inputs have concrete sizes: it is never cached (the entry of one would
+        # be used for the other, issue #10).
         return None
     h = hashlib.sha256()
     h.update(f"{_FORMAT}|{torch.__version__}|{_source_hash()}|{sorted(options.items())}".encode())
@@ -261,7 +183,7 @@ def graph_key(
             value = getattr(gm, node.target, None)
             if isinstance(value, torch.Tensor):
                 if node.target not in params:
-                    return None  # a tensor constant: its value would be part of the recipe
+                    return None  # a tensor constant: its value would be part of the entry
             else:
                 h.update(repr(value).encode())
     return h.hexdigest()
@@ -275,10 +197,11 @@ def _path(cache_dir: str, key: str) -> Path:
 _reported: set[str] = set()
 
 
-def load(cache_dir: str, key: str) -> Recipe | None:
-    """The recipe stored under ``key``, or None: missing, or unusable (not this format, a
-    wrong content hash, a field that does not validate; see :mod:`.recipe_format`), which is
-    logged once and then overwritten by the recompile."""
+def load(cache_dir: str, key: str) -> dict[str, Any] | None:
+    """The lowered graph stored under ``key`` (validated, for :func:`graph_format.build`), or
+    None: missing, or unusable (not this format, a wrong content hash, a field that does not
+    validate; see :mod:`.graph_format`), which is logged once and then overwritten by the
+    recompile."""
     path = _path(cache_dir, key)
     try:
         data = path.read_bytes()
@@ -288,14 +211,12 @@ def load(cache_dir: str, key: str) -> Recipe | None:
         _report(path, f"unreadable: {e}")
         return None
     try:
-        calls, num_frozen = recipe_format.loads(data, key)
-    except recipe_format.BadEntry as e:
+        graph = graph_format.loads(data, key)
+    except graph_format.BadEntry as e:
         _report(path, str(e))
         return None
-    from torch_plugin.cache import touch
-
-    touch(path)  # used now: least-recently-used eviction keeps it
-    return Recipe(calls, num_frozen)
+    cache_folder.touch(path)  # used now: least-recently-used eviction keeps it
+    return graph
 
 
 def _report(path: Path, why: str) -> None:
@@ -304,45 +225,19 @@ def _report(path: Path, why: str) -> None:
         log.warning("plugin: ignoring graph cache entry %s (%s); recompiling", path, why)
 
 
-def _make_private_dirs(folder: Path) -> None:
-    """``mkdir -p`` with every folder it creates 0700 (``Path.mkdir(parents=True)`` gives the
-    parents the default mode)."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for f in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            f.mkdir(mode=0o700)
-
-
-def store(cache_dir: str, key: str, recipe: Recipe) -> None:
-    """Writes ``recipe`` under ``key`` atomically (a temporary file with an unpredictable name
-    in the same folder, flushed to disk, then renamed: a concurrent reader sees all or
-    nothing). Folders are created 0700, files 0600. An unwritable cache directory is logged,
-    not raised. Then least recently used entries are evicted until the cache is under its size
-    limit (:func:`torch_plugin.cache.enforce_limit`)."""
+def store(cache_dir: str, key: str, graph: dict[str, Any]) -> None:
+    """Writes ``graph`` (from :func:`graph_format.entry_of`) under ``key``, atomically and
+    private (:func:`cache_dir.write_private`). An unwritable cache directory is logged, not
+    raised. Then least recently used entries are evicted until the cache is under its size
+    limit (:func:`cache_dir.enforce_limit`)."""
     path = _path(cache_dir, key)
     try:
-        _make_private_dirs(path.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(recipe_format.dumps(recipe, key))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        cache_folder.write_private(path, graph_format.dumps(graph, key))
     except OSError as e:
         log.warning("plugin: cannot write the graph cache entry %s: %s", path, e)
         return
-    from torch_plugin.cache import enforce_limit
-
     try:
-        freed = enforce_limit(Path(cache_dir))
+        freed = cache_folder.enforce_limit(Path(cache_dir))
     except (OSError, ValueError) as e:
         log.warning("plugin: cannot keep the cache under its size limit: %s", e)
     else:

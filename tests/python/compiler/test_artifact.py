@@ -18,12 +18,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import torch_plugin
 from torch_plugin import _C
-from torch_plugin.compiler.compile import CompiledGraph, compile_graph
-from torch_plugin.compiler.fx_artifact import (
-    PluginGraphModule,
-    compile_to_graph_module,
-    to_graph_module,
-)
+from torch_plugin.artifact import compile_to_graph_module
+from torch_plugin.compiler.fx_artifact import PluginGraphModule, to_graph_module
+from torch_plugin.compiler.stages import CompiledGraph, compile_graph
 
 REPO = os.path.dirname(os.path.dirname(torch_plugin.__file__))
 PLUGIN_OPS = {

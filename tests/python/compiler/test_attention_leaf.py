@@ -131,7 +131,7 @@ def _targets(gm):
 
 
 def test_tracing_puts_the_leaf_op_into_the_graph_and_compiles():
-    from torch_plugin.compiler.compile import compile_graph
+    from torch_plugin.compiler.stages import compile_graph
 
     torch.manual_seed(0)
     model = _Block().eval()
@@ -157,7 +157,7 @@ def test_tracing_keeps_aten_attention_with_dropout():
 def test_autocast_casts_the_leaf_ops_arguments_like_atens():
     """Under autocast the ATen op's floating arguments are cast to the autocast dtype; the
     leaf op (no autocast kernel) gets the same casts while tracing."""
-    from torch_plugin.compiler.compile import compile_graph
+    from torch_plugin.compiler.stages import compile_graph
 
     class Mixed(torch.nn.Module):
         def forward(self, q, k, v):

@@ -196,7 +196,7 @@ def _model():
 
 
 def _record_compiled_graphs(monkeypatch):
-    from torch_plugin.compiler import compile as compile_mod
+    from torch_plugin.compiler import stages as compile_mod
 
     built = []
     init = compile_mod.CompiledGraph.__init__

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torch_plugin
-from torch_plugin.compiler.fx_artifact import compile_to_graph_module
+from torch_plugin.artifact import compile_to_graph_module
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -86,7 +86,7 @@ def test_sdpa_is_traced_as_the_leaf_op_and_matches_eager(dtype, masked, monkeypa
     """F.scaled_dot_product_attention reaches the compiled graph as
     torch_plugin::scaled_dot_product_attention (not the math path, not cuDNN attention's
     int results) and the graph is lowered; outputs match eager over several calls."""
-    from torch_plugin.compiler import compile as compile_mod
+    from torch_plugin.compiler import stages as compile_mod
 
     graphs = []
     real = compile_mod.compile_graph
@@ -142,7 +142,7 @@ def test_multihead_attention_fused_call_becomes_the_leaf_op(monkeypatch):
     _scaled_dot_product_efficient_attention, tagged as drawing random numbers; without
     dropout it is rewritten to the leaf op, so the graph is pure (timed against eager, may be
     captured); outputs match eager over several calls."""
-    from torch_plugin.backends import plugin as plugin_mod
+    from torch_plugin.compiler import inference as plugin_mod
 
     graphs = []
     real = plugin_mod.aten_graph_impurity

@@ -39,7 +39,7 @@ def _setup(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyP
 @pytest.fixture(name="graphs")
 def _graphs(monkeypatch: pytest.MonkeyPatch) -> list:
     """Every CompiledGraph built during the test."""
-    from torch_plugin.compiler import compile as compile_mod
+    from torch_plugin.compiler import stages as compile_mod
 
     built: list = []
     init = compile_mod.CompiledGraph.__init__

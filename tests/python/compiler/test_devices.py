@@ -10,7 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from torch_plugin import _C
-from torch_plugin.compiler import graph_cache, lowering
+from torch_plugin.compiler import graph_format, lowering
 
 
 def _fn(x, y):
@@ -69,13 +69,12 @@ def test_several_devices_or_other_device_types_are_unsupported():
         lowering.lower(meta, {})
 
 
-def test_graph_cache_recipe_records_the_device():
-    recorder = lowering.lower(_cuda_graph(), {}, graph_cache.RecordingGraph({}))
-    assert recorder.cacheable
-    devices = {c[1][-1] for c in recorder.calls if c[0] in ("add_input", "set_type")}
-    assert devices == {"cuda:0"}
-    replayed = graph_cache.replay(graph_cache.Recipe(recorder.calls, 0), [])
-    assert replayed.device() == "cuda:0" and str(replayed) == str(recorder.graph)
+def test_graph_cache_entry_records_the_device():
+    g = lowering.lower(_cuda_graph(), {})
+    entry = graph_format.entry_of(g.export(), [], g.device())
+    assert entry is not None and entry["device"] == "cuda:0"
+    built = graph_format.build(graph_format.loads(graph_format.dumps(entry, "k"), "k"), [])
+    assert built.device() == "cuda:0" and str(built) == str(g)
 
 
 def test_builder_rejects_a_bad_device():

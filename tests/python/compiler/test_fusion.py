@@ -59,7 +59,7 @@ def test_kernels_cached_on_disk(compile_plugin, assert_close):
 @pytest.fixture(name="graphs")
 def _graphs(monkeypatch: pytest.MonkeyPatch) -> list:
     """Every CompiledGraph built during the test."""
-    from torch_plugin.compiler import compile as compile_mod
+    from torch_plugin.compiler import stages as compile_mod
 
     built: list = []
     init = compile_mod.CompiledGraph.__init__

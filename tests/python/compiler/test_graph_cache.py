@@ -207,54 +207,50 @@ def test_replayed_graph_runs_with_autocast_off(cache_dir, monkeypatch):
 
 
 def _tampered(data: bytes, edit) -> bytes:
-    """The entry ``data`` with ``edit`` applied to its recipe and the content hash recomputed
+    """The entry ``data`` with ``edit`` applied to its graph and the content hash recomputed
     (what an attacker who can write the cache can do)."""
     import hashlib
     import json
 
     top = json.loads(data)
-    edit(top["recipe"])
-    hashed = {"key": top["key"], "recipe": top["recipe"]}
+    edit(top["graph"])
+    hashed = {"key": top["key"], "graph": top["graph"]}
     body = json.dumps(hashed, sort_keys=True, separators=(",", ":")).encode()
     top["sha256"] = hashlib.sha256(body).hexdigest()
     return json.dumps(top).encode()
 
 
-def _node_call(recipe):
-    return next(c for c in recipe["calls"] if c[0] == "add_node")
+def _set_dtype(graph):
+    graph["values"][0][1] = 99
 
 
-def _set_dtype(recipe):
-    next(c for c in recipe["calls"] if c[0] == "add_input")[1][0] = 99
+def _unknown_op(graph):
+    graph["nodes"][0][0] = "aten::no_such_op"
 
 
-def _unknown_op(recipe):
-    _node_call(recipe)[1][0] = "aten::no_such_op"
+def _dangling_id(graph):
+    graph["nodes"][0][2][0] = ["t", 10_000]
 
 
-def _dangling_id(recipe):
-    _node_call(recipe)[1][2][0] = ["t", 10_000]
+def _code_in_constant(graph):
+    graph["nodes"][0][2].append(["c", {"__reduce__": "os.system"}])
 
 
-def _code_in_constant(recipe):
-    _node_call(recipe)[1][2].append(["c", {"__reduce__": "os.system"}])
-
-
-def _frozen_out_of_range(recipe):
-    next(c for c in recipe["calls"] if c[0] == "frozen")[1][0] = 10_000
+def _frozen_out_of_range(graph):
+    graph["constants"][0][1] = 10_000
 
 
 @pytest.mark.parametrize(
     "corrupt",
     [
         lambda data: data[: len(data) // 2],  # truncated
-        lambda data: data.replace(b'"add_node"', b'"add_nodf"', 1),  # a flipped byte
+        lambda data: data.replace(b'"inputs"', b'"inputt"', 1),  # a flipped byte
         lambda data: _tampered(data, _set_dtype),
         lambda data: _tampered(data, _unknown_op),
         lambda data: _tampered(data, _dangling_id),
         lambda data: _tampered(data, _code_in_constant),
         lambda data: _tampered(data, _frozen_out_of_range),
-        lambda data: data.replace(b'"format": 5', b'"format": 4', 1),
+        lambda data: data.replace(b'"format": 6', b'"format": 5', 1),
         lambda data: data.replace(b'"key": "', b'"key": "0', 1),
     ],
     ids=["truncated", "flipped", "dtype", "op", "dangling_id", "object", "frozen", "format", "key"],

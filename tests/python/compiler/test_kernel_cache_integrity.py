@@ -2,7 +2,7 @@
 
 Kernel entries (``<key>.kernel``, csrc/runtime/cache_file.h) carry the SHA-256 of their name and
 payload, checked before the payload is loaded; graph entries (``graphs/<key>.json``,
-torch_plugin/compiler/recipe_format.py) carry the SHA-256 of their key and recipe and are
+torch_plugin/compiler/graph_format.py) carry the SHA-256 of their key and graph and are
 validated field by field. A planted shared library never runs its constructor; truncated,
 flipped, garbage and swapped entries are reported and compiled again; every call stays equal to
 eager. The fuzz test applies 1,000 random mutations, each followed by a call that must read the

@@ -65,7 +65,7 @@ class TransposedLinear(torch.nn.Module):
 
 
 def test_bias_add_after_a_view_joins_the_linear(compile_plugin, assert_close, monkeypatch):
-    from torch_plugin.compiler import compile as compile_mod
+    from torch_plugin.compiler import stages as compile_mod
 
     built = []
     init = compile_mod.CompiledGraph.__init__

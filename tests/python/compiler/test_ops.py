@@ -218,7 +218,7 @@ def test_fused_generated_kernel():
     """A kernel the compiler generated, called through the op with its exported signature."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torch_plugin.compiler.compile import CompiledGraph, compile_graph
+    from torch_plugin.compiler.stages import CompiledGraph, compile_graph
 
     def fn(x, y):
         return (torch.sigmoid(x * y + 0.5) - y,)  # AOTAutograd's graphs return tuples

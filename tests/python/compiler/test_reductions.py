@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torch_plugin.compiler import compile as compile_mod
+from torch_plugin.compiler import stages as compile_mod
 
 
 @pytest.fixture(autouse=True)

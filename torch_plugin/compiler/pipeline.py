@@ -1,0 +1,171 @@
+"""The "plugin" compiler's driver: a captured graph to a callable, through the stages of
+:mod:`torch_plugin.compiler.stages` (captured → lowered → compiled), with the inference
+stages (:mod:`.inference`: freezing, the graph cache, one call) and the training stages
+(:mod:`.training`: forward and backward graphs) side by side.
+
+AOTAutograd (``aot_module_simplified``) traces the captured graph into ATen graphs with the
+decomposition table of :mod:`torch_plugin.compiler.decompositions`, and calls the inference
+compiler or the forward/backward compilers; a graph-cache hit skips it.
+
+On CUDA (any example input, parameter or buffer on a CUDA device) three more rules apply
+(issue #11):
+
+- *Never slower than eager.* A graph that needs gradients runs as the eager graph (the
+  captured FX graph as it is; GPU training is compiled by a later part), and so does an
+  inference graph the compiler cannot lower (as on the CPU). For an inference
+  graph, the compiled graph and the eager graph are both timed at compile time on the example
+  inputs when that is safe (the ATen graph mutates no input and draws no random numbers), and
+  the faster one runs from then on; a log line on ``torch_plugin.backends.plugin`` says which
+  and why.
+- *CUDA graphs.* A compiled inference graph is captured into a CUDA graph on its second call
+  and replayed after (:mod:`torch_plugin.compiler.cuda_graphs`) unless it cannot be (ops that
+  synchronize, draw random numbers or write an input; the log says which);
+  ``TORCH_PLUGIN_CUDA_GRAPHS=0`` turns that off.
+- ``mode="reduce-overhead"`` keeps the CUDA graph whenever it can be captured, without the
+  timing.
+
+Key parts: :func:`compile_captured` (the "plugin" backend's body), :data:`MODES`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from torch_plugin import _C
+from torch_plugin.compiler import training
+from torch_plugin.compiler.graph_outputs import flatten_graph_outputs
+from torch_plugin.compiler.inference import InferenceStages
+from torch_plugin.compiler.stages import Captured
+
+log = logging.getLogger("torch_plugin.backends.plugin")
+
+MODES = ("default", "reduce-overhead")
+
+
+def compile_captured(
+    gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor], mode: str = "default"
+) -> Callable[..., Any]:
+    """Compile the captured graph ``gm`` with the "plugin" compiler (see the module docstring).
+
+    ``mode``: "default", or "reduce-overhead". Raises ValueError for another mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"plugin: unknown mode {mode!r}; modes: {', '.join(MODES)}")
+    captured = Captured.of(gm, example_inputs, mode)
+    cuda = captured.cuda
+    # Bound now: the compiler below rewrites gm's outputs (flatten_graph_outputs).
+    eager = _C.disable_wrapper(gm.forward)
+    if cuda and captured.needs_grad:
+        log.info("plugin: a CUDA graph that needs gradients runs as the eager graph")
+        return eager
+    facts: dict[str, Any] = {}
+    compiled = _compile(captured, facts)
+    if "unlowered" in facts:
+        # The ATen graph would run op by op from Python: the captured graph is never slower.
+        log.info("plugin: the inference graph runs as the eager graph: %s", facts["unlowered"])
+        return eager
+    if not cuda or mode == "reduce-overhead":
+        return compiled
+    return _faster_of(compiled, eager, example_inputs, facts)
+
+
+def _compile(captured: Captured, facts: dict[str, Any]) -> Callable[..., Any]:
+    """The compiler proper (CPU and CUDA): the graph cache, else AOTAutograd with the
+    inference and training compilers. ``facts`` receives ``"pure"``/``"impure"`` (why) and
+    ``"unlowered"`` about the inference graph."""
+    gm = captured.gm
+    rebuild = flatten_graph_outputs(gm)
+    inference = InferenceStages(captured, rebuild, facts)
+    cached = inference.from_cache()
+    if cached is not None:
+        return cached
+
+    # Imported here, not above: a graph cache hit never needs AOTAutograd, whose first
+    # import takes about 0.3 s.
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    from torch_plugin.compiler.attention import LeafAttention
+    from torch_plugin.compiler.decompositions import decomposition_table
+
+    # On CUDA, attention is traced as a leaf op (torch_plugin.compiler.attention says why).
+    tracing = LeafAttention("cuda") if captured.cuda else contextlib.nullcontext()
+    with tracing:
+        compiled = aot_module_simplified(
+            gm,
+            captured.example_inputs,
+            fw_compiler=training.forward_compiler,
+            bw_compiler=training.backward_compiler,
+            inference_compiler=inference,
+            decompositions=decomposition_table(),
+            keep_inference_input_mutations=True,
+        )
+    if inference.direct is not None:
+        # AOTAutograd's wrapper would do nothing: the compiled graph's own call runs it.
+        return inference.direct
+
+    def run(*args: Any) -> Any:
+        return rebuild(compiled(*args))
+
+    return run
+
+
+def _faster_of(
+    compiled: Callable[..., Any],
+    eager: Callable[..., Any],
+    example_inputs: list[torch.Tensor],
+    facts: dict[str, Any],
+) -> Callable[..., Any]:
+    """``compiled`` or ``eager``, whichever runs ``example_inputs`` faster on the GPU; only
+    measured when running the graph twice more is unobservable (``facts["pure"]``: no input
+    mutation, no random op in the ATen graph); otherwise ``compiled``."""
+    why = facts.get("impure")
+    if why is not None or "pure" not in facts:
+        log.info("plugin: not timing the compiled graph against eager (%s)", why or "unknown")
+        return compiled
+    try:
+        with torch.no_grad():
+            t_compiled = _median_ms(compiled, example_inputs, warmup=3)
+            t_eager = _median_ms(eager, example_inputs, warmup=1)
+    except Exception as e:  # noqa: BLE001 - timing is advisory; the compiled graph stays
+        log.info("plugin: timing against eager failed (%s); keeping the compiled graph", e)
+        return compiled
+    if t_compiled <= t_eager:
+        log.info(
+            "plugin: compiled graph %.3f ms, eager graph %.3f ms: running the compiled graph",
+            t_compiled, t_eager,
+        )  # fmt: skip
+        return compiled
+    log.info(
+        "plugin: compiled graph %.3f ms is slower than the eager graph %.3f ms: running the "
+        "eager graph",
+        t_compiled, t_eager,
+    )  # fmt: skip
+    return eager
+
+
+def _median_ms(
+    fn: Callable[..., Any], args: list[Any], warmup: int, runs: int = 10, budget_ms: float = 25.0
+) -> float:
+    """Median CUDA-event milliseconds of ``fn(*args)`` after ``warmup`` calls (3 let the
+    compiled graph capture its CUDA graph): ``runs`` calls, or fewer (at least 5) once they
+    have taken ``budget_ms`` together, so that timing a slow graph does not dominate its
+    compile time (ViT-B/16 batch 32: 30 ms a call)."""
+    import statistics
+
+    for _ in range(warmup):
+        fn(*args)
+    times: list[float] = []
+    while len(times) < runs and (len(times) < 5 or sum(times) < budget_ms):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)

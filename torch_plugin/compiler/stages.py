@@ -1,0 +1,323 @@
+"""The stages of the "plugin" compiler, as objects (JAX's Traced/Lowered/Compiled are the
+model): :class:`Captured` → :class:`Lowered` → :class:`CompiledGraph`.
+
+- :class:`Captured`: the captured FX graph, its example inputs and the parameters and
+  buffers AOTAutograd lifts into its first arguments; the facts the driver decides on
+  (device, whether gradients are needed, unversioned parameters).
+- :class:`Lowered`: one ATen graph (from AOTAutograd, or built from the graph cache) in the
+  C++ IR after the pass pipeline, with the tensors its leading arguments were frozen to.
+  :func:`lower` makes one from an ATen FX graph; :func:`lower_cached` from a graph-cache
+  entry. It can lower itself again for other frozen tensors (:meth:`Lowered.again`).
+- :class:`CompiledGraph`: the executor of a lowered graph and its call. Called boxed
+  (AOTAutograd's convention, ``compiled(list_of_args) -> outputs``) or flat through
+  ``compiled.call.flat(*inputs)`` (the leading arguments are held in C++). The call is a C++
+  object (``_C._compiler.GraphCall``): it checks each frozen argument's identity and version
+  (``tensor._version``) in C++ and runs the executor; when one changed it calls back into
+  Python, which lowers the graph again for the arguments it now gets. On CUDA the first call
+  decides (in Python) whether later calls run through a
+  :class:`~torch_plugin.compiler.cuda_graphs.CudaGraphRunner` (captured on the second call)
+  unless CUDA graphs are off (``TORCH_PLUGIN_CUDA_GRAPHS=0``) or the graph cannot be
+  captured (the log says why); that decision reads the executor's steps as data
+  (``Executor.steps()``).
+
+Key parts: :func:`compile_graph` (an ATen FX graph to a :class:`CompiledGraph`, or a plain
+runner of the FX graph when lowering raises
+:class:`~torch_plugin.compiler.lowering.Unsupported`), :func:`compile_cached`,
+:func:`run_unmodified`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from torch_plugin import _C
+from torch_plugin.compiler import graph_format, lowering
+from torch_plugin.compiler import options as options_mod
+from torch_plugin.contract import UNVERSIONED_PARAMETERS
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Captured:
+    """A captured graph and what it is compiled for: ``example_inputs`` and ``params`` (its
+    parameters, then its buffers, by name: AOTAutograd passes them before the inputs)."""
+
+    gm: torch.fx.GraphModule
+    example_inputs: list[Any]
+    params: dict[str, torch.Tensor]
+    mode: str = "default"
+
+    @classmethod
+    def of(cls, gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str) -> Captured:
+        params = {
+            **dict(gm.named_parameters(remove_duplicate=False)),
+            **dict(gm.named_buffers(remove_duplicate=False)),
+        }
+        return cls(gm, list(example_inputs), params, mode)
+
+    @property
+    def params_flat(self) -> list[torch.Tensor]:
+        return list(self.params.values())
+
+    @property
+    def cuda(self) -> bool:
+        """Whether a parameter, buffer or example input is on a CUDA device."""
+        return any(
+            isinstance(t, torch.Tensor) and t.is_cuda
+            for t in [*self.params_flat, *self.example_inputs]
+        )
+
+    @property
+    def needs_grad(self) -> bool:
+        """Whether grad mode is on and a parameter, buffer or input requires grad (AOTAutograd
+        then traces forward and backward)."""
+        return torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad
+            for t in [*self.params_flat, *self.example_inputs]
+        )
+
+    @property
+    def unversioned(self) -> bool:
+        """Whether the parameters change without version bumps (FSDP2): never frozen."""
+        return bool(self.gm.meta.get(UNVERSIONED_PARAMETERS, False))
+
+
+class Lowered:
+    """An ATen graph in the C++ IR after the pass pipeline (see the module docstring)."""
+
+    def __init__(
+        self,
+        ir_graph: Any,
+        frozen: list[torch.Tensor],
+        options: options_mod.Options,
+        again: Callable[[list[torch.Tensor]], Lowered],
+    ) -> None:
+        pass_options = options.pass_options()
+        pass_options["freeze"] = bool(frozen)
+        ir_graph.run_pipeline(pass_options)
+        self.ir_graph = ir_graph
+        self.frozen = frozen
+        self.options = options
+        self._again = again
+
+    def again(self, frozen: list[torch.Tensor]) -> Lowered:
+        """The same graph lowered with ``frozen`` as its frozen arguments."""
+        return self._again(frozen)
+
+
+def lower(
+    gm: torch.fx.GraphModule,
+    frozen: list[torch.Tensor],
+    options: options_mod.Options,
+    on_exported: Callable[[Any], None] | None = None,
+) -> Lowered:
+    """``gm`` lowered with its first ``len(frozen)`` placeholders as these constants.
+    ``on_exported``, when given, receives the lowered graph before the pass pipeline in its
+    cacheable form (:func:`graph_format.entry_of`) if it has one. Raises
+    :class:`~torch_plugin.compiler.lowering.Unsupported`."""
+    constants = [t.detach() for t in frozen]
+    g = lowering.lower(gm, dict(enumerate(constants)))
+    if on_exported is not None:
+        entry = graph_format.entry_of(g.export(), constants, g.device())
+        if entry is not None:
+            on_exported(entry)
+        else:
+            log.info("plugin: graph not cached: a tensor constant that is not a parameter")
+    return Lowered(g, frozen, options, lambda fz: lower(gm, fz, options))
+
+
+def lower_cached(
+    entry: dict[str, Any], frozen: list[torch.Tensor], options: options_mod.Options
+) -> Lowered:
+    """A graph-cache entry (validated, :func:`graph_format.loads`) lowered with ``frozen`` as
+    its frozen parameters. Raises ValueError for an entry the builder does not reproduce."""
+    g = graph_format.build(entry, frozen)
+    return Lowered(g, frozen, options, lambda fz: lower_cached(entry, fz, options))
+
+
+class CompiledGraph:
+    """A compiled ATen graph: its executor and its call (see the module docstring)."""
+
+    _boxed_call = True
+
+    def __init__(
+        self,
+        lowered: Lowered,
+        mode: str = "default",
+        *,
+        inference: bool = False,
+        disable_autocast: bool = False,
+        leading: Sequence[torch.Tensor] = (),
+        as_tuple: bool = False,
+    ) -> None:
+        """``mode``: the backend's mode ("default" or "reduce-overhead"; both use CUDA
+        graphs where they can). ``inference``: the call runs the executor with grad off;
+        ``disable_autocast``: and with autocast off (AOTAutograd's inference wrapper's modes,
+        for a graph called without that wrapper: autocast off when it was on before tracing,
+        as the traced graph has autocast's casts written out). ``leading``: the arguments
+        ``call.flat`` passes before its inputs (the parameters and buffers). ``as_tuple``:
+        outputs as a tuple."""
+        self.mode = mode
+        self.options = lowered.options
+        self.call = _C._compiler.GraphCall(
+            _C._compiler.Executor(lowered.ir_graph),
+            _C.disable_wrapper(self._frozen_changed),
+            list(leading),
+            inference,
+            disable_autocast,
+            as_tuple,
+        )
+        self._use(lowered, self.call.executor)
+
+    def _use(self, lowered: Lowered, executor: Any) -> None:
+        self.lowered = lowered
+        self.ir_graph = lowered.ir_graph
+        self.ir = str(lowered.ir_graph)
+        self.frozen = lowered.frozen
+        self.num_frozen = len(lowered.frozen)
+        # Read only on the rare path (the log line); the check is the executor's, in C++.
+        self.versions = [t._version for t in lowered.frozen]
+        executor.set_frozen(lowered.frozen)
+        self.executor = executor
+        self.call.executor = executor
+        self.cuda_graph = None
+        cuda = executor.device().startswith("cuda")
+        self.call.run_override = _C.disable_wrapper(self._first_run) if cuda else None
+
+    def _frozen_changed(self, args: list[Any]) -> Any:
+        """The rare path of the call: a frozen argument is another tensor or was changed in
+        place; lower again with the arguments given now, then run."""
+        n = self.num_frozen
+        for i in range(min(n, len(args))):
+            a = args[i]
+            if a is not self.frozen[i] or a._version != self.versions[i]:
+                log.info("plugin: a frozen parameter changed (argument %d); recompiling", i)
+                break
+        lowered = self.lowered.again(list(args[:n]))
+        self._use(lowered, _C._compiler.Executor(lowered.ir_graph))
+        return self.call(args)
+
+    def _first_run(self, args: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The first call of a CUDA graph's inputs: decides how later calls run (through a
+        CUDA graph runner when the graph can be captured, else the executor directly), then
+        runs."""
+        from torch_plugin.compiler.cuda_graphs import CudaGraphRunner, why_not_capturable
+
+        self.call.run_override = None
+        if not self.options.cuda_graphs:
+            log.info("plugin: CUDA graphs are off (TORCH_PLUGIN_CUDA_GRAPHS=0)")
+        else:
+            why = why_not_capturable(self.executor.steps(), args, self.frozen)
+            if why is None:
+                keep = "always" if self.mode == "reduce-overhead" else "faster"
+                self.cuda_graph = CudaGraphRunner(self.executor.run, "compiled graph", keep)
+                self.call.run_override = _C.disable_wrapper(self.cuda_graph)
+            else:
+                log.info("plugin: graph not captured into a CUDA graph: %s", why)
+        return (self.cuda_graph or self.executor.run)(args)
+
+    def __call__(self, args: list[Any]) -> Any:
+        return self.call(args)
+
+    def describe(self) -> str:
+        """The executor's steps, one per line."""
+        return self.executor.describe()
+
+    @property
+    def graph_module(self) -> torch.fx.GraphModule:
+        """The compiled graph as an FX graph module of ``torch.ops.torch_plugin.*`` and ATen
+        calls (see :mod:`torch_plugin.compiler.fx_artifact`); built on each access."""
+        from torch_plugin.compiler.fx_artifact import to_graph_module
+
+        return to_graph_module(self)
+
+    @property
+    def executor_graph_module(self) -> torch.fx.GraphModule:
+        """The compiled graph as one ``torch.ops.torch_plugin.run_graph`` call on its
+        executor (see :func:`torch_plugin.compiler.fx_artifact.to_executor_graph_module`)."""
+        from torch_plugin.compiler.fx_artifact import to_executor_graph_module
+
+        return to_executor_graph_module(self)
+
+
+def compile_graph(
+    gm: torch.fx.GraphModule,
+    frozen: Sequence[torch.Tensor] = (),
+    on_exported: Callable[[Any], None] | None = None,
+    mode: str = "default",
+    **call_options: Any,
+) -> Callable[[list[Any]], Any]:
+    """Compile ``gm``; its first ``len(frozen)`` placeholders become these constants
+    (freezing, when the ``freeze`` option is on; otherwise they stay inputs).
+
+    ``on_exported``: called with the graph's cacheable form when it lowers and can be cached
+    (see :mod:`torch_plugin.compiler.graph_cache`). ``call_options``: ``inference``,
+    ``disable_autocast``, ``leading``, ``as_tuple`` of :class:`CompiledGraph`.
+    """
+    opts = options_mod.current()
+    frozen = list(frozen) if opts.freeze else []
+    # AOTAutograd calls its compilers with its FakeTensorMode still active.
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:
+        with _disable_current_modes():
+            return CompiledGraph(lower(gm, frozen, opts, on_exported), mode, **call_options)
+    except lowering.Unsupported as e:
+        log.info("plugin: running the ATen graph unmodified: %s", e)
+        run = run_unmodified(gm, opts, mode)
+        run.unlowered = str(e)  # type: ignore[attr-defined]
+        return run
+
+
+def compile_cached(
+    entry: dict[str, Any], args: Sequence[torch.Tensor], mode: str = "default", **call_options: Any
+) -> CompiledGraph:
+    """Compile a graph-cache entry; ``args`` are the graph's leading arguments, of which the
+    first ``entry["num_frozen"]`` are frozen (as when the entry was stored). Raises
+    ValueError for an entry the builder does not reproduce."""
+    opts = options_mod.current()
+    frozen = list(args[: entry["num_frozen"]])
+    return CompiledGraph(lower_cached(entry, frozen, opts), mode, **call_options)
+
+
+def run_unmodified(
+    gm: torch.fx.GraphModule, opts: options_mod.Options, mode: str = "default"
+) -> Callable[[list[Any]], Any]:
+    """``gm`` run as it is (boxed); on CUDA through a CUDA graph runner when it can be
+    captured (its ATen ops checked as for a compiled graph)."""
+    forward = _C.disable_wrapper(gm.forward)
+
+    def run(args: list[Any]) -> Any:
+        return forward(*args)
+
+    def first(args: list[Any]) -> Any:
+        chosen[0] = run
+        if opts.cuda_graphs and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            from torch_plugin.compiler.cuda_graphs import CudaGraphRunner, why_not_capturable
+
+            steps = [
+                ("fallback", n.target.name(), "")
+                for n in gm.graph.nodes
+                if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+            ]
+            why = why_not_capturable(steps, args, [])
+            if why is None:
+                keep = "always" if mode == "reduce-overhead" else "faster"
+                chosen[0] = CudaGraphRunner(lambda a: list(run(a)), "ATen graph", keep)
+            else:
+                log.info("plugin: graph not captured into a CUDA graph: %s", why)
+        return run(args)
+
+    chosen: list[Callable[[list[Any]], Any]] = [first]
+
+    def boxed(args: list[Any]) -> Any:
+        return chosen[0](args)
+
+    boxed._boxed_call = True  # type: ignore[attr-defined]
+    return boxed
