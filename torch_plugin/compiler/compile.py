@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from torch_plugin import _C
-from torch_plugin.compiler import graph_cache, lowering
+from torch_plugin.compiler import configure_runtime, graph_cache, lowering
 from torch_plugin.compiler import options as options_mod
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class CompiledGraph:
         g.run_pipeline(opts)
         self.ir_graph = g
         self.ir = str(g)
+        configure_runtime()  # the options the executor's steps read as they are built
         self.executor = _C._compiler.Executor(g)
         self.num_frozen = len(frozen)
         self.cuda_graph = None
