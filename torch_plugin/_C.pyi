@@ -175,3 +175,14 @@ class RootGuardManager(GuardManager):
 #       current stream, one pointer parameter per tensor.
 #   cache_stats() -> dict[str, int]   (compiled, disk_hits, memory_hits, disk_rejected)
 #   cache_dir() -> str                (<kernel cache dir>/cuda)
+
+# Submodule ``_runtime`` (csrc/python/bindings_runtime.cpp): the C++ runtime's options
+# (csrc/runtime/options.h); the C++ side reads no environment variable.
+#   configure(options: dict[str, str]) -> None
+#       keys: "cache_dir", "cxx", "onednn_library", "onednn_weights", "cublaslt_tuning",
+#       "cublaslt_candidates" ("" = the default; a key left out keeps its value; another key
+#       is a ValueError). Called at import (torch_plugin/__init__.py) and when a graph is
+#       compiled (torch_plugin/compiler/__init__.py, configure_runtime).
+#   options() -> dict[str, str]   the options now in effect
+# ``_compiler.has_onednn`` / ``_compiler.onednn_error`` are computed on first access (the
+# oneDNN library's path is a runtime option).

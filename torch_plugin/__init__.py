@@ -22,6 +22,9 @@ import warnings
 import torch  # noqa: F401 - before _C: the extension finds torch's libraries loaded
 
 from . import _C
+from .compiler import configure_runtime as _configure_runtime
+
+_configure_runtime(at_import=True)  # before anything reads _C's runtime (has_onednn below)
 
 # Built with oneDNN, but its library (torch_plugin/_onednn.so, which links libdnnl) does not
 # load here: the "plugin" compiler runs convolutions and matrix products through ATen.

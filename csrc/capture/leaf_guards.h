@@ -279,5 +279,10 @@ std::string type_name_for_message(PyTypeObject* type);
 // "ValueError: bad value" for the exception currently set, which is cleared; ""
 // when none is set.
 std::string take_error_for_message();
+// "expected <what><expected>, got <got>".
+std::string expected_got(
+    const std::string& what,
+    const std::string& expected,
+    const std::string& got);
 
 } // namespace torch_plugin::capture

@@ -51,6 +51,16 @@ enum class Epilogue : uint8_t {
   kGeluBias
 };
 
+// The tuning settings (the runtime's cublaslt_tuning and cublaslt_candidates
+// options, handed over by runtime/cuda; runtime/options.h): `tuning` "" or
+// "1" times the heuristic's candidates and cuBLAS's gemm (MatmulPlan::get),
+// "0" takes the heuristic's first, "verbose" also prints each candidate's time
+// (ms per product) to stderr, "gemm" takes cuBLAS's gemm wherever it can run
+// (tests and benchmarks); `candidates`: how many candidates to ask
+// cublasLtMatmulAlgoGetHeuristic for (an integer clamped to 1..64; "": 8).
+// Used by plans built afterwards.
+void set_tuning(const std::string& tuning, const std::string& candidates);
+
 const char* to_string(DType d);
 const char* to_string(Epilogue e);
 bool has_bias(Epilogue e);

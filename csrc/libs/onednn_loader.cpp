@@ -8,7 +8,6 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <mutex>
 
 namespace torch_plugin::libs {
@@ -28,6 +27,8 @@ std::once_flag once;
 Api api;
 bool loaded = false;
 std::string load_error;
+std::mutex library_mu;
+std::string library_path; // set_onednn_library's
 
 // _onednn.so beside the shared object (or executable) that holds this code.
 std::string default_path() {
@@ -51,8 +52,13 @@ bool symbol(void* lib, const char* name, F* out) {
 }
 
 void load() {
-  const char* env = std::getenv("TORCH_PLUGIN_ONEDNN_LIBRARY");
-  const std::string path = env && *env ? env : default_path();
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(library_mu);
+    path = library_path;
+  }
+  if (path.empty())
+    path = default_path();
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* err = dlerror();
@@ -82,6 +88,11 @@ const Api& require() {
 }
 
 } // namespace
+
+void set_onednn_library(const std::string& path) {
+  std::lock_guard<std::mutex> lock(library_mu);
+  library_path = path;
+}
 
 bool onednn_available(std::string* why) {
   std::call_once(once, load);

@@ -1,9 +1,10 @@
 // onednn_loader.h: the oneDNN wrappers as the extension uses them, through
 // torch_plugin/_onednn.so loaded at run time (libs/onednn_abi.h says why).
 //
-// onednn_available() loads the library on its first call: from
-// $TORCH_PLUGIN_ONEDNN_LIBRARY if set, else _onednn.so beside the module that
-// holds this code (torch_plugin/_C). When it cannot be loaded (libdnnl is not
+// onednn_available() loads the library on its first call: from the path
+// given to set_onednn_library if any (the runtime's onednn_library option,
+// runtime/cpu/onednn_step.cpp), else _onednn.so beside the module that holds
+// this code (torch_plugin/_C). When it cannot be loaded (libdnnl is not
 // installed, or the file is missing) it returns false with dlerror()'s reason,
 // and the executor runs convolutions and products through ATen instead.
 // OneDnnConvRef / OneDnnLinearRef forward to libs::OneDnnConv / OneDnnLinear in
@@ -20,6 +21,9 @@
 
 namespace torch_plugin::libs {
 
+// The library to load ("": _onednn.so beside the module); no effect once
+// onednn_available() has run.
+void set_onednn_library(const std::string& path);
 bool onednn_available(std::string* why = nullptr);
 
 class OneDnnConvRef {

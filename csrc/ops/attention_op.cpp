@@ -145,7 +145,6 @@ at::Tensor attention_kernel(
 
 } // namespace
 
-void link_attention_op() {}
 
 } // namespace torch_plugin::ops
 

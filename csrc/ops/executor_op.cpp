@@ -86,7 +86,6 @@ std::vector<at::Tensor> run_graph_meta(
 
 } // namespace
 
-void link_executor_op() {}
 
 } // namespace torch_plugin::ops
 

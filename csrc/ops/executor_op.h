@@ -36,8 +36,4 @@ struct ExecutorObject : torch::CustomClassHolder {
   std::shared_ptr<const runtime::Executor> executor;
 };
 
-// Referenced by init_compiler so the linker keeps executor_op.cpp's
-// registrations from the static library.
-void link_executor_op();
-
 } // namespace torch_plugin::ops

@@ -154,7 +154,6 @@ FusedCall read_fused_call(const torch::jit::Stack& stack) {
   return call;
 }
 
-void link_fused_op() {}
 
 } // namespace torch_plugin::ops
 

@@ -21,7 +21,7 @@
 //
 // The kernel's identity is its generated C++ source: a saved graph carries the
 // source, and the CPU kernel finds the compiled library in the kernel cache
-// (runtime/kernel_cache.h: memory, then TORCH_PLUGIN_CACHE_DIR on disk, keyed
+// (runtime/cpu/kernel_cache.h: memory, then the kernel cache folder on disk, keyed
 // by a hash of source, flags and CPU) or rebuilds it from the source. The
 // sizes, strides and dtypes are the kernel's signature: the generated code
 // bakes in every operand's sizes and strides, so the op checks each input's
@@ -80,14 +80,5 @@ FusedCall read_fused_call(const torch::jit::Stack& stack);
 
 // The number of arguments in the schema above.
 constexpr size_t kFusedNumArguments = 14;
-
-// Referenced from link_library_ops() so that the linker keeps the
-// registrations of fused_op.cpp, cpu/fused_kernel.cpp and
-// cuda/fused_kernel_cuda.cpp from the static library.
-void link_fused_op();
-void link_fused_op_cpu();
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-void link_fused_op_cuda();
-#endif
 
 } // namespace torch_plugin::ops

@@ -38,8 +38,9 @@
 // and a backward through the op raises an error naming it (never a silently
 // wrong or missing gradient).
 //
-// These registrations are the project's only static constructors (STYLE.md
-// 11).
+// Static constructors register with the dispatcher; they stay linked because
+// csrc/ops is built as a CMake OBJECT library (csrc/CMakeLists.txt), as are the
+// runtime's step registrations (runtime/step_registry.h).
 #include "ops/library_ops.h"
 
 #include "ops/executor_op.h"
@@ -50,27 +51,6 @@
 #include <torch/library.h>
 
 namespace torch_plugin::ops {
-
-void check_activation(c10::string_view a) {
-  for (const char* name :
-       {"",
-        "relu",
-        "silu",
-        "gelu",
-        "gelu_tanh",
-        "sigmoid",
-        "tanh",
-        "hardswish",
-        "clamp"}) {
-    if (a == name)
-      return;
-  }
-  TORCH_CHECK(
-      false,
-      "unknown activation '",
-      a,
-      "'; expected relu, silu, gelu, gelu_tanh, sigmoid, tanh, hardswish or clamp");
-}
 
 namespace {
 
@@ -146,19 +126,6 @@ at::Tensor linear_pointwise_meta(
 }
 
 } // namespace
-
-void link_library_ops() {
-  link_attention_op();
-  link_fused_op();
-  link_fused_op_cpu();
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-  link_fused_op_cuda();
-#endif
-  link_executor_op();
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-  link_library_ops_cuda();
-#endif
-}
 
 } // namespace torch_plugin::ops
 

@@ -1,28 +1,15 @@
 // library_ops.h: the torch_plugin:: operator library (see library_ops.cpp).
 #pragma once
 
+#include "runtime/epilogue.h"
+
 #include <ATen/core/Tensor.h>
 
 namespace torch_plugin::ops {
 
-// Referenced by init_compiler so that the linker keeps the registrations of
-// library_ops.cpp and cpu/library_ops_kernel.cpp from the static library.
-void link_library_ops();
-void link_library_ops_cpu();
-// ops/attention_op.cpp.
-void link_attention_op();
-// ops/cuda/library_ops_cuda.cpp (builds with the CUDA toolkit only).
-void link_library_ops_cuda();
-
-// Raises c10::Error unless `activation` is one of the library ops' activation
-// names (library_ops.cpp).
-void check_activation(c10::string_view activation);
-
-// act(y) for the activation names of the library ops (reference, ATen).
-at::Tensor apply_activation(
-    const at::Tensor& y,
-    c10::string_view activation,
-    double alpha,
-    double beta);
+// The library ops' activations (check_activation, apply_activation): defined
+// in runtime/epilogue.h, which the runtime's steps share with the ops.
+using runtime::apply_activation;
+using runtime::check_activation;
 
 } // namespace torch_plugin::ops

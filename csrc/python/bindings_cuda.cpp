@@ -5,6 +5,7 @@
 // Python objects: tensors cross as borrowed PyObject* (THPVariable_Unpack).
 // GIL: released while NVRTC compiles and while a kernel is loaded and launched.
 #include "python/bindings_cuda.h"
+#include "python/device_bindings.h"
 #include "python/gil_release.h"
 
 #include "runtime/cuda/cuda_kernels.h"
@@ -96,5 +97,11 @@ void init_cuda(py::module_& parent) {
       &rc::cuda_kernel_cache_dir,
       "The folder of cached CUDA kernels (<kernel cache dir>/cuda).");
 }
+
+namespace {
+
+const DeviceBindings kCudaBindings(init_cuda);
+
+} // namespace
 
 } // namespace torch_plugin::python

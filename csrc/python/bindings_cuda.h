@@ -1,6 +1,6 @@
 // bindings_cuda.h: torch_plugin._C._cuda, the CUDA runtime's part of the
-// extension (built only with the CUDA parts: TORCH_PLUGIN_HAVE_CUDA); see
-// torch_plugin/_C.pyi.
+// extension (built only with the CUDA parts; registered through
+// device_bindings.h); see torch_plugin/_C.pyi.
 #pragma once
 
 #include <pybind11/pybind11.h>

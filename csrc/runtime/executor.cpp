@@ -1,10 +1,7 @@
 // executor.cpp: the plan of a compiled graph and its run loop (see executor.h).
 #include "runtime/executor.h"
 
-#include "runtime/kernel_cache.h"
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-#include "runtime/cuda/kernel_step_cuda.h"
-#endif
+#include "runtime/step_registry.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -93,26 +90,10 @@ Executor::Executor(const ir::Graph& g) {
       free_after_[last_use[s]].push_back(s);
   }
 
-  // Compile every generated kernel of the graph first, in parallel (CUDA
-  // kernels with NVRTC, runtime/cuda; the others with the C++ compiler).
-  std::vector<std::string> sources;
-  bool any_cuda = false;
-  for (const ir::Node* n : nodes) {
-    if (n->op != "torch_plugin::fused")
-      continue;
-    if (n->str_attr("target", "cpp") == "cuda")
-      any_cuda = true;
-    else
-      sources.push_back(n->str_attr("source", ""));
-  }
-  if (!sources.empty())
-    load_kernels(sources);
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-  if (any_cuda)
-    cuda::preload_cuda_kernels(nodes);
-#else
-  (void)any_cuda; // make_kernel_step raises for a CUDA kernel
-#endif
+  // Compile every generated kernel of the graph first, in parallel: each
+  // device's preloader (runtime/step_registry.h) takes its own kernels (C++
+  // with the host compiler, runtime/cpu; CUDA with NVRTC, runtime/cuda).
+  preload_kernels(nodes);
 
   // Library steps (oneDNN primitive creation, which JIT-compiles kernels, and
   // weight prepacking) are most of the build time and independent of each

@@ -1,6 +1,7 @@
 // step.h: one step of an Executor's plan and the slot numbering it runs on.
 //
-// Owns: the Step interface and the factories of each step kind. A step reads
+// Owns: the Step interface and the executor's lookups of each step kind (the
+// native steps come from the registry of runtime/step_registry.h). A step reads
 // its input tensors from, and writes its outputs into, the executor's slot
 // array (one slot per IR value, numbered by SlotMap). Steps are built once per
 // compiled graph and run many times, possibly from several threads: run() must
@@ -62,14 +63,17 @@ class Step {
 std::unique_ptr<Step> make_fallback_step(
     const ir::Node& node,
     const SlotMap& slots);
-// Native steps: nullptr when the node is not one of theirs.
+// Native steps (step_registry.cpp): the library step registered for the
+// node's device (step_device), nullptr when there is none or it does not take
+// the node.
 std::unique_ptr<Step> make_library_step(
     const ir::Node& node,
     const SlotMap& slots);
-// A fusion group (torch_plugin::fused) runs its generated kernel: attrs
-// "target" "cpp" (the default when absent) through the host kernel cache.
-// Throws c10::Error naming the group and its target for a target this build's
-// executor cannot run, or a "cpp" kernel whose values are not on the CPU.
+// A fusion group (torch_plugin::fused) runs its generated kernel through the
+// kernel step registered for its device (attrs "target" "cpp", the default
+// when absent, on the CPU: runtime/cpu; "cuda": runtime/cuda). nullptr for any
+// other node. Throws c10::Error naming the group, its target and device when
+// this build has no kernel step that runs it.
 std::unique_ptr<Step> make_kernel_step(
     const ir::Node& node,
     const SlotMap& slots);

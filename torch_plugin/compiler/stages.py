@@ -36,11 +36,19 @@ from typing import Any
 import torch
 
 from torch_plugin import _C
-from torch_plugin.compiler import graph_format, lowering
+from torch_plugin.compiler import configure_runtime, graph_format, lowering
 from torch_plugin.compiler import options as options_mod
 from torch_plugin.contract import UNVERSIONED_PARAMETERS
 
 log = logging.getLogger(__name__)
+
+
+def _new_executor(ir_graph: Any) -> Any:
+    """The C++ executor of ``ir_graph`` (a graph through the pass pipeline), built with the
+    runtime options in effect now (:func:`torch_plugin.compiler.configure_runtime`: its steps
+    read some as they are built)."""
+    configure_runtime()
+    return _C._compiler.Executor(ir_graph)
 
 
 @dataclasses.dataclass
@@ -166,7 +174,7 @@ class CompiledGraph:
         self.mode = mode
         self.options = lowered.options
         self.call = _C._compiler.GraphCall(
-            _C._compiler.Executor(lowered.ir_graph),
+            _new_executor(lowered.ir_graph),
             _C.disable_wrapper(self._frozen_changed),
             list(leading),
             inference,
@@ -200,7 +208,7 @@ class CompiledGraph:
                 log.info("plugin: a frozen parameter changed (argument %d); recompiling", i)
                 break
         lowered = self.lowered.again(list(args[:n]))
-        self._use(lowered, _C._compiler.Executor(lowered.ir_graph))
+        self._use(lowered, _new_executor(lowered.ir_graph))
         return self.call(args)
 
     def _first_run(self, args: list[torch.Tensor]) -> list[torch.Tensor]:

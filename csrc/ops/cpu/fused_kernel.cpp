@@ -7,7 +7,8 @@
 // disk or compiles it. Thread-safe.
 #include "ops/fused_op.h"
 
-#include "runtime/kernel_cache.h"
+#include "runtime/cpu/kernel_cache.h"
+#include "runtime/kernel_args.h"
 
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/irange.h>
@@ -21,9 +22,9 @@ namespace torch_plugin::ops {
 namespace {
 
 std::shared_mutex kernels_mu;
-std::unordered_map<std::string, runtime::KernelFn> kernels; // source -> fn
+std::unordered_map<std::string, runtime::cpu::KernelFn> kernels; // source -> fn
 
-runtime::KernelFn kernel_for(const std::string& source) {
+runtime::cpu::KernelFn kernel_for(const std::string& source) {
   {
     std::shared_lock<std::shared_mutex> lock(kernels_mu);
     auto it = kernels.find(source);
@@ -31,7 +32,7 @@ runtime::KernelFn kernel_for(const std::string& source) {
       return it->second;
   }
   // Outside the lock: compiling may take a while; load_kernels is thread-safe.
-  runtime::KernelFn fn = runtime::load_kernels({source})[0];
+  runtime::cpu::KernelFn fn = runtime::cpu::load_kernels({source})[0];
   std::unique_lock<std::shared_mutex> lock(kernels_mu);
   return kernels.emplace(source, fn).first->second;
 }
@@ -84,7 +85,6 @@ void fused_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 } // namespace
 
-void link_fused_op_cpu() {}
 
 } // namespace torch_plugin::ops
 

@@ -8,33 +8,6 @@
 
 namespace torch_plugin::ops {
 
-at::Tensor apply_activation(
-    const at::Tensor& y,
-    c10::string_view a,
-    double alpha,
-    double beta) {
-  if (a.empty())
-    return y;
-  if (a == "relu")
-    return at::relu(y);
-  if (a == "silu")
-    return at::silu(y);
-  if (a == "gelu")
-    return at::gelu(y);
-  if (a == "gelu_tanh")
-    return at::gelu(y, "tanh");
-  if (a == "sigmoid")
-    return at::sigmoid(y);
-  if (a == "tanh")
-    return at::tanh(y);
-  if (a == "hardswish")
-    return at::hardswish(y);
-  if (a == "clamp")
-    return at::clamp(y, alpha, beta);
-  check_activation(a); // raises: `a` is not an activation name
-  TORCH_CHECK(false, "apply_activation: '", a, "' has no reference kernel");
-}
-
 namespace {
 
 at::Tensor conv_pointwise_cpu(
@@ -72,8 +45,6 @@ at::Tensor linear_pointwise_cpu(
 }
 
 } // namespace
-
-void link_library_ops_cpu() {}
 
 } // namespace torch_plugin::ops
 

@@ -12,7 +12,7 @@
 #include "ops/fused_op.h"
 
 #include "runtime/cuda/cuda_kernels.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/kernel_args.h"
 
 #include <ATen/ops/empty_strided.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -121,7 +121,6 @@ void fused_cuda(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 } // namespace
 
-void link_fused_op_cuda() {}
 
 } // namespace torch_plugin::ops
 

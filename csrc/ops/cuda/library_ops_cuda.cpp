@@ -114,7 +114,6 @@ at::Tensor linear_pointwise_cuda(
 
 } // namespace
 
-void link_library_ops_cuda() {}
 
 } // namespace torch_plugin::ops
 

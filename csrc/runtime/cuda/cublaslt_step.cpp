@@ -15,7 +15,9 @@
 #include "runtime/cuda/cublaslt_step.h"
 
 #include "libs/cublaslt.h"
-#include "ops/library_ops.h"
+#include "runtime/epilogue.h"
+#include "runtime/options.h"
+#include "runtime/step_registry.h"
 
 #include <ATen/ATen.h>
 
@@ -73,7 +75,7 @@ class CublasLtLinearStep final : public Step {
           at::linear(x, w, b_ >= 0 ? std::optional(bias) : std::nullopt);
       if (r_ >= 0)
         ref = ref + s[r_];
-      y.copy_(ops::apply_activation(ref, activation_, 0.0, 0.0));
+      y.copy_(apply_activation(ref, activation_, 0.0, 0.0));
     }
     s[out_] = std::move(y);
   }
@@ -174,5 +176,22 @@ std::unique_ptr<Step> make_cublaslt_step(
   return std::make_unique<CublasLtLinearStep>(
       node, slots, epilogue, std::move(plan));
 }
+
+namespace {
+
+// cuBLASLt's tuning settings come from the runtime options (libs knows
+// nothing of the runtime).
+void hand_options_to_cublaslt(const RuntimeOptions& options) {
+  libs::cublaslt::set_tuning(
+      options.cublaslt_tuning, options.cublaslt_candidates);
+}
+
+const StepRegistration kLibraryStep(
+    c10::kCUDA,
+    StepKind::kLibrary,
+    make_cublaslt_step);
+const OptionsListenerRegistration kOptionsListener(hand_options_to_cublaslt);
+
+} // namespace
 
 } // namespace torch_plugin::runtime::cuda

@@ -1,7 +1,8 @@
 // cublaslt_step.h: the executor step of torch_plugin::linear_pointwise nodes
 // on CUDA devices (cuBLASLt, libs/cublaslt.h). Built with the CUDA toolkit
-// only (TORCH_PLUGIN_HAVE_CUDA); make_library_step (runtime/library_step.cpp)
-// dispatches here for nodes whose output is on a CUDA device.
+// only; registered for (CUDA, library) (runtime/step_registry.h), so the
+// executor's make_library_step comes here for nodes whose output is on a CUDA
+// device. Also hands the runtime's cuBLASLt options to libs/cublaslt.h.
 #pragma once
 
 #include "runtime/step.h"

@@ -4,7 +4,7 @@
 
 #include "runtime/cache_file.h"
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/options.h"
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>

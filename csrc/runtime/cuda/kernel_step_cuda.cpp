@@ -1,9 +1,11 @@
 // kernel_step_cuda.cpp: the executor step of a CUDA fusion group (see
-// kernel_step_cuda.h; the CPU counterpart is runtime/kernel_step.cpp).
+// kernel_step_cuda.h; the CPU counterpart is runtime/cpu/kernel_step.cpp).
+// Registered for (CUDA, kernel) with its preloader (runtime/step_registry.h).
 #include "runtime/cuda/kernel_step_cuda.h"
 
 #include "runtime/cuda/cuda_kernels.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/kernel_args.h"
+#include "runtime/step_registry.h"
 
 #include <ATen/ops/empty_strided.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -156,5 +158,17 @@ std::unique_ptr<Step> make_cuda_kernel_step(
     return nullptr;
   return std::make_unique<CudaKernelStep>(node, slots);
 }
+
+namespace {
+
+const StepRegistration kKernelStep(
+    c10::kCUDA,
+    StepKind::kKernel,
+    make_cuda_kernel_step);
+const KernelPreloaderRegistration kKernelPreloader(
+    c10::kCUDA,
+    preload_cuda_kernels);
+
+} // namespace
 
 } // namespace torch_plugin::runtime::cuda

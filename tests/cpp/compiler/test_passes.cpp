@@ -7,7 +7,6 @@
 #include "compiler/passes/pipeline.h"
 #include "ir/ir.h"
 #include "ir/verifier.h"
-#include "ops/library_ops.h"
 #include "runtime/executor.h"
 
 #include <ATen/ATen.h>
@@ -119,8 +118,6 @@ bool run(const char* pass, Graph& g, const PassOptions& o = frozen()) {
 class Passes : public ::testing::Test {
  protected:
   void SetUp() override {
-    ops::link_library_ops();
-    ops::link_library_ops_cpu();
     // Fresh random inputs on every run; the seed is in the test's XML/JSON
     // record.
     uint64_t seed = std::random_device{}();

@@ -28,6 +28,28 @@ def test_cuda_kernel_is_registered():
 
 
 @pytest.fixture
+def cublaslt_tuning():
+    """Sets TORCH_PLUGIN_CUBLASLT_TUNING for the test and hands it to the C++ runtime (which
+    reads no environment variable: torch_plugin.compiler.configure_runtime), also for the ops
+    called directly; both are restored after the test."""
+    from torch_plugin.compiler import configure_runtime
+
+    name = "TORCH_PLUGIN_CUBLASLT_TUNING"
+    old = os.environ.get(name)
+
+    def set_tuning(value: str) -> None:
+        os.environ[name] = value
+        configure_runtime()
+
+    yield set_tuning
+    if old is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = old
+    configure_runtime()
+
+
+@pytest.fixture
 def tf32():
     """Sets torch.backends.cuda.matmul.allow_tf32 for one test and restores it."""
     saved = torch.backends.cuda.matmul.allow_tf32
@@ -104,13 +126,13 @@ def test_linear_pointwise_fused_epilogues(
 @pytest.mark.parametrize("name,dtype,allow_tf32,tol", PRECISIONS, ids=[p[0] for p in PRECISIONS])
 @pytest.mark.parametrize("tuning", ["1", "gemm"], ids=["tuned", "cublas_gemm"])
 def test_layouts_residuals_and_unfused_activations(
-    name, dtype, allow_tf32, tol, tuning, tf32, monkeypatch
+    name, dtype, allow_tf32, tol, tuning, tf32, cublaslt_tuning
 ):
     """Each layout, residual and activation, with the plan chosen by timing and with
     cuBLAS's gemm forced wherever it can run (bias and residual written into the output
     first; TORCH_PLUGIN_CUBLASLT_TUNING=gemm). Plans are cached per shape, so the two
     tunings use different widths."""
-    monkeypatch.setenv("TORCH_PLUGIN_CUBLASLT_TUNING", tuning)
+    cublaslt_tuning(tuning)
     tf32(allow_tf32)
     torch.manual_seed(0)
     dev = "cuda"
@@ -237,7 +259,7 @@ def test_model_through_plugin_uses_cublaslt_steps(dtype, monkeypatch, tf32):
 
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_executor_steps_with_cublas_gemm(dtype, monkeypatch, tf32):
+def test_executor_steps_with_cublas_gemm(dtype, monkeypatch, tf32, cublaslt_tuning):
     """The executor's cuBLASLt steps when their plans use cuBLAS's gemm (forced with
     TORCH_PLUGIN_CUBLASLT_TUNING=gemm; chosen by timing where it is faster): a bias, a
     residual and a 3-d input, over calls that compile, reuse and recompile, in a CUDA graph
@@ -253,7 +275,7 @@ def test_executor_steps_with_cublas_gemm(dtype, monkeypatch, tf32):
         def forward(self, x):
             return x + self.down(torch.sigmoid(self.up(x)))
 
-    monkeypatch.setenv("TORCH_PLUGIN_CUBLASLT_TUNING", "gemm")
+    cublaslt_tuning("gemm")
     tf32(False)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     for mode in (None, "reduce-overhead"):

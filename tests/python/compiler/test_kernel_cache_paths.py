@@ -1,4 +1,4 @@
-"""The generated-kernel cache (csrc/runtime/kernel_cache.cpp) with hostile paths: the C++
+"""The generated-kernel cache (csrc/runtime/cpu/kernel_cache.cpp) with hostile paths: the C++
 compiler runs without a shell on an argument vector, so a cache folder whose name holds
 spaces, quotes or ``$(...)`` compiles and runs nothing else; folders the caches create are
 0700 and compiled kernels 0600 (issue #13)."""

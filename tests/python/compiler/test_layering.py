@@ -42,6 +42,7 @@ FORBIDDEN: dict[str, dict[str, str]] = {
         "compiler/": "the runtime builds on csrc/ir, not on the compiler or its passes",
         "capture/": "the runtime knows nothing of capture",
         "python/": "the runtime holds no Python bindings",
+        "ops/": "the ops build on the runtime (executor_op runs the executor), not the reverse",
     },
     "libs": {
         "ir/": "libs know nothing of the IR",

@@ -1,21 +1,20 @@
-// kernel_step.cpp: the executor step of a fusion group (torch_plugin::fused):
-// calls its generated kernel on its output buffers (OutputBuffer: the planned
-// place in the run's arena, or new tensors) with the sizes, strides and dtypes
-// the IR planned (args[0..outputs)), then the input pointers. Inputs
-// whose runtime strides differ from the planned ones (which the kernel bakes
-// in) in a dimension of size > 1 are first copied to them. A group generated
-// for CUDA (attrs["target"] == "cuda") gets runtime/cuda's step instead.
-#include "runtime/step.h"
-
-#include "runtime/kernel_cache.h"
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-#include "runtime/cuda/kernel_step_cuda.h"
-#endif
+// kernel_step.cpp: the CPU device's kernel step, for a fusion group rendered
+// as C++ (torch_plugin::fused with attrs["target"] == "cpp", the default):
+// calls its generated kernel (runtime/cpu/kernel_cache.h) on its output
+// buffers (OutputBuffer: the planned place in the run's arena, or new tensors)
+// with the sizes, strides and dtypes the IR planned (args[0..outputs)), then
+// the input pointers. Inputs whose runtime strides differ from the planned
+// ones (which the kernel bakes in) in a dimension of size > 1 are first copied
+// to them. Registered for (CPU, kernel) with the preloader that compiles all of
+// a graph's C++ kernels at once (runtime/step_registry.h).
+#include "runtime/cpu/kernel_cache.h"
+#include "runtime/kernel_args.h"
+#include "runtime/step_registry.h"
 
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
 
-namespace torch_plugin::runtime {
+namespace torch_plugin::runtime::cpu {
 namespace {
 
 struct Operand {
@@ -75,26 +74,9 @@ class KernelStep final : public Step {
   std::vector<OutputBuffer> output_buffers_;
 };
 
-} // namespace
-
-std::unique_ptr<Step> make_kernel_step(
+std::unique_ptr<Step> make_cpu_kernel_step(
     const ir::Node& node,
     const SlotMap& slots) {
-  if (node.op != "torch_plugin::fused")
-    return nullptr;
-  if (node.str_attr("target", "cpp") == "cuda") {
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-    return cuda::make_cuda_kernel_step(node, slots);
-#else
-    TORCH_CHECK(
-        false,
-        "torch_plugin: fusion group ",
-        node.str_attr("name", "fused"),
-        " has a CUDA kernel, but this build of torch_plugin has no CUDA "
-        "support (built with a CPU-only torch, without CUDA headers, or with "
-        "-DTORCH_PLUGIN_CUDA=OFF)");
-#endif
-  }
   const std::string name = node.str_attr("name", "fused");
   TORCH_CHECK(
       node.str_attr("target", "cpp") == "cpp",
@@ -116,4 +98,26 @@ std::unique_ptr<Step> make_kernel_step(
   return std::make_unique<KernelStep>(node, slots, fn);
 }
 
-} // namespace torch_plugin::runtime
+// Compiles the graph's C++ kernels at once, in parallel (load_kernels).
+void preload_cpu_kernels(const std::vector<const ir::Node*>& nodes) {
+  std::vector<std::string> sources;
+  for (const ir::Node* n : nodes) {
+    if (n->op == "torch_plugin::fused" &&
+        n->str_attr("target", "cpp") == "cpp")
+      sources.push_back(n->str_attr("source", ""));
+  }
+  if (!sources.empty())
+    load_kernels(sources);
+}
+
+const StepRegistration kKernelStep(
+    c10::kCPU,
+    StepKind::kKernel,
+    make_cpu_kernel_step);
+const KernelPreloaderRegistration kKernelPreloader(
+    c10::kCPU,
+    preload_cpu_kernels);
+
+} // namespace
+
+} // namespace torch_plugin::runtime::cpu

@@ -2,18 +2,20 @@
 // torch_plugin._C._compiler: class Executor (built from a Graph that has been
 // through the pipeline; run, script_object, describe, steps, step_counts,
 // set_frozen, ...), class GraphCall (a compiled graph's call on the hot path:
-// frozen-argument check and run, in C++), has_onednn and kernel_cache_stats.
-// GIL: held, except inside the executor's steps, which release it.
-#include "compiler/bindings_graph.h"
+// frozen-argument check and run, in C++), has_onednn and onednn_error (read on
+// first access, after the runtime was configured: the oneDNN library's path is
+// a runtime option) and kernel_cache_stats, and _runtime.configure, the
+// runtime options (runtime/options.h). GIL: held, except inside the executor's
+// steps, which release them.
+#include "python/bindings_graph.h"
 
 #include "ops/executor_op.h"
 #include "python/gil_release.h"
-#ifdef TORCH_PLUGIN_HAVE_ONEDNN
-#include "libs/onednn_loader.h"
-#endif
 #include "runtime/cache_file.h"
+#include "runtime/cpu/kernel_cache.h"
 #include "runtime/executor.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/options.h"
+#include "runtime/step_registry.h"
 
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
@@ -26,8 +28,48 @@
 
 namespace py = pybind11;
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::python {
 namespace {
+
+// The options of _runtime.configure, in the order of RuntimeOptions.
+constexpr const char* kOptionKeys[] = {
+    "cache_dir",
+    "cxx",
+    "onednn_library",
+    "onednn_weights",
+    "cublaslt_tuning",
+    "cublaslt_candidates"};
+
+std::string* option_field(runtime::RuntimeOptions& o, const std::string& key) {
+  if (key == "cache_dir")
+    return &o.cache_dir;
+  if (key == "cxx")
+    return &o.cxx;
+  if (key == "onednn_library")
+    return &o.onednn_library;
+  if (key == "onednn_weights")
+    return &o.onednn_weights;
+  if (key == "cublaslt_tuning")
+    return &o.cublaslt_tuning;
+  if (key == "cublaslt_candidates")
+    return &o.cublaslt_candidates;
+  return nullptr;
+}
+
+// _compiler.has_onednn / onednn_error, computed when first read (module
+// __getattr__, PEP 562), so that the runtime's onednn_library option set at
+// import (torch_plugin/__init__.py) is the one loaded.
+py::object compiler_attribute(py::module_ m, const std::string& name) {
+  if (name != "has_onednn" && name != "onednn_error")
+    throw py::attribute_error(
+        "module 'torch_plugin._C._compiler' has no attribute '" + name + "'");
+  std::string why;
+  const bool available = runtime::library_available("onednn", &why);
+  m.attr("has_onednn") = available;
+  m.attr("onednn_error") =
+      why.empty() ? py::none() : py::object(py::str(why));
+  return m.attr(name.c_str());
+}
 
 // A compiled graph's call, the one object between the caller and the executor
 // on the hot path. Called boxed (`call(args)`, AOTAutograd's convention:
@@ -265,17 +307,12 @@ void init_runtime_bindings(py::module_& m) {
       .def_readonly("no_grad", &GraphCall::no_grad)
       .def_readonly("disable_autocast", &GraphCall::disable_autocast);
   m.attr("GraphCall").attr("_boxed_call") = true;
-#ifdef TORCH_PLUGIN_HAVE_ONEDNN
   // Built with oneDNN: usable when torch_plugin/_onednn.so (and libdnnl) loads.
-  std::string why;
-  m.attr("has_onednn") = libs::onednn_available(&why);
-  m.attr("onednn_error") = why.empty() ? py::none() : py::object(py::str(why));
-#else
-  m.attr("has_onednn") = false;
-  m.attr("onednn_error") = py::none();
-#endif
+  m.def("__getattr__", [m](const std::string& name) {
+    return compiler_attribute(m, name);
+  });
   m.def("kernel_cache_stats", [] {
-    auto s = runtime::kernel_cache_stats();
+    auto s = runtime::cpu::kernel_cache_stats();
     return py::dict(
         py::arg("compiled") = s.compiled,
         py::arg("disk_hits") = s.disk_hits,
@@ -284,7 +321,7 @@ void init_runtime_bindings(py::module_& m) {
   });
   m.def(
       "forget_loaded_kernels",
-      &runtime::forget_loaded_kernels,
+      &runtime::cpu::forget_loaded_kernels,
       "Forget the kernels loaded in this process (they stay mapped): the next "
       "compile reads the disk cache again. For tests.");
   m.def(
@@ -293,4 +330,43 @@ void init_runtime_bindings(py::module_& m) {
       "SHA-256 of bytes as 64 hex digits (the kernel caches' hash; FIPS 180-4).");
 }
 
-} // namespace torch_plugin::compiler
+void init_runtime_options_bindings(py::module_& parent) {
+  py::module_ m = parent.def_submodule(
+      "_runtime", "the C++ runtime's options (csrc/runtime/options.h)");
+  m.def(
+      "configure",
+      [](const py::dict& options) {
+        runtime::RuntimeOptions o = runtime::runtime_options();
+        for (auto item : options) {
+          const std::string key = py::str(item.first);
+          std::string* field = option_field(o, key);
+          if (!field)
+            throw py::value_error(
+                "_runtime.configure: unknown option '" + key +
+                "'; expected cache_dir, cxx, onednn_library, onednn_weights, "
+                "cublaslt_tuning or cublaslt_candidates");
+          if (!py::isinstance<py::str>(item.second))
+            throw py::type_error(
+                "_runtime.configure: option '" + key + "' must be a str");
+          *field = item.second.cast<std::string>();
+        }
+        runtime::configure(o);
+      },
+      py::arg("options"),
+      "Sets the runtime's options from a dict of str: cache_dir, cxx, "
+      "onednn_library, onednn_weights, cublaslt_tuning, cublaslt_candidates "
+      "(\"\" = the default; a key left out keeps its value). See "
+      "csrc/runtime/options.h.");
+  m.def(
+      "options",
+      [] {
+        runtime::RuntimeOptions o = runtime::runtime_options();
+        py::dict d;
+        for (const char* key : kOptionKeys)
+          d[key] = *option_field(o, key);
+        return d;
+      },
+      "The runtime's options now in effect, as configure takes them.");
+}
+
+} // namespace torch_plugin::python

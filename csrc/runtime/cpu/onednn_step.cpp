@@ -1,33 +1,27 @@
-// library_step.cpp: executor steps for library nodes
+// onednn_step.cpp: the CPU device's library steps, for library nodes
 // (torch_plugin::conv_pointwise, torch_plugin::linear_pointwise), which the
-// library_patterns pass creates.
+// library_patterns pass creates: oneDNN primitives (libs/onednn_loader.h).
 //
-// With oneDNN: a primitive built once, weights prepacked, per run one execute()
-// into the output's preplanned arena buffer (memory_planning) or a new tensor.
-// Without oneDNN (or for a node it cannot take), nullptr: the executor then
-// calls the node's torch_plugin:: op through the dispatcher (csrc/ops).
+// A primitive built once, weights prepacked, per run one execute() into the
+// output's preplanned arena buffer (memory_planning) or a new tensor. When
+// oneDNN does not load (or for a node it cannot take), nullptr: the executor
+// then calls the node's torch_plugin:: op through the dispatcher (csrc/ops).
 // A runtime step (it reads IR nodes), so it lives here and not in csrc/libs,
-// whose wrappers (libs/onednn.h) know nothing of the IR.
-//
-// Nodes on a CUDA device go to the cuBLASLt step (runtime/cuda/cublaslt_step.h,
-// with the CUDA toolkit only); oneDNN takes CPU nodes only.
-#include "runtime/step.h"
+// whose wrappers (libs/onednn.h) know nothing of the IR. Built only with
+// oneDNN (csrc/CMakeLists.txt); registered for (CPU, library), with the
+// library "onednn" (library_available) and an options listener that hands the
+// oneDNN library's path to the loader (runtime/options.h).
+#include "runtime/options.h"
+#include "runtime/step_registry.h"
 
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-#include "runtime/cuda/cublaslt_step.h"
-#endif
-
-#ifdef TORCH_PLUGIN_HAVE_ONEDNN
 #include "libs/onednn_loader.h"
 
 #include <ATen/ops/empty.h>
-#endif
 
-namespace torch_plugin::runtime {
+namespace torch_plugin::runtime::cpu {
 
 namespace {
 
-#ifdef TORCH_PLUGIN_HAVE_ONEDNN
 using ir::Node;
 
 libs::Epilogue epilogue_of(const Node& n, size_t residual_arg, size_t act_arg) {
@@ -83,11 +77,10 @@ class ConvStep final : public Step {
   OutputBuffer buffer_;
 };
 
-// How linear steps hold their weight
-// (TORCH_PLUGIN_ONEDNN_WEIGHTS=packed|borrowed).
+// How linear steps hold their weight (RuntimeOptions::onednn_weights:
+// packed|borrowed).
 libs::OneDnnLinear::Weights linear_weights() {
-  const char* v = std::getenv("TORCH_PLUGIN_ONEDNN_WEIGHTS");
-  return v && std::string(v) == "packed"
+  return runtime_options().onednn_weights == "packed"
       ? libs::OneDnnLinear::Weights::kPacked
       : libs::OneDnnLinear::Weights::kBorrowed;
 }
@@ -164,22 +157,22 @@ std::unique_ptr<Step> make_onednn_step(
     return std::make_unique<LinearStep>(node, slots);
   return nullptr;
 }
-#else
-std::unique_ptr<Step> make_onednn_step(const ir::Node&, const SlotMap&) {
-  return nullptr;
+
+bool onednn_probe(std::string* why) {
+  return libs::onednn_available(why);
 }
-#endif
+
+void hand_options_to_loader(const RuntimeOptions& options) {
+  libs::set_onednn_library(options.onednn_library);
+}
+
+const StepRegistration kLibraryStep(
+    c10::kCPU,
+    StepKind::kLibrary,
+    make_onednn_step);
+const LibraryRegistration kOneDnn("onednn", onednn_probe);
+const OptionsListenerRegistration kOptionsListener(hand_options_to_loader);
 
 } // namespace
 
-std::unique_ptr<Step> make_library_step(
-    const ir::Node& node,
-    const SlotMap& slots) {
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-  if (!node.outputs.empty() && node.outputs[0]->device.is_cuda())
-    return cuda::make_cublaslt_step(node, slots);
-#endif
-  return make_onednn_step(node, slots);
-}
-
-} // namespace torch_plugin::runtime
+} // namespace torch_plugin::runtime::cpu

@@ -1,15 +1,15 @@
 // kernel_cache.cpp: compile, load and cache generated kernels (see
 // kernel_cache.h).
-#include "runtime/kernel_cache.h"
+#include "runtime/cpu/kernel_cache.h"
 
 #include "runtime/cache_file.h"
+#include "runtime/options.h"
 
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -29,7 +29,7 @@
 
 extern char** environ;
 
-namespace torch_plugin::runtime {
+namespace torch_plugin::runtime::cpu {
 namespace {
 
 constexpr const char* kFlags =
@@ -38,8 +38,8 @@ constexpr const char* kFlags =
 // convention changes.
 constexpr const char* kCacheFormat = "torch_plugin kernel cache 2";
 
-// Whitespace-separated words of `s` (no quoting: $CXX and the flags are plain
-// words).
+// Whitespace-separated words of `s` (no quoting: the compiler command and the
+// flags are plain words).
 std::vector<std::string> words(const std::string& s) {
   std::vector<std::string> out;
   std::istringstream in(s);
@@ -118,7 +118,6 @@ void make_dirs(const std::string& dir) {
 }
 
 std::mutex mu;
-std::string cache_dir;
 std::unordered_map<std::string, KernelFn> loaded; // hash -> entry point
 KernelCacheStats stats;
 
@@ -134,44 +133,53 @@ std::string cpu_id() {
   return id;
 }
 
-// The compiler command as words: $CXX (split on whitespace, its first word
-// found on PATH), else the first of c++, g++, clang++ on PATH. Run without a
-// shell (run_program).
-const std::vector<std::string>& compiler_argv() {
-  static const std::vector<std::string> cxx = [] {
-    std::vector<std::vector<std::string>> candidates;
-    if (const char* env = std::getenv("CXX"))
-      candidates.push_back(words(env));
-    for (const char* c : {"c++", "g++", "clang++"})
-      candidates.push_back({c});
-    for (std::vector<std::string> c : candidates) {
-      if (c.empty())
-        continue;
-      std::string path = find_program(c[0]);
-      if (path.empty())
-        continue;
-      c[0] = path;
-      return c;
-    }
-    return std::vector<std::string>();
-  }();
+// The compiler command as words for the compiler option `cxx`
+// (RuntimeOptions::cxx, split on whitespace, its first word found on PATH),
+// else the first of c++, g++, clang++ on PATH. Run without a shell
+// (run_program).
+std::vector<std::string> find_compiler(const std::string& cxx) {
+  std::vector<std::vector<std::string>> candidates;
+  candidates.push_back(words(cxx));
+  for (const char* c : {"c++", "g++", "clang++"})
+    candidates.push_back({c});
+  for (std::vector<std::string> c : candidates) {
+    if (c.empty())
+      continue;
+    std::string path = find_program(c[0]);
+    if (path.empty())
+      continue;
+    c[0] = path;
+    return c;
+  }
+  return std::vector<std::string>();
+}
+
+// The compiler command as words and as one string (part of every kernel key),
+// found once per value of the compiler option.
+struct Compiler {
+  std::vector<std::string> argv;
+  std::string joined;
+};
+
+const Compiler& compiler() {
+  static std::mutex found_mu;
+  static std::unordered_map<std::string, Compiler> found;
+  const std::string cxx = runtime_options().cxx;
+  std::lock_guard<std::mutex> lock(found_mu);
+  auto it = found.find(cxx);
+  if (it == found.end()) {
+    Compiler c;
+    c.argv = find_compiler(cxx);
+    for (const std::string& w : c.argv)
+      c.joined += (c.joined.empty() ? "" : " ") + w;
+    it = found.emplace(cxx, std::move(c)).first;
+  }
   TORCH_CHECK(
-      !cxx.empty(),
+      !it->second.argv.empty(),
       "torch_plugin: no C++ compiler found for generated kernels (tried $CXX, c++, g++, "
       "clang++); install one, e.g. `apt-get install g++`, or set "
       "TORCH_PLUGIN_FUSION=0 to run without generated kernels");
-  return cxx;
-}
-
-// The compiler command as one string (part of every kernel key): built once.
-const std::string& compiler() {
-  static const std::string joined = [] {
-    std::string out;
-    for (const std::string& w : compiler_argv())
-      out += (out.empty() ? "" : " ") + w;
-    return out;
-  }();
-  return joined;
+  return it->second;
 }
 
 // SHA-256 over everything a kernel depends on: the cache format, the source,
@@ -182,42 +190,13 @@ std::string key_of(const std::string& source) {
   std::string all = kCacheFormat;
   for (const std::string& part :
        {source,
-        compiler() + " " + kFlags,
+        compiler().joined + " " + kFlags,
         target,
         std::string(TORCH_VERSION)}) {
     all.push_back('\0');
     all += part;
   }
   return sha256_hex(all);
-}
-
-// The cache folder; the caller holds `mu`.
-std::string cache_dir_locked() {
-  if (cache_dir.empty()) {
-    // Until the compiler sets it: also for kernels of a loaded graph module.
-    // TORCH_PLUGIN_CACHE_DIR, else $XDG_CACHE_HOME/torch_plugin, else the home
-    // folder's .cache/torch_plugin (from the password database when HOME is
-    // unset): never a folder shared with other users such as /tmp.
-    const char* env = std::getenv("TORCH_PLUGIN_CACHE_DIR");
-    const char* xdg = std::getenv("XDG_CACHE_HOME");
-    const char* home = std::getenv("HOME");
-    if (env && *env) {
-      cache_dir = env;
-    } else if (xdg && *xdg) {
-      cache_dir = std::string(xdg) + "/torch_plugin";
-    } else {
-      std::string h = home && *home ? home : "";
-      if (h.empty()) {
-        const passwd* pw = getpwuid(getuid());
-        TORCH_CHECK(
-            pw && pw->pw_dir && *pw->pw_dir,
-            "torch_plugin: no home folder for the kernel cache; set TORCH_PLUGIN_CACHE_DIR");
-        h = pw->pw_dir;
-      }
-      cache_dir = h + "/.cache/torch_plugin";
-    }
-  }
-  return cache_dir;
 }
 
 // Compiles `source` into a shared library and returns its bytes: the source
@@ -248,7 +227,7 @@ std::string compile(const std::string& source, const std::string& dir) {
     written += static_cast<size_t>(n);
   }
   close(fd);
-  std::vector<std::string> argv = compiler_argv();
+  std::vector<std::string> argv = compiler().argv;
   for (const std::string& f : words(kFlags))
     argv.push_back(f);
   argv.insert(argv.end(), {"-o", base + ".so", cpp});
@@ -326,16 +305,6 @@ std::string entry_name(const std::string& key) {
 }
 
 } // namespace
-
-std::string kernel_cache_dir() {
-  std::lock_guard<std::mutex> lock(mu);
-  return cache_dir_locked();
-}
-
-void set_kernel_cache_dir(const std::string& d) {
-  std::lock_guard<std::mutex> lock(mu);
-  cache_dir = d;
-}
 
 std::vector<KernelFn> load_kernels(const std::vector<std::string>& sources) {
   std::vector<KernelFn> out(sources.size(), nullptr);
@@ -432,4 +401,4 @@ KernelCacheStats kernel_cache_stats() {
   return stats;
 }
 
-} // namespace torch_plugin::runtime
+} // namespace torch_plugin::runtime::cpu

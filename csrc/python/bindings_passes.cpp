@@ -2,21 +2,28 @@
 // torch_plugin._C._compiler: Graph.run_pass(name, options),
 // Graph.run_pipeline(options) (the pipeline of the graph's device) and
 // pass_names(device="cpu"). `options` is a dict of PassOptions fields
-// (compiler/passes/pass.h) plus "cache_dir", the kernel cache's directory.
-// GIL: held (passes do not release it).
-#include "compiler/bindings_graph.h"
+// (compiler/passes/pass.h) plus "cache_dir", the kernel cache's directory,
+// which is a runtime setting: the binding hands it to the runtime
+// (runtime::set_kernel_cache_dir) before the passes run; parsing the options
+// has no side effect. GIL: held (passes do not release it).
+#include "python/bindings_graph.h"
 
 #include "compiler/passes/pipeline.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/options.h"
 
 #include <pybind11/stl.h>
 
 namespace py = pybind11;
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::python {
+
+using compiler::PassInfo;
+using compiler::PassOptions;
+
 namespace {
 
-PassOptions to_options(const py::dict& d) {
+// The PassOptions fields of `d` (the others keep their defaults).
+PassOptions to_pass_options(const py::dict& d) {
   PassOptions o;
   if (d.contains("freeze"))
     o.freeze = d["freeze"].cast<bool>();
@@ -34,9 +41,14 @@ PassOptions to_options(const py::dict& d) {
     o.log_kernels = d["log_kernels"].cast<bool>();
   if (d.contains("memory_planning"))
     o.memory_planning = d["memory_planning"].cast<bool>();
+  return o;
+}
+
+// The runtime setting among the options: the kernel cache folder, where the
+// codegen pass's kernels go.
+void set_runtime_options(const py::dict& d) {
   if (d.contains("cache_dir"))
     runtime::set_kernel_cache_dir(d["cache_dir"].cast<std::string>());
-  return o;
 }
 
 } // namespace
@@ -46,20 +58,26 @@ void init_pass_bindings(py::module_& m) {
       .def(
           "run_pass",
           [](GraphBuilder& b, const std::string& name, py::dict options) {
-            return run_pass(find_pass(name), *b.graph, to_options(options));
+            const PassInfo& pass = compiler::find_pass(name);
+            const PassOptions pass_options = to_pass_options(options);
+            set_runtime_options(options);
+            return compiler::run_pass(pass, *b.graph, pass_options);
           })
       .def("run_pipeline", [](GraphBuilder& b, py::dict options) {
-        run_pipeline(*b.graph, to_options(options));
+        const PassOptions pass_options = to_pass_options(options);
+        set_runtime_options(options);
+        compiler::run_pipeline(*b.graph, pass_options);
       });
   m.def(
       "pass_names",
       [](const std::string& device) {
         std::vector<std::string> names;
-        for (const PassInfo* p : pipeline(parse_device(device).type()))
+        for (const PassInfo* p :
+             compiler::pipeline(parse_device(device).type()))
           names.push_back(p->name);
         return names;
       },
       py::arg("device") = "cpu");
 }
 
-} // namespace torch_plugin::compiler
+} // namespace torch_plugin::python

@@ -1,11 +1,12 @@
-// bindings.cpp: pybind11 declarations for csrc/capture (see bindings.h).
+// bindings_capture.cpp: pybind11 declarations for csrc/capture (see
+// bindings_capture.h).
 //
 // Ownership: arguments arrive as BORROWED handles; results are NEW references.
 // GuardManager nodes returned by attr/item/local/global_/closure are owned by
 // their tree; `reference_internal` keeps the parent (and so the root) alive
 // while a Python handle to a node exists.
 // GIL: held for every call.
-#include "capture/bindings.h"
+#include "python/bindings_capture.h"
 
 #include <pybind11/stl.h>
 
@@ -21,7 +22,10 @@
 
 namespace py = pybind11;
 
-namespace torch_plugin::capture {
+namespace torch_plugin::python {
+
+using namespace ::torch_plugin::capture;
+
 namespace {
 
 PyCodeObject* as_code(py::handle code, const char* function) {
@@ -460,4 +464,4 @@ void init_capture(py::module_& m) {
   bind_cache(m);
 }
 
-} // namespace torch_plugin::capture
+} // namespace torch_plugin::python

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::python {
 
 // The graph IR (csrc/ir) that passes and codegen read and rewrite.
 using namespace ::torch_plugin::ir;
@@ -81,7 +81,10 @@ void init_pass_bindings(pybind11::module_& m);
 // executor and runtime (bindings_runtime.cpp): class Executor, has_onednn,
 // kernel_cache_stats.
 void init_runtime_bindings(pybind11::module_& m);
+// the runtime's options (bindings_runtime.cpp): submodule _runtime of the
+// extension module `m`, its configure(options) and options().
+void init_runtime_options_bindings(pybind11::module_& m);
 // graph export (bindings_graph_export.cpp): Graph.export.
 void init_graph_export_bindings(pybind11::module_& m);
 
-} // namespace torch_plugin::compiler
+} // namespace torch_plugin::python

@@ -1,16 +1,16 @@
 // bindings_graph_export.cpp: the compiled IR graph as Python data (see
 // bindings_graph_export.h). Python objects: builds new ones; tensors cross by
 // THPVariable_Wrap (a new reference to the same tensor). GIL: held.
-#include "compiler/bindings_graph_export.h"
+#include "python/bindings_graph_export.h"
 
-#include "compiler/bindings_graph.h"
+#include "python/bindings_graph.h"
 
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace py = pybind11;
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::python {
 namespace {
 
 py::object to_python(const AttrValue& v) {
@@ -107,4 +107,4 @@ void init_graph_export_bindings(py::module_& m) {
       "export", [](GraphBuilder& b) { return export_graph(*b.graph); });
 }
 
-} // namespace torch_plugin::compiler
+} // namespace torch_plugin::python

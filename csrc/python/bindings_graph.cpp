@@ -1,5 +1,5 @@
 // bindings_graph.cpp: the IR graph builder's bindings (see bindings_graph.h).
-#include "compiler/bindings_graph.h"
+#include "python/bindings_graph.h"
 
 #include "ir/verifier.h"
 
@@ -8,7 +8,7 @@
 
 namespace py = pybind11;
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::python {
 
 at::Tensor to_tensor(py::handle h) {
   if (!THPVariable_Check(h.ptr()))
@@ -180,4 +180,4 @@ void init_graph_bindings(py::module_& m) {
       .def("__str__", [](GraphBuilder& b) { return b.graph->str(); });
 }
 
-} // namespace torch_plugin::compiler
+} // namespace torch_plugin::python

@@ -8,7 +8,7 @@
 
 #include <pybind11/pybind11.h>
 
-namespace torch_plugin::compiler {
+namespace torch_plugin::python {
 
 // The graph IR (csrc/ir) that passes and codegen read and rewrite.
 using namespace ::torch_plugin::ir;
@@ -39,4 +39,4 @@ using namespace ::torch_plugin::ir;
 // enum value, a device as its string; see ir.h, AttrValue).
 pybind11::dict export_graph(const Graph& g);
 
-} // namespace torch_plugin::compiler
+} // namespace torch_plugin::python

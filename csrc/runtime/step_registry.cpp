@@ -1,0 +1,101 @@
+// step_registry.cpp: the registry of native steps and the executor's lookups
+// (see step_registry.h and step.h).
+#include "runtime/step_registry.h"
+
+#include <c10/util/Exception.h>
+
+#include <map>
+#include <utility>
+
+namespace torch_plugin::runtime {
+namespace {
+
+// Function-local statics: registrations run from other files' static
+// constructors, in any order relative to this file's.
+std::map<std::pair<c10::DeviceType, StepKind>, StepFactory>& factories() {
+  static std::map<std::pair<c10::DeviceType, StepKind>, StepFactory> m;
+  return m;
+}
+
+std::map<c10::DeviceType, KernelPreloader>& preloaders() {
+  static std::map<c10::DeviceType, KernelPreloader> m;
+  return m;
+}
+
+std::map<std::string, LibraryProbe>& libraries() {
+  static std::map<std::string, LibraryProbe> m;
+  return m;
+}
+
+StepFactory find_factory(c10::DeviceType device, StepKind kind) {
+  auto it = factories().find({device, kind});
+  return it == factories().end() ? nullptr : it->second;
+}
+
+} // namespace
+
+StepRegistration::StepRegistration(
+    c10::DeviceType device,
+    StepKind kind,
+    StepFactory factory) {
+  factories()[{device, kind}] = factory;
+}
+
+KernelPreloaderRegistration::KernelPreloaderRegistration(
+    c10::DeviceType device,
+    KernelPreloader preload) {
+  preloaders()[device] = preload;
+}
+
+LibraryRegistration::LibraryRegistration(const char* name, LibraryProbe probe) {
+  libraries()[name] = probe;
+}
+
+c10::DeviceType step_device(const ir::Node& node) {
+  return node.outputs.empty() ? c10::kCPU : node.outputs[0]->device.type();
+}
+
+void preload_kernels(const std::vector<const ir::Node*>& nodes) {
+  for (const auto& [device, preload] : preloaders())
+    preload(nodes);
+}
+
+bool library_available(const std::string& name, std::string* why) {
+  auto it = libraries().find(name);
+  if (it == libraries().end())
+    return false;
+  return it->second(why);
+}
+
+std::unique_ptr<Step> make_library_step(
+    const ir::Node& node,
+    const SlotMap& slots) {
+  if (node.outputs.empty())
+    return nullptr;
+  StepFactory make = find_factory(step_device(node), StepKind::kLibrary);
+  return make ? make(node, slots) : nullptr;
+}
+
+std::unique_ptr<Step> make_kernel_step(
+    const ir::Node& node,
+    const SlotMap& slots) {
+  if (node.op != "torch_plugin::fused")
+    return nullptr;
+  const c10::DeviceType device = step_device(node);
+  StepFactory make = find_factory(device, StepKind::kKernel);
+  std::unique_ptr<Step> step = make ? make(node, slots) : nullptr;
+  TORCH_CHECK(
+      step,
+      "torch_plugin: fusion group ",
+      node.str_attr("name", "fused"),
+      " has a kernel for target '",
+      node.str_attr("target", "cpp"),
+      "' on ",
+      c10::DeviceTypeName(device, /*lower_case=*/true),
+      ", but this build of torch_plugin has no kernel step for it (a CUDA "
+      "kernel needs a build with CUDA support: a CUDA build of torch, CUDA "
+      "headers, and not -DTORCH_PLUGIN_CUDA=OFF)");
+  return step;
+}
+
+} // namespace torch_plugin::runtime
