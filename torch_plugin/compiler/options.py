@@ -13,6 +13,7 @@ Key parts:
 | ``verify`` | ``TORCH_PLUGIN_VERIFY`` | ``0`` | run the IR verifier after every pass |
 | ``dump_dir`` | ``TORCH_PLUGIN_DUMP_DIR`` | unset | write each graph before and after each pass there |
 | ``log_kernels`` | ``TORCH_PLUGIN_LOGS`` contains ``kernels`` | off | print each generated kernel and its fusion group |
+| ``log_patterns`` | ``TORCH_PLUGIN_LOGS`` contains ``patterns`` | off | print each library-pattern rule that fires or is rejected (rule name, source line, failed constraint) |
 | ``cache_dir`` | ``TORCH_PLUGIN_CACHE_DIR`` | ``$XDG_CACHE_HOME/torch_plugin``, else ``~/.cache/torch_plugin`` (folders 0700, files 0600; an existing root owned by another user or writable by group/others is refused with a warning: disk caches off, kernels compile into a private temporary folder) | compiled kernels (``<sha256>.kernel``, ``cuda/``: verified entries keyed by the SHA-256 of source, compiler, flags, target and torch version), lowered inference graphs (``graphs/``, see ``graph_cache.py``); ``python -m torch_plugin.cache info|clear|evict`` (``torch_plugin/cache.py``) |
 | (size limit) | ``TORCH_PLUGIN_CACHE_LIMIT_GB`` | ``4`` | least recently used entries are evicted after each new graph entry until the cache is under the limit |
 | ``graph_cache`` | ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
@@ -51,6 +52,7 @@ class Options:
     verify: bool = False
     dump_dir: str = ""
     log_kernels: bool = False
+    log_patterns: bool = False
     cache_dir: str = ""
     graph_cache: bool = True
     cuda_graphs: bool = True
@@ -64,6 +66,7 @@ class Options:
             "verify": self.verify,
             "dump_dir": self.dump_dir,
             "log_kernels": self.log_kernels,
+            "log_patterns": self.log_patterns,
             "cache_dir": self.cache_dir,
         }
 
@@ -99,6 +102,7 @@ def current() -> Options:
         verify=_flag("TORCH_PLUGIN_VERIFY", False),
         dump_dir=dump_dir,
         log_kernels="kernels" in os.environ.get("TORCH_PLUGIN_LOGS", "").split(","),
+        log_patterns="patterns" in os.environ.get("TORCH_PLUGIN_LOGS", "").split(","),
         cache_dir=cache_dir,
         graph_cache=graph_cache,
         cuda_graphs=_flag("TORCH_PLUGIN_CUDA_GRAPHS", True),

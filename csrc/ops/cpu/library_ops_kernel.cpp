@@ -3,6 +3,8 @@
 // compiled graphs run these nodes as prepacked oneDNN primitives (csrc/libs).
 #include "ops/library_ops.h"
 
+#include "ir/op_table.h"
+
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -13,26 +15,8 @@ at::Tensor apply_activation(
     c10::string_view a,
     double alpha,
     double beta) {
-  if (a.empty())
-    return y;
-  if (a == "relu")
-    return at::relu(y);
-  if (a == "silu")
-    return at::silu(y);
-  if (a == "gelu")
-    return at::gelu(y);
-  if (a == "gelu_tanh")
-    return at::gelu(y, "tanh");
-  if (a == "sigmoid")
-    return at::sigmoid(y);
-  if (a == "tanh")
-    return at::tanh(y);
-  if (a == "hardswish")
-    return at::hardswish(y);
-  if (a == "clamp")
-    return at::clamp(y, alpha, beta);
-  check_activation(a); // raises: `a` is not an activation name
-  TORCH_CHECK(false, "apply_activation: '", a, "' has no reference kernel");
+  return ir::apply_epilogue(
+      y, std::string_view(a.data(), a.size()), alpha, beta);
 }
 
 namespace {
