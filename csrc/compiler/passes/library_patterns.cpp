@@ -349,7 +349,8 @@ std::vector<std::string> epilogue_ops(bool cublaslt) {
 // The rows, tried in this order on every node until none applies.
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> rows = {
-      {"cuda_matmul_to_library",
+      {TP_RULE_SOURCE,
+       "cuda_matmul_to_library",
        kCuda,
        kLinear,
        {"aten::mm", "aten::addmm"},
@@ -379,9 +380,9 @@ const std::vector<Rule>& rules() {
          }},
         {"beta = alpha = 1", scales_one},
         {"an addend that is a bias [N] or a residual [M, N]", addend_fits}},
-       cuda_matmul_to_library,
-       TP_RULE_SOURCE},
-      {"cuda_fuse_activation",
+       cuda_matmul_to_library},
+      {TP_RULE_SOURCE,
+       "cuda_fuse_activation",
        kCuda,
        kLinear,
        epilogue_ops(/*cublaslt=*/true),
@@ -404,9 +405,9 @@ const std::vector<Rule>& rules() {
          [](const Graph&, const Match& m) {
            return m.root->outputs[0]->dtype == m.y->dtype;
          }}},
-       fuse_activation,
-       TP_RULE_SOURCE},
-      {"conv_to_library",
+       fuse_activation},
+      {TP_RULE_SOURCE,
+       "conv_to_library",
        kCpu,
        kConv,
        {"aten::convolution"},
@@ -432,9 +433,9 @@ const std::vector<Rule>& rules() {
          [](const Graph&, const Match& m) {
            return m.root->tensor_arg(conv::kInput)->dtype == at::kFloat;
          }}},
-       conv_to_library,
-       TP_RULE_SOURCE},
-      {"matmul_to_library",
+       conv_to_library},
+      {TP_RULE_SOURCE,
+       "matmul_to_library",
        kCpu,
        kLinear,
        {"aten::mm", "aten::addmm"},
@@ -457,9 +458,9 @@ const std::vector<Rule>& rules() {
            return !is_addmm(m.root) || (is_const(b) && b->sizes.size() <= 1);
          }},
         {"beta = alpha = 1", scales_one}},
-       matmul_to_library,
-       TP_RULE_SOURCE},
-      {"fuse_bias_add",
+       matmul_to_library},
+      {TP_RULE_SOURCE,
+       "fuse_bias_add",
        kCpu,
        kLinear,
        {"aten::add.Tensor"},
@@ -477,9 +478,9 @@ const std::vector<Rule>& rules() {
                !has_activation(m.lib);
          }},
         {"an addend [1, ..., N] of the output's dtype", bias_fits}},
-       fuse_bias_add,
-       TP_RULE_SOURCE},
-      {"fuse_residual_add",
+       fuse_bias_add},
+      {TP_RULE_SOURCE,
+       "fuse_residual_add",
        kCpu,
        kConv, // and linear_pointwise: both have their CPU kernels together
        {"aten::add.Tensor"},
@@ -502,9 +503,9 @@ const std::vector<Rule>& rules() {
            return m.other->sizes == m.y->sizes &&
                m.other->dtype == m.y->dtype && m.other != m.y;
          }}},
-       fuse_residual_add,
-       TP_RULE_SOURCE},
-      {"fuse_activation",
+       fuse_residual_add},
+      {TP_RULE_SOURCE,
+       "fuse_activation",
        kCpu,
        kConv, // and linear_pointwise
        epilogue_ops(/*cublaslt=*/false),
@@ -522,8 +523,7 @@ const std::vector<Rule>& rules() {
          [](const Graph&, const Match& m) {
            return epilogue_of(*m.root).has_value();
          }}},
-       fuse_activation,
-       TP_RULE_SOURCE},
+       fuse_activation},
   };
   return rows;
 }

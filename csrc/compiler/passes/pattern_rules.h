@@ -1,16 +1,16 @@
 // pattern_rules.h: rewrite rules as rows of data, and the matcher that runs
 // them (the library_patterns pass's rules are such rows).
 //
-// A rule is one row: its name, the devices it is for, the library op its
-// rewrite makes (the rule fires only where that op has a kernel for the
-// device: a build without the CUDA parts has no CUDA linear_pointwise, so the
-// cuBLASLt rows never fire there), the ops it starts from (its roots), a
-// binder that finds the candidate pieces around a root (the library node
-// behind a view, the two sides of an add), its named constraints, the rewrite,
-// and the file and line of the row. The matcher tries each rule on every node
-// on one of its devices, in order; a candidate whose constraints all hold is
-// rewritten. With PassOptions::log_patterns (TORCH_PLUGIN_LOGS=patterns) each
-// rule that fires, and each candidate a constraint rejects (with that
+// A rule is one row: its source position (TP_RULE_SOURCE, first), its name,
+// the devices it is for, the library op its rewrite makes (the rule fires only
+// where that op has a kernel for the device: a build without the CUDA parts
+// has no CUDA linear_pointwise, so the cuBLASLt rows never fire there), the
+// ops it starts from (its roots), a binder that finds the candidate pieces
+// around a root (the library node behind a view, the two sides of an add),
+// its named constraints and the rewrite. The matcher tries each rule on every
+// node on one of its devices, in order; a candidate whose constraints all hold
+// is rewritten. With PassOptions::log_patterns (TORCH_PLUGIN_LOGS=patterns)
+// each rule that fires, and each candidate a constraint rejects (with that
 // constraint's name), goes to stderr with the rule's name and source line;
 // firings also go to VLOG(1). Models: tinygrad's PatternMatcher (rules as
 // (pattern, rewrite) pairs), Triton's Combine.td (declarative patterns with
@@ -43,6 +43,8 @@ struct Constraint {
 };
 
 struct Rule {
+  const char* file; // where the row is: TP_RULE_SOURCE
+  int line;
   const char* name;
   std::vector<c10::DeviceType> devices; // every tensor of the root is on one
   // The library op the rewrite makes or extends: the rule fires on a device
@@ -54,11 +56,9 @@ struct Rule {
   std::vector<Match> (*bind)(const Graph& g, Node* root);
   std::vector<Constraint> constraints;
   void (*rewrite)(Graph& g, const Match& m);
-  const char* file;
-  int line;
 };
 
-// The source position of a row: `Rule{..., TP_RULE_SOURCE}`.
+// The source position of a row: `Rule{TP_RULE_SOURCE, "name", ...}`.
 #define TP_RULE_SOURCE __FILE__, __LINE__
 
 // Runs `rules` in order, each over every node of `g` (a snapshot; nodes the
