@@ -36,7 +36,7 @@ Environment variables (read when needed, by the functions at the end of this mod
 
 | environment variable | default | read by | effect |
 |---|---|---|---|
-| ``TORCH_PLUGIN_LOGS`` | unset | :func:`logs_spec` (at import), :func:`compiler_environment` | log channels (``torch_plugin.logs``); ``kernels`` in it prints each generated kernel |
+| ``TORCH_PLUGIN_LOGS`` | unset | :func:`logs_spec` (at import), :func:`compiler_environment` | log channels (``torch_plugin.logs``); ``kernels`` in it prints each generated kernel, ``patterns`` each library-pattern rule that fires or is rejected (rule name, source line, failed constraint) |
 | ``TORCH_PLUGIN_FREEZE`` | ``1`` | :func:`compiler_environment` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding (views of weights stay views), prepacked convolution weights |
 | ``TORCH_PLUGIN_LIBRARY_PATTERNS`` | ``1`` | :func:`compiler_environment` | convolutions and matrix products (+epilogue) go to oneDNN / cuBLASLt |
 | ``TORCH_PLUGIN_FUSION`` | ``1`` | :func:`compiler_environment` | pointwise/reduction/norm groups become generated kernels |
@@ -224,6 +224,7 @@ def compiler_environment() -> dict[str, bool | str]:
         "verify": env_flag("TORCH_PLUGIN_VERIFY", False),
         "dump_dir": os.environ.get("TORCH_PLUGIN_DUMP_DIR", ""),
         "log_kernels": "kernels" in logs_spec().split(","),
+        "log_patterns": "patterns" in logs_spec().split(","),
         "cache_dir": cache_root(),
         "graph_cache": env_flag("TORCH_PLUGIN_GRAPH_CACHE", True),
         "cuda_graphs": env_flag("TORCH_PLUGIN_CUDA_GRAPHS", True),

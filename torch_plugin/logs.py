@@ -45,6 +45,9 @@ from . import config
 
 ENV_VAR = config.LOGS_ENV_VAR
 CHANNELS: tuple[str, ...] = ("graph_breaks", "recompiles", "guards", "bytecode", "graph", "ddp")
+# Read by the "plugin" compiler from TORCH_PLUGIN_LOGS when it compiles a graph
+# (config.compiler_environment): generated kernels, library-pattern rules. Not Python loggers.
+COMPILER_CHANNELS: tuple[str, ...] = ("kernels", "patterns")
 # Channels written from CaptureRecords (the others are logged by convert_frame directly).
 _RECORD_CHANNELS = ("guards", "bytecode", "graph")
 
@@ -74,7 +77,8 @@ def logger_for(channel: str) -> logging.Logger:
 
 
 def parse_spec(spec: str | Iterable[str] | None) -> tuple[str, ...]:
-    """The channels named by ``spec``, in :data:`CHANNELS` order.
+    """The channels named by ``spec``, in :data:`CHANNELS` order (the compiler's own,
+    :data:`COMPILER_CHANNELS`, are accepted and left out).
 
     ``spec`` is a comma-separated string (``"graph_breaks,guards"``; ``"all"``/``"+all"`` for
     every channel; ``"-bytecode"`` removes one; ``"+graph"`` is the same as ``"graph"``; spaces
@@ -93,6 +97,8 @@ def parse_spec(spec: str | Iterable[str] | None) -> tuple[str, ...]:
             continue
         remove = name.startswith("-")
         name = name.lstrip("+-").strip()
+        if name in COMPILER_CHANNELS:
+            continue  # the compiler's (COMPILER_CHANNELS), not a Python logger
         names = set(CHANNELS) if name == "all" else {name}
         unknown = names - set(CHANNELS)
         if unknown:

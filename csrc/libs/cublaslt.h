@@ -33,6 +33,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace torch_plugin::libs::cublaslt {
 
@@ -64,6 +65,11 @@ void set_tuning(const std::string& tuning, const std::string& candidates);
 const char* to_string(DType d);
 const char* to_string(Epilogue e);
 bool has_bias(Epilogue e);
+// The epilogue fusing the library ops' activation `activation` ("" for none)
+// after the product, with or without a bias; nullopt for an activation
+// cuBLASLt does not fuse (the op table's `cublaslt` column, ir/op_table.h,
+// marks the ones this maps: relu and gelu_tanh).
+std::optional<Epilogue> epilogue_for(std::string_view activation, bool bias);
 
 // One matrix product. Every field is part of the plan cache key.
 struct MatmulDesc {

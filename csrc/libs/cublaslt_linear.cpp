@@ -258,4 +258,14 @@ bool run_linear(
   return true;
 }
 
+std::optional<Epilogue> epilogue_for(std::string_view activation, bool bias) {
+  if (activation.empty())
+    return bias ? Epilogue::kBias : Epilogue::kNone;
+  if (activation == "relu")
+    return bias ? Epilogue::kReluBias : Epilogue::kRelu;
+  if (activation == "gelu_tanh") // CUBLASLT_EPILOGUE_GELU is the tanh form
+    return bias ? Epilogue::kGeluBias : Epilogue::kGelu;
+  return std::nullopt;
+}
+
 } // namespace torch_plugin::libs::cublaslt

@@ -24,8 +24,9 @@
 //       torch.classes.torch_plugin.Executor; see executor_op.h (CPU and Meta:
 //       executor_op.cpp).
 // CUDA kernel of linear_pointwise: ops/cuda/library_ops_cuda.cpp (cuBLASLt).
-// activation: "", "relu", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh",
-// "hardswish", "clamp" (alpha=min, beta=max). Any float dtype the ATen ops
+// activation: "" or a name of the op table's epilogues (ir/op_table.h: relu,
+// silu, gelu, its tanh form, sigmoid, tanh, hardswish, clamp with alpha=min,
+// beta=max). Any float dtype the ATen ops
 // take. CPU kernels: ops/cpu/library_ops_kernel.cpp (the reference; compiled
 // graphs run oneDNN primitives for these nodes, csrc/libs). The Meta kernels
 // work on symbolic sizes.
@@ -43,6 +44,7 @@
 // runtime's step registrations (runtime/step_registry.h).
 #include "ops/library_ops.h"
 
+#include "ir/op_table.h"
 #include "ops/executor_op.h"
 #include "ops/fused_op.h"
 
@@ -51,6 +53,10 @@
 #include <torch/library.h>
 
 namespace torch_plugin::ops {
+
+void check_activation(c10::string_view a) {
+  ir::check_epilogue_name(std::string_view(a.data(), a.size()));
+}
 
 namespace {
 

@@ -1,15 +1,20 @@
 // library_ops.h: the torch_plugin:: operator library (see library_ops.cpp).
 #pragma once
 
-#include "runtime/epilogue.h"
-
 #include <ATen/core/Tensor.h>
 
 namespace torch_plugin::ops {
 
-// The library ops' activations (check_activation, apply_activation): defined
-// in runtime/epilogue.h, which the runtime's steps share with the ops.
-using runtime::apply_activation;
-using runtime::check_activation;
+// Raises c10::Error unless `activation` is one of the library ops' activation
+// names (the epilogue rows of ir/op_table.h).
+void check_activation(c10::string_view activation);
+
+// act(y) for the activation names of the library ops (reference, ATen; the
+// op table's ir::apply_epilogue).
+at::Tensor apply_activation(
+    const at::Tensor& y,
+    c10::string_view activation,
+    double alpha,
+    double beta);
 
 } // namespace torch_plugin::ops

@@ -39,6 +39,8 @@ PassOptions to_pass_options(const py::dict& d) {
     o.dump_dir = d["dump_dir"].cast<std::string>();
   if (d.contains("log_kernels"))
     o.log_kernels = d["log_kernels"].cast<bool>();
+  if (d.contains("log_patterns"))
+    o.log_patterns = d["log_patterns"].cast<bool>();
   if (d.contains("memory_planning"))
     o.memory_planning = d["memory_planning"].cast<bool>();
   return o;

@@ -38,6 +38,7 @@ class Options:
     verify: bool = False
     dump_dir: str = ""
     log_kernels: bool = False
+    log_patterns: bool = False
     cache_dir: str = ""
     graph_cache: bool = True
     cuda_graphs: bool = True
@@ -51,6 +52,7 @@ class Options:
             "verify": self.verify,
             "dump_dir": self.dump_dir,
             "log_kernels": self.log_kernels,
+            "log_patterns": self.log_patterns,
             "cache_dir": self.cache_dir,
         }
 

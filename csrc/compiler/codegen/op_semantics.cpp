@@ -1,11 +1,9 @@
-// op_semantics.cpp: ATen pointwise op -> device-neutral fp32 expression, one
-// table entry per op (see op_semantics.h for the helpers an expression may
-// call).
+// op_semantics.cpp: ATen pointwise op -> device-neutral fp32 expression, from
+// the op table's templates (ir/op_table.h; see op_semantics.h for the helpers
+// an expression may call).
 //
-// Each entry: the op's qualified name and a template in which $0, $1, ... stand
-// for the expressions of schema arguments 0, 1, ...; arithmetic in float.
-// Semantics follow ATen's kernels (e.g. gelu uses erf; relu is
-// tp_max(x, 0.0f), which keeps a NaN x as ATen does). How fast the helpers are
+// Each template has $0, $1, ... standing for the expressions of schema
+// arguments 0, 1, ...; arithmetic in float. How fast the helpers are
 // is each renderer's business (the C++ renderer's tp_exp, tp_tanh and tp_erf
 // are branch-free so that their loops vectorize); pow with a small constant
 // exponent (2, 3, 0.5, -0.5, -1, -2, 1) is multiplications, a square root or a
@@ -15,54 +13,16 @@
 // identity.
 #include "compiler/codegen/op_semantics.h"
 
+#include "ir/op_schema.h"
+#include "ir/op_table.h"
+
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 
 #include <limits>
-#include <map>
 
 namespace torch_plugin::compiler {
 namespace {
-
-// op -> template. alpha of add/sub is argument 2.
-const std::map<std::string, std::string>& table() {
-  static const std::map<std::string, std::string> t = {
-      {"aten::add.Tensor", "($0 + $2 * $1)"},
-      {"aten::add.Scalar", "($0 + $2 * $1)"},
-      {"aten::sub.Tensor", "($0 - $2 * $1)"},
-      {"aten::sub.Scalar", "($0 - $2 * $1)"},
-      {"aten::rsub.Scalar", "($1 - $2 * $0)"},
-      {"aten::mul.Tensor", "($0 * $1)"},
-      {"aten::mul.Scalar", "($0 * $1)"},
-      {"aten::div.Tensor", "($0 / $1)"},
-      {"aten::div.Scalar", "($0 / $1)"},
-      {"aten::neg", "(-$0)"},
-      {"aten::relu", "tp_max($0, 0.0f)"},
-      {"aten::sigmoid", "tp_sigmoid($0)"},
-      {"aten::silu", "($0 * tp_sigmoid($0))"},
-      {"aten::tanh", "tp_tanh($0)"},
-      {"aten::exp", "tp_exp($0)"},
-      {"aten::log", "tp_log($0)"},
-      {"aten::sqrt", "tp_sqrt($0)"},
-      {"aten::rsqrt", "tp_rsqrt($0)"},
-      {"aten::abs", "tp_abs($0)"},
-      {"aten::erf", "tp_erf($0)"},
-      {"aten::reciprocal", "(1.0f / $0)"},
-      {"aten::pow.Tensor_Scalar", "tp_pow($0, $1)"},
-      {"aten::maximum", "tp_max($0, $1)"},
-      {"aten::minimum", "tp_min($0, $1)"},
-      {"aten::clamp_min", "tp_max($0, $1)"},
-      {"aten::clamp_max", "tp_min($0, $1)"},
-      {"aten::hardtanh", "tp_min(tp_max($0, $1), $2)"},
-      {"aten::hardswish",
-       "($0 * tp_min(tp_max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
-      {"aten::hardsigmoid", "(tp_min(tp_max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"},
-      {"aten::gelu",
-       "(0.5f * $0 * (1.0f + tp_erf($0 * 0.70710678118654752f)))"},
-      {"aten::_to_copy", "$0"},
-  };
-  return t;
-}
 
 // Whether the device argument `spelled` ("cpu", "cuda", "cuda:1") names
 // `device` (no index: the current one, i.e. the value's own).
@@ -81,19 +41,21 @@ bool same_device(const std::string& spelled, const c10::Device& device) {
 // memory_format); which dtypes a kernel can load and store is the fusion
 // pass's per-device check.
 bool is_dtype_conversion(const Node& n) {
-  if (n.op != "aten::_to_copy" || n.args.size() < 7 || n.outputs.size() != 1 ||
-      n.inputs.size() != 1)
+  namespace to_copy = schema::to_copy;
+  if (n.op != "aten::_to_copy" || n.args.size() < to_copy::kCount ||
+      n.outputs.size() != 1 || n.inputs.size() != 1)
     return false;
-  for (size_t i : {2, 3, 4}) {
+  for (size_t i : {to_copy::kLayout, to_copy::kDevice, to_copy::kPinMemory}) {
     const AttrValue& v = n.args[i].value;
     if (std::holds_alternative<std::monostate>(v))
       continue;
-    if (i == 2 && std::get_if<int64_t>(&v) && std::get<int64_t>(v) == 0)
+    if (i == to_copy::kLayout && std::get_if<int64_t>(&v) &&
+        std::get<int64_t>(v) == 0)
       continue; // strided
-    if (i == 3 && std::get_if<std::string>(&v) &&
+    if (i == to_copy::kDevice && std::get_if<std::string>(&v) &&
         same_device(std::get<std::string>(v), n.inputs[0]->device))
       continue;
-    if (i == 4 && std::get_if<bool>(&v) && !std::get<bool>(v))
+    if (i == to_copy::kPinMemory && std::get_if<bool>(&v) && !std::get<bool>(v))
       continue;
     return false;
   }
@@ -123,33 +85,23 @@ const std::vector<std::string>& pointwise_helper_names() {
 bool is_fusible_pointwise(const Node& n) {
   if (n.op == "aten::_to_copy")
     return is_dtype_conversion(n);
-  return table().count(n.qualified_name()) > 0;
+  const OpInfo* op = find_op(n);
+  return op && op->category == OpCategory::kPointwise &&
+      (op->expression || !op->variants.empty());
 }
 
 std::optional<std::string> pointwise_expression(
     const Node& n,
     const std::vector<std::string>& operands) {
-  auto it = table().find(n.qualified_name());
-  if (it == table().end())
+  const char* t = pointwise_template(n);
+  if (!t)
     return std::nullopt;
-  if (n.op == "aten::gelu") {
-    const std::string& approximate = std::get<std::string>(n.const_arg(1));
-    if (approximate == "tanh") {
-      // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as ATen's
-      // GeluType::Tanh.
-      const std::string& x = operands.at(0);
-      return "(0.5f * " + x + " * (1.0f + tp_tanh(0.79788456080286535588f * (" +
-          x + " + 0.044715f * " + x + " * " + x + " * " + x + "))))";
-    }
-    if (approximate != "none")
-      return std::nullopt;
-  }
   if (n.op == "aten::pow") {
     // tp_pow is a scalar libm call on the CPU (20-40 ns) that keeps the loop
     // from vectorizing; these exponents are exact as products/roots (as ATen's
     // pow_tensor_scalar_optimized_kernel special-cases 2, 3, 0.5, -0.5, -1,
     // -2).
-    const AttrValue& e = n.const_arg(1);
+    const AttrValue& e = n.const_arg(schema::pow::kExponent);
     double exponent = std::holds_alternative<int64_t>(e)
         ? static_cast<double>(std::get<int64_t>(e))
         : std::holds_alternative<double>(e)
@@ -187,9 +139,8 @@ std::optional<std::string> pointwise_expression(
     }
   }
   std::string out;
-  const std::string& t = it->second;
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i] == '$' && i + 1 < t.size() && isdigit(t[i + 1])) {
+  for (size_t i = 0; t[i] != '\0'; ++i) {
+    if (t[i] == '$' && isdigit(t[i + 1])) {
       size_t k = t[++i] - '0';
       if (k >= operands.size())
         return std::nullopt;

@@ -1,6 +1,7 @@
-// op_semantics.h: the device-neutral op-semantics table of code generation —
-// for each ATen pointwise op that fusion groups may hold, how its IR node
-// becomes an fp32 expression. Every renderer (codegen/cpp, codegen/cuda) builds
+// op_semantics.h: the device-neutral op semantics of code generation — for
+// each ATen pointwise op that fusion groups may hold, how its IR node becomes
+// an fp32 expression, from the op's template in the op table (ir/op_table.h)
+// and the node's arguments. Every renderer (codegen/cpp, codegen/cuda) builds
 // its kernels' arithmetic from these expressions and spells only the loads,
 // stores, loops and the helpers below in its target's language.
 //

@@ -1,35 +1,46 @@
-// renderer.cpp: the renderer of each device (see renderer.h).
+// renderer.cpp: the renderer registry (see renderer.h).
 #include "compiler/codegen/renderer.h"
 
-#include "compiler/codegen/cpp/cpp_renderer.h"
-#include "compiler/codegen/cuda/cuda_renderer.h"
+#include <c10/util/Exception.h>
+
+#include <map>
 
 namespace torch_plugin::compiler {
+namespace {
+
+std::map<c10::DeviceType, Renderer>& registry() {
+  static std::map<c10::DeviceType, Renderer> r;
+  return r;
+}
+
+} // namespace
+
+bool register_renderer(const Renderer& r) {
+  TORCH_CHECK(
+      registry().emplace(r.device, r).second,
+      "register_renderer: ",
+      c10::DeviceTypeName(r.device, true),
+      " already has a renderer");
+  return true;
+}
+
+const Renderer* find_renderer(c10::DeviceType device) {
+  auto it = registry().find(device);
+  return it == registry().end() ? nullptr : &it->second;
+}
 
 std::optional<KernelSource> render_fusion_group(
     const Node& group,
     c10::DeviceType device) {
-  switch (device) {
-    case c10::DeviceType::CPU:
-      return render_cpp(group);
-    case c10::DeviceType::CUDA:
-      return render_cuda(group);
-    default:
-      return std::nullopt;
-  }
+  const Renderer* r = find_renderer(device);
+  if (!r)
+    return std::nullopt;
+  return r->render(group);
 }
 
 bool kernel_dtype_supported(c10::DeviceType device, c10::ScalarType dtype) {
-  switch (device) {
-    case c10::DeviceType::CPU:
-      return dtype == c10::ScalarType::Float ||
-          dtype == c10::ScalarType::BFloat16;
-    case c10::DeviceType::CUDA:
-      return dtype == c10::ScalarType::Float ||
-          dtype == c10::ScalarType::BFloat16 || dtype == c10::ScalarType::Half;
-    default:
-      return false;
-  }
+  const Renderer* r = find_renderer(device);
+  return r && r->dtype_supported(dtype);
 }
 
 } // namespace torch_plugin::compiler

@@ -2,7 +2,8 @@
 //
 // Groups pointwise ATen ops (codegen/op_semantics.cpp), reductions
 // (aten::sum.dim_IntList, mean.dim, amax, var.correction) and row-wise ops
-// (aten::_softmax, _log_softmax, native_layer_norm) into fusion groups, each
+// (aten::_softmax, _log_softmax, native_layer_norm) — the op table's
+// pointwise and reduction rows (ir/op_table.h) — into fusion groups, each
 // becoming one torch_plugin::fused node whose body holds the ops. Only values
 // whose dtype the device's kernels can load and store join
 // (codegen/renderer.h, kernel_dtype_supported: CPU float32/bfloat16, CUDA also
@@ -35,6 +36,8 @@
 
 #include "compiler/codegen/op_semantics.h"
 #include "compiler/codegen/renderer.h"
+#include "ir/op_schema.h"
+#include "ir/op_table.h"
 
 #include <c10/util/Exception.h>
 
@@ -131,17 +134,9 @@ struct ReductionInfo {
 };
 
 std::optional<ReductionInfo> reduction_info(const Node& n) {
-  const std::string q = n.qualified_name();
-  static const std::set<std::string> kOps = {
-      "aten::sum.dim_IntList",
-      "aten::mean.dim",
-      "aten::amax",
-      "aten::var.correction",
-      "aten::_softmax",
-      "aten::_log_softmax",
-      "aten::native_layer_norm"};
-  if (!kOps.count(q) || !tensor_dtypes_ok(n) || n.args.empty() ||
-      n.args[0].kind != Arg::Kind::kTensor)
+  const OpInfo* op = find_op(n);
+  if (!op || op->category != OpCategory::kReduction || !tensor_dtypes_ok(n) ||
+      n.args.empty() || n.args[0].kind != Arg::Kind::kTensor)
     return std::nullopt;
   const Value* x = n.tensor_arg(0);
   if (x->sizes.empty() || x->numel() == 0)
@@ -153,42 +148,57 @@ std::optional<ReductionInfo> reduction_info(const Node& n) {
     return std::get<bool>(n.const_arg(arg)) ? Level::kOuterKeep : Level::kOuter;
   };
   std::optional<std::vector<int64_t>> dims;
-  if (n.op == "aten::sum" || n.op == "aten::mean") {
-    if (!std::holds_alternative<std::monostate>(n.const_arg(3)))
-      return std::nullopt; // dtype
-    dims = normalize_dims(n.const_arg(1), rank);
-    info.levels = {keepdim_level(2)};
-  } else if (n.op == "aten::amax") {
-    dims = normalize_dims(n.const_arg(1), rank);
-    info.levels = {keepdim_level(2)};
-  } else if (n.op == "aten::var") {
-    const AttrValue& c = n.const_arg(2);
-    if (!std::holds_alternative<std::monostate>(c) &&
-        !std::get_if<int64_t>(&c) && !std::get_if<double>(&c))
-      return std::nullopt;
-    dims = normalize_dims(n.const_arg(1), rank);
-    info.levels = {keepdim_level(3)};
-  } else if (n.op == "aten::_softmax" || n.op == "aten::_log_softmax") {
-    if (std::get<bool>(n.const_arg(2)))
-      return std::nullopt; // half_to_float
-    dims = normalize_dims(n.const_arg(1), rank);
-    info.levels = {Level::kFull};
-  } else { // native_layer_norm(input, normalized_shape, weight?, bias?, eps)
-    const auto* shape = std::get_if<std::vector<int64_t>>(&n.const_arg(1));
-    if (!shape || shape->empty() || shape->size() > rank)
-      return std::nullopt;
-    for (size_t i : {2, 3}) {
-      if (n.args[i].kind == Arg::Kind::kConst &&
-          !std::holds_alternative<std::monostate>(n.args[i].value))
+  switch (op->reduction.kind) {
+    case ReductionKind::kSum:
+    case ReductionKind::kMean:
+      if (!std::holds_alternative<std::monostate>(
+              n.const_arg(schema::sum::kDtype)))
         return std::nullopt;
+      dims = normalize_dims(n.const_arg(schema::sum::kDim), rank);
+      info.levels = {keepdim_level(schema::sum::kKeepdim)};
+      break;
+    case ReductionKind::kAmax:
+      dims = normalize_dims(n.const_arg(schema::amax::kDim), rank);
+      info.levels = {keepdim_level(schema::amax::kKeepdim)};
+      break;
+    case ReductionKind::kVar: {
+      const AttrValue& c = n.const_arg(schema::var::kCorrection);
+      if (!std::holds_alternative<std::monostate>(c) &&
+          !std::get_if<int64_t>(&c) && !std::get_if<double>(&c))
+        return std::nullopt;
+      dims = normalize_dims(n.const_arg(schema::var::kDim), rank);
+      info.levels = {keepdim_level(schema::var::kKeepdim)};
+      break;
     }
-    if (!std::get_if<double>(&n.const_arg(4)))
+    case ReductionKind::kSoftmax:
+    case ReductionKind::kLogSoftmax:
+      if (std::get<bool>(n.const_arg(schema::softmax::kHalfToFloat)))
+        return std::nullopt;
+      dims = normalize_dims(n.const_arg(schema::softmax::kDim), rank);
+      info.levels = {Level::kFull};
+      break;
+    case ReductionKind::kLayerNorm: {
+      namespace ln = schema::layer_norm;
+      const auto* shape =
+          std::get_if<std::vector<int64_t>>(&n.const_arg(ln::kNormalizedShape));
+      if (!shape || shape->empty() || shape->size() > rank)
+        return std::nullopt;
+      for (size_t i : {ln::kWeight, ln::kBias}) {
+        if (n.args[i].kind == Arg::Kind::kConst &&
+            !std::holds_alternative<std::monostate>(n.args[i].value))
+          return std::nullopt;
+      }
+      if (!std::get_if<double>(&n.const_arg(ln::kEps)))
+        return std::nullopt;
+      std::vector<int64_t> d;
+      for (size_t i = rank - shape->size(); i < rank; ++i)
+        d.push_back(static_cast<int64_t>(i));
+      dims = d;
+      info.levels = {Level::kFull, Level::kOuterKeep, Level::kOuterKeep};
+      break;
+    }
+    case ReductionKind::kNone:
       return std::nullopt;
-    std::vector<int64_t> d;
-    for (size_t i = rank - shape->size(); i < rank; ++i)
-      d.push_back(static_cast<int64_t>(i));
-    dims = d;
-    info.levels = {Level::kFull, Level::kOuterKeep, Level::kOuterKeep};
   }
   if (!dims)
     return std::nullopt;

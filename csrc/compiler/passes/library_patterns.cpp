@@ -1,50 +1,90 @@
 // library_patterns.cpp: pass "library_patterns".
 //
-// Rewrites convolutions and matrix products with constant weights (freezing)
-// into library nodes, then grows each library node's epilogue. The rules are
-// data: kRules lists them in the order they are tried, each with the rewrite it
-// does. A library node's schema (csrc/ops/library_ops.cpp):
+// Rewrites convolutions and matrix products into library nodes, then grows
+// each library node's epilogue. The rules are rows of data (pattern_rules.h):
+// kRules lists them in the order they are tried, each with the devices it is
+// for, the ops it starts from, its named constraints (schema positions by name:
+// ir/op_schema.h) and its rewrite. A library node's schema
+// (csrc/ops/library_ops.cpp):
 //   conv_pointwise(x, w, b?, residual?, stride, padding, dilation, groups,
 //                  activation, alpha, beta)
 //   linear_pointwise(x, w, b?, residual?, activation, alpha, beta)
-// Their outputs: conv_pointwise writes channels_last (oneDNN's fast layout);
-// the propagate_strides pass then updates the strides downstream.
-// Each rule is for one device and fires only on nodes whose tensors are there:
-// the oneDNN rules on CPU values (a CUDA graph never gets a oneDNN node).
+// Which ops become which epilogue (activation) is the op table's
+// (ir/op_table.h, epilogue_of); which epilogues cuBLASLt fuses is its
+// epilogue table's `cublaslt` column.
 //
-// CUDA values have rules of their own (kCudaRules, tried first; built with the
-// CUDA toolkit only, where linear_pointwise has its cuBLASLt kernel and step):
-// mm/addmm of any weight (no freezing needed: training graphs too) become
-// linear_pointwise with the bias, and a single-use relu or tanh-GELU after it
-// joins as the cuBLASLt epilogue. The oneDNN rules are for CPU values.
-#include "compiler/passes/pass.h"
+// CUDA rows (cuBLASLt: libs/cublaslt.h, runtime/cuda/cublaslt_step.cpp; tried
+// first, firing only where linear_pointwise has a CUDA kernel, i.e. in a build
+// with the CUDA parts): mm/addmm of any weight (no freezing needed: training
+// graphs too) become linear_pointwise with the bias, and a single-use
+// activation that cuBLASLt fuses (relu, tanh-GELU) joins as the epilogue.
+// CPU rows (oneDNN): convolutions and matrix products with constant weights
+// (freezing), then a bias add, a residual add and any activation. Their
+// outputs: conv_pointwise writes channels_last (oneDNN's fast layout); the
+// propagate_strides pass then updates the strides downstream.
+#include "compiler/passes/pattern_rules.h"
+#include "ir/op_schema.h"
 
 #include <ATen/ATen.h>
-#include <c10/util/Logging.h>
 
 namespace torch_plugin::compiler {
 namespace {
 
-bool is_const(const Value* v) {
-  return v && v->kind == ValueKind::kConstant;
-}
-bool single_use(const Value* v, const Graph& g) {
-  return v->uses.size() == 1 && !g.is_output(v);
-}
-bool is_library(const Node* n) {
-  return n->op == "torch_plugin::conv_pointwise" ||
-      n->op == "torch_plugin::linear_pointwise";
-}
-size_t activation_arg(const Node* lib) {
-  return lib->op == "torch_plugin::conv_pointwise" ? 8 : 4;
-}
+namespace conv = schema::convolution;
+namespace addmm = schema::addmm;
+namespace mm = schema::mm;
+namespace add = schema::add;
+namespace lib_args = schema::library;
+
+const std::vector<c10::DeviceType> kCpu = {c10::DeviceType::CPU};
+const std::vector<c10::DeviceType> kCuda = {c10::DeviceType::CUDA};
+const char* const kLinear = "torch_plugin::linear_pointwise";
+const char* const kConv = "torch_plugin::conv_pointwise";
+
 bool is_one(const AttrValue& v) {
   return std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) == 1
                                             : std::get<double>(v) == 1.0;
 }
+bool has_activation(const Node* lib) {
+  return !std::get<std::string>(lib->const_arg(activation_arg(*lib))).empty();
+}
+bool is_addmm(const Node* n) {
+  return n->op == "aten::addmm";
+}
+// The operands of mm(x, wt) / addmm(c, x, wt).
+Value* mat_x(const Node* n) {
+  return n->tensor_arg(is_addmm(n) ? size_t{addmm::kMat1} : size_t{mm::kSelf});
+}
+Value* mat_wt(const Node* n) {
+  return n->tensor_arg(is_addmm(n) ? size_t{addmm::kMat2} : size_t{mm::kMat2});
+}
+Value* mat_c(const Node* n) {
+  return is_addmm(n) ? n->tensor_arg(addmm::kSelf) : nullptr;
+}
+// addmm's beta and alpha are 1 (mm has none).
+bool scales_one(const Graph&, const Match& m) {
+  if (!is_addmm(m.root))
+    return true;
+  for (size_t i : {addmm::kBeta, addmm::kAlpha}) {
+    if (i >= m.root->args.size())
+      continue;
+    const AttrValue& v = m.root->const_arg(i);
+    double s = std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v)
+                                                  : std::get<double>(v);
+    if (s != 1.0)
+      return false;
+  }
+  return true;
+}
+bool alpha_one(const Graph&, const Match& m) {
+  return is_one(m.root->const_arg(add::kAlpha));
+}
+bool y_single_use(const Graph& g, const Match& m) {
+  return single_use(m.y, g);
+}
 
 // A copy of library node `lib`, inserted before `before`, whose schema argument
-// `arg` (2: bias, 3: residual) is the tensor `v`; its output has lib's type.
+// `arg` (bias or residual) is the tensor `v`; its output has lib's type.
 Node* with_tensor_arg(
     Graph& g,
     const Node* lib,
@@ -60,20 +100,6 @@ Node* with_tensor_arg(
   Graph::set_type(
       copy->outputs[0], out->dtype, out->sizes, out->strides, out->device);
   return copy;
-}
-
-// The producer of y (single use), looking through one single-use view of its
-// output: then *view is that view node (else nullptr).
-Node* producer_through_view(Value* y, const Graph& g, Node** view) {
-  Node* p = y->producer;
-  *view = nullptr;
-  if ((p->op == "aten::view" || p->op == "aten::_unsafe_view") &&
-      p->inputs.size() == 1 && p->inputs[0]->producer &&
-      single_use(p->inputs[0], g)) {
-    *view = p;
-    p = p->inputs[0]->producer;
-  }
-  return p;
 }
 
 Node* make_library_node(
@@ -96,7 +122,7 @@ Node* make_library_node(
   args.push_back(Arg::constant(std::monostate{})); // residual
   for (Arg& a : middle)
     args.push_back(std::move(a));
-  args.push_back(Arg::constant(std::string()));
+  args.push_back(Arg::constant(std::string())); // activation, alpha, beta
   args.push_back(Arg::constant(0.0));
   args.push_back(Arg::constant(0.0));
   Node* n = g.create_node(op, "default", inputs, args, 1, before);
@@ -105,69 +131,71 @@ Node* make_library_node(
   return n;
 }
 
+// The two ways round of a commutative add(a, b): y = a, other = b and the
+// reverse, each with y's producer as lib (through one view when `view`).
+std::vector<Match> bind_add_sides(const Graph& g, Node* root, bool view) {
+  std::vector<Match> out;
+  for (size_t side : {add::kSelf, add::kOther}) {
+    Match m;
+    m.root = root;
+    m.y = root->tensor_arg(side);
+    m.other = root->tensor_arg(side == add::kSelf ? add::kOther : add::kSelf);
+    if (!m.y || !m.other || !m.y->producer)
+      continue;
+    m.lib = view ? producer_through_view(m.y, g, &m.view) : m.y->producer;
+    out.push_back(m);
+  }
+  return out;
+}
+
+// Replaces the root by the library node `lib` (or the view of it).
+void replace_root(Graph& g, const Match& m, Node* lib) {
+  g.replace_all_uses(
+      m.root->outputs[0], m.view ? m.view->outputs[0] : lib->outputs[0]);
+  g.erase_node(m.root);
+}
+
+// ---- CPU (oneDNN) ---------------------------------------------------------
+
 // convolution(x, W, b) [2-d, fp32, W and b constant, not transposed] =>
 // conv_pointwise(x, W, b)
-bool conv_to_library(Graph& g, Node* n) {
-  if (n->op != "aten::convolution")
-    return false;
-  Value* x = n->tensor_arg(0);
-  Value* w = n->tensor_arg(1);
-  Value* b = n->tensor_arg(2);
-  if (!is_const(w) || (b && !is_const(b)) || w->sizes.size() != 4 ||
-      std::get<bool>(n->const_arg(6)) || x->dtype != at::kFloat)
-    return false;
+void conv_to_library(Graph& g, const Match& m) {
+  Node* n = m.root;
   Value* y = n->outputs[0];
   Node* lib = make_library_node(
       g,
-      "torch_plugin::conv_pointwise",
+      kConv,
       n,
-      x,
-      w,
-      b,
-      {Arg::constant(n->const_arg(3)),
-       Arg::constant(n->const_arg(4)),
-       Arg::constant(n->const_arg(5)),
-       Arg::constant(n->const_arg(8))},
+      n->tensor_arg(conv::kInput),
+      n->tensor_arg(conv::kWeight),
+      n->tensor_arg(conv::kBias),
+      {Arg::constant(n->const_arg(conv::kStride)),
+       Arg::constant(n->const_arg(conv::kPadding)),
+       Arg::constant(n->const_arg(conv::kDilation)),
+       Arg::constant(n->const_arg(conv::kGroups))},
       y);
   Value* out = lib->outputs[0];
   const auto& s = out->sizes; // channels_last strides
   out->strides = {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
   g.replace_all_uses(y, out);
   g.erase_node(n);
-  return true;
 }
 
 // addmm(b, x, Wt) [Wt constant [K, N], fp32] => linear_pointwise(x, Wt^T, b)
 // mm(x, Wt)       [Wt constant [K, N], fp32] => linear_pointwise(x, Wt^T, None)
-bool matmul_to_library(Graph& g, Node* n) {
-  bool addmm = n->op == "aten::addmm";
-  if (!addmm && n->op != "aten::mm")
-    return false;
-  Value* b = addmm ? n->tensor_arg(0) : nullptr;
-  Value* x = n->tensor_arg(addmm ? 1 : 0);
-  Value* wt = n->tensor_arg(addmm ? 2 : 1);
-  if (!x || !is_const(wt) || x->dtype != at::kFloat ||
-      (addmm && (!is_const(b) || b->sizes.size() > 1)))
-    return false;
-  if (addmm) {
-    for (size_t i = 3; i < 5 && i < n->args.size(); ++i) { // beta, alpha
-      const AttrValue& v = n->const_arg(i);
-      double s = std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v)
-                                                    : std::get<double>(v);
-      if (s != 1.0)
-        return false;
-    }
-  }
+void matmul_to_library(Graph& g, const Match& m) {
+  Node* n = m.root;
+  Value* b = mat_c(n);
+  Value* wt = mat_wt(n);
   // A view: the executor's oneDNN step reads [N, K] or its transpose as it is.
   Value* w = g.add_constant(wt->constant.t());
   Value* bias = b;
   if (b && b->sizes.size() == 0)
     bias = g.add_constant(b->constant.expand({wt->sizes[1]}).contiguous());
-  Node* lib = make_library_node(
-      g, "torch_plugin::linear_pointwise", n, x, w, bias, {}, n->outputs[0]);
+  Node* lib =
+      make_library_node(g, kLinear, n, mat_x(n), w, bias, {}, n->outputs[0]);
   g.replace_all_uses(n->outputs[0], lib->outputs[0]);
   g.erase_node(n);
-  return true;
 }
 
 // add(linear(x, W), c) or add(c, linear(x, W)), also through one view of the
@@ -176,158 +204,52 @@ bool matmul_to_library(Graph& g, Node* n) {
 // is the linear's N; alpha 1] => linear(x, W, c as [N]). What a 3-d F.linear
 // decomposes into when its input needs a copy first (nn.MultiheadAttention's
 // in-projection on a transposed input: clone, view, mm, view, add).
-bool fuse_bias_add(Graph& g, Node* n) {
-  if (n->op != "aten::add" || n->overload != "Tensor")
+bool bias_fits(const Graph&, const Match& m) {
+  const Value* c = m.other;
+  const int64_t out_features = m.lib->outputs[0]->sizes.back();
+  if (c->dtype != m.y->dtype || c->sizes.empty() ||
+      c->sizes.back() != out_features || c->sizes.size() > m.y->sizes.size() ||
+      m.root->outputs[0]->sizes != m.y->sizes)
     return false;
-  if (!is_one(n->const_arg(2)))
-    return false; // alpha
-  for (int side = 0; side < 2; ++side) {
-    Value* y = n->tensor_arg(side);
-    Value* c = n->tensor_arg(1 - side);
-    if (!y || !is_const(c) || !y->producer || !single_use(y, g))
-      continue;
-    Node* view = nullptr;
-    Node* lib = producer_through_view(y, g, &view);
-    if (lib->op != "torch_plugin::linear_pointwise" || lib->tensor_arg(2) ||
-        lib->tensor_arg(3) ||
-        !std::get<std::string>(lib->const_arg(activation_arg(lib))).empty())
-      continue;
-    const int64_t out_features = lib->outputs[0]->sizes.back();
-    if (c->dtype != y->dtype || c->sizes.empty() ||
-        c->sizes.back() != out_features || c->sizes.size() > y->sizes.size() ||
-        n->outputs[0]->sizes != y->sizes)
-      continue;
-    bool only_last = true;
-    for (size_t i = 0; i + 1 < c->sizes.size(); ++i)
-      only_last &= c->sizes[i] == 1;
-    if (!only_last)
-      continue;
-    Value* bias =
-        g.add_constant(c->constant.reshape({out_features}).contiguous());
-    Node* fused = with_tensor_arg(g, lib, 2, bias, lib);
-    g.replace_all_uses(lib->outputs[0], fused->outputs[0]);
-    g.replace_all_uses(
-        n->outputs[0], view ? view->outputs[0] : fused->outputs[0]);
-    g.erase_node(n);
-    g.erase_node(lib);
-    return true;
-  }
-  return false;
+  for (size_t i = 0; i + 1 < c->sizes.size(); ++i)
+    if (c->sizes[i] != 1)
+      return false;
+  return true;
+}
+void fuse_bias_add(Graph& g, const Match& m) {
+  const int64_t out_features = m.lib->outputs[0]->sizes.back();
+  Value* bias =
+      g.add_constant(m.other->constant.reshape({out_features}).contiguous());
+  Node* fused = with_tensor_arg(g, m.lib, lib_args::kBias, bias, m.lib);
+  g.replace_all_uses(m.lib->outputs[0], fused->outputs[0]);
+  replace_root(g, m, fused);
+  g.erase_node(m.lib);
 }
 
 // add(lib(...), r) or add(r, lib(...)) [lib has no residual and no activation
 // yet, single use, r has the output's sizes and dtype, alpha 1] => lib(...,
 // residual=r)
-bool fuse_residual_add(Graph& g, Node* n) {
-  if (n->op != "aten::add" || n->overload != "Tensor")
-    return false;
-  for (int side = 0; side < 2; ++side) {
-    Value* y = n->tensor_arg(side);
-    Value* r = n->tensor_arg(1 - side);
-    if (!y || !r || !y->producer || !is_library(y->producer) ||
-        !single_use(y, g))
-      continue;
-    Node* lib = y->producer;
-    if (lib->tensor_arg(3) ||
-        !std::get<std::string>(lib->const_arg(activation_arg(lib))).empty())
-      continue;
-    if (!is_one(n->const_arg(2)))
-      continue; // alpha
-    if (r->sizes != y->sizes || r->dtype != y->dtype || r == y)
-      continue;
-    // r must be computed before lib runs: move lib down to the add.
-    Node* fused = with_tensor_arg(g, lib, 3, r, n);
-    g.replace_all_uses(n->outputs[0], fused->outputs[0]);
-    g.erase_node(n);
-    g.erase_node(lib);
-    return true;
-  }
-  return false;
+void fuse_residual_add(Graph& g, const Match& m) {
+  // r must be computed before lib runs: move lib down to the add.
+  Node* fused = with_tensor_arg(g, m.lib, lib_args::kResidual, m.other, m.root);
+  g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
+  g.erase_node(m.root);
+  g.erase_node(m.lib);
 }
 
-// relu|silu|gelu|sigmoid|tanh|hardswish|hardtanh|clamp(lib(...)) [single use,
-// no activation yet] => lib(..., activation); also through one view of a 2-d
-// linear.
-bool fuse_activation(Graph& g, Node* n) {
-  static const std::map<std::string, std::string> kActivations = {
-      {"aten::relu", "relu"},
-      {"aten::silu", "silu"},
-      {"aten::gelu", "gelu"},
-      {"aten::sigmoid", "sigmoid"},
-      {"aten::tanh", "tanh"},
-      {"aten::hardswish", "hardswish"},
-      {"aten::hardtanh", "clamp"},
-      {"aten::clamp", "clamp"},
-  };
-  auto it = kActivations.find(n->op);
-  if (it == kActivations.end())
-    return false;
-  Value* y = n->tensor_arg(0);
-  if (!y || !y->producer || !single_use(y, g))
-    return false;
-  Node* view = nullptr;
-  Node* lib = producer_through_view(y, g, &view);
-  if (!is_library(lib))
-    return false;
-  size_t act = activation_arg(lib);
-  if (!std::get<std::string>(lib->const_arg(act)).empty())
-    return false;
-  std::string name = it->second;
-  double alpha = 0, beta = 0;
-  if (name == "gelu" && std::get<std::string>(n->const_arg(1)) == "tanh")
-    name = "gelu_tanh";
-  if (name == "clamp") {
-    auto num = [](const AttrValue& v, double dflt) {
-      if (std::holds_alternative<int64_t>(v))
-        return static_cast<double>(std::get<int64_t>(v));
-      if (std::holds_alternative<double>(v))
-        return std::get<double>(v);
-      return dflt;
-    };
-    alpha = num(n->const_arg(1), -3.4e38);
-    beta = num(n->const_arg(2), 3.4e38);
-  }
-  lib->args[act] = Arg::constant(name);
-  lib->args[act + 1] = Arg::constant(alpha);
-  lib->args[act + 2] = Arg::constant(beta);
-  g.replace_all_uses(n->outputs[0], view ? view->outputs[0] : lib->outputs[0]);
-  g.erase_node(n);
-  return true;
+// act(lib(...)) [single use, no activation yet; act an op with an epilogue in
+// the op table] => lib(..., activation); also through one view of a linear.
+void fuse_activation(Graph& g, const Match& m) {
+  const EpilogueUse e = *epilogue_of(*m.root);
+  const size_t act = activation_arg(*m.lib);
+  m.lib->args[act] = Arg::constant(std::string(epilogue_info(e.kind).name));
+  m.lib->args[act + 1] = Arg::constant(e.alpha);
+  m.lib->args[act + 2] = Arg::constant(e.beta);
+  replace_root(g, m, m.lib);
 }
 
-struct Rule {
-  const char* name;
-  c10::DeviceType device; // the rule fires only on nodes on this device
-  bool (*apply)(Graph& g, Node* n);
-};
+// ---- CUDA (cuBLASLt) ------------------------------------------------------
 
-// Tried in this order on every node until none applies.
-const Rule kRules[] = {
-    {"conv_to_library", c10::kCPU, conv_to_library},
-    {"matmul_to_library", c10::kCPU, matmul_to_library},
-    {"fuse_bias_add", c10::kCPU, fuse_bias_add},
-    {"fuse_residual_add", c10::kCPU, fuse_residual_add},
-    {"fuse_activation", c10::kCPU, fuse_activation},
-};
-
-// Whether every tensor of `n` is on `device`.
-bool on_device(const Node* n, c10::DeviceType device) {
-  for (const Value* v : n->inputs)
-    if (v->device.type() != device)
-      return false;
-  for (const Value* v : n->outputs)
-    if (v->device.type() != device)
-      return false;
-  return true;
-}
-
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-// --- CUDA rules (cuBLASLt: libs/cublaslt.h, runtime/cuda/cublaslt_step.cpp)
-// ---
-
-bool on_cuda(const Value* v) {
-  return v && v->device.is_cuda();
-}
 bool cublaslt_dtype(c10::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
@@ -344,12 +266,15 @@ Value* transposed_weight(Graph& g, Value* wt, Node* before) {
     return w;
   }
   const Node* p = wt->producer;
+  namespace permute = schema::permute;
   if (p && p->inputs.size() == 1 && p->inputs[0]->sizes.size() == 2) {
     bool transposes = p->op == "aten::t";
-    if (p->op == "aten::permute" && p->args.size() > 1 &&
-        p->args[1].kind == Arg::Kind::kConst &&
-        std::holds_alternative<std::vector<int64_t>>(p->args[1].value))
-      transposes = std::get<std::vector<int64_t>>(p->args[1].value) ==
+    if (p->op == "aten::permute" && p->args.size() > permute::kDims &&
+        p->args[permute::kDims].kind == Arg::Kind::kConst &&
+        std::holds_alternative<std::vector<int64_t>>(
+            p->args[permute::kDims].value))
+      transposes =
+          std::get<std::vector<int64_t>>(p->args[permute::kDims].value) ==
           std::vector<int64_t>{1, 0};
     if (transposes)
       return p->inputs[0];
@@ -375,48 +300,24 @@ Value* transposed_weight(Graph& g, Value* wt, Node* before) {
 //   mm(x, wt)                   => linear_pointwise(x, w, None)
 //   addmm(b [N], x, wt)         => linear_pointwise(x, w, b)
 //   addmm(c [M, N], x, wt)      => linear_pointwise(x, w, None, residual=c)
-// with w [N, K] = wt^T (see transposed_weight); beta = alpha = 1.
-bool cuda_matmul_to_library(Graph& g, Node* n) {
-  bool addmm = n->op == "aten::addmm";
-  if (!addmm && n->op != "aten::mm")
-    return false;
+// with w [N, K] = wt^T (see transposed_weight); beta = alpha = 1. A scalar or
+// [1, N] addend stays ATen's addmm.
+bool addend_fits(const Graph&, const Match& m) {
+  const Value* c = mat_c(m.root);
+  return !c || c->sizes == std::vector<int64_t>{mat_wt(m.root)->sizes[1]} ||
+      c->sizes == m.root->outputs[0]->sizes;
+}
+void cuda_matmul_to_library(Graph& g, const Match& m) {
+  Node* n = m.root;
   Value* y = n->outputs[0];
-  if (!on_cuda(y) || !cublaslt_dtype(y->dtype))
-    return false;
-  Value* c = addmm ? n->tensor_arg(0) : nullptr;
-  Value* x = n->tensor_arg(addmm ? 1 : 0);
-  Value* wt = n->tensor_arg(addmm ? 2 : 1);
-  if (!x || !wt || (addmm && !c))
-    return false;
-  for (const Value* v : {x, wt, c}) {
-    if (v && (v->dtype != y->dtype || v->device != y->device))
-      return false;
-  }
-  if (x->sizes.size() != 2 || wt->sizes.size() != 2 || y->sizes.size() != 2)
-    return false;
-  if (addmm) {
-    for (size_t i = 3; i < 5 && i < n->args.size(); ++i) { // beta, alpha
-      const AttrValue& v = n->const_arg(i);
-      double s = std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v)
-                                                    : std::get<double>(v);
-      if (s != 1.0)
-        return false;
-    }
-  }
-  Value* bias = nullptr;
-  Value* residual = nullptr;
-  if (c && c->sizes == std::vector<int64_t>{wt->sizes[1]}) {
-    bias = c;
-  } else if (c && c->sizes == y->sizes) {
-    residual = c;
-  } else if (c) {
-    return false; // a scalar or [1, N] addend: ATen's addmm
-  }
+  Value* c = mat_c(n);
+  Value* wt = mat_wt(n);
+  const bool is_bias = c && c->sizes == std::vector<int64_t>{wt->sizes[1]};
   Value* w = transposed_weight(g, wt, n);
   Node* lib = make_library_node(
-      g, "torch_plugin::linear_pointwise", n, x, w, bias, {}, y);
-  if (residual) {
-    Node* with_c = with_tensor_arg(g, lib, 3, residual, n);
+      g, kLinear, n, mat_x(n), w, is_bias ? c : nullptr, {}, y);
+  if (c && !is_bias) {
+    Node* with_c = with_tensor_arg(g, lib, lib_args::kResidual, c, n);
     g.erase_node(lib);
     lib = with_c;
   }
@@ -424,79 +325,213 @@ bool cuda_matmul_to_library(Graph& g, Node* n) {
       contiguous_strides(y->sizes); // the op's output is contiguous
   g.replace_all_uses(y, lib->outputs[0]);
   g.erase_node(n);
-  return true;
 }
 
-// relu(lib) or gelu(lib, approximate="tanh") [lib a CUDA linear_pointwise
-// without an activation, single use; also through one view of it] =>
-// lib(..., activation "relu" | "gelu_tanh"): cuBLASLt's RELU and GELU
-// epilogues. The exact (erf) GELU and other activations stay separate ops
-// (for the generated kernels): cuBLASLt has no epilogue for them.
-bool cuda_fuse_activation(Graph& g, Node* n) {
-  std::string name;
-  if (n->op == "aten::relu") {
-    name = "relu";
-  } else if (
-      n->op == "aten::gelu" && n->args.size() > 1 &&
-      n->args[1].kind == Arg::Kind::kConst &&
-      std::holds_alternative<std::string>(n->args[1].value) &&
-      std::get<std::string>(n->args[1].value) == "tanh") {
-    name = "gelu_tanh";
-  } else {
-    return false;
+// The ops whose epilogue (some use of them) the library op can fuse: every
+// pointwise op of the op table with an epilogue; with `cublaslt`, those with
+// one cuBLASLt fuses.
+std::vector<std::string> epilogue_ops(bool cublaslt) {
+  std::vector<std::string> out;
+  for (const OpInfo& op : op_table()) {
+    if (op.category != OpCategory::kPointwise)
+      continue;
+    bool any = op.epilogue != EpilogueKind::kNone &&
+        (!cublaslt || epilogue_info(op.epilogue).cublaslt);
+    for (const OpVariant& v : op.variants)
+      any |= v.epilogue != EpilogueKind::kNone &&
+          (!cublaslt || epilogue_info(v.epilogue).cublaslt);
+    if (any)
+      out.push_back(op.name);
   }
-  Value* y = n->tensor_arg(0);
-  if (!on_cuda(y) || !y->producer || !single_use(y, g))
-    return false;
-  Node* view = nullptr;
-  Node* lib = producer_through_view(y, g, &view);
-  if (lib->op != "torch_plugin::linear_pointwise" ||
-      !on_cuda(lib->outputs[0]) ||
-      !std::get<std::string>(lib->const_arg(4)).empty() ||
-      n->outputs[0]->dtype != y->dtype)
-    return false;
-  lib->args[4] = Arg::constant(name);
-  lib->args[5] = Arg::constant(0.0);
-  lib->args[6] = Arg::constant(0.0);
-  g.replace_all_uses(n->outputs[0], view ? view->outputs[0] : lib->outputs[0]);
-  g.erase_node(n);
-  return true;
+  return out;
 }
 
-// Tried before kRules, in this order, on every node until none applies.
-const Rule kCudaRules[] = {
-    {"cuda_matmul_to_library", c10::kCUDA, cuda_matmul_to_library},
-    {"cuda_fuse_activation", c10::kCUDA, cuda_fuse_activation},
-};
-#endif // TORCH_PLUGIN_HAVE_CUDA
+// The rows, tried in this order on every node until none applies.
+const std::vector<Rule>& rules() {
+  static const std::vector<Rule> rows = {
+      {TP_RULE_SOURCE,
+       "cuda_matmul_to_library",
+       kCuda,
+       kLinear,
+       {"aten::mm", "aten::addmm"},
+       bind_root,
+       {{"of a dtype cuBLASLt multiplies (fp32, bf16, fp16)",
+         [](const Graph&, const Match& m) {
+           return cublaslt_dtype(m.root->outputs[0]->dtype);
+         }},
+        {"all operands tensors",
+         [](const Graph&, const Match& m) {
+           return mat_x(m.root) && mat_wt(m.root) &&
+               (!is_addmm(m.root) || mat_c(m.root));
+         }},
+        {"operands of the output's dtype and device",
+         [](const Graph&, const Match& m) {
+           const Value* y = m.root->outputs[0];
+           for (const Value* v : m.root->inputs)
+             if (v->dtype != y->dtype || v->device != y->device)
+               return false;
+           return true;
+         }},
+        {"2-d",
+         [](const Graph&, const Match& m) {
+           return mat_x(m.root)->sizes.size() == 2 &&
+               mat_wt(m.root)->sizes.size() == 2 &&
+               m.root->outputs[0]->sizes.size() == 2;
+         }},
+        {"beta = alpha = 1", scales_one},
+        {"an addend that is a bias [N] or a residual [M, N]", addend_fits}},
+       cuda_matmul_to_library},
+      {TP_RULE_SOURCE,
+       "cuda_fuse_activation",
+       kCuda,
+       kLinear,
+       epilogue_ops(/*cublaslt=*/true),
+       bind_through_view,
+       {{"an activation cuBLASLt fuses (relu, tanh-GELU)",
+         [](const Graph&, const Match& m) {
+           auto e = epilogue_of(*m.root);
+           return e && epilogue_info(e->kind).cublaslt;
+         }},
+        {"its operand used once", y_single_use},
+        {"after a CUDA linear_pointwise",
+         [](const Graph&, const Match& m) {
+           return m.lib->op == kLinear && m.lib->outputs[0]->device.is_cuda();
+         }},
+        {"after a library node without an activation",
+         [](const Graph&, const Match& m) {
+           return !has_activation(m.lib);
+         }},
+        {"of its operand's dtype",
+         [](const Graph&, const Match& m) {
+           return m.root->outputs[0]->dtype == m.y->dtype;
+         }}},
+       fuse_activation},
+      {TP_RULE_SOURCE,
+       "conv_to_library",
+       kCpu,
+       kConv,
+       {"aten::convolution"},
+       bind_root,
+       {{"a constant weight",
+         [](const Graph&, const Match& m) {
+           return is_const(m.root->tensor_arg(conv::kWeight));
+         }},
+        {"a constant bias or none",
+         [](const Graph&, const Match& m) {
+           const Value* b = m.root->tensor_arg(conv::kBias);
+           return !b || is_const(b);
+         }},
+        {"2-d (a 4-d weight)",
+         [](const Graph&, const Match& m) {
+           return m.root->tensor_arg(conv::kWeight)->sizes.size() == 4;
+         }},
+        {"transposed",
+         [](const Graph&, const Match& m) {
+           return !std::get<bool>(m.root->const_arg(conv::kTransposed));
+         }},
+        {"of a float32 input",
+         [](const Graph&, const Match& m) {
+           return m.root->tensor_arg(conv::kInput)->dtype == at::kFloat;
+         }}},
+       conv_to_library},
+      {TP_RULE_SOURCE,
+       "matmul_to_library",
+       kCpu,
+       kLinear,
+       {"aten::mm", "aten::addmm"},
+       bind_root,
+       {{"a tensor input",
+         [](const Graph&, const Match& m) {
+           return mat_x(m.root) != nullptr;
+         }},
+        {"a constant weight",
+         [](const Graph&, const Match& m) {
+           return is_const(mat_wt(m.root));
+         }},
+        {"of a float32 input",
+         [](const Graph&, const Match& m) {
+           return mat_x(m.root)->dtype == at::kFloat;
+         }},
+        {"a constant bias of at most 1 dim",
+         [](const Graph&, const Match& m) {
+           const Value* b = mat_c(m.root);
+           return !is_addmm(m.root) || (is_const(b) && b->sizes.size() <= 1);
+         }},
+        {"beta = alpha = 1", scales_one}},
+       matmul_to_library},
+      {TP_RULE_SOURCE,
+       "fuse_bias_add",
+       kCpu,
+       kLinear,
+       {"aten::add.Tensor"},
+       [](const Graph& g, Node* root) { return bind_add_sides(g, root, true); },
+       {{"alpha = 1", alpha_one},
+        {"a constant addend",
+         [](const Graph&, const Match& m) {
+           return is_const(m.other);
+         }},
+        {"its operand used once", y_single_use},
+        {"after a linear_pointwise without bias, residual or activation",
+         [](const Graph&, const Match& m) {
+           return m.lib->op == kLinear && !m.lib->tensor_arg(lib_args::kBias) &&
+               !m.lib->tensor_arg(lib_args::kResidual) &&
+               !has_activation(m.lib);
+         }},
+        {"an addend [1, ..., N] of the output's dtype", bias_fits}},
+       fuse_bias_add},
+      {TP_RULE_SOURCE,
+       "fuse_residual_add",
+       kCpu,
+       kConv, // and linear_pointwise: both have their CPU kernels together
+       {"aten::add.Tensor"},
+       [](const Graph& g, Node* root) {
+         return bind_add_sides(g, root, false);
+       },
+       {{"after a library node",
+         [](const Graph&, const Match& m) {
+           return is_library_node(*m.lib);
+         }},
+        {"its operand used once", y_single_use},
+        {"after a library node without residual or activation",
+         [](const Graph&, const Match& m) {
+           return !m.lib->tensor_arg(lib_args::kResidual) &&
+               !has_activation(m.lib);
+         }},
+        {"alpha = 1", alpha_one},
+        {"an addend of the output's sizes and dtype, not the output itself",
+         [](const Graph&, const Match& m) {
+           return m.other->sizes == m.y->sizes &&
+               m.other->dtype == m.y->dtype && m.other != m.y;
+         }}},
+       fuse_residual_add},
+      {TP_RULE_SOURCE,
+       "fuse_activation",
+       kCpu,
+       kConv, // and linear_pointwise
+       epilogue_ops(/*cublaslt=*/false),
+       bind_through_view,
+       {{"its operand used once", y_single_use},
+        {"after a library node",
+         [](const Graph&, const Match& m) {
+           return is_library_node(*m.lib);
+         }},
+        {"after a library node without an activation",
+         [](const Graph&, const Match& m) {
+           return !has_activation(m.lib);
+         }},
+        {"an op with an epilogue for this use",
+         [](const Graph&, const Match& m) {
+           return epilogue_of(*m.root).has_value();
+         }}},
+       fuse_activation},
+  };
+  return rows;
+}
 
 bool run(Graph& g, const PassOptions& options) {
   if (!options.library_patterns)
     return false;
-  bool changed = false;
-#ifdef TORCH_PLUGIN_HAVE_CUDA
-  for (const Rule& rule : kCudaRules) {
-    for (Node* n : g.nodes()) {
-      if (n->owner != &g)
-        continue;
-      if (rule.apply(g, n)) {
-        changed = true;
-        VLOG(1) << "library_patterns: rule " << rule.name << " fired";
-      }
-    }
-  }
-#endif
-  for (const Rule& rule : kRules) {
-    for (Node* n : g.nodes()) {
-      if (n->owner != &g || !on_device(n, rule.device))
-        continue;
-      if (rule.apply(g, n)) {
-        changed = true;
-        VLOG(1) << "library_patterns: rule " << rule.name << " fired";
-      }
-    }
-  }
-  return changed;
+  return run_rules("library_patterns", rules(), g, options);
 }
 
 } // namespace

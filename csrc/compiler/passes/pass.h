@@ -28,6 +28,8 @@ struct PassOptions {
       dump_dir; // write the graph before/after each pass here (empty: off)
   bool log_kernels =
       false; // codegen: print each generated kernel (TORCH_PLUGIN_LOGS=kernels)
+  bool log_patterns = false; // library_patterns: print each rule that fires
+                             // or is rejected (TORCH_PLUGIN_LOGS=patterns)
   bool codegen = true; // codegen: render kernels (false: un-fuse every group)
   bool memory_planning =
       true; // memory_planning: library outputs share one per-run arena

@@ -3,10 +3,21 @@
 // compiled graphs run these nodes as prepacked oneDNN primitives (csrc/libs).
 #include "ops/library_ops.h"
 
+#include "ir/op_table.h"
+
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 namespace torch_plugin::ops {
+
+at::Tensor apply_activation(
+    const at::Tensor& y,
+    c10::string_view a,
+    double alpha,
+    double beta) {
+  return ir::apply_epilogue(
+      y, std::string_view(a.data(), a.size()), alpha, beta);
+}
 
 namespace {
 

@@ -6,9 +6,8 @@
 // the epilogue as cuBLASLt fuses:
 //   bias b [N] (same dtype)            -> CUBLASLT_EPILOGUE_BIAS
 //   residual of the output's shape and dtype -> cuBLASLt's C (beta = 1)
-//   activation "relu"                  -> CUBLASLT_EPILOGUE_RELU(_BIAS)
-//   activation "gelu_tanh"             -> CUBLASLT_EPILOGUE_GELU(_BIAS)
-//                                         (cuBLASLt's GELU is the tanh form)
+//   an activation cuBLASLt fuses       -> its epilogue (libs/cublaslt.h,
+//                                         epilogue_for: relu, the tanh GELU)
 // The rest runs as ATen ops after the product, in the reference's order: a
 // residual that broadcasts or has another dtype (y + residual), then any
 // other activation ("gelu" (exact erf), "silu", "sigmoid", "tanh",
@@ -92,15 +91,11 @@ at::Tensor linear_pointwise_cuda(
   // The activation joins the product only after the whole residual did.
   const bool residual_done = !residual || c2d.defined();
   const bool bias = b.has_value();
-  lt::Epilogue epilogue = bias ? lt::Epilogue::kBias : lt::Epilogue::kNone;
-  bool activation_done = activation.empty();
-  if (residual_done && activation == "relu") {
-    epilogue = bias ? lt::Epilogue::kReluBias : lt::Epilogue::kRelu;
-    activation_done = true;
-  } else if (residual_done && activation == "gelu_tanh") {
-    epilogue = bias ? lt::Epilogue::kGeluBias : lt::Epilogue::kGelu;
-    activation_done = true;
-  }
+  const std::string_view act(activation.data(), activation.size());
+  const std::optional<lt::Epilogue> fused =
+      residual_done ? lt::epilogue_for(act, bias) : std::nullopt;
+  const lt::Epilogue epilogue = fused ? *fused : *lt::epilogue_for("", bias);
+  const bool activation_done = activation.empty() || fused.has_value();
   if (!lt::run_linear(
           x2d, w, bias ? *b : at::Tensor(), c2d, epilogue, y2d, nullptr))
     return linear_pointwise_reference(

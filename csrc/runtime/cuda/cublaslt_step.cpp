@@ -14,8 +14,9 @@
 // next run and never runs a stale plan.
 #include "runtime/cuda/cublaslt_step.h"
 
+#include "ir/op_schema.h"
+#include "ir/op_table.h"
 #include "libs/cublaslt.h"
-#include "runtime/epilogue.h"
 #include "runtime/options.h"
 #include "runtime/step_registry.h"
 
@@ -44,7 +45,8 @@ class CublasLtLinearStep final : public Step {
         m_(plan->desc().m),
         n_(plan->desc().n),
         k_(plan->desc().k),
-        activation_(std::get<std::string>(n.const_arg(4))),
+        activation_(std::get<std::string>(
+            n.const_arg(ir::schema::linear_pointwise::kActivation))),
         epilogue_(epilogue),
         plan_(std::move(plan)),
         buffer_(*n.outputs[0], slots),
@@ -75,7 +77,7 @@ class CublasLtLinearStep final : public Step {
           at::linear(x, w, b_ >= 0 ? std::optional(bias) : std::nullopt);
       if (r_ >= 0)
         ref = ref + s[r_];
-      y.copy_(apply_activation(ref, activation_, 0.0, 0.0));
+      y.copy_(ir::apply_epilogue(ref, activation_, 0.0, 0.0));
     }
     s[out_] = std::move(y);
   }
@@ -131,16 +133,12 @@ std::unique_ptr<Step> make_cublaslt_step(
     return nullptr;
   if (r && r->sizes != out->sizes)
     return nullptr;
-  const std::string& act = std::get<std::string>(node.const_arg(4));
-  lt::Epilogue epilogue;
-  if (act.empty())
-    epilogue = b ? lt::Epilogue::kBias : lt::Epilogue::kNone;
-  else if (act == "relu")
-    epilogue = b ? lt::Epilogue::kReluBias : lt::Epilogue::kRelu;
-  else if (act == "gelu_tanh")
-    epilogue = b ? lt::Epilogue::kGeluBias : lt::Epilogue::kGelu;
-  else
+  const std::string& act = std::get<std::string>(
+      node.const_arg(ir::schema::linear_pointwise::kActivation));
+  const std::optional<lt::Epilogue> fused = lt::epilogue_for(act, b != nullptr);
+  if (!fused)
     return nullptr; // the op's kernel applies it after the product
+  const lt::Epilogue epilogue = *fused;
 
   const int64_t m = x->numel() / k;
   std::vector<int64_t> x_strides = strides_2d(*x);

@@ -10,12 +10,13 @@
 namespace torch_plugin::runtime::cuda {
 
 // A step computing the whole node with one cublasLtMatmul — bias epilogue,
-// residual as cuBLASLt's C (output's sizes and dtype), activation "",
-// "relu" or "gelu_tanh" — whose plan (algorithm) is chosen now, once, for the
-// node's static shapes and torch's current settings. nullptr for any other
-// node, or when cuBLASLt has no algorithm: the executor then calls the op
-// through the dispatcher (its CUDA kernel, ops/cuda/library_ops_cuda.cpp,
-// applies the rest with ATen ops). Needs a CUDA device (heuristics query it).
+// residual as cuBLASLt's C (output's sizes and dtype), no activation or one
+// with a cuBLASLt epilogue (libs/cublaslt.h, epilogue_for) — whose plan
+// (algorithm) is chosen now, once, for the node's static shapes and torch's
+// current settings. nullptr for any other node, or when cuBLASLt has no
+// algorithm: the executor then calls the op through the dispatcher (its CUDA
+// kernel, ops/cuda/library_ops_cuda.cpp, applies the rest with ATen ops). Needs
+// a CUDA device (heuristics query it).
 std::unique_ptr<Step> make_cublaslt_step(
     const ir::Node& node,
     const SlotMap& slots);

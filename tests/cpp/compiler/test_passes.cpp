@@ -332,6 +332,40 @@ TEST_F(Passes, LibraryPatternsLeavesNonConstantWeights) {
   EXPECT_EQ(ops(g), (std::vector<std::string>{"aten::convolution"}));
 }
 
+// PassOptions::log_patterns (TORCH_PLUGIN_LOGS=patterns): each rule row that
+// fires or is rejected is logged with its name, its source line and, for a
+// rejection, the constraint that failed.
+TEST_F(Passes, LibraryPatternsLogRuleFiringsAndRejections) {
+  PassOptions o = frozen();
+  o.log_patterns = true;
+  Graph g;
+  Value* x = input(g, {1, 3, 5, 5});
+  Value* w = input(g, {4, 3, 3, 3}); // a graph input, not frozen
+  g.set_outputs({conv(g, x, w, nullptr)->outputs[0]});
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(run("library_patterns", g, o));
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(
+      log.find(
+          "rule conv_to_library (csrc/compiler/passes/library_patterns.cpp:"),
+      std::string::npos)
+      << log;
+  EXPECT_NE(log.find("rejected at aten::convolution (%"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find(": not a constant weight"), std::string::npos) << log;
+
+  Graph f;
+  Value* fx = input(f, {1, 3, 5, 5});
+  Value* fw = f.add_constant(at::randn({4, 3, 3, 3}));
+  f.set_outputs({conv(f, fx, fw, nullptr)->outputs[0]});
+  testing::internal::CaptureStderr();
+  EXPECT_TRUE(run("library_patterns", f, o));
+  log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("rule conv_to_library ("), std::string::npos) << log;
+  EXPECT_NE(log.find(") fired at aten::convolution (%"), std::string::npos)
+      << log;
+}
+
 TEST_F(Passes, PropagateStridesFollowsChannelsLastInputs) {
   Graph g;
   Value* x = input(g, {2, 3, 4, 5}, at::MemoryFormat::ChannelsLast);

@@ -1,4 +1,5 @@
-// cpp_renderer.cpp: render_cpp (see cpp_renderer.h).
+// cpp_renderer.cpp: render_cpp (see cpp_renderer.h), registered as the CPU
+// renderer.
 #include "compiler/codegen/cpp/cpp_renderer.h"
 
 #include "compiler/codegen/cpp/cpp_emit.h"
@@ -24,5 +25,10 @@ std::optional<KernelSource> render_cpp(const Node& group) {
       : generate_pointwise_kernel(group, k.entry);
   return k;
 }
+
+namespace {
+const bool registered =
+    register_renderer({c10::DeviceType::CPU, "cpp", render_cpp, kernel_dtype});
+} // namespace
 
 } // namespace torch_plugin::compiler

@@ -1,19 +1,16 @@
 // reduction_kernel.cpp: the C++ code generator for reduction fusion groups (see
 // reduction_kernel.h).
 //
-// The body is first expanded into terms: loads, fp32 expressions, and two
-// primitive reductions over R (kSum, kMax). Each term is "outer" (one value per
-// index of the kept dims K) or "full" (one per element of the domain F), and
-// has a stage: the number of passes over R that must run before it is known.
-// mean = sum / N; var and layer_norm = sum of squared deviations from the mean
-// (stage 2); softmax = exp(x - max) / sum(exp(x - max)) (Sum at stage 2 over a
-// Max at stage 1). Then the loops are emitted: per index of K, pass s
-// accumulates the reductions of stage s, the outer terms of stage s follow, and
-// a last pass stores the full-level outputs.
+// The body's terms come from the device-neutral plan (codegen/reduction_plan.h:
+// loads, fp32 expressions and the primitive reductions, each "outer" or "full"
+// with a stage); softmax is exp(x - max) * (1 / sum), as ATen's vectorized CPU
+// softmax. This file lays out the loops and spells them: per index of K, pass
+// s accumulates the reductions of stage s, the outer terms of stage s follow,
+// and a last pass stores the full-level outputs.
 #include "compiler/codegen/cpp/reduction_kernel.h"
 
 #include "compiler/codegen/cpp/cpp_emit.h"
-#include "compiler/codegen/op_semantics.h"
+#include "compiler/codegen/reduction_plan.h"
 
 #include <c10/util/Exception.h>
 
@@ -27,264 +24,42 @@
 namespace torch_plugin::compiler {
 namespace {
 
-enum class Kind { kLoad, kExpr, kSum, kMax };
-
-struct Term {
-  Kind kind;
-  bool outer = false;
-  int stage = 0;
-  int operand = -1; // kLoad
-  std::string expr; // kExpr: C++ with references "\x01<id>\x02"
-  std::vector<int> deps; // kExpr: referenced terms; kSum/kMax: the reduced term
-};
-
-struct Operand {
-  std::string ptr;
-  c10::ScalarType dtype;
-  std::vector<int64_t> strides; // over the domain F (0 where broadcast)
-};
-
-std::string ref(int id) {
-  return "\x01" + std::to_string(id) + "\x02";
-}
+using Kind = TermKind;
 
 std::string flit(double v) {
   return float_literal(AttrValue(v));
 }
 
-class Generator {
+// A constant schema argument of a pointwise op: None and strings (e.g. an
+// approximation's name) as 0.
+std::string constant(const AttrValue& v) {
+  if (std::holds_alternative<std::monostate>(v) ||
+      std::holds_alternative<std::string>(v))
+    return "0.0f";
+  return float_literal(v);
+}
+
+const ReductionDialect kCppDialect = {
+    "codegen",
+    flit,
+    constant,
+    /*softmax_by_reciprocal=*/true,
+    broadcast_strides};
+
+class Generator : public ReductionTerms {
  public:
-  explicit Generator(const Node& group) : group_(group) {
-    domain_ = std::get<std::vector<int64_t>>(group.attrs.at("domain"));
-    const auto& rd =
-        std::get<std::vector<int64_t>>(group.attrs.at("reduce_dims"));
-    reduced_.assign(domain_.size(), false);
-    for (int64_t d : rd)
-      reduced_.at(d) = true;
-    for (size_t d = 0; d < domain_.size(); ++d) {
-      if (reduced_[d])
-        count_ *= domain_[d];
-      else
-        kept_sizes_.push_back(domain_[d]);
-    }
-  }
+  explicit Generator(const Node& group) : ReductionTerms(group, kCppDialect) {}
 
   std::string generate(const std::string& name) {
-    build_terms();
+    TORCH_CHECK(
+        build_terms(),
+        "codegen: cannot plan the reduction group ",
+        group_.str_attr("name", "fused"));
     plan_loops();
     return emit(name);
   }
 
  private:
-  // ---- terms -------------------------------------------------------------
-  int add(Term t) {
-    if (t.kind == Kind::kLoad) {
-      const auto& st = operands_[t.operand].strides;
-      t.outer = true;
-      for (size_t d = 0; d < st.size(); ++d)
-        t.outer &= !(reduced_[d] && st[d] != 0 && domain_[d] > 1);
-    } else if (t.kind == Kind::kExpr) {
-      t.outer = true;
-      for (int d : t.deps) {
-        t.outer &= terms_[d].outer;
-        t.stage = std::max(t.stage, terms_[d].stage);
-      }
-    } else {
-      t.outer = true;
-      t.stage = terms_[t.deps[0]].stage + 1;
-    }
-    terms_.push_back(std::move(t));
-    return static_cast<int>(terms_.size()) - 1;
-  }
-  int expr(const std::string& e, std::vector<int> deps) {
-    Term t{Kind::kExpr};
-    t.expr = e;
-    t.deps = std::move(deps);
-    return add(std::move(t));
-  }
-  int reduce(Kind k, int arg) {
-    Term t{k};
-    t.deps = {arg};
-    return add(std::move(t));
-  }
-
-  // F-space strides of a value of `sizes`/`strides` used at `level`.
-  std::vector<int64_t> map_strides(
-      const std::vector<int64_t>& sizes,
-      const std::vector<int64_t>& strides,
-      const std::string& level,
-      const std::vector<int64_t>& level_sizes) {
-    if (level == "full")
-      return broadcast_strides(sizes, strides, domain_);
-    std::vector<int64_t> st = broadcast_strides(sizes, strides, level_sizes);
-    if (level == "outer_keep") {
-      for (size_t d = 0; d < st.size(); ++d)
-        if (reduced_[d])
-          st[d] = 0;
-      return st;
-    }
-    std::vector<int64_t> out(domain_.size(), 0);
-    size_t k = 0;
-    for (size_t d = 0; d < domain_.size(); ++d)
-      if (!reduced_[d])
-        out[d] = st.at(k++);
-    return out;
-  }
-
-  // The term of body value `v` used by a node at `level` whose output sizes are
-  // `level_sizes`.
-  int operand_term(
-      const Value* v,
-      const std::string& level,
-      const std::vector<int64_t>& level_sizes) {
-    if (auto it = term_of_.find(v); it != term_of_.end())
-      return it->second;
-    const auto& ins = group_.body->inputs();
-    const size_t i = std::find(ins.begin(), ins.end(), v) - ins.begin();
-    TORCH_CHECK(
-        i < ins.size(), "codegen: value %", v->id, " is not in the group");
-    const Value* outer_v = group_.inputs[i];
-    std::vector<int64_t> st =
-        map_strides(outer_v->sizes, outer_v->strides, level, level_sizes);
-    auto key = std::make_pair(i, st);
-    if (auto it = loads_.find(key); it != loads_.end())
-      return it->second;
-    operands_.push_back({"in" + std::to_string(i), outer_v->dtype, st});
-    Term t{Kind::kLoad};
-    t.operand = static_cast<int>(operands_.size()) - 1;
-    return loads_[key] = add(std::move(t));
-  }
-
-  void build_terms() {
-    const Graph& body = *group_.body;
-    // Outputs are the first operands (pointers out0, out1, ...); their strides
-    // are set once their levels are known.
-    operands_.resize(group_.outputs.size());
-    const std::string n_lit = flit(static_cast<double>(count_));
-    for (const auto& owned : body.node_list()) {
-      const Node& n = *owned;
-      const std::string level = n.str_attr("level", "full");
-      const std::vector<int64_t>& out_sizes = n.outputs[0]->sizes;
-      auto in = [&](size_t arg) {
-        return operand_term(
-            n.inputs.at(n.args.at(arg).inputs.at(0)), "full", domain_);
-      };
-      auto keep = [&](size_t arg) {
-        return std::get<bool>(n.const_arg(arg));
-      };
-      const std::string op = n.op;
-      if (op == "aten::sum" || op == "aten::mean") {
-        int s = reduce(Kind::kSum, in(0));
-        set(n,
-            0,
-            op == "aten::sum" ? s
-                              : expr("(" + ref(s) + " / " + n_lit + ")", {s}),
-            keep(2) ? "outer_keep" : "outer");
-      } else if (op == "aten::amax") {
-        set(n, 0, reduce(Kind::kMax, in(0)), keep(2) ? "outer_keep" : "outer");
-      } else if (op == "aten::var") {
-        const AttrValue& c = n.const_arg(2);
-        double correction = 1.0;
-        if (auto* i = std::get_if<int64_t>(&c))
-          correction = static_cast<double>(*i);
-        else if (auto* d = std::get_if<double>(&c))
-          correction = *d;
-        const int x = in(0);
-        const int s1 = reduce(Kind::kSum, x);
-        const int mean = expr("(" + ref(s1) + " / " + n_lit + ")", {s1});
-        const int dev = expr("(" + ref(x) + " - " + ref(mean) + ")", {x, mean});
-        const int sq = expr("(" + ref(dev) + " * " + ref(dev) + ")", {dev});
-        const int q = reduce(Kind::kSum, sq);
-        const double denom =
-            std::max(0.0, static_cast<double>(count_) - correction);
-        set(n,
-            0,
-            expr("(" + ref(q) + " / " + flit(denom) + ")", {q}),
-            keep(3) ? "outer_keep" : "outer");
-      } else if (op == "aten::_softmax" || op == "aten::_log_softmax") {
-        const int x = in(0);
-        const int m = reduce(Kind::kMax, x);
-        const int d = expr("(" + ref(x) + " - " + ref(m) + ")", {x, m});
-        const int e = expr("tp_exp(" + ref(d) + ")", {d});
-        const int s = reduce(Kind::kSum, e);
-        if (op == "aten::_softmax") {
-          // exp(x - max) * (1 / sum), as ATen's vectorized CPU softmax.
-          const int inv = expr("(1.0f / " + ref(s) + ")", {s});
-          set(n,
-              0,
-              expr("(" + ref(e) + " * " + ref(inv) + ")", {e, inv}),
-              "full");
-        } else {
-          const int ls = expr("std::log(" + ref(s) + ")", {s});
-          set(n,
-              0,
-              expr("(" + ref(d) + " - " + ref(ls) + ")", {d, ls}),
-              "full");
-        }
-      } else if (op == "aten::native_layer_norm") {
-        const int x = in(0);
-        const int s = reduce(Kind::kSum, x);
-        const int mean = expr("(" + ref(s) + " / " + n_lit + ")", {s});
-        const int dev = expr("(" + ref(x) + " - " + ref(mean) + ")", {x, mean});
-        const int sq = expr("(" + ref(dev) + " * " + ref(dev) + ")", {dev});
-        const int q = reduce(Kind::kSum, sq);
-        const double eps = std::get<double>(n.const_arg(4));
-        const int rstd = expr(
-            "(1.0f / std::sqrt(" + ref(q) + " / " + n_lit + " + " + flit(eps) +
-                "))",
-            {q});
-        int y = expr("(" + ref(dev) + " * " + ref(rstd) + ")", {dev, rstd});
-        if (n.tensor_arg(2)) {
-          const int w = in(2);
-          y = expr("(" + ref(y) + " * " + ref(w) + ")", {y, w});
-        }
-        if (n.tensor_arg(3)) {
-          const int b = in(3);
-          y = expr("(" + ref(y) + " + " + ref(b) + ")", {y, b});
-        }
-        set(n, 0, y, "full");
-        set(n, 1, mean, "outer_keep");
-        set(n, 2, rstd, "outer_keep");
-      } else {
-        std::vector<std::string> operands;
-        std::vector<int> deps;
-        for (const Arg& a : n.args) {
-          if (a.kind == Arg::Kind::kTensor) {
-            const int t =
-                operand_term(n.inputs.at(a.inputs[0]), level, out_sizes);
-            deps.push_back(t);
-            operands.push_back(ref(t));
-          } else if (
-              std::holds_alternative<std::monostate>(a.value) ||
-              std::holds_alternative<std::string>(a.value)) {
-            operands.push_back("0.0f");
-          } else {
-            operands.push_back(float_literal(a.value));
-          }
-        }
-        auto e = pointwise_expression(n, operands);
-        TORCH_CHECK(
-            e.has_value(), "codegen: no expression for ", n.qualified_name());
-        set(n, 0, expr(*e, deps), level);
-      }
-    }
-    for (size_t i = 0; i < group_.outputs.size(); ++i) {
-      const Value* bv = body.outputs()[i];
-      const Value* o = group_.outputs[i];
-      const std::string& level = level_of_.at(bv);
-      operands_[i] = {
-          "out" + std::to_string(i),
-          o->dtype,
-          map_strides(o->sizes, o->strides, level, o->sizes)};
-      outputs_.push_back({term_of_.at(bv), level == "full"});
-    }
-  }
-
-  void set(const Node& n, size_t i, int term, const std::string& level) {
-    term_of_[n.outputs.at(i)] = term;
-    level_of_[n.outputs.at(i)] = level;
-  }
-
   // ---- loops -------------------------------------------------------------
   struct LoopDim {
     int64_t size;
@@ -509,19 +284,9 @@ class Generator {
     }
   }
 
-  void mark_needed(int id) {
-    if (!needed_.insert(id).second)
-      return;
-    for (int d : terms_[id].deps)
-      mark_needed(d);
-  }
-
   std::string emit(const std::string& name) {
-    for (const auto& [t, full] : outputs_)
-      mark_needed(t);
-    int stages = 0;
-    for (int id : needed_)
-      stages = std::max(stages, terms_[id].stage);
+    mark_needed();
+    const int stages = stages_;
     chunk_ = has_vec_ ? std::min<int64_t>(vec_.size, 256) : 1;
     const int64_t nchunks = has_vec_ ? (vec_.size + chunk_ - 1) / chunk_ : 1;
     int64_t rows = 1;
@@ -731,18 +496,6 @@ class Generator {
     return src.str();
   }
 
-  const Node& group_;
-  std::vector<int64_t> domain_;
-  std::vector<bool> reduced_;
-  std::vector<int64_t> kept_sizes_;
-  int64_t count_ = 1; // elements reduced per output
-  std::vector<Term> terms_;
-  std::vector<Operand> operands_;
-  std::map<std::pair<size_t, std::vector<int64_t>>, int> loads_;
-  std::unordered_map<const Value*, int> term_of_;
-  std::unordered_map<const Value*, std::string> level_of_;
-  std::vector<std::pair<int, bool>> outputs_; // term, full-level
-  std::set<int> needed_;
   std::vector<LoopDim> dims_, kdims_, rdims_;
   LoopDim vec_;
   bool has_vec_ = false;

@@ -14,13 +14,12 @@
 // more than kLongRow elements (x.sum() of a large tensor): ATen splits those
 // across blocks.
 //
-// The body becomes terms, as in the C++ renderer: loads, fp32 expressions and
-// two primitive reductions (sum, NaN-propagating max) over R; a term is
-// "outer" (one value per row) or "full" (one per element) and has a stage,
-// the number of passes over the row that must precede it. mean = sum / N;
-// var and layer_norm's variance = mean of squared deviations from the mean
-// (two passes, not E[x^2] - E[x]^2); softmax = exp(x - max) / sum, log_softmax
-// = x - max - log(sum), as ATen.
+// The body's terms come from the device-neutral plan shared with the C++
+// renderer (codegen/reduction_plan.h: loads, fp32 expressions and the two
+// primitive reductions, sum and NaN-propagating max, each "outer" (one value
+// per row) or "full" with a stage); softmax there is exp(x - max) / sum, as
+// ATen's CUDA softmax. This file plans the launch; cuda_reduction_emit.cpp
+// spells the kernel.
 //
 // Launch of rows: G threads per row, G a power of two. Rows of N <= 1024
 // elements: G <= 32 lanes of a warp (the fewest giving each lane <= 4 vectors),
@@ -65,23 +64,29 @@ constexpr int64_t kColumnMaxShort = 256;
 constexpr int64_t kFewRows = 33;
 constexpr int64_t kLongRow = 32768;
 
-std::string ref(int id) {
-  return "\x01" + std::to_string(id) + "\x02";
+// A constant schema argument of a pointwise op (int, float, bool; anything
+// else, None and strings included, as 0).
+std::string constant(const AttrValue& v) {
+  if (std::holds_alternative<int64_t>(v) || std::holds_alternative<double>(v) ||
+      std::holds_alternative<bool>(v))
+    return literal(v);
+  return "0.0f";
 }
+
+std::string literal_of(double v) {
+  return literal(v);
+}
+
+const ReductionDialect kCudaDialect = {
+    "cuda codegen",
+    literal_of,
+    constant,
+    /*softmax_by_reciprocal=*/false,
+    broadcast_strides};
 
 } // namespace
 
-RowKernel::RowKernel(const Node& group) : group_(group) {
-  domain_ = std::get<std::vector<int64_t>>(group.attrs.at("domain"));
-  const auto& rd =
-      std::get<std::vector<int64_t>>(group.attrs.at("reduce_dims"));
-  reduced_.assign(domain_.size(), false);
-  for (int64_t d : rd)
-    reduced_.at(d) = true;
-  for (size_t d = 0; d < domain_.size(); ++d)
-    if (reduced_[d])
-      n_ *= domain_[d];
-}
+RowKernel::RowKernel(const Node& group) : ReductionTerms(group, kCudaDialect) {}
 
 std::optional<KernelSource> RowKernel::render() {
   for (const Value* v : group_.inputs)
@@ -101,210 +106,9 @@ std::optional<KernelSource> RowKernel::render() {
   return ks;
 }
 
-// ---- terms ---------------------------------------------------------------
-int RowKernel::add(Term t) {
-  if (t.kind == Kind::kLoad) {
-    const auto& st = operands_[t.operand].strides;
-    t.outer = true;
-    for (size_t d = 0; d < st.size(); ++d)
-      t.outer &= !(reduced_[d] && st[d] != 0 && domain_[d] > 1);
-  } else if (t.kind == Kind::kExpr) {
-    t.outer = true;
-    for (int d : t.deps) {
-      t.outer &= terms_[d].outer;
-      t.stage = std::max(t.stage, terms_[d].stage);
-    }
-  } else {
-    t.outer = true;
-    t.stage = terms_[t.deps[0]].stage + 1;
-  }
-  terms_.push_back(std::move(t));
-  return static_cast<int>(terms_.size()) - 1;
-}
-int RowKernel::expr(const std::string& e, std::vector<int> deps) {
-  Term t{Kind::kExpr};
-  t.expr = e;
-  t.deps = std::move(deps);
-  return add(std::move(t));
-}
-int RowKernel::reduce(Kind k, int arg) {
-  Term t{k};
-  t.deps = {arg};
-  return add(std::move(t));
-}
-
-// F-space strides of a value of `sizes`/`strides` used at `level`.
-std::vector<int64_t> RowKernel::map_strides(
-    const std::vector<int64_t>& sizes,
-    const std::vector<int64_t>& strides,
-    const std::string& level,
-    const std::vector<int64_t>& level_sizes) {
-  if (level == "full")
-    return broadcast_strides(sizes, strides, domain_);
-  std::vector<int64_t> st = broadcast_strides(sizes, strides, level_sizes);
-  if (level == "outer_keep") {
-    for (size_t d = 0; d < st.size(); ++d)
-      if (reduced_[d])
-        st[d] = 0;
-    return st;
-  }
-  std::vector<int64_t> out(domain_.size(), 0);
-  size_t k = 0;
-  for (size_t d = 0; d < domain_.size(); ++d)
-    if (!reduced_[d])
-      out[d] = st.at(k++);
-  return out;
-}
-
-int RowKernel::operand_term(
-    const Value* v,
-    const std::string& level,
-    const std::vector<int64_t>& level_sizes) {
-  if (auto it = term_of_.find(v); it != term_of_.end())
-    return it->second;
-  const auto& ins = group_.body->inputs();
-  const size_t i = std::find(ins.begin(), ins.end(), v) - ins.begin();
-  TORCH_CHECK(
-      i < ins.size(), "cuda codegen: value %", v->id, " is not in the group");
-  const Value* outer_v = group_.inputs[i];
-  std::vector<int64_t> st =
-      map_strides(outer_v->sizes, outer_v->strides, level, level_sizes);
-  auto key = std::make_pair(i, st);
-  if (auto it = loads_.find(key); it != loads_.end())
-    return it->second;
-  operands_.push_back({"in" + std::to_string(i), outer_v->dtype, st});
-  Term t{Kind::kLoad};
-  t.operand = static_cast<int>(operands_.size()) - 1;
-  return loads_[key] = add(std::move(t));
-}
-
-void RowKernel::set(
-    const Node& n,
-    size_t i,
-    int term,
-    const std::string& level) {
-  term_of_[n.outputs.at(i)] = term;
-  level_of_[n.outputs.at(i)] = level;
-}
-
-bool RowKernel::build_terms() {
-  const Graph& body = *group_.body;
-  operands_.resize(group_.outputs.size());
-  const std::string n_lit = literal(static_cast<double>(n_));
-  for (const auto& owned : body.node_list()) {
-    const Node& n = *owned;
-    const std::string level = n.str_attr("level", "full");
-    const std::vector<int64_t>& out_sizes = n.outputs[0]->sizes;
-    auto in = [&](size_t arg) {
-      return operand_term(
-          n.inputs.at(n.args.at(arg).inputs.at(0)), "full", domain_);
-    };
-    auto keep = [&](size_t arg) {
-      return std::get<bool>(n.const_arg(arg));
-    };
-    const std::string& op = n.op;
-    if (op == "aten::sum" || op == "aten::mean") {
-      const int s = reduce(Kind::kSum, in(0));
-      set(n,
-          0,
-          op == "aten::sum" ? s : expr("(" + ref(s) + " / " + n_lit + ")", {s}),
-          keep(2) ? "outer_keep" : "outer");
-    } else if (op == "aten::amax") {
-      set(n, 0, reduce(Kind::kMax, in(0)), keep(2) ? "outer_keep" : "outer");
-    } else if (op == "aten::var") {
-      const AttrValue& c = n.const_arg(2);
-      double correction = 1.0;
-      if (auto* i = std::get_if<int64_t>(&c))
-        correction = static_cast<double>(*i);
-      else if (auto* d = std::get_if<double>(&c))
-        correction = *d;
-      const int x = in(0);
-      const int s1 = reduce(Kind::kSum, x);
-      const int mean = expr("(" + ref(s1) + " / " + n_lit + ")", {s1});
-      const int dev = expr("(" + ref(x) + " - " + ref(mean) + ")", {x, mean});
-      const int q = reduce(
-          Kind::kSum, expr("(" + ref(dev) + " * " + ref(dev) + ")", {dev}));
-      const double denom = std::max(0.0, static_cast<double>(n_) - correction);
-      set(n,
-          0,
-          expr("(" + ref(q) + " / " + literal(denom) + ")", {q}),
-          keep(3) ? "outer_keep" : "outer");
-    } else if (op == "aten::_softmax" || op == "aten::_log_softmax") {
-      const int x = in(0);
-      const int m = reduce(Kind::kMax, x);
-      const int d = expr("(" + ref(x) + " - " + ref(m) + ")", {x, m});
-      const int e = expr("tp_exp(" + ref(d) + ")", {d});
-      const int s = reduce(Kind::kSum, e);
-      softmax_pairs_[m] = {s, x};
-      if (op == "aten::_softmax")
-        set(n, 0, expr("(" + ref(e) + " / " + ref(s) + ")", {e, s}), "full");
-      else {
-        const int ls = expr("tp_log(" + ref(s) + ")", {s});
-        set(n, 0, expr("(" + ref(d) + " - " + ref(ls) + ")", {d, ls}), "full");
-      }
-    } else if (op == "aten::native_layer_norm") {
-      const int x = in(0);
-      const int s = reduce(Kind::kSum, x);
-      const int mean = expr("(" + ref(s) + " / " + n_lit + ")", {s});
-      const int dev = expr("(" + ref(x) + " - " + ref(mean) + ")", {x, mean});
-      const int q = reduce(
-          Kind::kSum, expr("(" + ref(dev) + " * " + ref(dev) + ")", {dev}));
-      const auto* eps = std::get_if<double>(&n.const_arg(4));
-      if (!eps)
-        return false;
-      const int rstd = expr(
-          "tp_rsqrt(" + ref(q) + " / " + n_lit + " + " + literal(*eps) + ")",
-          {q});
-      int y = expr("(" + ref(dev) + " * " + ref(rstd) + ")", {dev, rstd});
-      if (n.tensor_arg(2)) {
-        const int w = in(2);
-        y = expr("(" + ref(y) + " * " + ref(w) + ")", {y, w});
-      }
-      if (n.tensor_arg(3)) {
-        const int b = in(3);
-        y = expr("(" + ref(y) + " + " + ref(b) + ")", {y, b});
-      }
-      set(n, 0, y, "full");
-      set(n, 1, mean, "outer_keep");
-      set(n, 2, rstd, "outer_keep");
-    } else {
-      if (n.outputs.size() != 1)
-        return false;
-      std::vector<std::string> ins;
-      std::vector<int> deps;
-      for (const Value* v : n.inputs) {
-        const int t = operand_term(v, level, out_sizes);
-        deps.push_back(t);
-        ins.push_back(ref(t));
-      }
-      set(n, 0, expr(node_expression(n, ins), deps), level);
-    }
-  }
-  for (size_t i = 0; i < group_.outputs.size(); ++i) {
-    const Value* bv = body.outputs().at(i);
-    const Value* o = group_.outputs[i];
-    const std::string& level = level_of_.at(bv);
-    operands_[i] = {
-        "out" + std::to_string(i),
-        o->dtype,
-        map_strides(o->sizes, o->strides, level, o->sizes)};
-    outputs_.push_back({term_of_.at(bv), level == "full"});
-  }
-  return true;
-}
-
 // ---- layout ----------------------------------------------------------------
 bool RowKernel::plan() {
-  std::function<void(int)> mark = [&](int id) {
-    if (!needed_.insert(id).second)
-      return;
-    for (int d : terms_[id].deps)
-      mark(d);
-  };
-  for (const auto& [t, full] : outputs_)
-    mark(t);
-  for (int id : needed_)
-    stages_ = std::max(stages_, terms_[id].stage);
+  mark_needed();
   // Reference: the first full-level load, else the first full output.
   const std::vector<int64_t>* refst = nullptr;
   for (int id : needed_)
@@ -339,10 +143,10 @@ bool RowKernel::plan() {
     m_ *= domain_[d];
   // Column reductions: one thread per kept index, worth it only with enough
   // kept indices to fill the chip or short columns; else nullopt (ATen).
-  if (!rows && m_ < kColumnMinRows && n_ > kColumnMaxShort)
+  if (!rows && m_ < kColumnMinRows && count_ > kColumnMaxShort)
     return false;
   // A few long rows (x.sum() of a large tensor) would run on a few SMs.
-  if (rows && m_ < kFewRows && n_ > kLongRow)
+  if (rows && m_ < kFewRows && count_ > kLongRow)
     return false;
   for (const Operand& o : operands_) {
     int64_t span = 0;
@@ -351,7 +155,7 @@ bool RowKernel::plan() {
     max_index_ = std::max(max_index_, span);
   }
   max_index_ = std::max(max_index_, (m_ + 1024) * 2);
-  max_index_ = std::max(max_index_, n_ + 16 * 1024);
+  max_index_ = std::max(max_index_, count_ + 16 * 1024);
   // Vector width: the widest that divides N and some full-level operand's
   // element size allows.
   int64_t min_es = 4;
@@ -359,7 +163,7 @@ bool RowKernel::plan() {
     if (row_contiguous(k))
       min_es = std::min(min_es, element_size(operands_[k].dtype));
   v_ = 16 / min_es;
-  while (v_ > 1 && n_ % v_ != 0)
+  while (v_ > 1 && count_ % v_ != 0)
     v_ /= 2;
   // Threads per row.
   if (!rows) {
@@ -367,20 +171,20 @@ bool RowKernel::plan() {
     g_ = 1;
     rows_per_block_ = kBlock;
     block_ = kBlock;
-  } else if (n_ <= 1024) {
+  } else if (count_ <= 1024) {
     g_ = 1;
-    while (g_ < 32 && g_ * v_ * 4 < n_)
+    while (g_ < 32 && g_ * v_ * 4 < count_)
       g_ *= 2;
     rows_per_block_ = kBlock / g_;
     block_ = kBlock;
   } else {
     g_ = 128;
-    while (g_ < 1024 && (n_ + g_ - 1) / g_ > 16)
+    while (g_ < 1024 && (count_ + g_ - 1) / g_ > 16)
       g_ *= 2;
     rows_per_block_ = 1;
     block_ = g_;
   }
-  chunks_ = (n_ + g_ * v_ - 1) / (g_ * v_);
+  chunks_ = (count_ + g_ * v_ - 1) / (g_ * v_);
   grid_ = std::max<int64_t>(
       1,
       std::min<int64_t>(

@@ -102,9 +102,9 @@ std::string RowKernel::element_loop(
      << "      const int j0 = (c * " << g_ << " + tid) * " << v_ << ";\n"
      << "      (void)j0;\n";
   std::string ind = "      ";
-  const bool guard = n_ % (g_ * v_) != 0;
+  const bool guard = count_ % (g_ * v_) != 0;
   if (guard) {
-    os << "      if (j0 < " << n_ << ") {\n";
+    os << "      if (j0 < " << count_ << ") {\n";
     ind = "        ";
   }
   for (int id : loads) {
@@ -222,10 +222,10 @@ std::string RowKernel::emit() const {
   for (size_t d = 0; d < domain_.size(); ++d)
     if (reduced_[d])
       src << " " << d;
-  src << "; " << m_ << " rows of " << n_ << ", " << g_ << " threads per row, "
-      << chunks_ << " x " << v_ << " elements per thread, " << stages_
-      << " pass(es)" << (cached_.empty() ? "" : ", row kept in registers")
-      << "\n"
+  src << "; " << m_ << " rows of " << count_ << ", " << g_
+      << " threads per row, " << chunks_ << " x " << v_
+      << " elements per thread, " << stages_ << " pass(es)"
+      << (cached_.empty() ? "" : ", row kept in registers") << "\n"
       << preamble();
   src << "extern \"C\" __global__ void __launch_bounds__(" << block_
       << ") kernel(";

@@ -1,6 +1,6 @@
 // cuda_renderer.cpp: render_cuda (cuda_renderer.h): picks the kernel kind of a
 // fusion group — pointwise (no reduce_dims) or row reduction — and checks
-// what both need.
+// what both need; registered as the CUDA renderer.
 #include "compiler/codegen/cuda/cuda_renderer.h"
 
 #include "compiler/codegen/cuda/cuda_common.h"
@@ -19,5 +19,10 @@ std::optional<KernelSource> render_cuda(const Node& group) {
     return cuda::render_row_reduction(group);
   return cuda::render_pointwise(group);
 }
+
+namespace {
+const bool registered = register_renderer(
+    {c10::DeviceType::CUDA, "cuda", render_cuda, cuda::cuda_dtype});
+} // namespace
 
 } // namespace torch_plugin::compiler

@@ -1,0 +1,299 @@
+// reduction_plan.cpp: a reduction group's body as terms (see
+// reduction_plan.h); each reduction op expands as its row of the op table
+// (ir/op_table.h, ReductionKind) says.
+#include "compiler/codegen/reduction_plan.h"
+
+#include "compiler/codegen/op_semantics.h"
+#include "ir/op_schema.h"
+#include "ir/op_table.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+namespace torch_plugin::compiler {
+
+ReductionTerms::ReductionTerms(
+    const Node& group,
+    const ReductionDialect& dialect)
+    : group_(group), dialect_(dialect) {
+  domain_ = std::get<std::vector<int64_t>>(group.attrs.at("domain"));
+  const auto& rd =
+      std::get<std::vector<int64_t>>(group.attrs.at("reduce_dims"));
+  reduced_.assign(domain_.size(), false);
+  for (int64_t d : rd)
+    reduced_.at(d) = true;
+  for (size_t d = 0; d < domain_.size(); ++d)
+    if (reduced_[d])
+      count_ *= domain_[d];
+}
+
+std::string ReductionTerms::ref(int id) {
+  return "\x01" + std::to_string(id) + "\x02";
+}
+
+int ReductionTerms::add(Term t) {
+  if (t.kind == TermKind::kLoad) {
+    const auto& st = operands_[t.operand].strides;
+    t.outer = true;
+    for (size_t d = 0; d < st.size(); ++d)
+      t.outer &= !(reduced_[d] && st[d] != 0 && domain_[d] > 1);
+  } else if (t.kind == TermKind::kExpr) {
+    t.outer = true;
+    for (int d : t.deps) {
+      t.outer &= terms_[d].outer;
+      t.stage = std::max(t.stage, terms_[d].stage);
+    }
+  } else {
+    t.outer = true;
+    t.stage = terms_[t.deps[0]].stage + 1;
+  }
+  terms_.push_back(std::move(t));
+  return static_cast<int>(terms_.size()) - 1;
+}
+
+int ReductionTerms::expr(const std::string& e, std::vector<int> deps) {
+  Term t{TermKind::kExpr};
+  t.expr = e;
+  t.deps = std::move(deps);
+  return add(std::move(t));
+}
+
+int ReductionTerms::reduce(TermKind k, int arg) {
+  Term t{k};
+  t.deps = {arg};
+  return add(std::move(t));
+}
+
+std::vector<int64_t> ReductionTerms::map_strides(
+    const std::vector<int64_t>& sizes,
+    const std::vector<int64_t>& strides,
+    const std::string& level,
+    const std::vector<int64_t>& level_sizes) const {
+  if (level == "full")
+    return dialect_.broadcast_strides(sizes, strides, domain_);
+  std::vector<int64_t> st =
+      dialect_.broadcast_strides(sizes, strides, level_sizes);
+  if (level == "outer_keep") {
+    for (size_t d = 0; d < st.size(); ++d)
+      if (reduced_[d])
+        st[d] = 0;
+    return st;
+  }
+  std::vector<int64_t> out(domain_.size(), 0);
+  size_t k = 0;
+  for (size_t d = 0; d < domain_.size(); ++d)
+    if (!reduced_[d])
+      out[d] = st.at(k++);
+  return out;
+}
+
+int ReductionTerms::operand_term(
+    const Value* v,
+    const std::string& level,
+    const std::vector<int64_t>& level_sizes) {
+  if (auto it = term_of_.find(v); it != term_of_.end())
+    return it->second;
+  const auto& ins = group_.body->inputs();
+  const size_t i = std::find(ins.begin(), ins.end(), v) - ins.begin();
+  TORCH_CHECK(
+      i < ins.size(),
+      dialect_.name,
+      ": value %",
+      v->id,
+      " is not in the group");
+  const Value* outer_v = group_.inputs[i];
+  std::vector<int64_t> st =
+      map_strides(outer_v->sizes, outer_v->strides, level, level_sizes);
+  auto key = std::make_pair(i, st);
+  if (auto it = loads_.find(key); it != loads_.end())
+    return it->second;
+  operands_.push_back({"in" + std::to_string(i), outer_v->dtype, st});
+  Term t{TermKind::kLoad};
+  t.operand = static_cast<int>(operands_.size()) - 1;
+  return loads_[key] = add(std::move(t));
+}
+
+void ReductionTerms::set(
+    const Node& n,
+    size_t i,
+    int term,
+    const std::string& level) {
+  term_of_[n.outputs.at(i)] = term;
+  level_of_[n.outputs.at(i)] = level;
+}
+
+bool ReductionTerms::build_terms() {
+  const Graph& body = *group_.body;
+  // Outputs are the first operands (pointers out0, out1, ...); their strides
+  // are set once their levels are known.
+  operands_.resize(group_.outputs.size());
+  const std::string n_lit = dialect_.literal(static_cast<double>(count_));
+  for (const auto& owned : body.node_list()) {
+    const Node& n = *owned;
+    const std::string level = n.str_attr("level", "full");
+    const std::vector<int64_t>& out_sizes = n.outputs[0]->sizes;
+    auto in = [&](size_t arg) {
+      return operand_term(
+          n.inputs.at(n.args.at(arg).inputs.at(0)), "full", domain_);
+    };
+    auto keep = [&](size_t arg) {
+      return std::get<bool>(n.const_arg(arg)) ? "outer_keep" : "outer";
+    };
+    // (x - mean(x)) and the sum of its squares: var, layer_norm.
+    auto deviations = [&](int x, int* mean, int* dev) {
+      const int s = reduce(TermKind::kSum, x);
+      *mean = expr("(" + ref(s) + " / " + n_lit + ")", {s});
+      *dev = expr("(" + ref(x) + " - " + ref(*mean) + ")", {x, *mean});
+      const int sq = expr("(" + ref(*dev) + " * " + ref(*dev) + ")", {*dev});
+      return reduce(TermKind::kSum, sq);
+    };
+    const ir::OpInfo* op = find_op(n);
+    const ReductionKind kind = op && op->category == OpCategory::kReduction
+        ? op->reduction.kind
+        : ReductionKind::kNone;
+    switch (kind) {
+      case ReductionKind::kSum:
+        set(n,
+            0,
+            reduce(TermKind::kSum, in(schema::sum::kSelf)),
+            keep(schema::sum::kKeepdim));
+        break;
+      case ReductionKind::kMean: {
+        const int s = reduce(TermKind::kSum, in(schema::sum::kSelf));
+        set(n,
+            0,
+            expr("(" + ref(s) + " / " + n_lit + ")", {s}),
+            keep(schema::sum::kKeepdim));
+        break;
+      }
+      case ReductionKind::kAmax:
+        set(n,
+            0,
+            reduce(TermKind::kMax, in(schema::amax::kSelf)),
+            keep(schema::amax::kKeepdim));
+        break;
+      case ReductionKind::kVar: {
+        const AttrValue& c = n.const_arg(schema::var::kCorrection);
+        double correction = 1.0;
+        if (auto* i = std::get_if<int64_t>(&c))
+          correction = static_cast<double>(*i);
+        else if (auto* d = std::get_if<double>(&c))
+          correction = *d;
+        int mean = 0, dev = 0;
+        const int q = deviations(in(schema::var::kSelf), &mean, &dev);
+        const double denom =
+            std::max(0.0, static_cast<double>(count_) - correction);
+        set(n,
+            0,
+            expr("(" + ref(q) + " / " + dialect_.literal(denom) + ")", {q}),
+            keep(schema::var::kKeepdim));
+        break;
+      }
+      case ReductionKind::kSoftmax:
+      case ReductionKind::kLogSoftmax: {
+        const int x = in(schema::softmax::kSelf);
+        const int m = reduce(TermKind::kMax, x);
+        const int d = expr("(" + ref(x) + " - " + ref(m) + ")", {x, m});
+        const int e = expr("tp_exp(" + ref(d) + ")", {d});
+        const int s = reduce(TermKind::kSum, e);
+        softmax_pairs_[m] = {s, x};
+        if (kind == ReductionKind::kSoftmax && dialect_.softmax_by_reciprocal) {
+          const int inv = expr("(1.0f / " + ref(s) + ")", {s});
+          set(n,
+              0,
+              expr("(" + ref(e) + " * " + ref(inv) + ")", {e, inv}),
+              "full");
+        } else if (kind == ReductionKind::kSoftmax) {
+          set(n, 0, expr("(" + ref(e) + " / " + ref(s) + ")", {e, s}), "full");
+        } else {
+          const int ls = expr("tp_log(" + ref(s) + ")", {s});
+          set(n,
+              0,
+              expr("(" + ref(d) + " - " + ref(ls) + ")", {d, ls}),
+              "full");
+        }
+        break;
+      }
+      case ReductionKind::kLayerNorm: {
+        namespace ln = schema::layer_norm;
+        int mean = 0, dev = 0;
+        const int q = deviations(in(ln::kInput), &mean, &dev);
+        const auto* eps = std::get_if<double>(&n.const_arg(ln::kEps));
+        if (!eps)
+          return false;
+        const int rstd = expr(
+            "tp_rsqrt(" + ref(q) + " / " + n_lit + " + " +
+                dialect_.literal(*eps) + ")",
+            {q});
+        int y = expr("(" + ref(dev) + " * " + ref(rstd) + ")", {dev, rstd});
+        if (n.tensor_arg(ln::kWeight)) {
+          const int w = in(ln::kWeight);
+          y = expr("(" + ref(y) + " * " + ref(w) + ")", {y, w});
+        }
+        if (n.tensor_arg(ln::kBias)) {
+          const int b = in(ln::kBias);
+          y = expr("(" + ref(y) + " + " + ref(b) + ")", {y, b});
+        }
+        set(n, 0, y, "full");
+        set(n, 1, mean, "outer_keep");
+        set(n, 2, rstd, "outer_keep");
+        break;
+      }
+      case ReductionKind::kNone: {
+        // A pointwise op: its expression over its operands' terms.
+        if (n.outputs.size() != 1)
+          return false;
+        std::vector<std::string> operands;
+        std::vector<int> deps;
+        for (const Arg& a : n.args) {
+          if (a.kind == Arg::Kind::kTensor) {
+            const int t =
+                operand_term(n.inputs.at(a.inputs.at(0)), level, out_sizes);
+            deps.push_back(t);
+            operands.push_back(ref(t));
+          } else {
+            operands.push_back(dialect_.constant(a.value));
+          }
+        }
+        auto e = pointwise_expression(n, operands);
+        TORCH_CHECK(
+            e.has_value(),
+            dialect_.name,
+            ": no expression for ",
+            n.qualified_name());
+        set(n, 0, expr(*e, deps), level);
+        break;
+      }
+    }
+  }
+  for (size_t i = 0; i < group_.outputs.size(); ++i) {
+    const Value* bv = body.outputs().at(i);
+    const Value* o = group_.outputs[i];
+    const std::string& level = level_of_.at(bv);
+    operands_[i] = {
+        "out" + std::to_string(i),
+        o->dtype,
+        map_strides(o->sizes, o->strides, level, o->sizes)};
+    outputs_.push_back({term_of_.at(bv), level == "full"});
+  }
+  return true;
+}
+
+void ReductionTerms::mark_needed() {
+  std::vector<int> work;
+  for (const auto& [t, full] : outputs_)
+    work.push_back(t);
+  while (!work.empty()) {
+    const int id = work.back();
+    work.pop_back();
+    if (!needed_.insert(id).second)
+      continue;
+    for (int d : terms_[id].deps)
+      work.push_back(d);
+  }
+  for (int id : needed_)
+    stages_ = std::max(stages_, terms_[id].stage);
+}
+
+} // namespace torch_plugin::compiler

@@ -1,0 +1,138 @@
+// reduction_plan.h: the device-neutral plan of a reduction fusion group, which
+// both renderers (codegen/cpp/reduction_kernel.cpp, codegen/cuda/
+// cuda_reduction.cpp) build on and then only render.
+//
+// A reduction group (made by passes/fusion.cpp) has a domain: sizes F (the
+// input sizes of its reductions) and the reduced dims R of F; the kept dims
+// are K. Its body holds reductions over R (sum, mean, amax, var: outputs at
+// the "outer" level, one value per index of K, keepdim or not), row-wise ops
+// over R (softmax, log_softmax, layer_norm: output 0 at the full level F) and
+// pointwise ops at the full level (prologues, consumers of reduced values such
+// as x * rsqrt(mean(x^2) + eps)) or at the outer level (epilogues). Each body
+// node carries attrs["level"] ("full", "outer", "outer_keep"); the group node
+// carries attrs["domain"] (F) and attrs["reduce_dims"] (R, sorted).
+//
+// The plan expands the body into terms: loads, fp32 expressions (the op
+// table's templates, ir/op_table.h) and the two primitive reductions over R
+// (Combine: sum, NaN-propagating max). Each term is "outer" (one value per
+// index of K) or "full" (one per element of F) and has a stage: the number of
+// passes over R that must run before it is known. The op table's reduction
+// plan says what each reduction op expands into: mean = sum / N; var and
+// layer_norm = sum of squared deviations from the mean (stage 2, not E[x^2] -
+// E[x]^2); softmax = exp(x - max) / sum(exp(x - max)) (a sum at stage 2 over a
+// max at stage 1); log_softmax = x - max - log(sum). A renderer then lays out
+// the loops (C++: OpenMP over K, `omp simd` over R; CUDA: a warp or block per
+// row) and spells the terms in its language.
+#pragma once
+
+#include "ir/ir.h"
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace torch_plugin::compiler {
+
+// The graph IR (csrc/ir) that passes and codegen read and rewrite.
+using namespace ::torch_plugin::ir;
+
+enum class TermKind { kLoad, kExpr, kSum, kMax };
+
+// A value of the group's computation: a load, an fp32 expression or a sum/max
+// over R. `outer`: one value per index of K (else one per element of F);
+// `stage`: the passes over R that must run before it is known.
+struct Term {
+  TermKind kind;
+  bool outer = false;
+  int stage = 0;
+  int operand = -1; // kLoad
+  std::string expr; // kExpr: references "\x01<id>\x02" to other terms
+  std::vector<int> deps; // kExpr: referenced terms; kSum/kMax: the argument
+};
+
+// A pointer the kernel reads or writes, with its strides over F (0 where
+// broadcast). Outputs come first (out0, out1, ...), then the loads.
+struct Operand {
+  std::string ptr;
+  c10::ScalarType dtype;
+  std::vector<int64_t> strides;
+};
+
+// What differs between the targets in the plan itself.
+struct ReductionDialect {
+  const char* name; // in error messages: "codegen", "cuda codegen"
+  // A float constant of the plan (N, eps, var's divisor) as a literal.
+  std::string (*literal)(double v);
+  // A constant schema argument of a pointwise op as an operand of its
+  // expression (codegen/op_semantics.h).
+  std::string (*constant)(const AttrValue& v);
+  // softmax as exp(x - max) * (1 / sum), as ATen's vectorized CPU softmax
+  // (else exp(x - max) / sum, as ATen's CUDA softmax).
+  bool softmax_by_reciprocal;
+  // Strides of a value of `v_sizes`/`v_strides` broadcast to `sizes`.
+  std::vector<int64_t> (*broadcast_strides)(
+      const std::vector<int64_t>& v_sizes,
+      const std::vector<int64_t>& v_strides,
+      const std::vector<int64_t>& sizes);
+};
+
+// The terms of one reduction group; renderers derive from it and read its
+// members.
+class ReductionTerms {
+ public:
+  ReductionTerms(const Node& group, const ReductionDialect& dialect);
+
+  // A reference to term `id` inside an expression.
+  static std::string ref(int id);
+
+ protected:
+  // Expands the body into terms and the group's outputs into operands and
+  // outputs_; false when the body holds something the plan cannot express
+  // (e.g. a pointwise op with several outputs). Throws c10::Error on a
+  // malformed group (a value that is not in it, an op outside the table).
+  bool build_terms();
+  // needed_: the terms the outputs need; stages_: their last stage.
+  void mark_needed();
+
+  int add(Term t);
+  int expr(const std::string& e, std::vector<int> deps);
+  int reduce(TermKind k, int arg);
+  // F-space strides of a value of `sizes`/`strides` used at `level`.
+  std::vector<int64_t> map_strides(
+      const std::vector<int64_t>& sizes,
+      const std::vector<int64_t>& strides,
+      const std::string& level,
+      const std::vector<int64_t>& level_sizes) const;
+  // The term of body value `v` used by a node at `level` whose output sizes
+  // are `level_sizes`.
+  int operand_term(
+      const Value* v,
+      const std::string& level,
+      const std::vector<int64_t>& level_sizes);
+  void set(const Node& n, size_t i, int term, const std::string& level);
+
+  const Node& group_;
+  const ReductionDialect& dialect_;
+  std::vector<int64_t> domain_; // F
+  std::vector<bool> reduced_; // per dim of F
+  int64_t count_ = 1; // elements reduced per output (N)
+  std::vector<Term> terms_;
+  std::vector<Operand> operands_; // outputs first, then loads
+  std::map<std::pair<size_t, std::vector<int64_t>>, int> loads_;
+  std::unordered_map<const Value*, int> term_of_;
+  std::unordered_map<const Value*, std::string> level_of_;
+  std::vector<std::pair<int, bool>> outputs_; // term, full-level
+  std::set<int> needed_;
+  int stages_ = 0;
+  // Softmax's max and sum of exp(x - max) over R, by the max term:
+  // max -> {sum, x}.
+  std::map<int, std::pair<int, int>> softmax_pairs_;
+};
+
+} // namespace torch_plugin::compiler

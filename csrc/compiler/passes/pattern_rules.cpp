@@ -1,0 +1,165 @@
+// pattern_rules.cpp: the matcher of rule rows (see pattern_rules.h).
+#include "compiler/passes/pattern_rules.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Logging.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+namespace torch_plugin::compiler {
+namespace {
+
+// Whether every tensor of `n` is on `device`.
+bool on_device(const Node* n, c10::DeviceType device) {
+  for (const Value* v : n->inputs)
+    if (v->device.type() != device)
+      return false;
+  for (const Value* v : n->outputs)
+    if (v->device.type() != device)
+      return false;
+  return true;
+}
+
+// Whether library op `op` has a kernel registered for `device` (the ops of
+// csrc/ops register theirs with the dispatcher).
+bool has_kernel(const char* op, c10::DeviceType device) {
+  c10::DispatchKey key;
+  if (device == c10::DeviceType::CPU)
+    key = c10::DispatchKey::CPU;
+  else if (device == c10::DeviceType::CUDA)
+    key = c10::DispatchKey::CUDA;
+  else
+    return false;
+  auto handle = c10::Dispatcher::singleton().findOp(c10::OperatorName(op, ""));
+  return handle && handle->hasKernelForDispatchKey(key);
+}
+
+// "csrc/compiler/passes/library_patterns.cpp:123" from __FILE__, __LINE__.
+std::string source_of(const Rule& r) {
+  const char* f = r.file;
+  if (const char* c = std::strstr(f, "csrc/"))
+    f = c;
+  return std::string(f) + ":" + std::to_string(r.line);
+}
+
+std::string node_of(const Node* n) {
+  std::ostringstream s;
+  s << n->qualified_name();
+  if (!n->outputs.empty())
+    s << " (%" << n->outputs[0]->id << ")";
+  return s.str();
+}
+
+void log(
+    const PassOptions& options,
+    const char* pass,
+    const Rule& r,
+    const std::string& what) {
+  if (options.log_patterns)
+    std::cerr << "[torch_plugin patterns] " << pass << ": rule " << r.name
+              << " (" << source_of(r) << ") " << what << std::endl;
+}
+
+} // namespace
+
+bool is_const(const Value* v) {
+  return v && v->kind == ValueKind::kConstant;
+}
+
+bool single_use(const Value* v, const Graph& g) {
+  return v->uses.size() == 1 && !g.is_output(v);
+}
+
+std::vector<Match> bind_root(const Graph& g, Node* root) {
+  Match m;
+  m.root = root;
+  return {m};
+}
+
+Node* producer_through_view(Value* y, const Graph& g, Node** view) {
+  Node* p = y->producer;
+  *view = nullptr;
+  if ((p->op == "aten::view" || p->op == "aten::_unsafe_view") &&
+      p->inputs.size() == 1 && p->inputs[0]->producer &&
+      single_use(p->inputs[0], g)) {
+    *view = p;
+    p = p->inputs[0]->producer;
+  }
+  return p;
+}
+
+std::vector<Match> bind_through_view(const Graph& g, Node* root) {
+  Match m;
+  m.root = root;
+  m.y = root->tensor_arg(0);
+  if (!m.y || !m.y->producer)
+    return {};
+  m.lib = producer_through_view(m.y, g, &m.view);
+  return {m};
+}
+
+bool run_rules(
+    const char* pass,
+    const std::vector<Rule>& rules,
+    Graph& g,
+    const PassOptions& options) {
+  bool changed = false;
+  for (const Rule& rule : rules) {
+    std::vector<c10::DeviceType> devices;
+    for (c10::DeviceType d : rule.devices) {
+      if (has_kernel(rule.makes, d))
+        devices.push_back(d);
+      else
+        log(options,
+            pass,
+            rule,
+            std::string("is off on ") + c10::DeviceTypeName(d, true) + ": no " +
+                rule.makes + " kernel for it in this build");
+    }
+    if (devices.empty())
+      continue;
+    for (Node* n : g.nodes()) {
+      if (n->owner != &g)
+        continue; // erased by an earlier rewrite
+      if (std::find(
+              rule.roots.begin(), rule.roots.end(), n->qualified_name()) ==
+          rule.roots.end())
+        continue;
+      const bool on_rule_device =
+          std::any_of(devices.begin(), devices.end(), [&](c10::DeviceType d) {
+            return on_device(n, d);
+          });
+      if (!on_rule_device)
+        continue;
+      for (const Match& m : rule.bind(g, n)) {
+        const Constraint* failed = nullptr;
+        for (const Constraint& c : rule.constraints) {
+          if (!c.holds(g, m)) {
+            failed = &c;
+            break;
+          }
+        }
+        if (failed) {
+          log(options,
+              pass,
+              rule,
+              "rejected at " + node_of(n) + ": not " + failed->name);
+          continue;
+        }
+        const std::string at = node_of(n);
+        rule.rewrite(g, m);
+        changed = true;
+        VLOG(1) << pass << ": rule " << rule.name << " (" << source_of(rule)
+                << ") fired at " << at;
+        log(options, pass, rule, "fired at " + at);
+        break;
+      }
+    }
+  }
+  return changed;
+}
+
+} // namespace torch_plugin::compiler

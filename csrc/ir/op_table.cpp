@@ -1,0 +1,329 @@
+// op_table.cpp: the rows of the op table and the epilogue table (see
+// op_table.h).
+//
+// Pointwise semantics follow ATen's kernels (gelu uses erf; relu is
+// tp_max(x, 0.0f), which keeps a NaN x as ATen does); arithmetic in float.
+// alpha of add/sub is argument 2. aten::_to_copy is pointwise only as a dtype
+// conversion (codegen/op_semantics.cpp checks its other arguments and rounds
+// to bf16 / fp16).
+#include "ir/op_table.h"
+
+#include "ir/op_schema.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <limits>
+#include <unordered_map>
+
+namespace torch_plugin::ir {
+namespace {
+
+using K = EpilogueKind;
+
+OpInfo pointwise(
+    const char* name,
+    const char* expression,
+    EpilogueKind epilogue = K::kNone) {
+  OpInfo op{name, OpCategory::kPointwise};
+  op.expression = expression;
+  op.epilogue = epilogue;
+  return op;
+}
+
+OpInfo reduction(
+    const char* name,
+    ReductionKind kind,
+    std::vector<Combine> passes,
+    bool rowwise) {
+  OpInfo op{name, OpCategory::kReduction};
+  op.reduction = {kind, std::move(passes), rowwise};
+  return op;
+}
+
+OpInfo view(const char* name) {
+  return OpInfo{name, OpCategory::kView};
+}
+
+OpInfo library(const char* name, size_t activation) {
+  OpInfo op{name, OpCategory::kLibrary};
+  op.activation_arg = activation;
+  return op;
+}
+
+std::vector<OpInfo> make_table() {
+  OpInfo gelu{"aten::gelu", OpCategory::kPointwise};
+  gelu.variant_arg = schema::gelu::kApproximate;
+  gelu.variants = {
+      {"none",
+       "(0.5f * $0 * (1.0f + tp_erf($0 * 0.70710678118654752f)))",
+       K::kGelu},
+      // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), ATen's GeluType::Tanh.
+      {"tanh",
+       "(0.5f * $0 * (1.0f + tp_tanh(0.79788456080286535588f * ($0 + 0.044715f * $0 * $0 * "
+       "$0))))",
+       K::kGeluTanh},
+  };
+  const Combine S = Combine::kSum, M = Combine::kMax;
+  return {
+      pointwise("aten::add.Tensor", "($0 + $2 * $1)"),
+      pointwise("aten::add.Scalar", "($0 + $2 * $1)"),
+      pointwise("aten::sub.Tensor", "($0 - $2 * $1)"),
+      pointwise("aten::sub.Scalar", "($0 - $2 * $1)"),
+      pointwise("aten::rsub.Scalar", "($1 - $2 * $0)"),
+      pointwise("aten::mul.Tensor", "($0 * $1)"),
+      pointwise("aten::mul.Scalar", "($0 * $1)"),
+      pointwise("aten::div.Tensor", "($0 / $1)"),
+      pointwise("aten::div.Scalar", "($0 / $1)"),
+      pointwise("aten::neg", "(-$0)"),
+      pointwise("aten::relu", "tp_max($0, 0.0f)", K::kRelu),
+      pointwise("aten::sigmoid", "tp_sigmoid($0)", K::kSigmoid),
+      pointwise("aten::silu", "($0 * tp_sigmoid($0))", K::kSilu),
+      pointwise("aten::tanh", "tp_tanh($0)", K::kTanh),
+      pointwise("aten::exp", "tp_exp($0)"),
+      pointwise("aten::log", "tp_log($0)"),
+      pointwise("aten::sqrt", "tp_sqrt($0)"),
+      pointwise("aten::rsqrt", "tp_rsqrt($0)"),
+      pointwise("aten::abs", "tp_abs($0)"),
+      pointwise("aten::erf", "tp_erf($0)"),
+      pointwise("aten::reciprocal", "(1.0f / $0)"),
+      pointwise("aten::pow.Tensor_Scalar", "tp_pow($0, $1)"),
+      pointwise("aten::maximum", "tp_max($0, $1)"),
+      pointwise("aten::minimum", "tp_min($0, $1)"),
+      pointwise("aten::clamp_min", "tp_max($0, $1)"),
+      pointwise("aten::clamp_max", "tp_min($0, $1)"),
+      pointwise("aten::hardtanh", "tp_min(tp_max($0, $1), $2)", K::kClamp),
+      pointwise(
+          "aten::hardswish",
+          "($0 * tp_min(tp_max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)",
+          K::kHardswish),
+      pointwise(
+          "aten::hardsigmoid",
+          "(tp_min(tp_max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"),
+      gelu,
+      pointwise("aten::_to_copy", "$0"),
+      // Not generated (its bounds may be None), but an epilogue.
+      pointwise("aten::clamp", nullptr, K::kClamp),
+
+      reduction("aten::sum.dim_IntList", ReductionKind::kSum, {S}, false),
+      reduction("aten::mean.dim", ReductionKind::kMean, {S}, false),
+      reduction("aten::amax", ReductionKind::kAmax, {M}, false),
+      reduction("aten::var.correction", ReductionKind::kVar, {S, S}, false),
+      reduction("aten::_softmax", ReductionKind::kSoftmax, {M, S}, true),
+      reduction("aten::_log_softmax", ReductionKind::kLogSoftmax, {M, S}, true),
+      reduction(
+          "aten::native_layer_norm", ReductionKind::kLayerNorm, {S, S}, true),
+
+      view("aten::view"),
+      view("aten::_unsafe_view"),
+      view("aten::permute"),
+      view("aten::t"),
+
+      library(
+          "torch_plugin::conv_pointwise", schema::conv_pointwise::kActivation),
+      library(
+          "torch_plugin::linear_pointwise",
+          schema::linear_pointwise::kActivation),
+  };
+}
+
+const std::unordered_map<std::string, size_t>& index() {
+  static const std::unordered_map<std::string, size_t> m = [] {
+    std::unordered_map<std::string, size_t> out;
+    const auto& t = op_table();
+    for (size_t i = 0; i < t.size(); ++i)
+      out.emplace(t[i].name, i);
+    return out;
+  }();
+  return m;
+}
+
+const OpVariant* variant_of(const OpInfo& op, const Node& n) {
+  if (op.variant_arg >= n.args.size() ||
+      n.args[op.variant_arg].kind != Arg::Kind::kConst)
+    return nullptr;
+  const auto* v = std::get_if<std::string>(&n.args[op.variant_arg].value);
+  if (!v)
+    return nullptr;
+  for (const OpVariant& var : op.variants)
+    if (*v == var.value)
+      return &var;
+  return nullptr;
+}
+
+} // namespace
+
+const std::vector<EpilogueInfo>& epilogues() {
+  static const std::vector<EpilogueInfo> t = {
+      {K::kNone,
+       "",
+       false,
+       [](const at::Tensor& y, double, double) {
+         return y;
+       }},
+      {K::kRelu,
+       "relu",
+       true,
+       [](const at::Tensor& y, double, double) {
+         return at::relu(y);
+       }},
+      {K::kSilu,
+       "silu",
+       false,
+       [](const at::Tensor& y, double, double) {
+         return at::silu(y);
+       }},
+      {K::kGelu,
+       "gelu",
+       false,
+       [](const at::Tensor& y, double, double) {
+         return at::gelu(y);
+       }},
+      {K::kGeluTanh,
+       "gelu_tanh",
+       true,
+       [](const at::Tensor& y, double, double) {
+         return at::gelu(y, "tanh");
+       }},
+      {K::kSigmoid,
+       "sigmoid",
+       false,
+       [](const at::Tensor& y, double, double) {
+         return at::sigmoid(y);
+       }},
+      {K::kTanh,
+       "tanh",
+       false,
+       [](const at::Tensor& y, double, double) {
+         return at::tanh(y);
+       }},
+      {K::kHardswish,
+       "hardswish",
+       false,
+       [](const at::Tensor& y, double, double) {
+         return at::hardswish(y);
+       }},
+      {K::kClamp,
+       "clamp",
+       false,
+       [](const at::Tensor& y, double alpha, double beta) {
+         return at::clamp(y, alpha, beta);
+       }},
+  };
+  return t;
+}
+
+const EpilogueInfo* find_epilogue(std::string_view name) {
+  for (const EpilogueInfo& e : epilogues())
+    if (name == e.name)
+      return &e;
+  return nullptr;
+}
+
+const EpilogueInfo& epilogue_info(EpilogueKind kind) {
+  for (const EpilogueInfo& e : epilogues())
+    if (e.kind == kind)
+      return e;
+  TORCH_CHECK(
+      false, "epilogue_info: no row for epilogue ", static_cast<int>(kind));
+}
+
+void check_epilogue_name(std::string_view name) {
+  if (find_epilogue(name))
+    return;
+  std::string expected;
+  const auto& t = epilogues();
+  for (size_t i = 1; i < t.size(); ++i)
+    expected += std::string(i == 1 ? "" : (i + 1 == t.size() ? " or " : ", ")) +
+        t[i].name;
+  TORCH_CHECK(
+      false,
+      "unknown activation '",
+      std::string(name),
+      "'; expected ",
+      expected);
+}
+
+at::Tensor apply_epilogue(
+    const at::Tensor& y,
+    std::string_view name,
+    double alpha,
+    double beta) {
+  check_epilogue_name(name);
+  return find_epilogue(name)->reference(y, alpha, beta);
+}
+
+const CombineInfo& combine_info(Combine c) {
+  static const CombineInfo sum{Combine::kSum, 0.0, "sum"};
+  static const CombineInfo max{
+      Combine::kMax, -std::numeric_limits<double>::infinity(), "max"};
+  return c == Combine::kSum ? sum : max;
+}
+
+const std::vector<OpInfo>& op_table() {
+  static const std::vector<OpInfo> t = make_table();
+  return t;
+}
+
+const OpInfo* find_op(const std::string& qualified_name) {
+  auto it = index().find(qualified_name);
+  return it == index().end() ? nullptr : &op_table()[it->second];
+}
+
+const OpInfo* find_op(const Node& n) {
+  return find_op(n.qualified_name());
+}
+
+const char* pointwise_template(const Node& n) {
+  const OpInfo* op = find_op(n);
+  if (!op || op->category != OpCategory::kPointwise)
+    return nullptr;
+  if (op->variants.empty())
+    return op->expression;
+  const OpVariant* v = variant_of(*op, n);
+  return v ? v->expression : nullptr;
+}
+
+std::optional<EpilogueUse> epilogue_of(const Node& n) {
+  const OpInfo* op = find_op(n);
+  if (!op || op->category != OpCategory::kPointwise)
+    return std::nullopt;
+  EpilogueKind kind = op->epilogue;
+  if (!op->variants.empty()) {
+    const OpVariant* v = variant_of(*op, n);
+    kind = v ? v->epilogue : K::kNone;
+  }
+  if (kind == K::kNone)
+    return std::nullopt;
+  EpilogueUse use{kind};
+  if (kind == K::kClamp) {
+    auto bound = [&](size_t i, double dflt) {
+      const AttrValue& v = n.const_arg(i);
+      if (auto* k = std::get_if<int64_t>(&v))
+        return static_cast<double>(*k);
+      if (auto* d = std::get_if<double>(&v))
+        return *d;
+      return dflt;
+    };
+    use.alpha = bound(schema::clamp::kMin, -3.4e38);
+    use.beta = bound(schema::clamp::kMax, 3.4e38);
+  }
+  return use;
+}
+
+bool is_library_node(const Node& n) {
+  const OpInfo* op = find_op(n);
+  return op && op->category == OpCategory::kLibrary;
+}
+
+size_t activation_arg(const Node& library_node) {
+  const OpInfo* op = find_op(library_node);
+  TORCH_CHECK(
+      op && op->category == OpCategory::kLibrary,
+      "activation_arg: ",
+      library_node.qualified_name(),
+      " is not a library op");
+  return op->activation_arg;
+}
+
+} // namespace torch_plugin::ir
