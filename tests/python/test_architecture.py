@@ -4,6 +4,9 @@
   inside ``torch_plugin/capture/variables`` (the value kinds build each other). Every
   ``import`` statement counts, also one inside a function or under ``if TYPE_CHECKING``:
   an import moved into a function still ties the two modules together.
+- Every source file (Python, C++, CUDA) under torch_plugin/, csrc/, tests/, benchmarks/ and
+  examples/ is at most 650 lines.
+- The C++ folders' include graph: tests/python/test_architecture_cpp.py.
 
 The graph is read from the sources with ``ast`` (nothing is imported). An edge goes from a
 module to each project module it names: ``from pkg import sub`` is an edge to the submodule
@@ -176,3 +179,38 @@ def test_the_circle_check_sees_imports_inside_functions(tmp_path):
         ["torch_plugin.capture.variables.x", "torch_plugin.capture.variables.y"],
     ]
     assert [_allowed(c) for c in sorted(components)] == [False, True]
+
+
+# Source files past this many lines fail (issue #26): a file that long holds two ideas. Split
+# by idea, not by line count (docs/internals/README.md).
+MAX_LINES = 650
+SOURCE_FOLDERS = ("torch_plugin", "csrc", "tests", "benchmarks", "examples")
+SOURCE_SUFFIXES = (".py", ".pyi", ".cpp", ".h", ".cu", ".cuh")
+
+
+def long_files(root: Path = REPO, limit: int = MAX_LINES) -> list[tuple[str, int]]:
+    """(path relative to ``root``, lines) of each source file over ``limit`` lines."""
+    found = []
+    for folder in SOURCE_FOLDERS:
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in SOURCE_SUFFIXES and path.is_file():
+                with open(path, "rb") as f:
+                    n = sum(1 for _ in f)
+                if n > limit:
+                    found.append((path.relative_to(root).as_posix(), n))
+    return found
+
+
+def test_no_source_file_over_the_line_limit():
+    too_long = long_files()
+    assert not too_long, "source files over %d lines (split them by idea):\n%s" % (
+        MAX_LINES,
+        "\n".join(f"  {p}: {n}" for p, n in too_long),
+    )
+
+
+def test_the_line_limit_check_sees_a_long_file(tmp_path):
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "big.cpp").write_text("int x;\n" * (MAX_LINES + 1))
+    (tmp_path / "csrc" / "small.h").write_text("int y;\n" * MAX_LINES)
+    assert long_files(tmp_path) == [("csrc/big.cpp", MAX_LINES + 1)]

@@ -5,10 +5,6 @@ The graph must have no circle: dependencies run down the pipeline (ir, then the 
 and codegen; libs, then the runtime and its device folders, then ops; python on top). A circle
 means two folders can no longer be built, tested or understood one without the other.
 
-Known exception, removed by the op-table work of the same issue: compiler/codegen and its
-renderers (compiler/codegen/cpp, compiler/codegen/cuda) include each other until the renderers
-register themselves.
-
 Device-neutral files choose no device with the preprocessor: a device adds its renderer, its
 runtime steps (registered in runtime/step_registry.h) and its ops beside the others, and CMake
 decides which of those files are built.
@@ -22,12 +18,12 @@ from pathlib import Path
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"')
-KNOWN_CIRCLES = [{"compiler/codegen", "compiler/codegen/cpp", "compiler/codegen/cuda"}]
+KNOWN_CIRCLES: list[set[str]] = []
 DEVICE_MACRO = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b.*\b(TORCH_PLUGIN_HAVE_\w+|__CUDACC__)")
 # Device-neutral: these folders' own files (not their device subfolders), and the module.
 DEVICE_NEUTRAL = ["runtime", "ops", "compiler/passes", "compiler/codegen", "python/module.cpp"]
-# Known exception, removed by the op-table work (library patterns as rows with a device).
-KNOWN_DEVICE_CHOICES = {"compiler/passes/library_patterns.cpp"}
+# Files allowed to choose a device with the preprocessor (none).
+KNOWN_DEVICE_CHOICES: set[str] = set()
 
 
 def include_graph(root: Path = CSRC) -> dict[str, dict[str, list[str]]]:
