@@ -203,10 +203,8 @@ def long_files(root: Path = REPO, limit: int = MAX_LINES) -> list[tuple[str, int
 
 def test_no_source_file_over_the_line_limit():
     too_long = long_files()
-    assert not too_long, "source files over %d lines (split them by idea):\n%s" % (
-        MAX_LINES,
-        "\n".join(f"  {p}: {n}" for p, n in too_long),
-    )
+    listing = "\n".join(f"  {p}: {n}" for p, n in too_long)
+    assert not too_long, f"source files over {MAX_LINES} lines (split them by idea):\n{listing}"
 
 
 def test_the_line_limit_check_sees_a_long_file(tmp_path):
