@@ -95,8 +95,8 @@ def worker(case: str, variant: str, calls: int) -> dict:
 def _run(tree: str | None, case: str, variant: str, calls: int, threads: int, cache: str) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), TORCH_PLUGIN_CACHE_DIR=cache)
     env["TORCH_PLUGIN_GRAPH_CACHE"] = "1" if variant == "plugin-cached" else "0"
-    if tree is not None:
-        env["PYTHONPATH"] = tree
+    if tree is not None:  # ahead of what PYTHONPATH holds already (e.g. a wheel's --target)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, os.environ.get("PYTHONPATH")) if p)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", case, variant, str(calls)]
     out = subprocess.run(
         cmd, check=False, env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True
