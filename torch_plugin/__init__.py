@@ -12,7 +12,7 @@ Public API:
 - :mod:`torch_plugin.config` — flags.
 
 See README.md and docs/ for usage. This module only re-exports; nothing in the package
-imports it (docs/internals/layers.md).
+imports it (docs/internals/README.md).
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ Environment variables (read when needed, by the functions at the end of this mod
 | ``TORCH_PLUGIN_CUBLASLT_TUNING`` | ``1`` | :func:`runtime_options` | CUDA products: time cuBLASLt's candidates and cuBLAS's gemm; ``0``: the heuristic's first; ``verbose``; ``gemm`` (tests) |
 | ``TORCH_PLUGIN_CUBLASLT_CANDIDATES`` | ``8`` | :func:`runtime_options` | how many candidates cuBLASLt's heuristic is asked for (1 to 64) |
 
-The last five are today also read by the C++ side itself (csrc/libs/onednn_loader.cpp,
-csrc/libs/cublaslt.cpp, csrc/runtime/library_step.cpp, csrc/runtime/kernel_cache.cpp);
-:func:`runtime_options` is the dict it is to receive instead.
+The C++ side reads none of these itself: :func:`runtime_options` is the dict it receives
+(``torch_plugin.compiler.configure_runtime`` hands it to ``_C._runtime.configure`` at import,
+and the per-graph ones again before each executor is built; csrc/runtime/options.h).
 """
 
 import os
@@ -181,7 +181,7 @@ def logs_spec() -> str:
 
 def cache_root() -> str:
     """The disk caches' root the environment names (not created, not checked), resolved as
-    the C++ kernel cache resolves it (csrc/runtime/kernel_cache.cpp): a non-empty
+    the C++ kernel cache resolved it before it received it from here: a non-empty
     ``TORCH_PLUGIN_CACHE_DIR``; else a non-empty ``XDG_CACHE_HOME`` + ``/torch_plugin``; else
     the home folder + ``/.cache/torch_plugin``, from a non-empty ``HOME`` or else the password
     database (never a folder shared with other users such as /tmp). "" when there is no home

@@ -9,8 +9,9 @@
 // and named attributes for native ops. A fused kernel node owns its body as a
 // subgraph. Shared by the passes (csrc/compiler) and the runtime
 // (csrc/runtime), which build on it and not on each other; includes nothing
-// else of the project. Does not own: execution (csrc/runtime), op knowledge
-// (compiler/codegen). No Python objects cross this header; no GIL requirement.
+// else of the project. Does not own: execution (csrc/runtime); op knowledge
+// is the op table's (ir/op_table.h). No Python objects cross this header; no
+// GIL requirement.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -6,7 +6,7 @@
 // each registers itself from its own translation unit at static
 // initialization: codegen/cpp (C++/OpenMP, compiled by the system compiler)
 // and codegen/cuda (CUDA C++, compiled by NVRTC); this file includes neither.
-// (csrc/compiler/CMakeLists.txt links their objects into every consumer, so
+// (csrc/CMakeLists.txt builds them into an OBJECT library linked whole, so
 // that no linker drops a registration.) Each builds its arithmetic from the
 // device-neutral op semantics (codegen/op_semantics.h) and, for reductions,
 // the shared plan (codegen/reduction_plan.h). The "codegen" pass

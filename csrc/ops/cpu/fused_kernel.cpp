@@ -3,8 +3,8 @@
 // Runs the generated kernel named by its source. Loaded kernels are kept in a
 // process-wide map from source to entry point, so a call costs one hash of the
 // source and one lookup; only the first call with a given source goes to the
-// kernel cache (runtime/kernel_cache.h), which loads the shared library from
-// disk or compiles it. Thread-safe.
+// kernel cache (runtime/cpu/kernel_cache.h), which loads the shared library
+// from disk or compiles it. Thread-safe.
 #include "ops/fused_op.h"
 
 #include "runtime/cpu/kernel_cache.h"
@@ -84,7 +84,6 @@ void fused_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 } // namespace
-
 
 } // namespace torch_plugin::ops
 

@@ -15,8 +15,8 @@
 //
 // Cache: in memory by (hash, device); on disk as
 // <kernel cache dir>/cuda/<hash>.cubin (or .ptx), where the kernel cache dir is
-// the CPU kernels' (runtime/kernel_cache.h: set_kernel_cache_dir,
-// TORCH_PLUGIN_CACHE_DIR, default ~/.cache/torch_plugin) and the hash
+// the CPU kernels' (runtime/options.h: set_kernel_cache_dir, given by Python
+// from TORCH_PLUGIN_CACHE_DIR, default ~/.cache/torch_plugin) and the hash
 // (SHA-256) covers the cache format, the source, the target architecture, the
 // NVRTC version and the flags. Each file is a verified cache entry
 // (runtime/cache_file.h: the image behind a header with its own SHA-256),
