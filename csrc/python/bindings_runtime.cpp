@@ -66,8 +66,7 @@ py::object compiler_attribute(py::module_ m, const std::string& name) {
   std::string why;
   const bool available = runtime::library_available("onednn", &why);
   m.attr("has_onednn") = available;
-  m.attr("onednn_error") =
-      why.empty() ? py::none() : py::object(py::str(why));
+  m.attr("onednn_error") = why.empty() ? py::none() : py::object(py::str(why));
   return m.attr(name.c_str());
 }
 
@@ -82,9 +81,15 @@ py::object compiler_attribute(py::module_ m, const std::string& name) {
 // call, then a CUDA graph runner). `no_grad` and `disable_autocast` are
 // AOTAutograd's inference wrapper's modes (grad off; autocast off when it was
 // on at compile time: the traced graph has autocast's casts written out).
+//
+// `leading` is held as Python objects (a tuple the garbage collector
+// traverses), not as at::Tensor: a TensorImpl held from C++ keeps its Python
+// object alive where the collector cannot see it, and a parameter's Python
+// object can reach the model (FSDP2), which the compiled frame would then
+// keep alive for ever.
 struct GraphCall {
   std::shared_ptr<runtime::Executor> executor;
-  std::vector<at::Tensor> leading;
+  py::tuple leading;
   py::object on_frozen_changed;
   py::object run_override = py::none();
   bool no_grad = false;
@@ -156,21 +161,22 @@ struct GraphCall {
   py::object flat(const py::args& args) const {
     const runtime::Executor& e = *executor;
     size_t n = e.num_frozen();
-    bool unchanged = n <= leading.size();
+    size_t size = leading.size();
+    bool unchanged = n <= size;
     for (size_t i = 0; unchanged && i < n; ++i)
-      unchanged = e.frozen_unchanged(i, leading[i]);
+      unchanged = e.frozen_unchanged(i, THPVariable_Unpack(leading[i].ptr()));
     if (!unchanged) {
       py::list boxed;
-      for (const at::Tensor& t : leading)
-        boxed.append(from_tensor(t));
+      for (py::handle t : leading)
+        boxed.append(t);
       for (py::handle a : args)
         boxed.append(a);
       return changed(boxed);
     }
     std::vector<at::Tensor> inputs;
-    inputs.reserve(leading.size() - n + args.size());
-    for (size_t i = n; i < leading.size(); ++i)
-      inputs.push_back(leading[i]);
+    inputs.reserve(size - n + args.size());
+    for (size_t i = n; i < size; ++i)
+      inputs.push_back(THPVariable_Unpack(leading[i].ptr()));
     for (py::handle a : args)
       inputs.push_back(to_tensor(a));
     return run_override.is_none() ? run_inputs(inputs)
@@ -254,6 +260,7 @@ void init_runtime_bindings(py::module_& m) {
           auto& c = py::cast<GraphCall&>(py::handle(self));
           Py_VISIT(c.on_frozen_changed.ptr());
           Py_VISIT(c.run_override.ptr());
+          Py_VISIT(c.leading.ptr());
           Py_VISIT(Py_TYPE(self));
           return 0;
         };
@@ -261,6 +268,7 @@ void init_runtime_bindings(py::module_& m) {
           auto& c = py::cast<GraphCall&>(py::handle(self));
           c.on_frozen_changed = py::none();
           c.run_override = py::none();
+          c.leading = py::tuple();
           return 0;
         };
       }))
@@ -275,7 +283,8 @@ void init_runtime_bindings(py::module_& m) {
             c.executor = std::move(e);
             c.on_frozen_changed = std::move(on_frozen_changed);
             for (py::handle t : leading)
-              c.leading.push_back(to_tensor(t));
+              (void)to_tensor(t); // raises for a non-tensor
+            c.leading = py::tuple(leading);
             c.no_grad = no_grad;
             c.disable_autocast = disable_autocast;
             c.as_tuple = as_tuple;
@@ -297,13 +306,7 @@ void init_runtime_bindings(py::module_& m) {
           })
       .def_readwrite("run_override", &GraphCall::run_override)
       .def_property_readonly(
-          "leading",
-          [](const GraphCall& c) {
-            py::list out;
-            for (const at::Tensor& t : c.leading)
-              out.append(from_tensor(t));
-            return out;
-          })
+          "leading", [](const GraphCall& c) { return py::list(c.leading); })
       .def_readonly("no_grad", &GraphCall::no_grad)
       .def_readonly("disable_autocast", &GraphCall::disable_autocast);
   m.attr("GraphCall").attr("_boxed_call") = true;

@@ -145,9 +145,11 @@ Executor::Executor(const ir::Graph& g) {
 
 void Executor::set_frozen(std::vector<at::Tensor> frozen) {
   frozen_versions_.clear();
-  for (const at::Tensor& t : frozen)
+  frozen_.clear();
+  for (const at::Tensor& t : frozen) {
     frozen_versions_.push_back(t._version());
-  frozen_ = std::move(frozen);
+    frozen_.emplace_back(t.getIntrusivePtr());
+  }
 }
 
 std::vector<at::Tensor> Executor::run(

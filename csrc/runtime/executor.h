@@ -78,13 +78,15 @@ class Executor {
   size_t num_frozen() const {
     return frozen_.size();
   }
-  const std::vector<at::Tensor>& frozen() const {
-    return frozen_;
-  }
   // Whether `t` is frozen argument `i` (the same TensorImpl: the same Python
   // tensor object) at the version it had when frozen.
+  // The executor keeps only weak references: it must not keep the frozen
+  // tensors alive (a TensorImpl held from C++ keeps its Python object, which
+  // may reach the model, alive where Python's garbage collector cannot see
+  // it); its caller holds them.
   bool frozen_unchanged(size_t i, const at::Tensor& t) const {
-    return t.unsafeGetTensorImpl() == frozen_[i].unsafeGetTensorImpl() &&
+    return !frozen_[i].expired() &&
+        t.unsafeGetTensorImpl() == frozen_[i]._unsafe_get_target() &&
         t._version() == frozen_versions_[i];
   }
   // Bytes of one run's arena (0: no memory plan), and how many of the steps'
@@ -104,7 +106,9 @@ class Executor {
  private:
   std::vector<std::unique_ptr<Step>> steps_;
   std::vector<StepInfo> step_info_;
-  std::vector<at::Tensor> frozen_;
+  std::vector<
+      c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>>
+      frozen_;
   std::vector<int64_t> frozen_versions_;
   // "torch_plugin: <describe()>" per step: its torch.profiler range name.
   std::vector<std::string> step_names_;

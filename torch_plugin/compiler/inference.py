@@ -75,7 +75,11 @@ class InferenceStages:
     def __init__(
         self, captured: stages.Captured, rebuild: Callable[..., Any], facts: dict[str, Any]
     ) -> None:
-        self.captured = captured
+        # Not the Captured itself: AOTAutograd keeps its inference compiler for as long as the
+        # compiled graph lives, and the captured graph's example inputs are the caller's
+        # tensors (an FSDP2 layer's input reaches the model through its autograd hooks).
+        self.mode = captured.mode
+        self.cuda = captured.cuda
         self.rebuild = rebuild
         self.facts = facts
         self.options = options.current()
@@ -127,7 +131,7 @@ class InferenceStages:
             compiled = stages.compile_cached(
                 entry,
                 self.params_flat,
-                mode=self.captured.mode,
+                mode=self.mode,
                 inference=True,
                 disable_autocast=self.disable_autocast,
                 leading=self.params_flat,
@@ -147,7 +151,7 @@ class InferenceStages:
 
         freeze = not self.unversioned and _placeholders_match(fx_graph, self.params_flat)
         frozen = self.params_flat if freeze else []
-        if self.captured.cuda:
+        if self.cuda:
             rewritten = fused_attention_to_leaf(fx_graph)
             if rewritten:
                 log.info("plugin: %d fused attention call(s) became the leaf op", rewritten)
@@ -160,12 +164,15 @@ class InferenceStages:
                 on_exported = functools.partial(graph_cache.store, self.options.cache_dir, self.key)
             else:
                 log.info("plugin: graph not cached: %s", why_not)
-        direct = why_not is None and self.plain
+        # Not for parameters that change without a version bump (FSDP2): the one call would
+        # hold them as its leading arguments; they stay with AOTAutograd's wrapper, which gets
+        # them from capture on every call, as before.
+        direct = why_not is None and self.plain and not self.unversioned
         result = stages.compile_graph(
             fx_graph,
             frozen,
             on_exported,
-            mode=self.captured.mode,
+            mode=self.mode,
             inference=True,
             disable_autocast=self.disable_autocast,
             leading=self.params_flat if direct else (),

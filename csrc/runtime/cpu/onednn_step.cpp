@@ -11,6 +11,7 @@
 // oneDNN (csrc/CMakeLists.txt); registered for (CPU, library), with the
 // library "onednn" (library_available) and an options listener that hands the
 // oneDNN library's path to the loader (runtime/options.h).
+#include "ir/op_schema.h"
 #include "runtime/options.h"
 #include "runtime/step_registry.h"
 
@@ -23,6 +24,8 @@ namespace torch_plugin::runtime::cpu {
 namespace {
 
 using ir::Node;
+namespace conv = ir::schema::conv_pointwise;
+namespace linear = ir::schema::linear_pointwise;
 
 libs::Epilogue epilogue_of(const Node& n, size_t residual_arg, size_t act_arg) {
   libs::Epilogue e;
@@ -41,18 +44,21 @@ class ConvStep final : public Step {
  public:
   ConvStep(const Node& n, const SlotMap& slots)
       : conv_(
-            n.tensor_arg(0)->sizes,
+            n.tensor_arg(conv::kX)->sizes,
             n.outputs[0]->sizes,
-            n.tensor_arg(1)->constant.contiguous().data_ptr<float>(),
-            n.tensor_arg(1)->sizes,
-            data_or_null(n.tensor_arg(2)),
-            std::get<std::vector<int64_t>>(n.const_arg(4)),
-            std::get<std::vector<int64_t>>(n.const_arg(5)),
-            std::get<std::vector<int64_t>>(n.const_arg(6)),
-            std::get<int64_t>(n.const_arg(7)),
-            epilogue_of(n, 3, 8)),
-        in_(slots.slot(n.tensor_arg(0))),
-        residual_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
+            n.tensor_arg(conv::kW)->constant.contiguous().data_ptr<float>(),
+            n.tensor_arg(conv::kW)->sizes,
+            data_or_null(n.tensor_arg(conv::kBias)),
+            std::get<std::vector<int64_t>>(n.const_arg(conv::kStride)),
+            std::get<std::vector<int64_t>>(n.const_arg(conv::kPadding)),
+            std::get<std::vector<int64_t>>(n.const_arg(conv::kDilation)),
+            std::get<int64_t>(n.const_arg(conv::kGroups)),
+            epilogue_of(n, conv::kResidual, conv::kActivation)),
+        in_(slots.slot(n.tensor_arg(conv::kX))),
+        residual_(
+            n.tensor_arg(conv::kResidual)
+                ? slots.slot(n.tensor_arg(conv::kResidual))
+                : -1),
         out_(slots.slot(n.outputs[0])),
         buffer_(*n.outputs[0], slots) {}
 
@@ -97,18 +103,21 @@ at::Tensor linear_weight(const at::Tensor& w) {
 class LinearStep final : public Step {
  public:
   LinearStep(const Node& n, const SlotMap& slots)
-      : weight_(linear_weight(n.tensor_arg(1)->constant)),
+      : weight_(linear_weight(n.tensor_arg(linear::kW)->constant)),
         linear_(
-            n.tensor_arg(0)->sizes[0],
-            n.tensor_arg(1)->sizes[0],
-            n.tensor_arg(1)->sizes[1],
+            n.tensor_arg(linear::kX)->sizes[0],
+            n.tensor_arg(linear::kW)->sizes[0],
+            n.tensor_arg(linear::kW)->sizes[1],
             weight_.data_ptr<float>(),
-            data_or_null(n.tensor_arg(2)),
-            epilogue_of(n, 3, 4),
+            data_or_null(n.tensor_arg(linear::kBias)),
+            epilogue_of(n, linear::kResidual, linear::kActivation),
             linear_weights(),
             !weight_.is_contiguous()),
-        in_(slots.slot(n.tensor_arg(0))),
-        residual_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
+        in_(slots.slot(n.tensor_arg(linear::kX))),
+        residual_(
+            n.tensor_arg(linear::kResidual)
+                ? slots.slot(n.tensor_arg(linear::kResidual))
+                : -1),
         out_(slots.slot(n.outputs[0])),
         buffer_(*n.outputs[0], slots) {}
 
@@ -138,7 +147,7 @@ bool takes(const Node& n) {
     if (v->dtype != c10::ScalarType::Float)
       return false;
   }
-  const ir::Value* w = n.tensor_arg(1);
+  const ir::Value* w = n.tensor_arg(ir::schema::library::kW);
   return w && w->kind == ir::ValueKind::kConstant;
 }
 
@@ -153,7 +162,8 @@ std::unique_ptr<Step> make_onednn_step(
   if (node.op == "torch_plugin::conv_pointwise" && takes(node))
     return std::make_unique<ConvStep>(node, slots);
   if (node.op == "torch_plugin::linear_pointwise" && takes(node) &&
-      node.tensor_arg(0)->sizes.size() == 2 && node.outputs[0]->is_contiguous())
+      node.tensor_arg(linear::kX)->sizes.size() == 2 &&
+      node.outputs[0]->is_contiguous())
     return std::make_unique<LinearStep>(node, slots);
   return nullptr;
 }
