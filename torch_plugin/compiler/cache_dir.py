@@ -4,7 +4,7 @@ This module is the one Python owner of the folder: the graph cache
 (:mod:`torch_plugin.compiler.graph_cache`) writes through it, and the command line
 (``python -m torch_plugin.cache``, :mod:`torch_plugin.cache`) reads and clears it through it.
 The root is ``TORCH_PLUGIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/torch_plugin``, else
-``~/.cache/torch_plugin`` (:func:`torch_plugin.compiler.options.configured_cache_dir` reads
+``~/.cache/torch_plugin`` (:func:`torch_plugin.config.cache_root` reads
 the environment; :func:`torch_plugin.compiler.options.current` refuses an untrusted root). The
 C++ kernel cache receives the resolved root from Python (``PassOptions.cache_dir``). It holds:
 
@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 from torch_plugin import config
-from torch_plugin.compiler.options import configured_cache_dir
 
 DEFAULT_LIMIT_GB = config.DEFAULT_CACHE_LIMIT_GB
 _KINDS = {
@@ -51,8 +50,8 @@ _STALE_TEMP_S = 3600.0
 
 def cache_root() -> Path:
     """The cache root as the environment sets it (not created); see
-    :func:`torch_plugin.compiler.options.configured_cache_dir`."""
-    return Path(configured_cache_dir())
+    :func:`torch_plugin.config.cache_root`."""
+    return Path(config.cache_root())
 
 
 def limit_bytes() -> int:

@@ -57,12 +57,6 @@ class Options:
         }
 
 
-def configured_cache_dir() -> str:
-    """The cache root the environment names (not created, not checked; :func:`current`
-    refuses an untrusted one): :func:`torch_plugin.config.cache_root`."""
-    return config.cache_root()
-
-
 def current() -> Options:
     """The options in effect now, from the environment (:func:`torch_plugin.config.
     compiler_environment`): the dump folder is created; an untrusted cache root is replaced
