@@ -90,6 +90,18 @@ def _is_path(word: str) -> bool:
 TOPS = ("csrc", "torch_plugin", "tests", "benchmarks", "docs", "examples")
 
 
+def _is_build_output(path: str) -> bool:
+    """``torch_plugin/<name>.so`` is a build output (absent from a clean clone): it counts
+    when a CMake target in the tree declares ``OUTPUT_NAME "<name>"``."""
+    m = re.fullmatch(r"torch_plugin/(\w+)\.so", path)
+    if not m:
+        return False
+    cmake = "".join(
+        p.read_text() for p in [REPO / "CMakeLists.txt", *REPO.glob("csrc/**/CMakeLists.txt")]
+    )
+    return f'OUTPUT_NAME "{m.group(1)}"' in cmake
+
+
 def _exists(path: str) -> bool:
     """Whether ``path`` names something in the tree: exactly, from a top-level folder; else
     anywhere under one (a path relative to a page's subject, or a bare file name). Also
@@ -98,6 +110,8 @@ def _exists(path: str) -> bool:
     rooted = path.startswith(ROOTS)
     path = path.rstrip("/").rstrip(".,;:")
     if not path:
+        return True
+    if _is_build_output(path):
         return True
     if path in TOPS:
         return (REPO / path).is_dir()
