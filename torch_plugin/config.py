@@ -29,6 +29,9 @@ Flags:
   compiled as one subgraph per gradient bucket, so DDP's all-reduces overlap the backward.
 - :data:`share_module_code` (True): layers of one class that run as separate frames share
   one compiled entry after the first recompile (guarded on type, parameters as inputs).
+- :data:`size_variant_limit` (8): most statically compiled variants (one per concrete size)
+  the "plugin" compiler keeps for one graph with symbolic sizes; past it the least recently
+  used is evicted.
 - :data:`logs` (``()``, or what ``TORCH_PLUGIN_LOGS`` says): the log channels printed to
   stderr; assigning it switches them at once.
 
@@ -104,6 +107,15 @@ the earlier layers still runs (see ``torch_plugin.distributed.ddp`` and docs/dis
 False compiles such graphs whole (every all-reduce then waits for the end of the backward).
 Read by ``torch_plugin.distributed`` at each compile.
 Tested in ``tests/python/distributed/test_ddp.py``."""
+
+size_variant_limit: int = 8
+"""Most static variants the "plugin" compiler keeps for one graph with symbolic sizes: such
+a graph is compiled once per concrete size (the sizes and strides of its symbolic inputs and
+its integer inputs) and the variants are kept in a least-recently-used map; a new size past
+this bound evicts the least recently used variant, with its executor and CUDA graph, and says
+so on the ``recompiles`` log channel (at least 1). Read by
+``torch_plugin.compiler.size_variants`` at each new variant.
+Tested in ``tests/python/compiler/test_symbolic_sizes.py``."""
 
 logs: tuple = ()
 """The log channels printed to stderr, as a tuple of names from

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from torch_plugin.compiler import graph_cache, options, stages
+from torch_plugin.compiler.size_variants import SizeVariants
 
 log = logging.getLogger("torch_plugin.backends.plugin")
 
@@ -113,8 +114,8 @@ class InferenceStages:
             type(t) in (torch.Tensor, torch.nn.Parameter) and not t.is_sparse for t in tensors
         )
 
-    def _one_call(self, compiled: stages.CompiledGraph) -> Callable[..., Any]:
-        flat = compiled.call.flat
+    def _one_call(self, compiled: stages.CompiledGraph | SizeVariants) -> Callable[..., Any]:
+        flat = compiled.flat if isinstance(compiled, SizeVariants) else compiled.call.flat
         if self.rebuild is tuple:
             return flat
         rebuild = self.rebuild
@@ -181,7 +182,7 @@ class InferenceStages:
         unlowered = getattr(result, "unlowered", None)
         if unlowered is not None:
             self.facts["unlowered"] = unlowered
-        elif direct and isinstance(result, stages.CompiledGraph):
+        elif direct and isinstance(result, (stages.CompiledGraph, SizeVariants)):
             self.direct = self._one_call(result)
         return result
 

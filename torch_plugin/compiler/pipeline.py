@@ -46,6 +46,10 @@ log = logging.getLogger("torch_plugin.backends.plugin")
 
 MODES = ("default", "reduce-overhead")
 
+# Captured graphs the backend returned as the eager graph (any reason above), in this
+# process: tests assert that a run compiled every graph.
+counters = {"eager_graphs": 0}
+
 
 def compile_captured(
     gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor], mode: str = "default"
@@ -62,12 +66,14 @@ def compile_captured(
     eager = _C.disable_wrapper(gm.forward)
     if cuda and captured.needs_grad:
         log.info("plugin: a CUDA graph that needs gradients runs as the eager graph")
+        counters["eager_graphs"] += 1
         return eager
     facts: dict[str, Any] = {}
     compiled = _compile(captured, facts)
     if "unlowered" in facts:
         # The ATen graph would run op by op from Python: the captured graph is never slower.
         log.info("plugin: the inference graph runs as the eager graph: %s", facts["unlowered"])
+        counters["eager_graphs"] += 1
         return eager
     if not cuda or mode == "reduce-overhead":
         return compiled
@@ -145,6 +151,7 @@ def _faster_of(
         "eager graph",
         t_compiled, t_eager,
     )  # fmt: skip
+    counters["eager_graphs"] += 1
     return eager
 
 

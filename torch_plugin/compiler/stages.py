@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from torch_plugin import _C
-from torch_plugin.compiler import configure_runtime, graph_format, lowering
+from torch_plugin.compiler import configure_runtime, graph_format, lowering, size_variants
 from torch_plugin.compiler import options as options_mod
 from torch_plugin.contract import UNVERSIONED_PARAMETERS
 
@@ -273,6 +273,8 @@ def compile_graph(
     # AOTAutograd calls its compilers with its FakeTensorMode still active.
     from torch.utils._python_dispatch import _disable_current_modes
 
+    if size_variants.has_symbolic_sizes(gm):
+        return _compile_per_size(gm, frozen, opts, mode, call_options)
     try:
         with _disable_current_modes():
             return CompiledGraph(lower(gm, frozen, opts, on_exported), mode, **call_options)
@@ -281,6 +283,29 @@ def compile_graph(
         run = run_unmodified(gm, opts, mode)
         run.unlowered = str(e)  # type: ignore[attr-defined]
         return run
+
+
+def _compile_per_size(
+    gm: torch.fx.GraphModule,
+    frozen: list[torch.Tensor],
+    opts: options_mod.Options,
+    mode: str,
+    call_options: dict[str, Any],
+) -> Callable[[list[Any]], Any]:
+    """A graph with symbolic sizes: compiled per concrete size
+    (:class:`~torch_plugin.compiler.size_variants.SizeVariants`), starting with the sizes
+    seen at capture; when the static pipeline does not lower those, ``gm`` runs unmodified,
+    as a static graph would."""
+    variants = size_variants.SizeVariants(gm, frozen, compile_graph, mode, call_options)
+    values = variants.hint_values()
+    if values is None:
+        return variants  # compiled at the first call
+    first = variants.compile_for(values)
+    if first.unlowered is None:
+        return variants
+    run = run_unmodified(gm, opts, mode)
+    run.unlowered = first.unlowered  # type: ignore[attr-defined]
+    return run
 
 
 def compile_cached(
