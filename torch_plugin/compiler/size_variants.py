@@ -146,17 +146,47 @@ def specialize(
 
 
 class _Variant:
-    """One static variant: its compiled graph (boxed and, when built with ``leading``
-    arguments, flat), the constants of its inputs and outputs."""
+    """One static variant: its compiled graph and its two calls, ``boxed(args)`` and
+    ``flat(*inputs)`` (the arguments of the symbolic graph's calls: number inputs included,
+    constant outputs put back)."""
 
-    __slots__ = ("compiled", "flat", "layout", "unlowered")
+    __slots__ = ("boxed", "compiled", "flat", "unlowered")
 
-    def __init__(self, compiled: Callable[..., Any], layout: list[Any]) -> None:
+    def __init__(self, owner: SizeVariants, compiled: Callable[..., Any], layout: list) -> None:
         self.compiled = compiled
-        call = getattr(compiled, "call", None)
-        self.flat = call.flat if call is not None else None
-        self.layout = None if all(kind == "t" for kind, _ in layout) else layout
         self.unlowered = getattr(compiled, "unlowered", None)
+        layout = None if all(kind == "t" for kind, _ in layout) else layout
+        tensors = owner.tensor_positions
+        numbers = bool(owner.key_numbers)
+
+        def boxed(args: list[Any]) -> Any:
+            if numbers:
+                args = [args[i] for i in tensors]
+            return _with_constants(compiled(args), layout)
+
+        self.boxed = compiled if layout is None and not numbers else boxed
+        call = getattr(compiled, "call", None)
+        if call is None:  # not lowered: its boxed runner takes every tensor argument
+            leading = list(owner.call_options.get("leading", ()))
+            as_tuple = owner.call_options.get("as_tuple", False)
+
+            def flat_unlowered(*inputs: Any) -> Any:
+                out = boxed([*leading, *inputs])
+                return tuple(out) if as_tuple else out
+
+            self.flat = flat_unlowered
+            return
+        flat = call.flat
+        n = owner.num_leading
+        kept = [i - n for i in tensors if i >= n]
+
+        def flat_numbers(*inputs: Any) -> Any:
+            if numbers:
+                inputs = tuple(inputs[i] for i in kept)
+            return _with_constants(flat(*inputs), layout)
+
+        # The common case: the static graph's own C++ call, nothing in between.
+        self.flat = flat if layout is None and not numbers else flat_numbers
 
 
 class SizeVariants:
@@ -200,6 +230,7 @@ class SizeVariants:
         self._flat_key = _key_function(self.key_tensors, self.key_numbers, self.num_leading)
         self.variants: collections.OrderedDict[tuple, _Variant] = collections.OrderedDict()
         self._last: tuple | None = None
+        self._last_variant: _Variant | None = None
         self.name = f"graph {id(self):#x}"
         counters["graphs"] += 1
 
@@ -231,7 +262,7 @@ class SizeVariants:
             key = self._key_of_values(values)
         static, layout = specialize(self.gm, values)
         compiled = self.compile_static(static, self.frozen, mode=self.mode, **self.call_options)
-        variant = _Variant(compiled, layout)
+        variant = _Variant(self, compiled, layout)
         counters["variants"] += 1
         sizes = self._describe(key)
         if variant.unlowered is not None:
@@ -255,7 +286,7 @@ class SizeVariants:
                 self.name, self._describe(old), limit,
             )  # fmt: skip
         self.variants[key] = variant
-        self._last = key
+        self._last, self._last_variant = key, variant
         return variant
 
     def _key_of_values(self, values: list[Any]) -> tuple:
@@ -283,39 +314,34 @@ class SizeVariants:
                 values.append(a)
         return values
 
-    def _lookup(self, key: tuple, args: Sequence[Any], offset: int) -> _Variant:
+    def _switch(self, key: tuple, args: Sequence[Any], offset: int) -> _Variant:
+        """The variant of ``key`` (another key than the last call's), compiled if new, made
+        the most recently used."""
         variant = self.variants.get(key)
         if variant is None:
             return self.compile_for(self._values_of(args, offset), key)
-        if key != self._last:
-            self.variants.move_to_end(key)
-            self._last = key
+        self.variants.move_to_end(key)
+        self._last, self._last_variant = key, variant
         return variant
 
     # --- calling ----------------------------------------------------------------------------
+    # The hot path: the size key (one generated tuple expression), one comparison with the
+    # last call's key, then the variant's own call (for a lowered graph without number
+    # inputs: the static graph's C++ GraphCall.flat itself).
 
     def __call__(self, args: list[Any]) -> Any:
         """The boxed call: ``args`` has one value per placeholder."""
-        variant = self._lookup(self._boxed_key(args), args, 0)
-        if self.key_numbers:
-            args = [args[i] for i in self.tensor_positions]
-        out = variant.compiled(args)
-        return _with_constants(out, variant.layout)
+        key = self._boxed_key(args)
+        variant = self._last_variant if key == self._last else self._switch(key, args, 0)
+        return variant.boxed(args)
 
     def flat(self, *inputs: Any) -> Any:
         """The flat call (the variants were built with ``leading`` arguments): ``inputs``
         are the values of the placeholders after the leading ones."""
-        variant = self._lookup(self._flat_key(inputs), inputs, self.num_leading)
-        if variant.flat is None:  # not lowered: its boxed runner takes every argument
-            full = [*self.call_options["leading"], *inputs]
-            out = variant.compiled([full[i] for i in self.tensor_positions])
-            out = _with_constants(out, variant.layout)
-            return tuple(out) if self.call_options.get("as_tuple") else out
-        if self.key_numbers:
-            n = self.num_leading
-            inputs = tuple(inputs[i - n] for i in self.tensor_positions if i >= n)
-        out = variant.flat(*inputs)
-        return out if variant.layout is None else _with_constants(out, variant.layout)
+        key = self._flat_key(inputs)
+        if key == self._last:
+            return self._last_variant.flat(*inputs)
+        return self._switch(key, inputs, self.num_leading).flat(*inputs)
 
 
 def _with_constants(out: Any, layout: list[Any] | None) -> Any:
