@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from torch_plugin.compiler import cache_dir as cache_folder
-from torch_plugin.compiler import graph_format
+from torch_plugin.compiler import graph_format, size_variants
 from torch_plugin.compiler.graph_format import FORMAT as _FORMAT
 
 log = logging.getLogger(__name__)
@@ -112,19 +112,9 @@ def _tensor_meta(t: torch.Tensor) -> str:
 
 def _has_symbolic_placeholder(gm: torch.fx.GraphModule) -> bool:
     """Whether a placeholder of ``gm`` is a symbolic number or a tensor with a symbolic size
-    or stride (its capture-time ``example_value``)."""
-    sym = (torch.SymInt, torch.SymFloat, torch.SymBool)
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        value = node.meta.get("example_value", node.meta.get("val"))
-        if isinstance(value, sym):
-            return True
-        if isinstance(value, torch.Tensor) and any(
-            isinstance(v, torch.SymInt) for v in (*value.shape, *value.stride())
-        ):
-            return True
-    return False
+    or stride (its capture-time ``example_value``): such a captured graph is compiled per
+    size (:mod:`.size_variants`), never cached."""
+    return size_variants.has_symbolic_sizes(gm)
 
 
 def _tracing_state() -> str:

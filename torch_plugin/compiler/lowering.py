@@ -14,8 +14,10 @@ included) or on another device type raises :class:`Unsupported`.
 
 Key parts:
 - :func:`lower`: the lowering; raises :class:`Unsupported` for graphs the IR does not take
-  (symbolic sizes, non-ATen calls, several devices or a device other than cpu/cuda), which
-  then run unmodified.
+  (non-ATen calls, several devices or a device other than cpu/cuda), which then run
+  unmodified. Sizes must be static: a graph with symbolic sizes is specialised to each
+  concrete size before it is lowered (:mod:`torch_plugin.compiler.size_variants`), so a
+  symbolic size here (still :class:`Unsupported`) means a graph that did not go through it.
 - :class:`Unsupported`.
 """
 
@@ -225,6 +227,6 @@ def _ints(xs: Sequence[Any]) -> list[int]:
     out = []
     for x in xs:
         if not isinstance(x, int):
-            raise Unsupported(f"symbolic size {x}")
+            raise Unsupported(f"symbolic size {x} (not specialised by size_variants)")
         out.append(int(x))
     return out
