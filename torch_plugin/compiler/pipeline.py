@@ -130,6 +130,12 @@ def _faster_of(
     measured when running the graph twice more is unobservable (``facts["pure"]``: no input
     mutation, no random op in the ATen graph); otherwise ``compiled``."""
     why = facts.get("impure")
+    # A graph with symbolic sizes has SymInt example inputs (the capture's symbols): time it
+    # on their values at capture.
+    example_inputs = [getattr(a.node, "hint", None) if isinstance(a, torch.SymInt) else a
+                      for a in example_inputs]  # fmt: skip
+    if why is None and None in example_inputs:
+        why = "a symbolic example input has no value"
     if why is not None or "pure" not in facts:
         log.info("plugin: not timing the compiled graph against eager (%s)", why or "unknown")
         return compiled

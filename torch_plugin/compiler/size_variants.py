@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -229,8 +230,10 @@ class SizeVariants:
         self._boxed_key = _key_function(self.key_tensors, self.key_numbers, 0)
         self._flat_key = _key_function(self.key_tensors, self.key_numbers, self.num_leading)
         self.variants: collections.OrderedDict[tuple, _Variant] = collections.OrderedDict()
-        self._last: tuple | None = None
-        self._last_variant: _Variant | None = None
+        # The last call's key and variant, one tuple (read and replaced atomically: a thread
+        # never pairs one call's key with another's variant).
+        self._mru: tuple[tuple | None, _Variant | None] = (None, None)
+        self._lock = threading.Lock()
         self.name = f"graph {id(self):#x}"
         counters["graphs"] += 1
 
@@ -286,7 +289,7 @@ class SizeVariants:
                 self.name, self._describe(old), limit,
             )  # fmt: skip
         self.variants[key] = variant
-        self._last, self._last_variant = key, variant
+        self._mru = (key, variant)
         return variant
 
     def _key_of_values(self, values: list[Any]) -> tuple:
@@ -317,12 +320,13 @@ class SizeVariants:
     def _switch(self, key: tuple, args: Sequence[Any], offset: int) -> _Variant:
         """The variant of ``key`` (another key than the last call's), compiled if new, made
         the most recently used."""
-        variant = self.variants.get(key)
-        if variant is None:
-            return self.compile_for(self._values_of(args, offset), key)
-        self.variants.move_to_end(key)
-        self._last, self._last_variant = key, variant
-        return variant
+        with self._lock:  # one thread compiles or reorders the map at a time
+            variant = self.variants.get(key)
+            if variant is None:
+                return self.compile_for(self._values_of(args, offset), key)
+            self.variants.move_to_end(key)
+            self._mru = (key, variant)
+            return variant
 
     # --- calling ----------------------------------------------------------------------------
     # The hot path: the size key (one generated tuple expression), one comparison with the
@@ -332,15 +336,18 @@ class SizeVariants:
     def __call__(self, args: list[Any]) -> Any:
         """The boxed call: ``args`` has one value per placeholder."""
         key = self._boxed_key(args)
-        variant = self._last_variant if key == self._last else self._switch(key, args, 0)
+        last, variant = self._mru
+        if key != last:
+            variant = self._switch(key, args, 0)
         return variant.boxed(args)
 
     def flat(self, *inputs: Any) -> Any:
         """The flat call (the variants were built with ``leading`` arguments): ``inputs``
         are the values of the placeholders after the leading ones."""
         key = self._flat_key(inputs)
-        if key == self._last:
-            return self._last_variant.flat(*inputs)
+        last, variant = self._mru
+        if key == last:
+            return variant.flat(*inputs)
         return self._switch(key, inputs, self.num_leading).flat(*inputs)
 
 
