@@ -17,6 +17,8 @@
 #include "ir/op_table.h"
 
 #include <c10/core/Device.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
@@ -161,11 +163,23 @@ std::optional<std::string> special_case(
       return std::string();
     if (*eps < 0)
       return std::nullopt;
+    // The bounds in the output's dtype, as ATen's scalar_t lo = eps,
+    // hi = scalar_t(1) - eps.
+    const c10::ScalarType t =
+        n.outputs.empty() ? c10::ScalarType::Float : n.outputs[0]->dtype;
+    auto in_dtype = [t](float v) {
+      if (t == c10::ScalarType::BFloat16)
+        return static_cast<float>(c10::BFloat16(v));
+      if (t == c10::ScalarType::Half)
+        return static_cast<float>(c10::Half(v));
+      return v;
+    };
+    const float e = in_dtype(static_cast<float>(*eps));
     std::ostringstream lo, hi;
     lo.precision(9);
     hi.precision(9);
-    lo << std::scientific << static_cast<float>(*eps) << "f";
-    hi << std::scientific << 1.0f - static_cast<float>(*eps) << "f";
+    lo << std::scientific << e << "f";
+    hi << std::scientific << in_dtype(1.0f - e) << "f";
     const std::string c = "(" + x.at(0) + " < " + lo.str() + " ? " + lo.str() +
         " : (" + x.at(0) + " > " + hi.str() + " ? " + hi.str() + " : " +
         x.at(0) + "))";
