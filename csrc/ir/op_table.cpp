@@ -131,9 +131,11 @@ std::vector<OpInfo> make_table() {
       pointwise("aten::frac", "($0 - tp_trunc($0))"),
       // (0 < x) - (x < 0): sign(nan) = 0, sign(-0.0) = +0.0, as ATen.
       pointwise(
-          "aten::sign", "(($0 > 0.0f ? 1.0f : 0.0f) - ($0 < 0.0f ? 1.0f : 0.0f))"),
+          "aten::sign",
+          "(($0 > 0.0f ? 1.0f : 0.0f) - ($0 < 0.0f ? 1.0f : 0.0f))"),
       pointwise(
-          "aten::sgn", "(($0 > 0.0f ? 1.0f : 0.0f) - ($0 < 0.0f ? 1.0f : 0.0f))"),
+          "aten::sgn",
+          "(($0 > 0.0f ? 1.0f : 0.0f) - ($0 < 0.0f ? 1.0f : 0.0f))"),
       pointwise("aten::exp2", "tp_exp2($0)"),
       pointwise("aten::expm1", "tp_expm1($0)"),
       pointwise("aten::log1p", "tp_log1p($0)"),
@@ -143,13 +145,15 @@ std::vector<OpInfo> make_table() {
       pointwise("aten::erfinv", "tp_erfinv($0)"),
       pointwise("aten::lgamma", "tp_lgamma($0)"),
       pointwise("aten::digamma", "tp_digamma($0)"),
-      // logit(x, eps=None) = log(x / (1 - x)); eps clamps x first: op_semantics.
+      // logit(x, eps=None) = log(x / (1 - x)); eps clamps x first:
+      // op_semantics.
       pointwise("aten::logit", "tp_log($0 / (1.0f - $0))"),
       // Activations (F.*; selu arrives as elu, relu6 as hardtanh).
       pointwise("aten::leaky_relu", "($0 > 0.0f ? $0 : $0 * $1)"),
       // elu(x, alpha, scale, input_scale)
       pointwise(
-          "aten::elu", "($0 <= 0.0f ? tp_expm1($0 * $3) * ($1 * $2) : $0 * $2)"),
+          "aten::elu",
+          "($0 <= 0.0f ? tp_expm1($0 * $3) * ($1 * $2) : $0 * $2)"),
       // celu(x, alpha) = elu(x, alpha, 1, 1 / alpha)
       pointwise(
           "aten::celu", "($0 <= 0.0f ? tp_expm1($0 * (1.0f / $1)) * $1 : $0)"),

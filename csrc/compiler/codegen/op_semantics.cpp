@@ -18,8 +18,8 @@
 
 #include <c10/core/Device.h>
 #include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Half.h>
 
 #include <cmath>
 #include <limits>
@@ -109,10 +109,20 @@ std::optional<std::string> special_case(
     }
     const bool tensor = name == "aten::clamp.Tensor";
     std::string e = x.at(0);
-    if (lo)
-      e = "tp_max(" + e + ", " + x.at(1) + ")";
-    if (hi)
-      e = "tp_min(" + e + ", " + x.at(2) + ")";
+    if (tensor) {
+      // ATen's vector clamp (max/min instructions) gives the bound on a tie
+      // (+0.0 against a -0.0 bound); x's NaN propagates.
+      if (lo)
+        e = "tp_max(" + x.at(1) + ", " + e + ")";
+      if (hi)
+        e = "tp_min(" + x.at(2) + ", " + e + ")";
+      e = "(" + x.at(0) + " != " + x.at(0) + " ? " + x.at(0) + " : " + e + ")";
+    } else {
+      if (lo)
+        e = "tp_max(" + e + ", " + x.at(1) + ")";
+      if (hi)
+        e = "tp_min(" + e + ", " + x.at(2) + ")";
+    }
     // A NaN tensor bound gives NaN (ATen's clamp_kernel).
     if (tensor && hi)
       e = "(" + x.at(2) + " != " + x.at(2) + " ? " + x.at(2) + " : " + e + ")";
@@ -277,7 +287,8 @@ std::optional<std::string> pointwise_fallback_reason(const Node& n) {
   if (n.op == "aten::nextafter")
     return std::string(
         "in bfloat16/float16 it steps by that type's ulp; kernels compute in float32");
-  return std::string("an argument the op's template cannot take (None or a string)");
+  return std::string(
+      "an argument the op's template cannot take (None or a string)");
 }
 
 bool is_fusible_pointwise(const Node& n) {
