@@ -147,11 +147,6 @@ def _b(name, fn, aten, domains=("any", "any"), **kw) -> OpCase:
     return OpCase(name, fn, domains, FLOATS, aten, **kw)
 
 
-_DECOMPOSED_WHERE = (
-    "arrives decomposed (its Python autograd kernel) into comparisons and where: the "
-    "comparison/where rows are ops-typed's (typed_cases.py)"
-)
-
 FLOAT_CASES: list[OpCase] = [
     _u("sin", torch.sin, "aten::sin"),
     _u("cos", torch.cos, "aten::cos"),
@@ -274,8 +269,10 @@ FLOAT_CASES: list[OpCase] = [
 KNOWN_DIFFERENCES: dict[str, tuple[str, str]] = {
     "softshrink": (
         "signed_zero",
-        "PyTorch's decomposition (x * 0 for |x| <= lambd) gives -0.0 for small negative x, "
-        "ATen's kernel +0.0; the compiled graph runs the decomposition",
+        (
+            "PyTorch's decomposition (x * 0 for |x| <= lambd) gives -0.0 for small negative "
+            "x, ATen's kernel +0.0; the compiled graph runs the decomposition"
+        ),
     ),
     "gelu": (
         "nan_vs_inf",

@@ -21,7 +21,6 @@ own graph.
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -99,8 +98,10 @@ def _outputs(r: Any) -> list[torch.Tensor]:
 
 def _alone(case: OpCase) -> Callable:
     def f(*xs):
-        return [_identity(o) if o.dtype != torch.bool else o for o in _outputs(
-            case.fn(*(_identity(x) for x in xs)))]
+        return [
+            _identity(o) if o.dtype != torch.bool else o
+            for o in _outputs(case.fn(*(_identity(x) for x in xs)))
+        ]
 
     return f
 
@@ -209,10 +210,14 @@ def _check_values(
         keep = ~(w.isnan() & g.isinf())
         g, w = g[keep], w[keep]
     bad = g.isnan() != w.isnan()
-    assert not bad.any(), f"{name}: nan at {bad.nonzero()[:4].tolist()} (got {g[bad][:4]}, eager {w[bad][:4]})"
+    assert not bad.any(), (
+        f"{name}: nan at {bad.nonzero()[:4].tolist()} (got {g[bad][:4]}, eager {w[bad][:4]})"
+    )
     inf = w.isinf() | g.isinf()
     bad = inf & (g != w)
-    assert not bad.any(), f"{name}: inf differs at {bad.nonzero()[:4].tolist()} (got {g[bad][:4]}, eager {w[bad][:4]})"
+    assert not bad.any(), (
+        f"{name}: inf differs at {bad.nonzero()[:4].tolist()} (got {g[bad][:4]}, eager {w[bad][:4]})"
+    )
     zero = (w == 0) & (g == 0)
     bad = zero & (torch.signbit(g) != torch.signbit(w)) & (relaxed != "signed_zero")
     assert not bad.any(), f"{name}: sign of zero differs at {bad.nonzero()[:4].tolist()}"
@@ -314,13 +319,11 @@ def test_op_coverage_batch(module, device, dtype, chained, monkeypatch):
 
 def _single() -> list:
     params = []
-    for module, cases in CASE_LISTS.items():
+    for cases in CASE_LISTS.values():
         for c in cases:
             for device in DEVICES:
                 for dtype in c.dtypes:
-                    params.append(
-                        pytest.param(c, device, dtype, id=f"{c.name}-{device}-{dtype}")
-                    )
+                    params.append(pytest.param(c, device, dtype, id=f"{c.name}-{device}-{dtype}"))
     return params
 
 
@@ -339,4 +342,3 @@ def test_harness_sees_fallbacks(monkeypatch):
     case = OpCase("i0", torch.i0, ("any",), (torch.float32,), "aten::i0")
     with pytest.raises(AssertionError, match="not inside a generated kernel"):
         _run([case], "cpu", torch.float32, False, monkeypatch)
-    assert math.isfinite(1.0)
