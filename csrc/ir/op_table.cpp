@@ -102,8 +102,104 @@ std::vector<OpInfo> make_table() {
           "(tp_min(tp_max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)"),
       gelu,
       pointwise("aten::_to_copy", "$0"),
-      // Not generated (its bounds may be None), but an epilogue.
-      pointwise("aten::clamp", nullptr, K::kClamp),
+      // Bounds that are None or NaN: codegen/op_semantics.cpp.
+      pointwise("aten::clamp", "tp_min(tp_max($0, $1), $2)", K::kClamp),
+
+      // ---- floating-point pointwise ops (issue #27, ops-float) ----------
+      // Each as ATen's CPU/CUDA kernel computes it in float (sources:
+      // aten/src/ATen/native/cpu/UnaryOpsKernel.cpp, BinaryOpsKernel.cpp,
+      // Activation.cpp, Math.h); nan/inf/-0.0 as there. Uses with arguments
+      // that need more than the template (None, a rounding mode, decimals)
+      // are special cases in codegen/op_semantics.cpp.
+      pointwise("aten::sin", "tp_sin($0)"),
+      pointwise("aten::cos", "tp_cos($0)"),
+      pointwise("aten::tan", "tp_tan($0)"),
+      pointwise("aten::asin", "tp_asin($0)"),
+      pointwise("aten::acos", "tp_acos($0)"),
+      pointwise("aten::atan", "tp_atan($0)"),
+      pointwise("aten::sinh", "tp_sinh($0)"),
+      pointwise("aten::cosh", "tp_cosh($0)"),
+      pointwise("aten::asinh", "tp_asinh($0)"),
+      pointwise("aten::acosh", "tp_acosh($0)"),
+      pointwise("aten::atanh", "tp_atanh($0)"),
+      pointwise("aten::floor", "tp_floor($0)"),
+      pointwise("aten::ceil", "tp_ceil($0)"),
+      pointwise("aten::trunc", "tp_trunc($0)"),
+      pointwise("aten::round", "tp_round($0)"),
+      // round(x * 10^d) / 10^d (d < 0: round(x / 10^-d) * 10^-d): op_semantics.
+      pointwise("aten::round.decimals", "tp_round($0)"),
+      pointwise("aten::frac", "($0 - tp_trunc($0))"),
+      // (0 < x) - (x < 0): sign(nan) = 0, sign(-0.0) = +0.0, as ATen.
+      pointwise(
+          "aten::sign",
+          "(($0 > 0.0f ? 1.0f : 0.0f) - ($0 < 0.0f ? 1.0f : 0.0f))"),
+      pointwise(
+          "aten::sgn",
+          "(($0 > 0.0f ? 1.0f : 0.0f) - ($0 < 0.0f ? 1.0f : 0.0f))"),
+      pointwise("aten::exp2", "tp_exp2($0)"),
+      pointwise("aten::expm1", "tp_expm1($0)"),
+      pointwise("aten::log1p", "tp_log1p($0)"),
+      pointwise("aten::log2", "tp_log2($0)"),
+      pointwise("aten::log10", "tp_log10($0)"),
+      pointwise("aten::erfc", "tp_erfc($0)"),
+      pointwise("aten::erfinv", "tp_erfinv($0)"),
+      pointwise("aten::lgamma", "tp_lgamma($0)"),
+      pointwise("aten::digamma", "tp_digamma($0)"),
+      // logit(x, eps=None) = log(x / (1 - x)); eps clamps x first:
+      // op_semantics.
+      pointwise("aten::logit", "tp_log($0 / (1.0f - $0))"),
+      // Activations (F.*; selu arrives as elu, relu6 as hardtanh).
+      pointwise("aten::leaky_relu", "($0 > 0.0f ? $0 : $0 * $1)"),
+      // elu(x, alpha, scale, input_scale)
+      pointwise(
+          "aten::elu",
+          "($0 <= 0.0f ? tp_expm1($0 * $3) * ($1 * $2) : $0 * $2)"),
+      // celu(x, alpha) = elu(x, alpha, 1, 1 / alpha)
+      pointwise(
+          "aten::celu", "($0 <= 0.0f ? tp_expm1($0 * (1.0f / $1)) * $1 : $0)"),
+      // softplus(x, beta, threshold)
+      pointwise(
+          "aten::softplus",
+          "($0 * $1 > $2 ? $0 : tp_log1p(tp_exp($0 * $1)) / $1)"),
+      pointwise("aten::mish", "($0 * tp_tanh(tp_log1p(tp_exp($0))))"),
+      pointwise("aten::hardshrink", "(($0 >= -($1) && $0 <= $1) ? 0.0f : $0)"),
+      pointwise(
+          "aten::softshrink",
+          "($0 > $1 ? $0 - $1 : ($0 < -($1) ? $0 + $1 : $0 * 0.0f))"),
+      // threshold(x, threshold, value)
+      pointwise("aten::threshold", "($0 <= $1 ? $2 : $0)"),
+      // Binary ops.
+      pointwise("aten::pow.Tensor_Tensor", "tp_pow($0, $1)"),
+      pointwise("aten::pow.Scalar", "tp_pow($0, $1)"),
+      pointwise("aten::atan2", "tp_atan2($0, $1)"),
+      pointwise("aten::hypot", "tp_hypot($0, $1)"),
+      pointwise("aten::copysign.Tensor", "tp_copysign($0, $1)"),
+      pointwise("aten::copysign.Scalar", "tp_copysign($0, $1)"),
+      pointwise("aten::nextafter", "tp_nextafter($0, $1)"),
+      pointwise("aten::fmod.Tensor", "tp_fmod($0, $1)"),
+      pointwise("aten::fmod.Scalar", "tp_fmod($0, $1)"),
+      pointwise("aten::remainder.Tensor", "tp_remainder($0, $1)"),
+      pointwise("aten::remainder.Scalar", "tp_remainder($0, $1)"),
+      // rounding_mode None / "trunc" / "floor" (floor_divide): op_semantics.
+      pointwise("aten::div.Tensor_mode", "($0 / $1)"),
+      pointwise("aten::div.Scalar_mode", "($0 / $1)"),
+      // xlogy(x, y): nan if y is nan, else 0 if x == 0, else x log(y).
+      pointwise(
+          "aten::xlogy.Tensor",
+          "($1 != $1 ? $1 : ($0 == 0.0f ? 0.0f : $0 * tp_log($1)))"),
+      // lerp(self, end, weight), ATen's Lerp.h: two formulas by |weight|.
+      pointwise(
+          "aten::lerp.Scalar",
+          "(tp_abs($2) < 0.5f ? $0 + $2 * ($1 - $0) : $1 - ($1 - $0) * (1.0f - $2))"),
+      pointwise(
+          "aten::lerp.Tensor",
+          "(tp_abs($2) < 0.5f ? $0 + $2 * ($1 - $0) : $1 - ($1 - $0) * (1.0f - $2))"),
+      // clamp(x, min?, max?) with tensor bounds: a NaN bound gives NaN, as
+      // ATen's clamp kernel; None bounds: op_semantics.
+      pointwise(
+          "aten::clamp.Tensor",
+          "($1 != $1 ? $1 : ($2 != $2 ? $2 : tp_min(tp_max($0, $1), $2)))"),
+      // ---- end of floating-point pointwise ops ---------------------------
 
       reduction("aten::sum.dim_IntList", ReductionKind::kSum, {S}, false),
       reduction("aten::mean.dim", ReductionKind::kMean, {S}, false),

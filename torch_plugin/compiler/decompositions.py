@@ -31,6 +31,11 @@ NATIVE = frozenset(
         aten.embedding, aten.index_select, aten.cat, aten.stack, aten.split_with_sizes,
         aten.unbind, aten.mean, aten.var_mean, aten.native_dropout,
         aten._scaled_dot_product_flash_attention_for_cpu,
+        # one op-table row each (generated kernels), where the decomposition needs
+        # comparisons and where, or loses ATen's -0.0 (frac). (hardshrink and
+        # softshrink arrive decomposed all the same: their Python autograd kernels.)
+        aten.softplus, aten.threshold, aten.celu, aten.lerp, aten.xlogy, aten.logit,
+        aten.frac,
     }
 )  # fmt: skip
 

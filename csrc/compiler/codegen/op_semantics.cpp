@@ -17,9 +17,14 @@
 #include "ir/op_table.h"
 
 #include <c10/core/Device.h>
+#include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Half.h>
 
+#include <cmath>
 #include <limits>
+#include <sstream>
+#include <unordered_map>
 
 namespace torch_plugin::compiler {
 namespace {
@@ -62,6 +67,137 @@ bool is_dtype_conversion(const Node& n) {
   return true;
 }
 
+bool is_none(const Arg& a) {
+  return a.kind == Arg::Kind::kConst &&
+      std::holds_alternative<std::monostate>(a.value);
+}
+
+// A constant number argument as a double (nullopt: not a constant number).
+std::optional<double> const_number(const Node& n, size_t i) {
+  if (i >= n.args.size() || n.args[i].kind != Arg::Kind::kConst)
+    return std::nullopt;
+  const AttrValue& v = n.args[i].value;
+  if (auto* k = std::get_if<int64_t>(&v))
+    return static_cast<double>(*k);
+  if (auto* d = std::get_if<double>(&v))
+    return *d;
+  return std::nullopt;
+}
+
+// The floating-point ops whose expression depends on more than the template
+// (issue #27): the expression, "" when this use has none (the op falls back),
+// or nullopt when the template applies.
+std::optional<std::string> special_case(
+    const Node& n,
+    const std::vector<std::string>& x) {
+  const std::string name = n.qualified_name();
+  if (name == "aten::clamp" || name == "aten::clamp.Tensor") {
+    // clamp(self, min?, max?): a None bound is left out (both None: ATen
+    // raises). A constant NaN bound falls back (ATen's scalar kernels differ
+    // on it between their scalar and vector paths).
+    if (n.args.size() < 3)
+      return std::string();
+    const bool lo = !is_none(n.args[1]), hi = !is_none(n.args[2]);
+    if (!lo && !hi)
+      return std::string();
+    for (size_t i : {size_t{1}, size_t{2}}) {
+      if (n.args[i].kind != Arg::Kind::kConst || is_none(n.args[i]))
+        continue;
+      const auto v = const_number(n, i);
+      if (!v || std::isnan(*v))
+        return std::string();
+    }
+    const bool tensor = name == "aten::clamp.Tensor";
+    std::string e = x.at(0);
+    if (tensor) {
+      // ATen's vector clamp (max/min instructions) gives the bound on a tie
+      // (+0.0 against a -0.0 bound); x's NaN propagates.
+      if (lo)
+        e = "tp_max(" + x.at(1) + ", " + e + ")";
+      if (hi)
+        e = "tp_min(" + x.at(2) + ", " + e + ")";
+      e = "(" + x.at(0) + " != " + x.at(0) + " ? " + x.at(0) + " : " + e + ")";
+    } else {
+      if (lo)
+        e = "tp_max(" + e + ", " + x.at(1) + ")";
+      if (hi)
+        e = "tp_min(" + e + ", " + x.at(2) + ")";
+    }
+    // A NaN tensor bound gives NaN (ATen's clamp_kernel).
+    if (tensor && hi)
+      e = "(" + x.at(2) + " != " + x.at(2) + " ? " + x.at(2) + " : " + e + ")";
+    if (tensor && lo)
+      e = "(" + x.at(1) + " != " + x.at(1) + " ? " + x.at(1) + " : " + e + ")";
+    return e;
+  }
+  if (n.op == "aten::nextafter" &&
+      (n.outputs.empty() || n.outputs[0]->dtype != c10::ScalarType::Float))
+    return std::string(); // steps by the stored type's ulp, not float's
+  if (name == "aten::round.decimals") {
+    // ATen's round_decimals_kernel: ten_pow = (float)10^|d|; d >= 0:
+    // nearbyint(x * ten_pow) / ten_pow, else nearbyint(x / ten_pow) * ten_pow.
+    const AttrValue& v = n.const_arg(1);
+    const auto* d = std::get_if<int64_t>(&v);
+    if (!d || *d > 38 || *d < -38)
+      return std::string();
+    std::ostringstream p;
+    p.precision(9);
+    p << std::scientific
+      << static_cast<float>(std::pow(10.0, std::abs(static_cast<double>(*d))))
+      << "f";
+    if (*d >= 0)
+      return "(tp_round(" + x.at(0) + " * " + p.str() + ") / " + p.str() + ")";
+    return "(tp_round(" + x.at(0) + " / " + p.str() + ") * " + p.str() + ")";
+  }
+  if (name == "aten::div.Tensor_mode" || name == "aten::div.Scalar_mode") {
+    if (n.args.size() < 3)
+      return std::string();
+    if (is_none(n.args[2]))
+      return "(" + x.at(0) + " / " + x.at(1) + ")";
+    const auto* mode = std::get_if<std::string>(&n.args[2].value);
+    if (!mode)
+      return std::string();
+    if (*mode == "trunc")
+      return "tp_trunc(" + x.at(0) + " / " + x.at(1) + ")";
+    if (*mode == "floor")
+      return "tp_floordiv(" + x.at(0) + ", " + x.at(1) + ")";
+    return std::string();
+  }
+  if (name == "aten::logit") {
+    // ATen's logit_kernel: eps None (or < 0) is log(x / (1 - x)); else x is
+    // clamped to [eps, 1 - eps] first (NaN stays NaN).
+    if (n.args.size() < 2 || is_none(n.args[1]))
+      return std::nullopt;
+    const auto eps = const_number(n, 1);
+    if (!eps)
+      return std::string();
+    if (*eps < 0)
+      return std::nullopt;
+    // The bounds in the output's dtype, as ATen's scalar_t lo = eps,
+    // hi = scalar_t(1) - eps.
+    const c10::ScalarType t =
+        n.outputs.empty() ? c10::ScalarType::Float : n.outputs[0]->dtype;
+    auto in_dtype = [t](float v) {
+      if (t == c10::ScalarType::BFloat16)
+        return static_cast<float>(c10::BFloat16(v));
+      if (t == c10::ScalarType::Half)
+        return static_cast<float>(c10::Half(v));
+      return v;
+    };
+    const float e = in_dtype(static_cast<float>(*eps));
+    std::ostringstream lo, hi;
+    lo.precision(9);
+    hi.precision(9);
+    lo << std::scientific << e << "f";
+    hi << std::scientific << in_dtype(1.0f - e) << "f";
+    const std::string c = "(" + x.at(0) + " < " + lo.str() + " ? " + lo.str() +
+        " : (" + x.at(0) + " > " + hi.str() + " ? " + hi.str() + " : " +
+        x.at(0) + "))";
+    return "tp_log(" + c + " / (1.0f - " + c + "))";
+  }
+  return std::nullopt;
+}
+
 } // namespace
 
 const std::vector<std::string>& pointwise_helper_names() {
@@ -78,8 +214,81 @@ const std::vector<std::string>& pointwise_helper_names() {
       "tp_sigmoid",
       "tp_pow",
       "tp_round_bf16",
-      "tp_round_f16"};
+      "tp_round_f16",
+      // floating-point pointwise ops (issue #27)
+      "tp_sin",
+      "tp_cos",
+      "tp_tan",
+      "tp_asin",
+      "tp_acos",
+      "tp_atan",
+      "tp_sinh",
+      "tp_cosh",
+      "tp_asinh",
+      "tp_acosh",
+      "tp_atanh",
+      "tp_floor",
+      "tp_ceil",
+      "tp_trunc",
+      "tp_round",
+      "tp_exp2",
+      "tp_expm1",
+      "tp_log1p",
+      "tp_log2",
+      "tp_log10",
+      "tp_erfc",
+      "tp_erfinv",
+      "tp_lgamma",
+      "tp_digamma",
+      "tp_atan2",
+      "tp_hypot",
+      "tp_copysign",
+      "tp_nextafter",
+      "tp_fmod",
+      "tp_remainder",
+      "tp_floordiv"};
   return names;
+}
+
+std::optional<std::string> pointwise_fallback_reason(const Node& n) {
+  // ATen pointwise ops without a row, and why.
+  static const std::unordered_map<std::string, const char*> no_row = {
+      {"aten::polygamma", "no exact formula for polygamma of order n > 0"},
+      {"aten::special_erfcx", "no erfcx helper (scaled erfc) in the renderers"},
+      {"aten::i0", "no Bessel-function helper in the renderers"},
+      {"aten::special_i0e", "no Bessel-function helper in the renderers"},
+      {"aten::special_i1", "no Bessel-function helper in the renderers"},
+      {"aten::special_i1e", "no Bessel-function helper in the renderers"},
+      {"aten::igamma", "no incomplete-gamma helper in the renderers"},
+      {"aten::igammac", "no incomplete-gamma helper in the renderers"},
+  };
+  const std::string name = n.qualified_name();
+  auto it = no_row.find(name);
+  if (it == no_row.end())
+    it = no_row.find(n.op);
+  if (it != no_row.end())
+    return std::string(it->second);
+  const OpInfo* op = find_op(n);
+  if (!op || op->category != OpCategory::kPointwise)
+    return std::nullopt;
+  if (!is_fusible_pointwise(n))
+    return std::string("not a pointwise use of ") + name;
+  std::vector<std::string> dummy(n.args.size(), "x");
+  if (pointwise_expression(n, dummy).has_value())
+    return std::nullopt;
+  if (n.op == "aten::clamp")
+    return std::string("a bound that is NaN, or both bounds None");
+  if (n.op == "aten::round")
+    return std::string("decimals is not a constant integer");
+  if (n.op == "aten::div")
+    return std::string("rounding_mode is not None, 'trunc' or 'floor'");
+  if (n.op == "aten::logit")
+    return std::string("eps is not a constant");
+  if (n.op == "aten::nextafter")
+    return std::string(
+        "in bfloat16/float16 it steps by that type's ulp; kernels compute in float32");
+  return std::string(
+      "an argument the op's template cannot take (None or a string)");
 }
 
 bool is_fusible_pointwise(const Node& n) {
@@ -96,7 +305,7 @@ std::optional<std::string> pointwise_expression(
   const char* t = pointwise_template(n);
   if (!t)
     return std::nullopt;
-  if (n.op == "aten::pow") {
+  if (n.qualified_name() == "aten::pow.Tensor_Scalar") {
     // tp_pow is a scalar libm call on the CPU (20-40 ns) that keeps the loop
     // from vectorizing; these exponents are exact as products/roots (as ATen's
     // pow_tensor_scalar_optimized_kernel special-cases 2, 3, 0.5, -0.5, -1,
@@ -131,6 +340,8 @@ std::optional<std::string> pointwise_expression(
     if (n.outputs[0]->dtype == c10::ScalarType::Half)
       return "tp_round_f16(" + operands.at(0) + ")";
   }
+  if (auto e = special_case(n, operands))
+    return e->empty() ? std::nullopt : e;
   if (n.op == "aten::clamp_min" || n.op == "aten::clamp_max" ||
       n.op == "aten::hardtanh") {
     for (size_t i = 1; i < n.args.size(); ++i) {

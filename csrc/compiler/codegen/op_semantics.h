@@ -15,6 +15,20 @@
 //   tp_round_bf16(x), tp_round_f16(x): x rounded to bfloat16 / float16
 //     precision (nearest even, as c10::BFloat16 / c10::Half), returned as
 //     float.
+// The floating-point ops of issue #27 add, each as the C math function of
+// the same name on float (ATen's semantics; C++ renderer: libm / the same
+// algorithms as ATen's CPU kernels; CUDA: CUDA's float math functions, no
+// fast-math intrinsics):
+//   tp_sin tp_cos tp_tan tp_asin tp_acos tp_atan tp_sinh tp_cosh tp_asinh
+//   tp_acosh tp_atanh tp_floor tp_ceil tp_trunc tp_exp2 tp_expm1 tp_log1p
+//   tp_log2 tp_log10 tp_erfc tp_lgamma (x)
+//   tp_round(x)      nearest integer, halves to even (nearbyint)
+//   tp_erfinv(x)     inverse error function (CPU: ATen's calc_erfinv)
+//   tp_digamma(x)    psi(x) (ATen's calc_digamma: +-inf at +-0, NaN at
+//                    negative integers)
+//   tp_atan2 tp_hypot tp_copysign tp_nextafter tp_fmod (a, b)
+//   tp_remainder(a, b)  Python's a % b: fmod(a, b) + b when the signs differ
+//   tp_floordiv(a, b)   ATen's div_floor_floating (floor of a / b, -0.0 kept)
 // Numbers in the operands are the renderer's own literals.
 #pragma once
 
@@ -44,5 +58,13 @@ std::optional<std::string> pointwise_expression(
 // look at dtypes: which dtypes a target can load and store is the fusion
 // pass's per-device check.
 bool is_fusible_pointwise(const Node& n);
+
+// Why `n`, an ATen pointwise op, does not become part of a generated kernel
+// on any device: a known pointwise op without a row (digamma of order n, the
+// Bessel functions), or a use of a row's op whose arguments have no exact
+// expression (clamp with NaN bounds, an unknown rounding mode). nullopt when
+// `n` is fusible, or is not a pointwise op this table knows. Logged by the
+// fusion pass (TORCH_PLUGIN_LOGS=kernels).
+std::optional<std::string> pointwise_fallback_reason(const Node& n);
 
 } // namespace torch_plugin::compiler

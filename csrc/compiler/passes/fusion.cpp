@@ -42,6 +42,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <iostream>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -484,6 +485,11 @@ class Fusion {
 bool run(Graph& g, const PassOptions& options) {
   if (!options.fusion)
     return false;
+  if (options.log_kernels) // ATen pointwise ops that stay ATen calls, and why
+    for (const Node* n : g.nodes())
+      if (auto why = pointwise_fallback_reason(*n))
+        std::cerr << "[torch_plugin kernels] " << n->qualified_name()
+                  << " stays an ATen call: " << *why << std::endl;
   Fusion f(g);
   f.group_nodes();
   return f.build();

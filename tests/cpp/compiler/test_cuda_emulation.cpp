@@ -56,6 +56,13 @@ static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); re
 static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float erfinvf(float y) {  // CUDA's; absent on the host: bisection on erf
+  if (y != y || y < -1.0f || y > 1.0f) return NAN;
+  if (y == 0.0f || y == 1.0f || y == -1.0f) return y == 0.0f ? y : copysignf(INFINITY, y);
+  double lo = -6, hi = 6;
+  for (int i = 0; i < 200; ++i) { const double m = 0.5 * (lo + hi); (erf(m) < y ? lo : hi) = m; }
+  return (float)(0.5 * (lo + hi));
+}
 struct tp_barrier {
   std::mutex m; std::condition_variable cv; int n = 0, count = 0; long gen = 0;
   void wait() {

@@ -115,7 +115,8 @@ static inline float tp_tanh(float x) {
   p = p * z - 5.37397155531e-2f;
   p = p * z + 1.33314422036e-1f;
   p = p * z - 3.33332819422e-1f;
-  const float small = x + x * z * p;
+  // copysign: tanh(-0.0) is -0.0 (x + x z p alone gives +0.0).
+  const float small = std::copysign(x + x * z * p, x);
   const float big = std::copysign(1.0f - 2.0f / (tp_exp(2.0f * a) + 1.0f), x);
   return a < 0.625f ? small : big;  // NaN: big is NaN
 }
@@ -141,6 +142,117 @@ static inline float tp_erf(float x) {
   r = r * t + 0.254829592f;
   const float big = std::copysign(1.0f - r * t * tp_exp(-z), x);
   return a < 1.0f ? x * p : big;  // NaN: big is NaN
+}
+// Floating-point ops of issue #27: libm's float functions (as ATen's scalar
+// CPU kernels; ATen's vector paths use SLEEF's 1-ulp versions), or ATen's own
+// algorithm where libm has none. Scalar calls: a loop calling them does not
+// vectorize.
+static inline float tp_sin(float x) { return std::sin(x); }
+static inline float tp_cos(float x) { return std::cos(x); }
+static inline float tp_tan(float x) { return std::tan(x); }
+static inline float tp_asin(float x) { return std::asin(x); }
+static inline float tp_acos(float x) { return std::acos(x); }
+static inline float tp_atan(float x) { return std::atan(x); }
+static inline float tp_sinh(float x) { return std::sinh(x); }
+static inline float tp_cosh(float x) { return std::cosh(x); }
+static inline float tp_asinh(float x) { return std::asinh(x); }
+static inline float tp_acosh(float x) { return std::acosh(x); }
+static inline float tp_atanh(float x) { return std::atanh(x); }
+static inline float tp_floor(float x) { return std::floor(x); }
+static inline float tp_ceil(float x) { return std::ceil(x); }
+static inline float tp_trunc(float x) { return std::trunc(x); }
+static inline float tp_round(float x) { return std::nearbyint(x); }  // halves to even
+static inline float tp_exp2(float x) { return std::exp2(x); }
+static inline float tp_expm1(float x) { return std::expm1(x); }
+static inline float tp_log1p(float x) { return std::log1p(x); }
+static inline float tp_log2(float x) { return std::log2(x); }
+static inline float tp_log10(float x) { return std::log10(x); }
+static inline float tp_erfc(float x) { return std::erfc(x); }
+static inline float tp_lgamma(float x) { return std::lgamma(x); }
+static inline float tp_atan2(float a, float b) { return std::atan2(a, b); }
+static inline float tp_hypot(float a, float b) { return std::hypot(a, b); }
+static inline float tp_copysign(float a, float b) { return std::copysign(a, b); }
+static inline float tp_nextafter(float a, float b) { return std::nextafter(a, b); }
+static inline float tp_fmod(float a, float b) { return std::fmod(a, b); }
+// Python's a % b (ATen's remainder): the sign of the divisor.
+static inline float tp_remainder(float a, float b) {
+  const float m = std::fmod(a, b);
+  return (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) ? m + b : m;
+}
+// floor(a / b) as ATen's div_floor_floating (c10/util/generic_math.h).
+static inline float tp_floordiv(float a, float b) {
+  if (b == 0.0f) return a / b;
+  const float m = std::fmod(a, b);
+  float d = (a - m) / b;
+  if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) d -= 1.0f;
+  if (d == 0.0f) return std::copysign(0.0f, a / b);
+  float f = std::floor(d);
+  if (d - f > 0.5f) f += 1.0f;
+  return f;
+}
+// Inverse erf as ATen's CPU calc_erfinv (aten/src/ATen/native/Math.h): a
+// rational approximation (Pavlis, after MATLAB's erfinv) and two Newton steps.
+static inline float tp_erfinv(float y) {
+  const float a = std::fabs(y);
+  if (a > 1.0f) return NAN;
+  if (a == 1.0f) return std::copysign(INFINITY, y);
+  float x;
+  if (a <= 0.7f) {
+    const float z = y * y;
+    const float num = ((-0.140543331f * z + 0.914624893f) * z - 1.645349621f) * z + 0.886226899f;
+    const float dem =
+        (((0.012229801f * z - 0.329097515f) * z + 1.442710462f) * z - 2.118377725f) * z + 1.0f;
+    x = y * num / dem;
+  } else {
+    const float z = std::sqrt(-std::log((1.0f - a) / 2.0f));
+    const float num = ((1.641345311f * z + 3.429567803f) * z - 1.624906493f) * z - 1.970840454f;
+    const float dem = (1.637067800f * z + 3.543889200f) * z + 1.0f;
+    x = std::copysign(num, y) / dem;
+  }
+  const float k = 1.12837916709551257f;  // 2 / sqrt(pi)
+  x = x - (std::erf(x) - y) / (k * std::exp(-x * x));
+  x = x - (std::erf(x) - y) / (k * std::exp(-x * x));
+  return x;
+}
+// digamma as ATen's CPU calc_digamma (Math.h; Cephes psi): reflection for
+// x < 0, recurrence up to 10, asymptotic series. +-0 -> -+inf, negative
+// integers -> NaN.
+static inline float tp_digamma(float x) {
+  if (x == 0.0f) return std::copysign(INFINITY, -x);
+  float reflected = 0.0f;
+  bool reflect = false;
+  if (x < 0.0f) {
+    if (x == std::trunc(x)) return NAN;
+    double q;
+    const double r = std::modf(static_cast<double>(x), &q);
+    reflected = static_cast<float>(3.14159265358979323846 / std::tan(3.14159265358979323846 * r));
+    reflect = true;
+    x = 1.0f - x;
+  }
+  float result = 0.0f;
+  while (x < 10.0f) {
+    result -= 1.0f / x;
+    x += 1.0f;
+  }
+  float v;
+  if (x == 10.0f) {
+    v = result + 2.25175258906672110764f;
+  } else {
+    float y = 0.0f;
+    if (x < 1.0e17f) {
+      const float z = 1.0f / (x * x);
+      float p = 8.33333333333333333333E-2f;
+      p = p * z - 2.10927960927960927961E-2f;
+      p = p * z + 7.57575757575757575758E-3f;
+      p = p * z - 4.16666666666666666667E-3f;
+      p = p * z + 3.96825396825396825397E-3f;
+      p = p * z - 8.33333333333333333333E-3f;
+      p = p * z + 8.33333333333333333333E-2f;
+      y = z * p;
+    }
+    v = result + std::log(x) - (0.5f / x) - y;
+  }
+  return reflect ? v - reflected : v;
 }
 )";
   return s;

@@ -37,6 +37,82 @@ __device__ __forceinline__ float tp_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ float tp_erf(float x) { return erff(x); }
 __device__ __forceinline__ float tp_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float tp_pow(float x, float y) { return powf(x, y); }
+// Floating-point ops of issue #27: CUDA's float math functions, as ATen's
+// CUDA kernels call them (no fast-math intrinsics).
+__device__ __forceinline__ float tp_sin(float x) { return sinf(x); }
+__device__ __forceinline__ float tp_cos(float x) { return cosf(x); }
+__device__ __forceinline__ float tp_tan(float x) { return tanf(x); }
+__device__ __forceinline__ float tp_asin(float x) { return asinf(x); }
+__device__ __forceinline__ float tp_acos(float x) { return acosf(x); }
+__device__ __forceinline__ float tp_atan(float x) { return atanf(x); }
+__device__ __forceinline__ float tp_sinh(float x) { return sinhf(x); }
+__device__ __forceinline__ float tp_cosh(float x) { return coshf(x); }
+__device__ __forceinline__ float tp_asinh(float x) { return asinhf(x); }
+__device__ __forceinline__ float tp_acosh(float x) { return acoshf(x); }
+__device__ __forceinline__ float tp_atanh(float x) { return atanhf(x); }
+__device__ __forceinline__ float tp_floor(float x) { return floorf(x); }
+__device__ __forceinline__ float tp_ceil(float x) { return ceilf(x); }
+__device__ __forceinline__ float tp_trunc(float x) { return truncf(x); }
+__device__ __forceinline__ float tp_round(float x) { return nearbyintf(x); }
+__device__ __forceinline__ float tp_exp2(float x) { return exp2f(x); }
+__device__ __forceinline__ float tp_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ float tp_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ float tp_log2(float x) { return log2f(x); }
+__device__ __forceinline__ float tp_log10(float x) { return log10f(x); }
+__device__ __forceinline__ float tp_erfc(float x) { return erfcf(x); }
+__device__ __forceinline__ float tp_erfinv(float x) { return erfinvf(x); }
+__device__ __forceinline__ float tp_lgamma(float x) { return lgammaf(x); }
+__device__ __forceinline__ float tp_atan2(float a, float b) { return atan2f(a, b); }
+__device__ __forceinline__ float tp_hypot(float a, float b) { return hypotf(a, b); }
+__device__ __forceinline__ float tp_copysign(float a, float b) { return copysignf(a, b); }
+__device__ __forceinline__ float tp_nextafter(float a, float b) { return nextafterf(a, b); }
+__device__ __forceinline__ float tp_fmod(float a, float b) { return fmodf(a, b); }
+// Python's a % b (ATen's remainder): the sign of the divisor.
+__device__ __forceinline__ float tp_remainder(float a, float b) {
+  const float m = fmodf(a, b);
+  return (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) ? m + b : m;
+}
+// floor(a / b) as ATen's div_floor_floating (c10/util/generic_math.h).
+__device__ __forceinline__ float tp_floordiv(float a, float b) {
+  if (b == 0.0f) return a / b;
+  const float m = fmodf(a, b);
+  float d = (a - m) / b;
+  if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) d -= 1.0f;
+  if (d == 0.0f) return copysignf(0.0f, a / b);
+  float f = floorf(d);
+  if (d - f > 0.5f) f += 1.0f;
+  return f;
+}
+// digamma as ATen's CUDA calc_digamma (ATen/native/Math.h, is_cuda): the
+// reflection term in double, recurrence up to 10, asymptotic series.
+__device__ __forceinline__ float tp_digamma(float x) {
+  if (x == 0.0f) return copysignf(TP_INF, -x);
+  float result = 0.0f;
+  if (x < 0.0f) {
+    if (x == truncf(x)) return TP_NAN;
+    const double pi = 3.14159265358979323846;
+    result = (float)(-pi / tan(pi * (double)x));
+    x = 1.0f - x;
+  }
+  while (x < 10.0f) {
+    result -= 1.0f / x;
+    x += 1.0f;
+  }
+  if (x == 10.0f) return result + 2.25175258906672110764f;
+  float y = 0.0f;
+  if (x < 1.0e17f) {
+    const float z = 1.0f / (x * x);
+    float p = 8.33333333333333333333E-2f;
+    p = p * z - 2.10927960927960927961E-2f;
+    p = p * z + 7.57575757575757575758E-3f;
+    p = p * z - 4.16666666666666666667E-3f;
+    p = p * z + 3.96825396825396825397E-3f;
+    p = p * z - 8.33333333333333333333E-3f;
+    p = p * z + 8.33333333333333333333E-2f;
+    y = z * p;
+  }
+  return logf(x) - (0.5f / x) - y + result;
+}
 // bf16 (raw bits in the low 16 bits): exact widening; store rounds to nearest
 // even, NaN stays a quiet NaN (c10::BFloat16's round_to_nearest_even).
 __device__ __forceinline__ float tp_ld_bf16(unsigned int h) { return __uint_as_float(h << 16); }

@@ -1,0 +1,344 @@
+"""The op-coverage test (issue #27): every case of every case list (cases.py, and
+typed_cases.py / reduction_cases.py when they exist) through the "plugin" compiler against
+eager, on the CPU (and CUDA when available), in each case dtype.
+
+Each case runs alone (between identity neighbours, double negations or double logical
+nots, which keep nan, inf and -0.0, so that the op sits inside a fusion group: a lone
+pointwise op stays an ATen call by design) and inside a chain (scaled inputs, a scaled
+result). Several calls with fresh inputs (the first compiles, the later ones run the
+cached graph). Checks: values (dtype, nan and inf positions, the sign of zeros, values
+within the case's tolerance) and, where fused, that the case's ATen op ran inside a
+generated kernel (the fusion groups' bodies in the compiled IR) and not as an ATen fallback
+step (``Executor.steps()``). A dtype the device's kernels cannot load (float16 on the CPU
+today) must not claim fusion.
+
+Default run: the cases of one list, device and dtype compiled as ONE graph (a few kernels,
+each compiled once by the system compiler and cached), alone and chained; a failing batch
+is re-run case by case so that the failure names the case. ``-m slow``: every case in its
+own graph.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from . import cases as _float_cases
+
+OpCase = _float_cases.OpCase
+
+_LISTS = (
+    ("cases", "FLOAT_CASES"),
+    ("typed_cases", "TYPED_CASES"),
+    ("reduction_cases", "REDUCTION_CASES"),
+)
+
+
+KNOWN_DIFFERENCES: dict[str, tuple[str, str]] = {}
+
+
+def _load() -> tuple[dict[str, list[OpCase]], dict[str, Callable]]:
+    """The case lists that exist (module name -> cases) and all input domains."""
+    lists: dict[str, list[OpCase]] = {}
+    domains: dict[str, Callable] = dict(_float_cases.DOMAINS)
+    for module, attr in _LISTS:
+        try:
+            mod = importlib.import_module(f"{__package__}.{module}")
+        except ModuleNotFoundError as e:
+            if e.name and e.name.endswith(module):
+                continue
+            raise
+        lists[module] = list(getattr(mod, attr))
+        domains.update(getattr(mod, "EXTRA_DOMAINS", {}))
+        KNOWN_DIFFERENCES.update(getattr(mod, "KNOWN_DIFFERENCES", {}))
+    return lists, domains
+
+
+CASE_LISTS, DOMAINS = _load()
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+SHAPE_ALONE = (3, 37)
+SHAPE_CHAIN = (2, 5, 129)
+CALLS = 3
+
+_DEFAULT_TOL = {
+    torch.float32: (1.3e-6, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float16: (1e-3, 1e-5),
+}
+
+
+def _atens(case: OpCase) -> tuple[str, ...]:
+    return (case.aten,) if isinstance(case.aten, str) else tuple(case.aten)
+
+
+def _matches(expected: str, op: str) -> bool:
+    """Whether the IR op name `op` ("aten::add.Tensor") is `expected` ("aten::add" matches
+    every overload)."""
+    return op == expected or ("." not in expected.split("::")[-1] and op.startswith(expected + "."))
+
+
+def _identity(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype == torch.bool:
+        return torch.logical_not(torch.logical_not(t))
+    return torch.neg(torch.neg(t))
+
+
+def _scale(t: torch.Tensor) -> torch.Tensor:
+    """x * 0.5 (exact but for subnormals) for floats; x itself otherwise."""
+    return t * 0.5 if t.dtype.is_floating_point else _identity(t)
+
+
+def _outputs(r: Any) -> list[torch.Tensor]:
+    return list(r) if isinstance(r, (tuple, list)) else [r]
+
+
+def _alone(case: OpCase) -> Callable:
+    def f(*xs):
+        return [
+            _identity(o) if o.dtype != torch.bool else o
+            for o in _outputs(case.fn(*(_identity(x) for x in xs)))
+        ]
+
+    return f
+
+
+def _chained(case: OpCase) -> Callable:
+    def f(*xs):
+        outs = _outputs(case.fn(*(_scale(x) for x in xs)))
+        return [o * 3.0 - 1.0 if o.dtype.is_floating_point else o for o in outs]
+
+    return f
+
+
+def _batch(fns: Sequence[Callable], arities: Sequence[int]) -> Callable:
+    def run(*xs):
+        out, k = [], 0
+        for f, n in zip(fns, arities):
+            out.extend(f(*xs[k : k + n]))
+            k += n
+        return tuple(out)
+
+    return run
+
+
+def _inputs(case: OpCase, dtype: torch.dtype, device: str, shape, seed: int) -> list:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i, dom in enumerate(case.inputs):
+        # The second tensor of a binary op broadcasts (its last dim only).
+        s = shape[-1:] if i == 1 and len(case.inputs) == 2 and seed % 2 else shape
+        out.append(DOMAINS[dom](tuple(s), dtype, gen).to(device))
+    return out
+
+
+_LOADABLE: dict[tuple[str, torch.dtype], bool] = {}
+_IR_DTYPE = {torch.float32: "Float", torch.bfloat16: "BFloat16", torch.float16: "Half"}
+
+
+class _Recorder:
+    """Records every CompiledGraph built while active."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from torch_plugin.compiler import stages
+
+        self.graphs: list = []
+        init = stages.CompiledGraph.__init__
+        graphs = self.graphs
+
+        def record(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            graphs.append(self)
+
+        monkeypatch.setattr(stages.CompiledGraph, "__init__", record)
+
+    def fused_and_fallback(self) -> tuple[set[str], set[str], set[str]]:
+        """The ATen ops inside generated kernels, those run as fallback steps, and the
+        dtypes of the values the kernels' ops make ("Float", "BFloat16", "Half")."""
+        fused, fallback, dtypes = set(), set(), set()
+        for g in self.graphs:
+            for line in str(g.ir_graph).splitlines():
+                if line.startswith("    |   %") and " = " in line:
+                    lhs, rhs = line.split(" = ", 1)
+                    fused.add(rhs.split("(", 1)[0])
+                    dtypes.add(lhs.split(": ", 1)[-1].split("[", 1)[0])
+            for kind, op, _device in g.executor.steps():
+                if kind == "fallback":
+                    fallback.add(op)
+        return fused, fallback, dtypes
+
+
+def _compile(fn: Callable) -> Callable:
+    import torch_plugin
+
+    torch_plugin.reset()
+    return torch_plugin.optimize("plugin")(fn)
+
+
+def _loadable(device: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether the device's generated kernels take `dtype` (a probe graph fuses)."""
+    key = (device, dtype)
+    if key not in _LOADABLE:
+        rec = _Recorder(monkeypatch)
+        x = _float_cases.DOMAINS["case"]((4, 3), dtype, torch.Generator().manual_seed(0))
+        _compile(lambda t: _identity(t) * 2)(x.to(device))
+        fused, _, _ = rec.fused_and_fallback()
+        _LOADABLE[key] = "aten::neg" in fused
+    return _LOADABLE[key]
+
+
+def _tol(case: OpCase, dtype: torch.dtype) -> tuple[float, float]:
+    if case.tol and dtype in case.tol:
+        return case.tol[dtype]
+    return _DEFAULT_TOL.get(dtype, (0.0, 0.0))
+
+
+def _check_values(
+    name: str, got: torch.Tensor, want: torch.Tensor, rtol, atol, relaxed: str = ""
+) -> None:
+    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype}, eager {want.dtype}"
+    assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)}, eager {tuple(want.shape)}"
+    got, want = got.cpu(), want.cpu()
+    if not want.dtype.is_floating_point:
+        assert torch.equal(got, want), f"{name}: values differ from eager"
+        return
+    g, w = got.double(), want.double()
+    if relaxed == "nan_vs_inf":
+        keep = ~(w.isnan() & g.isinf())
+        g, w = g[keep], w[keep]
+    bad = g.isnan() != w.isnan()
+    assert not bad.any(), (
+        f"{name}: nan at {bad.nonzero()[:4].tolist()} (got {g[bad][:4]}, eager {w[bad][:4]})"
+    )
+    inf = w.isinf() | g.isinf()
+    bad = inf & (g != w)
+    assert not bad.any(), (
+        f"{name}: inf differs at {bad.nonzero()[:4].tolist()} (got {g[bad][:4]}, eager {w[bad][:4]})"
+    )
+    zero = (w == 0) & (g == 0)
+    bad = zero & (torch.signbit(g) != torch.signbit(w)) & (relaxed != "signed_zero")
+    assert not bad.any(), f"{name}: sign of zero differs at {bad.nonzero()[:4].tolist()}"
+    fin = ~(w.isnan() | inf)
+    torch.testing.assert_close(g[fin], w[fin], rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def _reference(fn: Callable, xs: list, dtype: torch.dtype, fused: bool, chained: bool) -> list:
+    """Eager; for a fused chain of a narrow float dtype, computed in float32 from the same
+    inputs and rounded once (what the kernel does; eager rounds between ops)."""
+    if fused and chained and dtype in (torch.bfloat16, torch.float16):
+        wide = [x.float() if x.dtype == dtype else x for x in xs]
+        return [o.to(dtype) if o.dtype == torch.float32 else o for o in _outputs(fn(*wide))]
+    return _outputs(fn(*xs))
+
+
+def _run(
+    cases: Sequence[OpCase],
+    device: str,
+    dtype: torch.dtype,
+    chained: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compiles the cases as one graph, runs it CALLS times with fresh inputs, checks."""
+    wrap = _chained if chained else _alone
+    fns = [wrap(c) for c in cases]
+    counts = [len(c.inputs) for c in cases]
+    loadable = _loadable(device, dtype, monkeypatch)
+    rec = _Recorder(monkeypatch)
+    compiled = _compile(_batch(fns, counts))
+    shape = SHAPE_CHAIN if chained else SHAPE_ALONE
+    for call in range(CALLS):
+        xs, per_case = [], []
+        for i, c in enumerate(cases):
+            ins = _inputs(c, dtype, device, shape, seed=1000 * call + i)
+            per_case.append(ins)
+            xs.extend(ins)
+        got = compiled(*xs)
+        k = 0
+        for c, f, ins in zip(cases, fns, per_case):
+            fused = c.fused and loadable
+            want = _reference(f, ins, dtype, fused, chained)
+            for j, w in enumerate(want):
+                rtol, atol = _tol(c, dtype)
+                relaxed = KNOWN_DIFFERENCES.get(c.name, ("", ""))[0]
+                where = f"{c.name}[{dtype}, {device}, call {call}, out {j}]"
+                _check_values(where, got[k], w, rtol, atol, relaxed)
+                k += 1
+    assert rec.graphs, "no graph was compiled"
+    fused_ops, fallback_ops, kernel_dtypes = rec.fused_and_fallback()
+    if not loadable:  # decompositions may still compute in float32 inside kernels
+        name = _IR_DTYPE.get(dtype, "")
+        assert name not in kernel_dtypes, f"[{dtype}, {device}]: a kernel claims {dtype} values"
+    for c in cases:
+        for a in _atens(c):
+            in_kernel = any(_matches(a, op) for op in fused_ops)
+            # In a batch another case's lone op may fall back with the same name.
+            as_fallback = len(cases) == 1 and any(_matches(a, op) for op in fallback_ops)
+            if c.fused and loadable:
+                assert in_kernel and not as_fallback, (
+                    f"{c.name} [{dtype}, {device}]: {a} not inside a generated kernel "
+                    f"(fallback steps: {sorted(fallback_ops)})"
+                )
+            elif not c.fused and len(cases) == 1:
+                assert not in_kernel, f"{c.name} [{dtype}, {device}]: {a} claims fusion"
+
+
+def _batches() -> list:
+    params = []
+    for module, cases in CASE_LISTS.items():
+        dtypes = sorted({d for c in cases for d in c.dtypes}, key=str)
+        for device in DEVICES:
+            for dtype in dtypes:
+                params.append(pytest.param(module, device, dtype, id=f"{module}-{device}-{dtype}"))
+    return params
+
+
+@pytest.mark.parametrize(("module", "device", "dtype"), _batches())
+@pytest.mark.parametrize("chained", [False, True], ids=["alone", "chain"])
+def test_op_coverage_batch(module, device, dtype, chained, monkeypatch):
+    """All cases of one list in one graph per device, dtype and mode."""
+    cases = [c for c in CASE_LISTS[module] if dtype in c.dtypes and (c.chain or not chained)]
+    if not cases:
+        pytest.skip(f"no {module} case in {dtype}")
+    try:
+        _run(cases, device, dtype, chained, monkeypatch)
+    except AssertionError:
+        # Name the failing case(s): each on its own.
+        failures = []
+        for c in cases:
+            try:
+                _run([c], device, dtype, chained, monkeypatch)
+            except AssertionError as e:
+                failures.append(str(e).splitlines()[0])
+        if not failures:
+            raise
+        pytest.fail("\n".join(failures))
+
+
+def _single() -> list:
+    params = []
+    for cases in CASE_LISTS.values():
+        for c in cases:
+            for device in DEVICES:
+                for dtype in c.dtypes:
+                    params.append(pytest.param(c, device, dtype, id=f"{c.name}-{device}-{dtype}"))
+    return params
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("case", "device", "dtype"), _single())
+@pytest.mark.parametrize("chained", [False, True], ids=["alone", "chain"])
+def test_op_coverage_case(case, device, dtype, chained, monkeypatch):
+    """Each case in its own graph (slow: one kernel compile each)."""
+    if chained and not case.chain:
+        pytest.skip("no chain for this case")
+    _run([case], device, dtype, chained, monkeypatch)
+
+
+def test_harness_sees_fallbacks(monkeypatch):
+    """The fusion check can fail: an op without a row (i0) is seen as a fallback step."""
+    case = OpCase("i0", torch.i0, ("any",), (torch.float32,), "aten::i0")
+    with pytest.raises(AssertionError, match="not inside a generated kernel"):
+        _run([case], "cpu", torch.float32, False, monkeypatch)
