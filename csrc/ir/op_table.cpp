@@ -127,6 +127,29 @@ std::vector<OpInfo> make_table() {
   };
 }
 
+// The typed block merged in: typing added to the row of the same name, or a
+// new pointwise row (its fp32 expression: none, Float uses the typed one).
+std::vector<OpInfo> with_typing(std::vector<OpInfo> table) {
+  for (const TypedRow& t : typed_rows()) {
+    OpInfo* row = nullptr;
+    for (OpInfo& op : table)
+      if (op.name == t.name)
+        row = &op;
+    if (!row) {
+      table.push_back(OpInfo{t.name, OpCategory::kPointwise});
+      row = &table.back();
+    }
+    row->type_rule = t.rule;
+    // A row with an fp32 expression (the float block's) keeps computing it.
+    const bool has_float = row->expression || !row->variants.empty();
+    row->type_classes = t.classes | (has_float ? kTypeFloat : 0);
+    row->typed_expression = t.typed_expression;
+    row->bool_args = t.bool_args;
+    row->divisor_arg = t.divisor_arg;
+  }
+  return table;
+}
+
 const std::unordered_map<std::string, size_t>& index() {
   static const std::unordered_map<std::string, size_t> m = [] {
     std::unordered_map<std::string, size_t> out;
@@ -261,7 +284,7 @@ const CombineInfo& combine_info(Combine c) {
 }
 
 const std::vector<OpInfo>& op_table() {
-  static const std::vector<OpInfo> t = make_table();
+  static const std::vector<OpInfo> t = with_typing(make_table());
   return t;
 }
 
