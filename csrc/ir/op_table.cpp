@@ -88,8 +88,9 @@ std::vector<OpInfo> make_table() {
       pointwise("aten::erf", "tp_erf($0)"),
       pointwise("aten::reciprocal", "(1.0f / $0)"),
       pointwise("aten::pow.Tensor_Scalar", "tp_pow($0, $1)"),
-      pointwise("aten::maximum", "tp_max($0, $1)"),
-      pointwise("aten::minimum", "tp_min($0, $1)"),
+      // NaN from either side, as ATen (tpt_*: the typed helpers).
+      pointwise("aten::maximum", "tpt_max($0, $1)"),
+      pointwise("aten::minimum", "tpt_min($0, $1)"),
       pointwise("aten::clamp_min", "tp_max($0, $1)"),
       pointwise("aten::clamp_max", "tp_min($0, $1)"),
       pointwise("aten::hardtanh", "tp_min(tp_max($0, $1), $2)", K::kClamp),
