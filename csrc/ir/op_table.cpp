@@ -88,8 +88,9 @@ std::vector<OpInfo> make_table() {
       pointwise("aten::erf", "tp_erf($0)"),
       pointwise("aten::reciprocal", "(1.0f / $0)"),
       pointwise("aten::pow.Tensor_Scalar", "tp_pow($0, $1)"),
-      pointwise("aten::maximum", "tp_max($0, $1)"),
-      pointwise("aten::minimum", "tp_min($0, $1)"),
+      // NaN from either side, as ATen (tpt_*: the typed helpers).
+      pointwise("aten::maximum", "tpt_max($0, $1)"),
+      pointwise("aten::minimum", "tpt_min($0, $1)"),
       pointwise("aten::clamp_min", "tp_max($0, $1)"),
       pointwise("aten::clamp_max", "tp_min($0, $1)"),
       pointwise("aten::hardtanh", "tp_min(tp_max($0, $1), $2)", K::kClamp),
@@ -221,6 +222,29 @@ std::vector<OpInfo> make_table() {
           "torch_plugin::linear_pointwise",
           schema::linear_pointwise::kActivation),
   };
+}
+
+// The typed block merged in: typing added to the row of the same name, or a
+// new pointwise row (its fp32 expression: none, Float uses the typed one).
+std::vector<OpInfo> with_typing(std::vector<OpInfo> table) {
+  for (const TypedRow& t : typed_rows()) {
+    OpInfo* row = nullptr;
+    for (OpInfo& op : table)
+      if (op.name == t.name)
+        row = &op;
+    if (!row) {
+      table.push_back(OpInfo{t.name, OpCategory::kPointwise});
+      row = &table.back();
+    }
+    row->type_rule = t.rule;
+    // A row with an fp32 expression (the float block's) keeps computing it.
+    const bool has_float = row->expression || !row->variants.empty();
+    row->type_classes = t.classes | (has_float ? kTypeFloat : 0);
+    row->typed_expression = t.typed_expression;
+    row->bool_args = t.bool_args;
+    row->divisor_arg = t.divisor_arg;
+  }
+  return table;
 }
 
 const std::unordered_map<std::string, size_t>& index() {
@@ -357,7 +381,7 @@ const CombineInfo& combine_info(Combine c) {
 }
 
 const std::vector<OpInfo>& op_table() {
-  static const std::vector<OpInfo> t = make_table();
+  static const std::vector<OpInfo> t = with_typing(make_table());
   return t;
 }
 

@@ -108,6 +108,57 @@ struct ReductionPlan {
   bool rowwise = false;
 };
 
+// ---- typing of pointwise rows ---------------------------------------------
+
+// How a pointwise row types its operands and its result, after PyTorch's type
+// promotion. A compute type is the type a template runs in: Float (fp32) for
+// float32, bfloat16 and float16 values (bf16/fp16 computed in fp32), Double
+// for float64, the integer C type for Byte, Char, Short, Int, Long, and Bool.
+enum class TypeRule : uint8_t {
+  // Every tensor is float32/bfloat16/float16; `expression` in fp32. The
+  // default of every row: a row says otherwise to take other dtypes.
+  kFloat,
+  // Computed in the output's compute type, every operand converted to it
+  // (arithmetic, where's values, masked_fill; int / int true division).
+  kResult,
+  // Computed in the promoted type of the operands (tensors and scalars, as
+  // at::result_type); the result is bool (comparisons).
+  kCompare,
+  // Operands read as bool (x != 0); the result is bool (logical ops).
+  kLogical,
+  // Computed in the first operand's own compute type; the result is bool
+  // (isnan, isinf, isfinite, isposinf, isneginf, signbit).
+  kPredicate,
+};
+
+// The classes of compute types a row generates (a mask).
+enum TypeClass : uint8_t {
+  kTypeFloat = 1, // fp32 (float32, bfloat16, float16 values)
+  kTypeDouble = 2,
+  kTypeInt = 4, // uint8, int8, int16, int32, int64
+  kTypeBool = 8,
+  kTypeAll = 15,
+};
+
+// The typing of one op: a row of the typed block (op_table_typed.cpp),
+// merged into the op table's row of the same name (or a new pointwise row).
+struct TypedRow {
+  const char* name;
+  TypeRule rule;
+  uint8_t classes; // TypeClass mask
+  // The template for every compute type except Float when the row has an
+  // fp32 `expression` (then Float uses that); $i as in `expression`, each
+  // operand already converted to the compute type. Helpers: tpt_* (overloaded
+  // for every compute type, codegen/op_semantics.h).
+  const char* typed_expression;
+  uint32_t bool_args = 0; // bit i: argument i is a condition, read as bool
+  // >= 0: with an integer compute type this argument must be a nonzero
+  // constant (ATen raises on integer division by zero; a kernel cannot).
+  int divisor_arg = -1;
+};
+// The typed block (op_table_typed.cpp).
+const std::vector<TypedRow>& typed_rows();
+
 // ---- ops ------------------------------------------------------------------
 
 // One value of a string argument that selects an op's semantics (gelu's
@@ -133,6 +184,13 @@ struct OpInfo {
   std::vector<OpVariant> variants;
   ReductionPlan reduction; // kReduction
   size_t activation_arg = 0; // kLibrary: the `activation` argument
+  // Pointwise typing (see TypedRow): kFloat / kTypeFloat unless the typed
+  // block lists the op.
+  TypeRule type_rule = TypeRule::kFloat;
+  uint8_t type_classes = kTypeFloat;
+  const char* typed_expression = nullptr;
+  uint32_t bool_args = 0;
+  int divisor_arg = -1;
 };
 
 const std::vector<OpInfo>& op_table();

@@ -296,7 +296,7 @@ bool is_fusible_pointwise(const Node& n) {
     return is_dtype_conversion(n);
   const OpInfo* op = find_op(n);
   return op && op->category == OpCategory::kPointwise &&
-      (op->expression || !op->variants.empty());
+      (op->expression || !op->variants.empty() || op->typed_expression);
 }
 
 std::optional<std::string> pointwise_expression(

@@ -34,6 +34,8 @@
 
 #include "ir/ir.h"
 
+#include <c10/core/ScalarType.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,5 +68,63 @@ bool is_fusible_pointwise(const Node& n);
 // `n` is fusible, or is not a pointwise op this table knows. Logged by the
 // fusion pass (TORCH_PLUGIN_LOGS=kernels).
 std::optional<std::string> pointwise_fallback_reason(const Node& n);
+
+// ---- typed expressions ------------------------------------------------------
+//
+// Kernels compute every value in a compute type (ir/op_table.h, TypeRule):
+// Float (fp32) for float32/bfloat16/float16 values, Double for float64, Bool,
+// and the integer types Byte (uint8), Char (int8), Short, Int, Long. A typed
+// expression is device-neutral C++: its types are spelled `bool`, `tp_u8`,
+// `tp_i8`, `tp_i16`, `tp_i32`, `tp_i64`, `float`, `double` (each preamble
+// defines the tp_* typedefs), its constants TP_INF / TP_NAN, and it calls the
+// fp32 helpers above, tp_round_bf16/f16, and the typed helpers of
+// typed_helpers_source() (tpt_*: overloaded for every compute type; integer
+// arithmetic wraps around, computed in the unsigned type).
+//
+// How a node is typed (PyTorch's type promotion, at::result_type): the rule
+// of its row. kFloat rows (every row the typed block does not list) take only
+// float32/bfloat16/float16 tensors and compute their fp32 template exactly as
+// pointwise_expression does. Typed rows convert each operand to the compute
+// type with ATen's conversions (convert_expr), and the result to the compute
+// type of the node's output dtype. Constants become literals of the compute
+// type; where ATen rounds a scalar to a bfloat16/float16 common dtype
+// (comparisons, where, masked_fill, nan_to_num) the literal is rounded too.
+
+// A typed expression: its source and its compute type.
+struct TypedExpr {
+  std::string code;
+  c10::ScalarType type;
+};
+
+// The compute type of values stored as `dtype` (Float for Float, BFloat16 and
+// Half); nullopt for dtypes kernels do not compute (complex, unsigned 16-64
+// bit, float8, ...).
+std::optional<c10::ScalarType> compute_type_of(c10::ScalarType dtype);
+// The device-neutral name of compute type `t` ("float", "tp_i64", ...).
+const char* compute_type_name(c10::ScalarType t);
+// `e` converted to compute type `to` as ATen's c10::convert / static_cast:
+// to bool is != 0 (NaN is true), float to integer truncates (to uint8 via
+// int64, as c10's static_cast_with_inter_type; out-of-range values are
+// undefined, as in ATen), integers to narrower integers wrap.
+std::string convert_expr(const TypedExpr& e, c10::ScalarType to);
+// The typed expression of node `n` given the typed expressions of its tensor
+// inputs (`inputs[i]` for n.inputs[i]); nullopt when the op, this use of it
+// (e.g. an integer division by a tensor), or its dtypes are not generated.
+std::optional<TypedExpr> typed_pointwise_expression(
+    const Node& n,
+    const std::vector<TypedExpr>& inputs);
+// typed_pointwise_expression with placeholder inputs: whether `n` is
+// generated for its dtypes (the fusion pass's check).
+bool typed_pointwise_supported(const Node& n);
+// Whether `n` is a float node: every tensor float32/bfloat16/float16 and an
+// fp32 expression (pointwise_expression). Only float nodes join reduction
+// groups, whose kernels compute in fp32.
+bool is_float_pointwise(const Node& n);
+// The typed helpers (tpt_*) as device-neutral source: every preamble defines
+// TP_FN (the function qualifiers), the tp_* typedefs, TP_INF, TP_NAN,
+// tpt_f32_bits(float) -> unsigned int, tpt_f64_bits(double) -> unsigned long
+// long, tpt_fmodf/tpt_floorf/tpt_truncf/tpt_fabsf and the double versions
+// tpt_fmod_d/tpt_floor_d/tpt_trunc_d/tpt_fabs_d, then appends this.
+const std::string& typed_helpers_source();
 
 } // namespace torch_plugin::compiler

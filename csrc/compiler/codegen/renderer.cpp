@@ -44,3 +44,12 @@ bool kernel_dtype_supported(c10::DeviceType device, c10::ScalarType dtype) {
 }
 
 } // namespace torch_plugin::compiler
+
+namespace torch_plugin::compiler {
+
+bool reduction_dtype_supported(c10::DeviceType device, c10::ScalarType dtype) {
+  const Renderer* r = find_renderer(device);
+  return r && r->reduction_dtype_supported(dtype);
+}
+
+} // namespace torch_plugin::compiler

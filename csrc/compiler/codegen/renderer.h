@@ -43,8 +43,11 @@ struct Renderer {
   const char* target; // KernelSource::target: "cpp", "cuda"
   // The kernel of a fusion group, or nullopt when it does not handle it.
   std::optional<KernelSource> (*render)(const Node& group);
-  // Whether its kernels can load and store tensors of this dtype.
+  // Whether its pointwise kernels can load and store tensors of this dtype
+  // (and compute in its compute type, codegen/op_semantics.h).
   bool (*dtype_supported)(c10::ScalarType dtype);
+  // Whether its reduction kernels (fp32 compute) can load and store it.
+  bool (*reduction_dtype_supported)(c10::ScalarType dtype);
 };
 
 // Registers `r` for r.device (called once per renderer, at static
@@ -65,10 +68,13 @@ std::optional<KernelSource> render_fusion_group(
     const Node& group,
     c10::DeviceType device);
 
-// Whether kernels generated for `device` can load and store tensors of
-// `dtype` (its renderer's dtype_supported: CPU float32 and bfloat16; CUDA
-// float32, bfloat16 and float16); false for a device without a renderer. The
-// fusion pass's per-device dtype check.
+// Whether pointwise kernels generated for `device` can load and store tensors
+// of `dtype` (its renderer's dtype_supported: on CPU and CUDA bool, uint8,
+// int8, int16, int32, int64, float16, bfloat16, float32, float64); false for
+// a device without a renderer. The fusion pass's per-device dtype check.
 bool kernel_dtype_supported(c10::DeviceType device, c10::ScalarType dtype);
+// The same for reduction groups (fp32 compute: CPU float32 and bfloat16; CUDA
+// also float16).
+bool reduction_dtype_supported(c10::DeviceType device, c10::ScalarType dtype);
 
 } // namespace torch_plugin::compiler

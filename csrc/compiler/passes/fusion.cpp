@@ -6,9 +6,17 @@
 // pointwise and reduction rows (ir/op_table.h) — into fusion groups, each
 // becoming one torch_plugin::fused node whose body holds the ops. Only values
 // whose dtype the device's kernels can load and store join
-// (codegen/renderer.h, kernel_dtype_supported: CPU float32/bfloat16, CUDA also
-// float16). The "codegen" pass, next, renders each group's kernel for its
-// device or un-fuses it (unfuse_group, fusion_group.h, below).
+// (codegen/renderer.h: pointwise kernels kernel_dtype_supported, bool,
+// integers, fp16/bf16/fp32/fp64 on CPU and CUDA; reductions
+// reduction_dtype_supported, CPU float32/bfloat16, CUDA also float16), and a
+// pointwise op only when op semantics types it for its dtypes
+// (typed_pointwise_supported: an fp64 or int64 value is never computed in
+// float). Reduction kernels compute in fp32: only float nodes
+// (is_float_pointwise) share a group with a reduction; a typed node (a
+// comparison, where over a bool mask, integer arithmetic) forms pointwise
+// groups, mixing dtypes freely. The "codegen" pass, next, renders each
+// group's kernel for its device or un-fuses it (unfuse_group, fusion_group.h,
+// below).
 //
 // A group is either pointwise (all members have the same output sizes) or a
 // reduction group with a domain: sizes F and reduced dims R, shared by all its
@@ -67,17 +75,19 @@ struct Group {
   std::vector<Node*> members;
   Domain domain;
   bool alive = true;
+  bool typed = false; // has a member that is not a float node
 };
 
-// All of `n`'s tensors are on one device whose kernels can load and store
-// their dtypes.
-bool tensor_dtypes_ok(const Node& n) {
+// All of `n`'s tensors are on one device whose kernels (pointwise, or
+// reduction when `reduction`) can load and store their dtypes.
+bool tensor_dtypes_ok(const Node& n, bool reduction = false) {
   if (n.outputs.empty())
     return false;
   const c10::Device device = n.outputs[0]->device;
   auto ok = [&](const Value* v) {
     return v->device == device &&
-        kernel_dtype_supported(device.type(), v->dtype);
+        (reduction ? reduction_dtype_supported(device.type(), v->dtype)
+                   : kernel_dtype_supported(device.type(), v->dtype));
   };
   for (const Value* v : n.inputs)
     if (!ok(v))
@@ -95,8 +105,12 @@ bool pointwise(const Node& n) {
   if (n.outputs.size() != 1 || n.inputs.empty() || !is_fusible_pointwise(n) ||
       !tensor_dtypes_ok(n))
     return false;
-  std::vector<std::string> dummy(n.args.size(), "x");
-  return pointwise_expression(n, dummy).has_value();
+  return typed_pointwise_supported(n);
+}
+
+// A pointwise node that may share a group with a reduction (fp32 kernels).
+bool reduction_member(const Node& n) {
+  return tensor_dtypes_ok(n, true) && is_float_pointwise(n);
 }
 
 std::optional<std::vector<int64_t>> normalize_dims(
@@ -136,8 +150,9 @@ struct ReductionInfo {
 
 std::optional<ReductionInfo> reduction_info(const Node& n) {
   const OpInfo* op = find_op(n);
-  if (!op || op->category != OpCategory::kReduction || !tensor_dtypes_ok(n) ||
-      n.args.empty() || n.args[0].kind != Arg::Kind::kTensor)
+  if (!op || op->category != OpCategory::kReduction ||
+      !tensor_dtypes_ok(n, true) || n.args.empty() ||
+      n.args[0].kind != Arg::Kind::kTensor)
     return std::nullopt;
   const Value* x = n.tensor_arg(0);
   if (x->sizes.empty() || x->numel() == 0)
@@ -272,11 +287,28 @@ class Fusion {
     return true;
   }
 
-  // The domain of the groups `u` merged, if they agree.
-  std::optional<Domain> merged_domain(const std::vector<int>& u) const {
-    Domain d = groups_[u[0]].domain;
+  // The domain of the groups `u` merged, if they agree (and a group with a
+  // reduction has no typed member: `typed` says whether the joining node is
+  // typed).
+  // Groups in `inlined` count with domain `inlined_sizes` (broadcast
+  // producers, see inlinable).
+  std::optional<Domain> merged_domain(
+      const std::vector<int>& u,
+      bool typed = false,
+      const std::vector<int>& inlined = {},
+      const std::vector<int64_t>& inlined_sizes = {}) const {
+    auto domain_of = [&](int gid) {
+      const bool in =
+          std::find(inlined.begin(), inlined.end(), gid) != inlined.end();
+      return in ? Domain{inlined_sizes, {}} : groups_[gid].domain;
+    };
+    Domain d = domain_of(u[0]);
+    for (int gid : u)
+      typed |= groups_[gid].typed;
     for (int gid : u) {
-      const Domain& o = groups_[gid].domain;
+      const Domain o = domain_of(gid);
+      if (typed && !o.reduce.empty())
+        return std::nullopt;
       if (o.sizes != d.sizes)
         return std::nullopt;
       if (o.reduce.empty())
@@ -347,6 +379,11 @@ class Fusion {
       o.alive = false;
     }
     grp.domain = d;
+    for (size_t i = 1; i < u.size(); ++i)
+      grp.typed |= groups_[u[i]].typed;
+    const OpInfo* op = find_op(*n);
+    const bool reduces = op && op->category == OpCategory::kReduction;
+    grp.typed |= !reduces && !reduction_member(*n);
     grp.members.push_back(n);
     group_of_[n] = primary;
     for (size_t i = 0; i < n->outputs.size(); ++i)
@@ -356,6 +393,37 @@ class Fusion {
   void start(Node* n, const Domain& d, const std::vector<Level>& levels) {
     groups_.push_back({{}, d, true});
     join(n, {static_cast<int>(groups_.size()) - 1}, d, levels);
+  }
+
+  // Whether pointwise group `gid` (sizes S) can be computed inside the group
+  // of `n` (sizes T) at T's elements: S broadcasts to T, and only the group
+  // and `n` use its members' outputs (so none must be stored at S). Pointwise
+  // ops commute with broadcasting, so each member is computed from its inputs
+  // broadcast to T (a mask `m == 0` of [B, 1, 1, S] feeding a where over
+  // [B, H, S, S]).
+  bool inlinable(int gid, const Node* n) const {
+    const Group& g = groups_[gid];
+    const std::vector<int64_t>& t = n->outputs[0]->sizes;
+    const std::vector<int64_t>& s = g.domain.sizes;
+    if (!g.domain.reduce.empty() || s == t || s.size() > t.size())
+      return false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const int64_t a = s[s.size() - 1 - i], b = t[t.size() - 1 - i];
+      if (a != b && a != 1)
+        return false;
+    }
+    for (const Node* m : g.members) {
+      for (const Value* out : m->outputs) {
+        if (g_.is_output(out))
+          return false;
+        for (const Use& use : out->uses) {
+          auto it = group_of_.find(use.user);
+          if (use.user != n && (it == group_of_.end() || it->second != gid))
+            return false;
+        }
+      }
+    }
+    return true;
   }
 
   void add_pointwise(Node* n) {
@@ -370,10 +438,15 @@ class Fusion {
     std::vector<int> u;
     std::optional<Domain> dom;
     std::optional<Level> level;
+    const bool typed = !reduction_member(*n);
+    std::vector<int> inlined;
+    for (int gid : candidates)
+      if (inlinable(gid, n))
+        inlined.push_back(gid);
     for (int gid : candidates) {
       std::vector<int> trial = u;
       trial.push_back(gid);
-      auto d = merged_domain(trial);
+      auto d = merged_domain(trial, typed, inlined, n->outputs[0]->sizes);
       if (!d)
         continue;
       auto l = pointwise_level(n, *d, trial);
@@ -386,7 +459,13 @@ class Fusion {
     if (u.empty()) {
       start(n, {n->outputs[0]->sizes, {}}, {Level::kFull});
     } else {
+      // A group that computes a broadcast producer at larger sizes stays
+      // out of reduction kernels (their members have the domain's sizes).
+      bool broadcast = false;
+      for (int gid : u)
+        broadcast |= groups_[gid].domain.sizes != dom->sizes;
       join(n, u, *dom, {*level});
+      groups_[u[0]].typed |= broadcast;
     }
   }
 
@@ -396,7 +475,8 @@ class Fusion {
     bool others_inside = false;
     for (size_t i = 1; i < n->inputs.size(); ++i)
       others_inside |= n->inputs[i] != x && group_of(n->inputs[i]) == gid;
-    if (gid >= 0 && !others_inside && level_.at(x) == Level::kFull) {
+    if (gid >= 0 && !others_inside && !groups_[gid].typed &&
+        level_.at(x) == Level::kFull) {
       const Domain& d = groups_[gid].domain;
       const bool fits = d.sizes == info.domain.sizes &&
           (d.reduce.empty() || d.reduce == info.domain.reduce);

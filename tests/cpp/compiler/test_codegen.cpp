@@ -129,10 +129,27 @@ TEST(Codegen, PassStoresKernelAttrsOnEachGroup) {
 }
 
 TEST(Codegen, RendererDispatchAndDtypesPerDevice) {
-  EXPECT_TRUE(kernel_dtype_supported(c10::kCPU, ScalarType::BFloat16));
-  EXPECT_FALSE(kernel_dtype_supported(c10::kCPU, ScalarType::Half));
-  EXPECT_TRUE(kernel_dtype_supported(c10::kCUDA, ScalarType::Half));
-  EXPECT_FALSE(kernel_dtype_supported(c10::kCUDA, ScalarType::Double));
+  // Pointwise kernels: every dtype with a compute type, on both devices.
+  for (ScalarType t :
+       {ScalarType::Bool,
+        ScalarType::Byte,
+        ScalarType::Char,
+        ScalarType::Short,
+        ScalarType::Int,
+        ScalarType::Long,
+        ScalarType::Half,
+        ScalarType::BFloat16,
+        ScalarType::Float,
+        ScalarType::Double}) {
+    EXPECT_TRUE(kernel_dtype_supported(c10::kCPU, t)) << t;
+    EXPECT_TRUE(kernel_dtype_supported(c10::kCUDA, t)) << t;
+  }
+  EXPECT_FALSE(kernel_dtype_supported(c10::kCPU, ScalarType::ComplexFloat));
+  // Reductions compute in fp32: CPU fp32/bf16, CUDA also fp16.
+  EXPECT_TRUE(reduction_dtype_supported(c10::kCPU, ScalarType::BFloat16));
+  EXPECT_FALSE(reduction_dtype_supported(c10::kCPU, ScalarType::Half));
+  EXPECT_TRUE(reduction_dtype_supported(c10::kCUDA, ScalarType::Half));
+  EXPECT_FALSE(reduction_dtype_supported(c10::kCUDA, ScalarType::Double));
   EXPECT_FALSE(kernel_dtype_supported(c10::kMeta, ScalarType::Float));
   Builder b;
   softmax_graph(b);
@@ -178,6 +195,50 @@ TEST(Codegen, OpTableUsesOnlyTheHelpers) {
   EXPECT_EQ(
       pointwise_expression(*h->producer, {"x"}).value_or(""),
       "tp_round_f16(x)");
+}
+
+TEST(Codegen, TypedExpressionsFollowTypePromotion) {
+  using ST = ScalarType;
+  Builder b;
+  Value* i = b.input({4}, ST::Long);
+  Value* h = b.input({4}, ST::BFloat16);
+  auto expr = [](const Value* v) {
+    std::vector<TypedExpr> ins;
+    for (const Value* in : v->producer->inputs)
+      ins.push_back({"x", *compute_type_of(in->dtype)});
+    return typed_pointwise_expression(*v->producer, ins);
+  };
+  // int64 == 0.5: promoted to float (the default dtype), result bool.
+  auto e = expr(b.op("aten::eq", "Scalar", {i}, {0.5}, {4}, ST::Bool));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->type, ST::Bool);
+  EXPECT_EQ(e->code, "(((float)(x)) == 5.000000000e-01f)");
+  // bf16 == 0.1: the scalar rounded to bf16 first (ATen's common dtype).
+  e = expr(b.op("aten::eq", "Scalar", {h}, {0.1}, {4}, ST::Bool));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->code.find("1.000976562e-01f"), std::string::npos) << e->code;
+  // int64 + int64 wraps (the unsigned type), computed in int64.
+  e = expr(b.op("aten::add", "Tensor", {i, i}, {int64_t{1}}, {4}, ST::Long));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->type, ST::Long);
+  EXPECT_NE(e->code.find("tpt_add"), std::string::npos);
+  // Integer remainder by a tensor may divide by zero: not generated; by a
+  // nonzero constant it is.
+  EXPECT_FALSE(
+      expr(b.op("aten::remainder", "Tensor", {i, i}, {}, {4}, ST::Long)));
+  EXPECT_TRUE(expr(
+      b.op("aten::remainder", "Scalar", {i}, {int64_t{3}}, {4}, ST::Long)));
+  EXPECT_FALSE(expr(
+      b.op("aten::remainder", "Scalar", {i}, {int64_t{0}}, {4}, ST::Long)));
+  // A float-only row takes no integer or float64 tensor.
+  EXPECT_FALSE(expr(b.op("aten::exp", "default", {i}, {}, {4}, ST::Float)));
+  EXPECT_FALSE(expr(b.op(
+      "aten::exp",
+      "default",
+      {b.input({4}, ST::Double)},
+      {},
+      {4},
+      ST::Double)));
 }
 
 TEST(Codegen, UnrenderedGroupsAreUnfusedAndTheGraphStaysEquivalent) {
@@ -365,7 +426,9 @@ TEST(Pipeline, CudaGraphNeverGetsOneDnnNodesAndEveryGroupIsRenderedOrUnfused) {
 #endif
 }
 
-TEST(Pipeline, CudaFusionAcceptsHalfCpuDoesNot) {
+// fp16 pointwise kernels on both devices (typed kernels); fp16 reductions on
+// CUDA only.
+TEST(Pipeline, HalfPointwiseFusesOnBothDevicesHalfReductionOnCudaOnly) {
   for (c10::DeviceType device : {c10::kCPU, c10::kCUDA}) {
     Builder b(
         device == c10::kCPU ? c10::Device(c10::kCPU)
@@ -374,8 +437,18 @@ TEST(Pipeline, CudaFusionAcceptsHalfCpuDoesNot) {
     Value* m = b.op("aten::mul", "Tensor", {x, x}, {}, {16}, ScalarType::Half);
     b.g.set_outputs(
         {b.op("aten::relu", "default", {m}, {}, {16}, ScalarType::Half)});
+    EXPECT_TRUE(run_pass(find_pass("fusion"), b.g, PassOptions()));
+    Builder r(b.device);
+    Value* ry = r.input({4, 16}, ScalarType::Half);
+    r.g.set_outputs({r.op(
+        "aten::amax",
+        "default",
+        {ry},
+        {std::vector<int64_t>{1}, false},
+        {4},
+        ScalarType::Half)});
     EXPECT_EQ(
-        run_pass(find_pass("fusion"), b.g, PassOptions()),
+        run_pass(find_pass("fusion"), r.g, PassOptions()),
         device == c10::kCUDA);
   }
 }

@@ -14,6 +14,8 @@
 // Skipped when no `c++` compiler is on PATH.
 #include "cuda_graph_builder.h"
 
+#include "compiler/codegen/cuda/cuda_common.h"
+
 #include <ATen/ATen.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -63,6 +65,9 @@ static inline float erfinvf(float y) {  // CUDA's; absent on the host: bisection
   for (int i = 0; i < 200; ++i) { const double m = 0.5 * (lo + hi); (erf(m) < y ? lo : hi) = m; }
   return (float)(0.5 * (lo + hi));
 }
+
+static inline long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
 struct tp_barrier {
   std::mutex m; std::condition_variable cv; int n = 0, count = 0; long gen = 0;
   void wait() {
@@ -102,7 +107,7 @@ bool have_compiler() {
 }
 
 std::string elem(c10::ScalarType t) {
-  return t == c10::ScalarType::Float ? "float" : "unsigned short";
+  return cuda::element_type(t);
 }
 
 // Compiles `k` for the CPU; returns the launcher.
@@ -165,9 +170,13 @@ at::ScalarType aten(c10::ScalarType t) {
 // normal values, or NaN for outputs).
 at::Tensor make(const Value* v, bool poison, int64_t offset = 0) {
   const int64_t span = std::max<int64_t>(1, v->storage_span()) + offset;
-  at::Tensor base = poison
-      ? at::full({span}, NAN, at::TensorOptions().dtype(aten(v->dtype)))
-      : at::randn({span}, at::TensorOptions().dtype(aten(v->dtype)));
+  const auto opts = at::TensorOptions().dtype(aten(v->dtype));
+  at::Tensor base;
+  if (!c10::isFloatingType(v->dtype)) // integers, bool: small values, 91
+    base = poison ? at::full({span}, 91).to(opts)
+                  : at::randint(-50, 50, {span}).to(opts);
+  else
+    base = poison ? at::full({span}, NAN, opts) : at::randn({span}, opts);
   return base.as_strided(v->sizes, v->strides, offset);
 }
 
@@ -548,6 +557,76 @@ TEST(CudaEmulation, ColumnReductions) {
         return std::vector<at::Tensor>{in[0].var({1}, true, true)};
       },
       1e-5);
+}
+
+} // namespace
+} // namespace torch_plugin::compiler
+
+namespace torch_plugin::compiler {
+namespace {
+
+// Typed loads and stores (bool, uint8, int8, int32, int64, float64 with
+// bf16), vector path and scalar path (misaligned), and typed ops: a
+// comparison of two integer dtypes, logical_and with a bool input, where
+// promoting to float64 and to bfloat16, int64 multiplication that wraps,
+// float64 -> int8 conversion, uint8 addition that wraps. Exact.
+TEST(CudaEmulation, TypedLoadsStoresAndOps) {
+  using ST = ScalarType;
+  for (int64_t n : {int64_t{1001}, int64_t{8 * 256 * 3 + 5}})
+    for (int64_t mis : {int64_t{0}, int64_t{1}}) {
+      check(
+          "typed_" + std::to_string(n) + "_" + std::to_string(mis),
+          [&](Builder& b) {
+            Value* a = b.input({n}, ST::Long);
+            Value* i = b.input({n}, ST::Int);
+            Value* e = b.input({n}, ST::Bool);
+            Value* d = b.input({n}, ST::Double);
+            Value* c = b.input({n}, ST::BFloat16);
+            Value* u = b.input({n}, ST::Byte);
+            Value* t1 = b.op("aten::ge", "Tensor", {a, i}, {}, {n}, ST::Bool);
+            Value* t2 = b.op(
+                "aten::logical_and", "default", {t1, e}, {}, {n}, ST::Bool);
+            Value* t3 =
+                b.op("aten::where", "self", {t2, d, a}, {}, {n}, ST::Double);
+            Value* la =
+                b.op("aten::where", "self", {t2, a, i}, {}, {n}, ST::Long);
+            Value* t4 = b.op(
+                "aten::mul", "Tensor", {la}, {int64_t{1000003}}, {n}, ST::Long);
+            Value* t5 =
+                b.op("aten::where", "self", {t1, c, u}, {}, {n}, ST::BFloat16);
+            const AttrValue none = std::monostate{};
+            Value* t6 = b.op(
+                "aten::_to_copy",
+                "default",
+                {t3},
+                {int64_t{1}, none, none, none, false, none},
+                {n},
+                ST::Char);
+            Value* ub =
+                b.op("aten::where", "self", {t1, u, u}, {}, {n}, ST::Byte);
+            Value* t7 = b.op(
+                "aten::add", "Tensor", {ub, u}, {int64_t{1}}, {n}, ST::Byte);
+            b.g.set_outputs({t2, t3, t4, t5, t6, t7});
+          },
+          [&](const std::vector<at::Tensor>& in) {
+            const at::Tensor a = in[0].to(at::kLong), i = in[1].to(at::kInt),
+                             e = in[2].to(at::kBool), d = in[3],
+                             c = in[4].to(at::kBFloat16),
+                             u = in[5].to(at::kByte);
+            const at::Tensor t1 = at::ge(a, i);
+            const at::Tensor t2 = at::logical_and(t1, e);
+            return std::vector<at::Tensor>{
+                t2,
+                at::where(t2, d, a),
+                at::mul(at::where(t2, a, i), 1000003),
+                at::where(t1, c, u),
+                at::where(t2, d, a).to(at::kChar),
+                at::add(u, u)};
+          },
+          0.0,
+          3,
+          mis);
+    }
 }
 
 } // namespace

@@ -112,16 +112,25 @@ TEST(Fusion, PointwiseChainBecomesOneGroup) {
       std::string::npos);
 }
 
+// A lone pointwise op stays an ATen call; int64 ops fuse (typed kernels);
+// complex values (no compute type) stay ATen calls.
 TEST(Fusion, LonePointwiseOpAndOtherDtypesStayAtenCalls) {
   Builder b;
   Value* x = b.input({8});
   Value* i = b.input({8}, ScalarType::Long);
+  Value* c = b.input({8}, ScalarType::ComplexFloat);
   Value* r = b.unary("aten::relu", x);
   Value* n = b.op("aten::neg", "default", {i}, {}, {8}, ScalarType::Long);
   Value* a = b.op("aten::abs", "default", {n}, {}, {8}, ScalarType::Long);
-  b.g.set_outputs({r, a});
-  EXPECT_FALSE(b.run());
-  EXPECT_TRUE(b.nodes("torch_plugin::fused").empty());
+  Value* cn =
+      b.op("aten::neg", "default", {c}, {}, {8}, ScalarType::ComplexFloat);
+  Value* cm =
+      b.op("aten::neg", "default", {cn}, {}, {8}, ScalarType::ComplexFloat);
+  b.g.set_outputs({r, a, cm});
+  EXPECT_TRUE(b.run());
+  auto fused = b.nodes("torch_plugin::fused");
+  ASSERT_EQ(fused.size(), 1u);
+  EXPECT_EQ(fused[0]->inputs.at(0), i);
 }
 
 TEST(Fusion, ReductionTakesPrologueAndEpilogue) {

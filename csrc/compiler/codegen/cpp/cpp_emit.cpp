@@ -1,11 +1,42 @@
 // cpp_emit.cpp: shared pieces of generated C++ (see cpp_emit.h).
 #include "compiler/codegen/cpp/cpp_emit.h"
 
+#include "compiler/codegen/op_semantics.h"
+
 #include <c10/util/Exception.h>
 
 #include <sstream>
 
 namespace torch_plugin::compiler {
+
+namespace {
+
+// What the typed helpers (op_semantics.h, typed_helpers_source) need.
+const char* typed_preamble = R"(// ---- types of typed kernels ----
+#define TP_FN static inline
+#ifndef TP_INF
+#define TP_INF __builtin_inff()
+#define TP_NAN __builtin_nanf("")
+#endif
+typedef uint8_t tp_u8;
+typedef int8_t tp_i8;
+typedef int16_t tp_i16;
+typedef int32_t tp_i32;
+typedef int64_t tp_i64;
+static inline unsigned int tpt_f32_bits(float x) { uint32_t u; std::memcpy(&u, &x, 4); return u; }
+static inline unsigned long long tpt_f64_bits(double x) {
+  uint64_t u; std::memcpy(&u, &x, 8); return u; }
+static inline float tpt_fmodf(float a, float b) { return std::fmod(a, b); }
+static inline float tpt_floorf(float a) { return std::floor(a); }
+static inline float tpt_truncf(float a) { return std::trunc(a); }
+static inline float tpt_fabsf(float a) { return std::fabs(a); }
+static inline double tpt_fmod_d(double a, double b) { return std::fmod(a, b); }
+static inline double tpt_floor_d(double a) { return std::floor(a); }
+static inline double tpt_trunc_d(double a) { return std::trunc(a); }
+static inline double tpt_fabs_d(double a) { return std::fabs(a); }
+)";
+
+} // namespace
 
 const std::string& kernel_preamble() {
   static const std::string s = R"(#include <algorithm>
@@ -27,9 +58,9 @@ static inline uint16_t tp_store_bf16(float f) {
   return f != f ? static_cast<uint16_t>(0x7fc0u) : static_cast<uint16_t>(rounded);
 }
 static inline float tp_round_bf16(float f) { return tp_load_bf16(tp_store_bf16(f)); }
-// float -> fp16 -> float, round to nearest even with fp16 subnormals, overflow to
-// inf and NaN kept (c10::Half's fp16_ieee_from_fp32_value / fp16_ieee_to_fp32_value).
-static inline float tp_round_f16(float f) {
+// float -> fp16 bits, round to nearest even with fp16 subnormals, overflow to
+// inf and NaN kept (c10::Half's fp16_ieee_from_fp32_value).
+static inline uint16_t tp_store_f16(float f) {
   uint32_t w;
   std::memcpy(&w, &f, 4);
   const uint32_t inf_bits = 239u << 23, zero_bits = 17u << 23;
@@ -48,9 +79,11 @@ static inline float tp_round_f16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &base, 4);
   const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
-  const uint32_t h = (sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign);
-  // Back to float.
-  const uint32_t hw = h << 16;
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+// fp16 bits -> float, exact (c10::Half's fp16_ieee_to_fp32_value).
+static inline float tp_load_f16(uint16_t h) {
+  const uint32_t hw = static_cast<uint32_t>(h) << 16;
   const uint32_t two_w = hw + hw;
   const uint32_t norm_bits = (two_w >> 4) + (0xE0u << 23);
   float norm;
@@ -68,6 +101,8 @@ static inline float tp_round_f16(float f) {
   std::memcpy(&out, &result, 4);
   return out;
 }
+// float -> fp16 -> float (both conversions above).
+static inline float tp_round_f16(float f) { return tp_load_f16(tp_store_f16(f)); }
 // The op-semantics helpers (codegen/op_semantics.h) that are one standard call.
 static inline float tp_max(float a, float b) { return std::max(a, b); }
 static inline float tp_min(float a, float b) { return std::min(a, b); }
@@ -255,16 +290,23 @@ static inline float tp_digamma(float x) {
   return reflect ? v - reflected : v;
 }
 )";
-  return s;
+  static const std::string all = s + typed_preamble + typed_helpers_source();
+  return all;
 }
 
 bool kernel_dtype(c10::ScalarType t) {
   return t == c10::ScalarType::Float || t == c10::ScalarType::BFloat16;
 }
 
+bool pointwise_kernel_dtype(c10::ScalarType t) {
+  return compute_type_of(t).has_value();
+}
+
 std::string c_type(c10::ScalarType t) {
-  TORCH_CHECK(kernel_dtype(t), "codegen: no kernel type for ", t);
-  return t == c10::ScalarType::Float ? "float" : "uint16_t";
+  TORCH_CHECK(pointwise_kernel_dtype(t), "codegen: no kernel type for ", t);
+  if (t == c10::ScalarType::BFloat16 || t == c10::ScalarType::Half)
+    return "uint16_t";
+  return compute_type_name(t);
 }
 
 std::string load_expr(
@@ -272,7 +314,11 @@ std::string load_expr(
     const std::string& ptr,
     const std::string& offset) {
   std::string e = ptr + "[" + offset + "]";
-  return t == c10::ScalarType::BFloat16 ? "tp_load_bf16(" + e + ")" : e;
+  if (t == c10::ScalarType::BFloat16)
+    return "tp_load_bf16(" + e + ")";
+  if (t == c10::ScalarType::Half)
+    return "tp_load_f16(" + e + ")";
+  return e;
 }
 
 std::string store_stmt(
@@ -280,8 +326,11 @@ std::string store_stmt(
     const std::string& ptr,
     const std::string& offset,
     const std::string& value) {
-  std::string v =
-      t == c10::ScalarType::BFloat16 ? "tp_store_bf16(" + value + ")" : value;
+  std::string v = value;
+  if (t == c10::ScalarType::BFloat16)
+    v = "tp_store_bf16(" + value + ")";
+  else if (t == c10::ScalarType::Half)
+    v = "tp_store_f16(" + value + ")";
   return ptr + "[" + offset + "] = " + v + ";";
 }
 

@@ -77,36 +77,35 @@ std::string generate_pointwise_kernel(
   for (size_t i = 0; i + 1 < loops; ++i)
     rows *= sizes[i];
 
-  // Expressions of the body's values.
-  std::unordered_map<const Value*, std::string> expr;
+  // Typed expressions of the body's values (op_semantics.h): each input in
+  // its compute type, each node's temporary in its output's.
+  std::unordered_map<const Value*, TypedExpr> expr;
   std::ostringstream compute;
   for (size_t i = 0; i < body.inputs().size(); ++i) {
     const size_t k = num_out + i;
-    expr[body.inputs()[i]] = load_expr(
-        group.inputs[i]->dtype,
-        "in" + std::to_string(i),
-        "o" + std::to_string(k) + " + j * " + std::to_string(st[k].back()));
+    const c10::ScalarType dt = group.inputs[i]->dtype;
+    const auto ct = compute_type_of(dt);
+    TORCH_CHECK(ct, "codegen: no compute type for ", dt);
+    expr[body.inputs()[i]] = TypedExpr{
+        load_expr(
+            dt,
+            "in" + std::to_string(i),
+            "o" + std::to_string(k) + " + j * " + std::to_string(st[k].back())),
+        *ct};
   }
   int tmp = 0;
   for (const auto& owned : body.node_list()) {
     const Node& n = *owned;
-    std::vector<std::string> operands;
-    for (const Arg& a : n.args) {
-      if (a.kind == Arg::Kind::kTensor)
-        operands.push_back(expr.at(n.inputs[a.inputs[0]]));
-      else if (
-          std::holds_alternative<std::monostate>(a.value) ||
-          std::holds_alternative<std::string>(a.value))
-        operands.push_back("0.0f");
-      else
-        operands.push_back(float_literal(a.value));
-    }
-    auto e = pointwise_expression(n, operands);
+    std::vector<TypedExpr> operands;
+    for (const Value* v : n.inputs)
+      operands.push_back(expr.at(v));
+    auto e = typed_pointwise_expression(n, operands);
     TORCH_CHECK(
         e.has_value(), "codegen: no expression for ", n.qualified_name());
     std::string t = "t" + std::to_string(tmp++);
-    compute << "      const float " << t << " = " << *e << ";\n";
-    expr[n.outputs[0]] = t;
+    compute << "      const " << compute_type_name(e->type) << " " << t << " = "
+            << e->code << ";\n";
+    expr[n.outputs[0]] = TypedExpr{t, e->type};
   }
 
   std::ostringstream src;
@@ -159,7 +158,7 @@ std::string generate_pointwise_kernel(
                "out" + std::to_string(i),
                "o" + std::to_string(i) + " + j * " +
                    std::to_string(st[i].back()),
-               expr.at(body.outputs()[i]))
+               expr.at(body.outputs()[i]).code)
         << "\n";
   }
   src << "    }\n  }\n}\n";

@@ -11,24 +11,34 @@ namespace torch_plugin::compiler {
 std::optional<KernelSource> render_cpp(const Node& group) {
   if (!group.body)
     return std::nullopt;
+  // Reduction kernels compute in fp32 (float32, bfloat16); pointwise kernels
+  // load, compute and store every dtype with a compute type.
+  const bool reduction = group.attrs.count("reduce_dims") > 0;
+  auto ok = [&](const Value* v) {
+    return reduction ? kernel_dtype(v->dtype)
+                     : pointwise_kernel_dtype(v->dtype);
+  };
   for (const Value* v : group.inputs)
-    if (!kernel_dtype(v->dtype))
+    if (!ok(v))
       return std::nullopt;
   for (const Value* v : group.outputs)
-    if (!kernel_dtype(v->dtype))
+    if (!ok(v))
       return std::nullopt;
   KernelSource k;
   k.target = "cpp";
   k.entry = "kernel";
-  k.source = group.attrs.count("reduce_dims")
-      ? generate_reduction_kernel(group, k.entry)
-      : generate_pointwise_kernel(group, k.entry);
+  k.source = reduction ? generate_reduction_kernel(group, k.entry)
+                       : generate_pointwise_kernel(group, k.entry);
   return k;
 }
 
 namespace {
-const bool registered =
-    register_renderer({c10::DeviceType::CPU, "cpp", render_cpp, kernel_dtype});
+const bool registered = register_renderer(
+    {c10::DeviceType::CPU,
+     "cpp",
+     render_cpp,
+     pointwise_kernel_dtype,
+     kernel_dtype});
 } // namespace
 
 } // namespace torch_plugin::compiler

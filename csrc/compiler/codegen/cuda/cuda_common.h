@@ -30,14 +30,20 @@ constexpr int64_t kMaxBlocks = 132 * 64;
 // softmax, TP_INF/TP_NAN.
 const std::string& preamble();
 
-// Whether the CUDA renderer loads and stores this dtype (float32, bfloat16,
-// float16).
+// Whether the CUDA renderer's reduction kernels (fp32 compute) load and
+// store this dtype (float32, bfloat16, float16).
 bool cuda_dtype(c10::ScalarType t);
-// The element type of a kernel pointer: "float" or "unsigned short".
+// Whether its pointwise kernels load and store this dtype: every dtype with
+// a compute type (codegen/op_semantics.h): bool, uint8, int8, int16, int32,
+// int64, float16, bfloat16, float32, float64.
+bool pointwise_cuda_dtype(c10::ScalarType t);
+// The element type of a kernel pointer: "float", "unsigned short" (bf16,
+// fp16 bits), "double", "bool", "tp_u8", "tp_i8", ... "tp_i64".
 std::string element_type(c10::ScalarType t);
-// Bytes per element (4 or 2).
+// Bytes per element (1, 2, 4 or 8).
 int64_t element_size(c10::ScalarType t);
-// fp32 expression of element `offset` of `ptr`.
+// Expression of element `offset` of `ptr` in t's compute type (fp32 for
+// float32, bfloat16 and float16).
 std::string load(
     c10::ScalarType t,
     const std::string& ptr,
@@ -48,7 +54,7 @@ std::string load(
 std::string from_bits(c10::ScalarType t, const std::string& bits);
 // The raw element bits (unsigned int, low bits) of the fp32 `value`.
 std::string to_bits(c10::ScalarType t, const std::string& value);
-// Statement storing fp32 `value` into `ptr[offset]`.
+// Statement storing `value` (in t's compute type) into `ptr[offset]`.
 std::string store(
     c10::ScalarType t,
     const std::string& ptr,
@@ -76,8 +82,9 @@ std::string offset_expr(
     const std::string& type);
 
 // One vector load of `n` consecutive elements of `ptr` at element offset
-// `offset` (aligned to n elements) into the floats dst[0..n): statements.
-// n * element size must be 2, 4, 8, 16 or a multiple of 16 bytes.
+// `offset` (aligned to n elements) into dst[0..n), an array of t's compute
+// type: statements. n * element size must be 2, 4, 8, 16 or a multiple of 16
+// bytes.
 std::string vector_load(
     c10::ScalarType t,
     const std::string& ptr,
@@ -85,7 +92,7 @@ std::string vector_load(
     int64_t n,
     const std::string& dst,
     const std::string& indent);
-// One vector store of the floats src[0..n) (statements).
+// One vector store of src[0..n) (t's compute type; statements).
 std::string vector_store(
     c10::ScalarType t,
     const std::string& ptr,

@@ -20,6 +20,8 @@
 // strided operands work, at scalar speed).
 #include "compiler/codegen/cuda/cuda_common.h"
 
+#include "compiler/codegen/op_semantics.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -37,13 +39,14 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
   std::vector<c10::ScalarType> dtypes;
   std::vector<std::vector<int64_t>> strides;
   for (const Value* o : group.outputs) {
-    if (o->sizes != out->sizes || !cuda_dtype(o->dtype))
+    if (o->sizes != out->sizes || !pointwise_cuda_dtype(o->dtype))
       return std::nullopt;
     dtypes.push_back(o->dtype);
     strides.push_back(o->strides);
   }
   for (const Value* in : group.inputs) {
-    if (!cuda_dtype(in->dtype) || in->sizes.size() > out->sizes.size())
+    if (!pointwise_cuda_dtype(in->dtype) ||
+        in->sizes.size() > out->sizes.size())
       return std::nullopt;
     dtypes.push_back(in->dtype);
     strides.push_back(broadcast_strides(in->sizes, in->strides, out->sizes));
@@ -83,7 +86,7 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
       sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
 
   // Vector width.
-  int64_t min_es = 4;
+  int64_t min_es = 8;
   for (size_t k = 0; k < nk; ++k)
     if (st[k].back() != 0)
       min_es = std::min(min_es, element_size(dtypes[k]));
@@ -120,33 +123,41 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
   }
   const std::string idx = index_type(max_index);
 
-  // The body as a device function of the inputs' fp32 values.
+  // The body as a device function of the inputs' values, each in its
+  // compute type (typed expressions, codegen/op_semantics.h).
+  std::vector<std::string> reg(nk); // compute type name of each operand
+  for (size_t k = 0; k < nk; ++k)
+    reg[k] = compute_type_name(*compute_type_of(dtypes[k]));
   std::ostringstream fn;
-  std::unordered_map<const Value*, std::string> expr;
+  std::unordered_map<const Value*, TypedExpr> expr;
   std::string params;
   for (size_t i = 0; i < body.inputs().size(); ++i) {
-    params += (params.empty() ? "" : ", ") + std::string("const float x") +
-        std::to_string(i);
-    expr[body.inputs()[i]] = "x" + std::to_string(i);
+    params += (params.empty() ? "" : ", ") + std::string("const ") +
+        reg[nout + i] + " x" + std::to_string(i);
+    expr[body.inputs()[i]] =
+        TypedExpr{"x" + std::to_string(i), *compute_type_of(dtypes[nout + i])};
   }
   for (size_t i = 0; i < nout; ++i)
-    params += (params.empty() ? "" : ", ") + std::string("float& y") +
-        std::to_string(i);
+    params += (params.empty() ? "" : ", ") + reg[i] + "& y" + std::to_string(i);
   fn << "__device__ __forceinline__ void tp_body(" << params << ") {\n";
   int tmp = 0;
   for (const auto& owned : body.node_list()) {
     const Node& n = *owned;
     if (n.outputs.size() != 1)
       return std::nullopt;
-    std::vector<std::string> ins;
+    std::vector<TypedExpr> ins;
     for (const Value* v : n.inputs)
       ins.push_back(expr.at(v));
+    auto e = typed_pointwise_expression(n, ins);
+    TORCH_CHECK(
+        e.has_value(), "cuda codegen: no expression for ", n.qualified_name());
     const std::string t = "t" + std::to_string(tmp++);
-    fn << "  const float " << t << " = " << node_expression(n, ins) << ";\n";
-    expr[n.outputs[0]] = t;
+    fn << "  const " << compute_type_name(e->type) << " " << t << " = "
+       << e->code << ";\n";
+    expr[n.outputs[0]] = TypedExpr{t, e->type};
   }
   for (size_t i = 0; i < nout; ++i)
-    fn << "  y" << i << " = " << expr.at(body.outputs().at(i)) << ";\n";
+    fn << "  y" << i << " = " << expr.at(body.outputs().at(i)).code << ";\n";
   fn << "}\n";
 
   std::ostringstream src;
@@ -191,17 +202,18 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
     for (size_t k = nout; k < nk; ++k) {
       const std::string a = "a" + std::to_string(k - nout);
       const std::string off = offset_expr(sizes, st[k], "i", idx);
-      src << "      float " << a << "[" << V << "];\n";
+      src << "      " << reg[k] << " " << a << "[" << V << "];\n";
       if (st[k].back() == 1) {
         src << vector_load(dtypes[k], ptr(k), off, V, a, "      ");
       } else {
-        src << "      { const float s = " << load(dtypes[k], ptr(k), off)
+        src << "      { const " << reg[k]
+            << " s = " << load(dtypes[k], ptr(k), off)
             << ";\n#pragma unroll\n        for (int j = 0; j < " << V
             << "; ++j) " << a << "[j] = s; }\n";
       }
     }
     for (size_t k = 0; k < nout; ++k)
-      src << "      float r" << k << "[" << V << "];\n";
+      src << "      " << reg[k] << " r" << k << "[" << V << "];\n";
     src << "#pragma unroll\n      for (int j = 0; j < " << V << "; ++j)\n"
         << "        tp_body(";
     for (size_t i = 0; i < group.inputs.size(); ++i)
@@ -222,7 +234,7 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
   src << "  for (" << idx << " i = tail + start; i < (" << idx << ")" << numel
       << "; i += step) {\n";
   for (size_t k = 0; k < nout; ++k)
-    src << "    float r" << k << ";\n";
+    src << "    " << reg[k] << " r" << k << ";\n";
   std::string args;
   for (size_t k = nout; k < nk; ++k)
     args += (args.empty() ? "" : ", ") +

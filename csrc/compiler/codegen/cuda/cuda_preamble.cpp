@@ -158,9 +158,28 @@ __device__ __forceinline__ void tp_online_merge(float& m, float& s, float m2, fl
 __device__ __forceinline__ bool tp_aligned(const void* p, unsigned int bytes) {
   return ((unsigned long long)p & (bytes - 1)) == 0;
 }
-// ---- end of preamble ----
+// ---- types of typed kernels (codegen/op_semantics.h) ----
+#define TP_FN __device__ __forceinline__
+typedef unsigned char tp_u8;
+typedef signed char tp_i8;
+typedef short tp_i16;
+typedef int tp_i32;
+typedef long long tp_i64;
+TP_FN unsigned int tpt_f32_bits(float x) { return __float_as_uint(x); }
+TP_FN unsigned long long tpt_f64_bits(double x) {
+  return (unsigned long long)__double_as_longlong(x); }
+TP_FN float tpt_fmodf(float a, float b) { return fmodf(a, b); }
+TP_FN float tpt_floorf(float a) { return floorf(a); }
+TP_FN float tpt_truncf(float a) { return truncf(a); }
+TP_FN float tpt_fabsf(float a) { return fabsf(a); }
+TP_FN double tpt_fmod_d(double a, double b) { return fmod(a, b); }
+TP_FN double tpt_floor_d(double a) { return floor(a); }
+TP_FN double tpt_trunc_d(double a) { return trunc(a); }
+TP_FN double tpt_fabs_d(double a) { return fabs(a); }
 )";
-  return s;
+  static const std::string all =
+      s + typed_helpers_source() + "// ---- end of preamble ----\n";
+  return all;
 }
 
 bool cuda_dtype(c10::ScalarType t) {
@@ -168,14 +187,20 @@ bool cuda_dtype(c10::ScalarType t) {
       t == c10::ScalarType::Half;
 }
 
+bool pointwise_cuda_dtype(c10::ScalarType t) {
+  return compute_type_of(t).has_value();
+}
+
 std::string element_type(c10::ScalarType t) {
-  TORCH_CHECK(cuda_dtype(t), "cuda codegen: no kernel type for ", t);
-  return t == c10::ScalarType::Float ? "float" : "unsigned short";
+  TORCH_CHECK(pointwise_cuda_dtype(t), "cuda codegen: no kernel type for ", t);
+  if (t == c10::ScalarType::BFloat16 || t == c10::ScalarType::Half)
+    return "unsigned short";
+  return compute_type_name(t);
 }
 
 int64_t element_size(c10::ScalarType t) {
-  TORCH_CHECK(cuda_dtype(t), "cuda codegen: no kernel type for ", t);
-  return t == c10::ScalarType::Float ? 4 : 2;
+  TORCH_CHECK(pointwise_cuda_dtype(t), "cuda codegen: no kernel type for ", t);
+  return static_cast<int64_t>(c10::elementSize(t));
 }
 
 std::string from_bits(c10::ScalarType t, const std::string& bits) {
@@ -199,7 +224,7 @@ std::string load(
     const std::string& ptr,
     const std::string& offset) {
   const std::string e = ptr + "[" + offset + "]";
-  if (t == c10::ScalarType::Float)
+  if (t != c10::ScalarType::BFloat16 && t != c10::ScalarType::Half)
     return e;
   return from_bits(t, e);
 }
@@ -313,6 +338,121 @@ Word word_of(int64_t bytes) {
   return {"uint4", {".x", ".y", ".z", ".w"}};
 }
 
+// The raw bits of element `e` (of `es` bytes) of a chunk held in word
+// variable `v` of Word `w`, as an unsigned int (es <= 4) or unsigned long
+// long (es == 8) expression.
+std::string element_bits(
+    const Word& w,
+    const std::string& v,
+    int64_t e,
+    int64_t es) {
+  const int64_t byte = e * es;
+  if (es == 8)
+    return "(((unsigned long long)" + v + w.fields[byte / 4 + 1] +
+        " << 32) | " + v + w.fields[byte / 4] + ")";
+  std::string word = "(unsigned int)" + v + w.fields[byte / 4];
+  const int64_t shift = 8 * (byte % 4);
+  if (shift)
+    word = "(" + word + " >> " + std::to_string(shift) + ")";
+  if (es == 4)
+    return word;
+  return "(" + word + (es == 1 ? " & 0xffu)" : " & 0xffffu)");
+}
+
+// Vector loads and stores of the typed dtypes (bool, integers, float64): a
+// 2- to 16-byte word per chunk, elements unpacked from / packed into it.
+std::string typed_vector_load(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    int64_t n,
+    const std::string& dst,
+    const std::string& indent) {
+  const int64_t es = element_size(t);
+  const int64_t bytes = n * es;
+  const int64_t chunk = bytes >= 16 ? 16 : bytes;
+  const Word w = word_of(chunk);
+  const int64_t per_chunk = chunk / es;
+  std::ostringstream os;
+  for (int64_t c = 0; c < bytes / chunk; ++c) {
+    const std::string v = dst + "_w" + std::to_string(c);
+    os << indent << "const " << w.type << " " << v
+       << " = __ldg(reinterpret_cast<const " << w.type << "*>(" << ptr << " + "
+       << offset << ") + " << c << ");\n";
+    for (int64_t e = 0; e < per_chunk; ++e) {
+      const std::string bits = element_bits(w, v, e, es);
+      std::string val;
+      if (t == c10::ScalarType::Bool)
+        val = "(" + bits + " != 0u)";
+      else if (t == c10::ScalarType::Double)
+        val = "__longlong_as_double((long long)" + bits + ")";
+      else
+        val = "(" + std::string(compute_type_name(t)) + ")" + bits;
+      os << indent << dst << "[" << c * per_chunk + e << "] = " << val << ";\n";
+    }
+  }
+  return os.str();
+}
+
+std::string typed_vector_store(
+    c10::ScalarType t,
+    const std::string& ptr,
+    const std::string& offset,
+    int64_t n,
+    const std::string& src,
+    const std::string& indent) {
+  const int64_t es = element_size(t);
+  const int64_t bytes = n * es;
+  const int64_t chunk = bytes >= 16 ? 16 : bytes;
+  const Word w = word_of(chunk);
+  const int64_t per_chunk = chunk / es;
+  // The raw bits of src[i]: unsigned int for es <= 4, else unsigned long long.
+  auto raw = [&](int64_t i) {
+    const std::string x = src + "[" + std::to_string(i) + "]";
+    if (t == c10::ScalarType::Double)
+      return "(unsigned long long)__double_as_longlong(" + x + ")";
+    if (es == 8)
+      return "(unsigned long long)" + x;
+    if (es == 4)
+      return "(unsigned int)" + x;
+    return std::string("(unsigned int)(") +
+        (es == 1 ? "tp_u8" : "unsigned short") + ")" + x;
+  };
+  std::ostringstream os;
+  for (int64_t c = 0; c < bytes / chunk; ++c) {
+    std::vector<std::string> words; // 32-bit words (or the one 16-bit word)
+    const int64_t wbytes = chunk == 2 ? 2 : 4;
+    for (int64_t b = 0; b < chunk; b += wbytes) {
+      std::string word;
+      if (es == 8) {
+        const std::string x = raw(c * per_chunk + b / 8);
+        word = b % 8 == 0 ? "(unsigned int)(" + x + ")"
+                          : "(unsigned int)(" + x + " >> 32)";
+      } else {
+        for (int64_t e = b / es; e < (b + wbytes) / es; ++e) {
+          const int64_t shift = 8 * (e * es - b);
+          std::string part = raw(c * per_chunk + e);
+          if (shift)
+            part = "(" + part + " << " + std::to_string(shift) + ")";
+          word = word.empty() ? part : word + " | " + part;
+        }
+        word = "(" + word + ")";
+      }
+      words.push_back(word);
+    }
+    os << indent << "*(reinterpret_cast<" << w.type << "*>(" << ptr << " + "
+       << offset << ") + " << c << ") = ";
+    if (words.size() == 1)
+      os << "(" << w.type << ")" << words[0] << ";\n";
+    else if (words.size() == 2)
+      os << "make_uint2(" << words[0] << ", " << words[1] << ");\n";
+    else
+      os << "make_uint4(" << words[0] << ", " << words[1] << ", " << words[2]
+         << ", " << words[3] << ");\n";
+  }
+  return os.str();
+}
+
 } // namespace
 
 std::string vector_load(
@@ -331,6 +471,8 @@ std::string vector_load(
       " bytes");
   if (n == 1)
     return indent + dst + "[0] = " + load(t, ptr, offset) + ";\n";
+  if (!cuda_dtype(t))
+    return typed_vector_load(t, ptr, offset, n, dst, indent);
   const int64_t chunk = bytes >= 16 ? 16 : bytes;
   const Word w = word_of(chunk);
   const int64_t per_chunk = chunk / es;
@@ -374,6 +516,8 @@ std::string vector_store(
       " bytes");
   if (n == 1)
     return indent + store(t, ptr, offset, src + "[0]") + "\n";
+  if (!cuda_dtype(t))
+    return typed_vector_store(t, ptr, offset, n, src, indent);
   const int64_t chunk = bytes >= 16 ? 16 : bytes;
   const Word w = word_of(chunk);
   const int64_t per_chunk = chunk / es;

@@ -22,7 +22,11 @@ std::optional<KernelSource> render_cuda(const Node& group) {
 
 namespace {
 const bool registered = register_renderer(
-    {c10::DeviceType::CUDA, "cuda", render_cuda, cuda::cuda_dtype});
+    {c10::DeviceType::CUDA,
+     "cuda",
+     render_cuda,
+     cuda::pointwise_cuda_dtype,
+     cuda::cuda_dtype});
 } // namespace
 
 } // namespace torch_plugin::compiler
