@@ -1,8 +1,10 @@
 // fusion.cpp: pass "fusion".
 //
 // Groups pointwise ATen ops (codegen/op_semantics.cpp), reductions
-// (aten::sum.dim_IntList, mean.dim, amax, var.correction) and row-wise ops
-// (aten::_softmax, _log_softmax, native_layer_norm) — the op table's
+// (aten::sum.dim_IntList, mean.dim/default, amax, amin, max/min (default and
+// .dim with int64 indices), argmax/argmin, prod, var.correction,
+// var_mean.correction, logsumexp) and row-wise ops (aten::_softmax,
+// _log_softmax, native_layer_norm, cumsum/cumprod scans) — the op table's
 // pointwise and reduction rows (ir/op_table.h) — into fusion groups, each
 // becoming one torch_plugin::fused node whose body holds the ops. Only values
 // whose dtype the device's kernels can load and store join
@@ -26,7 +28,9 @@
 //     group of sizes F, or of a reduction group with the same F and R;
 // and no node already visited outside the group uses a member's output (that
 // node runs before the group, so joining would need a value the group makes
-// after it: this also rules out every cycle). Several operand groups merge
+// after it: this also rules out every cycle); a pointwise op never joins
+// through an int64 index output (argmax's; the kernels compute in fp32).
+// Several operand groups merge
 // when their domains agree. A member output used outside the group, or by the
 // graph, becomes an output of the group. Groups with a reduction, and pointwise
 // groups of two or more ops, become kernels; a lone pointwise op stays an ATen
@@ -127,49 +131,144 @@ std::optional<std::vector<int64_t>> normalize_dims(
   return std::vector<int64_t>(dims.begin(), dims.end());
 }
 
-// The domain of a reduction or row-wise op, and the levels of its outputs.
+// The domain of a reduction or row-wise op, the levels of its outputs and
+// which of them are int64 indices (max.dim's second output, argmax's).
 struct ReductionInfo {
   Domain domain;
   std::vector<Level> levels;
+  std::vector<bool> index;
 };
+
+// Reductions: the input and every value output in a dtype the device's
+// kernels load and store, index outputs int64 (the reduction renderers store
+// those themselves), all on one device.
+bool reduction_dtypes_ok(const Node& n, const std::vector<bool>& index) {
+  if (n.outputs.size() != index.size())
+    return false;
+  const c10::Device device = n.outputs[0]->device;
+  for (const Value* v : n.inputs)
+    if (v->device != device || !kernel_dtype_supported(device.type(), v->dtype))
+      return false;
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    const Value* v = n.outputs[i];
+    if (v->device != device)
+      return false;
+    if (index[i] ? v->dtype != c10::ScalarType::Long
+                 : !kernel_dtype_supported(device.type(), v->dtype))
+      return false;
+  }
+  for (const Arg& a : n.args)
+    if (a.kind == Arg::Kind::kTensorList)
+      return false;
+  return true;
+}
+
+// A reduction's `dtype` argument: None, the input's dtype, or float32 (a
+// bf16/fp16 input widened exactly, as the kernels do anyway). Other dtypes
+// (ATen rounds the input to them first, or they are not kernel dtypes) stay
+// ATen calls.
+bool dtype_arg_ok(const Node& n, size_t arg) {
+  if (arg >= n.args.size())
+    return false;
+  const AttrValue& v = n.const_arg(arg);
+  if (std::holds_alternative<std::monostate>(v))
+    return true;
+  const auto* i = std::get_if<int64_t>(&v);
+  if (!i)
+    return false;
+  const auto t = static_cast<c10::ScalarType>(*i);
+  return t == n.tensor_arg(0)->dtype || t == c10::ScalarType::Float;
+}
 
 std::optional<ReductionInfo> reduction_info(const Node& n) {
   const OpInfo* op = find_op(n);
-  if (!op || op->category != OpCategory::kReduction || !tensor_dtypes_ok(n) ||
+  if (!op || op->category != OpCategory::kReduction || n.outputs.empty() ||
       n.args.empty() || n.args[0].kind != Arg::Kind::kTensor)
     return std::nullopt;
   const Value* x = n.tensor_arg(0);
+  // Empty inputs (an identity or an error in ATen) and 0-d inputs stay ATen
+  // calls.
   if (x->sizes.empty() || x->numel() == 0)
     return std::nullopt;
   const size_t rank = x->sizes.size();
   ReductionInfo info;
   info.domain.sizes = x->sizes;
+  info.index.assign(n.outputs.size(), false);
   auto keepdim_level = [&](size_t arg) {
     return std::get<bool>(n.const_arg(arg)) ? Level::kOuterKeep : Level::kOuter;
   };
+  const bool all = n.overload == "default" &&
+      (n.op == "aten::mean" || n.op == "aten::prod" || n.op == "aten::max" ||
+       n.op == "aten::min");
   std::optional<std::vector<int64_t>> dims;
   switch (op->reduction.kind) {
     case ReductionKind::kSum:
     case ReductionKind::kMean:
-      if (!std::holds_alternative<std::monostate>(
-              n.const_arg(schema::sum::kDtype)))
+    case ReductionKind::kProd:
+      if (all) {
+        if (!dtype_arg_ok(n, schema::reduce_all::kDtype))
+          return std::nullopt;
+        dims = normalize_dims(std::monostate{}, rank);
+        info.levels = {Level::kOuter};
+        break;
+      }
+      if (op->reduction.kind == ReductionKind::kProd
+              ? !dtype_arg_ok(n, schema::sum::kDtype)
+              : !std::holds_alternative<std::monostate>(
+                    n.const_arg(schema::sum::kDtype)) &&
+                  !dtype_arg_ok(n, schema::sum::kDtype))
         return std::nullopt;
       dims = normalize_dims(n.const_arg(schema::sum::kDim), rank);
       info.levels = {keepdim_level(schema::sum::kKeepdim)};
       break;
     case ReductionKind::kAmax:
+    case ReductionKind::kAmin:
+    case ReductionKind::kLogSumExp:
+      if (all) {
+        dims = normalize_dims(std::monostate{}, rank);
+        info.levels = {Level::kOuter};
+        break;
+      }
       dims = normalize_dims(n.const_arg(schema::amax::kDim), rank);
       info.levels = {keepdim_level(schema::amax::kKeepdim)};
       break;
-    case ReductionKind::kVar: {
+    case ReductionKind::kMaxDim:
+    case ReductionKind::kMinDim:
+      if (!std::get_if<int64_t>(&n.const_arg(schema::amax::kDim)))
+        return std::nullopt;
+      dims = normalize_dims(n.const_arg(schema::amax::kDim), rank);
+      info.levels = {
+          keepdim_level(schema::amax::kKeepdim),
+          keepdim_level(schema::amax::kKeepdim)};
+      info.index = {false, true};
+      break;
+    case ReductionKind::kArgMax:
+    case ReductionKind::kArgMin:
+      // dim=None: the index into the flattened input (row-major over all
+      // dims); keepdim then keeps every dim as size 1.
+      dims = normalize_dims(n.const_arg(schema::amax::kDim), rank);
+      info.levels = {keepdim_level(schema::amax::kKeepdim)};
+      info.index = {true};
+      break;
+    case ReductionKind::kVar:
+    case ReductionKind::kVarMean: {
       const AttrValue& c = n.const_arg(schema::var::kCorrection);
       if (!std::holds_alternative<std::monostate>(c) &&
           !std::get_if<int64_t>(&c) && !std::get_if<double>(&c))
         return std::nullopt;
       dims = normalize_dims(n.const_arg(schema::var::kDim), rank);
-      info.levels = {keepdim_level(schema::var::kKeepdim)};
+      info.levels.assign(
+          n.outputs.size(), keepdim_level(schema::var::kKeepdim));
       break;
     }
+    case ReductionKind::kCumSum:
+    case ReductionKind::kCumProd:
+      if (!dtype_arg_ok(n, schema::cumsum::kDtype) ||
+          !std::get_if<int64_t>(&n.const_arg(schema::cumsum::kDim)))
+        return std::nullopt;
+      dims = normalize_dims(n.const_arg(schema::cumsum::kDim), rank);
+      info.levels = {Level::kFull};
+      break;
     case ReductionKind::kSoftmax:
     case ReductionKind::kLogSoftmax:
       if (std::get<bool>(n.const_arg(schema::softmax::kHalfToFloat)))
@@ -200,7 +299,8 @@ std::optional<ReductionInfo> reduction_info(const Node& n) {
     case ReductionKind::kNone:
       return std::nullopt;
   }
-  if (!dims)
+  if (!dims || info.levels.size() != n.outputs.size() ||
+      !reduction_dtypes_ok(n, info.index))
     return std::nullopt;
   info.domain.reduce = *dims;
   return info;
@@ -370,6 +470,11 @@ class Fusion {
     std::optional<Domain> dom;
     std::optional<Level> level;
     for (int gid : candidates) {
+      bool reads_index = false; // an int64 index of a reduction (argmax)
+      for (const Value* in : n->inputs)
+        reads_index |= group_of(in) == gid && index_values_.count(in);
+      if (reads_index)
+        continue;
       std::vector<int> trial = u;
       trial.push_back(gid);
       auto d = merged_domain(trial);
@@ -401,10 +506,18 @@ class Fusion {
           (d.reduce.empty() || d.reduce == info.domain.reduce);
       if (fits && can_join(n, {gid})) {
         join(n, {gid}, info.domain, info.levels);
+        mark_index(n, info);
         return;
       }
     }
     start(n, info.domain, info.levels);
+    mark_index(n, info);
+  }
+
+  void mark_index(const Node* n, const ReductionInfo& info) {
+    for (size_t i = 0; i < n->outputs.size(); ++i)
+      if (info.index[i])
+        index_values_.insert(n->outputs[i]);
   }
 
   Node* make_group(const Group& grp, int index) {
@@ -478,6 +591,7 @@ class Fusion {
   std::unordered_map<const Node*, size_t> pos_;
   std::unordered_map<const Node*, int> group_of_;
   std::unordered_map<const Value*, Level> level_;
+  std::unordered_set<const Value*> index_values_;
   std::vector<Group> groups_;
 };
 

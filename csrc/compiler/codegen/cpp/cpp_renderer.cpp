@@ -14,15 +14,18 @@ std::optional<KernelSource> render_cpp(const Node& group) {
   for (const Value* v : group.inputs)
     if (!kernel_dtype(v->dtype))
       return std::nullopt;
+  const bool reduction = group.attrs.count("reduce_dims") > 0;
   for (const Value* v : group.outputs)
-    if (!kernel_dtype(v->dtype))
+    if (!kernel_dtype(v->dtype) &&
+        !(reduction && v->dtype == c10::ScalarType::Long)) // argmax indices
       return std::nullopt;
   KernelSource k;
   k.target = "cpp";
   k.entry = "kernel";
-  k.source = group.attrs.count("reduce_dims")
-      ? generate_reduction_kernel(group, k.entry)
-      : generate_pointwise_kernel(group, k.entry);
+  k.source = reduction ? generate_reduction_kernel(group, k.entry)
+                       : generate_pointwise_kernel(group, k.entry);
+  if (k.source.empty()) // a reduction body the plan cannot express
+    return std::nullopt;
   return k;
 }
 
