@@ -89,9 +89,9 @@ def _factors(shape, dtype, gen: torch.Generator) -> torch.Tensor:
 
 EXTRA_DOMAINS = {"ties": _ties, "near_one": _near_one, "factors": _factors}
 
-# bf16 prod: ATen's CPU prod rounds every partial product to bf16; the kernels multiply
-# in fp32 (as ATen's CUDA prod), so long bf16 products differ by a few bf16 ulps.
-_PROD_TOL = {torch.bfloat16: (5e-2, 1e-3)}
+# bf16 prod: ATen's CPU prod rounds every partial product to bf16 (129 factors: up to ~6%
+# off the exact product); the kernels multiply in fp32 (as ATen's CUDA prod).
+_PROD_TOL = {torch.bfloat16: (1e-1, 1e-3)}
 
 
 # Fused on the CPU; the CUDA renderer has no scan kernel, so on CUDA these are ATen calls
