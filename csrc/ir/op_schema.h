@@ -101,6 +101,19 @@ namespace layer_norm {
 enum : size_t { kInput, kNormalizedShape, kWeight, kBias, kEps };
 } // namespace layer_norm
 
+// Issue #27 (reductions). aten::prod.dim_int(self, dim, keepdim, dtype?) is
+// sum's schema; amin, max.dim, min.dim, argmax(self, dim?, keepdim), argmin
+// and logsumexp(self, dim[], keepdim) are amax's; var_mean.correction is
+// var's. aten::prod.default(self, dtype?), aten::mean.default (same):
+namespace reduce_all {
+enum : size_t { kSelf, kDtype };
+} // namespace reduce_all
+
+// aten::cumsum(self, dim, dtype?), aten::cumprod (same)
+namespace cumsum {
+enum : size_t { kSelf, kDim, kDtype };
+} // namespace cumsum
+
 // torch_plugin::conv_pointwise(x, w, b?, residual?, stride, padding, dilation,
 // groups, activation, alpha, beta)
 namespace conv_pointwise {

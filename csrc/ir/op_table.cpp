@@ -65,6 +65,8 @@ std::vector<OpInfo> make_table() {
        K::kGeluTanh},
   };
   const Combine S = Combine::kSum, M = Combine::kMax;
+  const Combine N = Combine::kMin, P = Combine::kProd, AM = Combine::kArgMax,
+                AN = Combine::kArgMin;
   return {
       pointwise("aten::add.Tensor", "($0 + $2 * $1)"),
       pointwise("aten::add.Scalar", "($0 + $2 * $1)"),
@@ -210,6 +212,25 @@ std::vector<OpInfo> make_table() {
       reduction("aten::_log_softmax", ReductionKind::kLogSoftmax, {M, S}, true),
       reduction(
           "aten::native_layer_norm", ReductionKind::kLayerNorm, {S, S}, true),
+      // Issue #27 (reductions). std arrives as var.correction + sqrt (core
+      // ATen decomposition); logsumexp is kept whole (decompositions.py).
+      reduction("aten::mean", ReductionKind::kMean, {S}, false),
+      reduction("aten::prod.dim_int", ReductionKind::kProd, {P}, false),
+      reduction("aten::prod", ReductionKind::kProd, {P}, false),
+      reduction("aten::amin", ReductionKind::kAmin, {N}, false),
+      reduction("aten::max", ReductionKind::kAmax, {M}, false),
+      reduction("aten::min", ReductionKind::kAmin, {N}, false),
+      reduction("aten::max.dim", ReductionKind::kMaxDim, {AM}, false),
+      reduction("aten::min.dim", ReductionKind::kMinDim, {AN}, false),
+      reduction("aten::argmax", ReductionKind::kArgMax, {AM}, false),
+      reduction("aten::argmin", ReductionKind::kArgMin, {AN}, false),
+      reduction(
+          "aten::var_mean.correction", ReductionKind::kVarMean, {S, S}, false),
+      reduction("aten::logsumexp", ReductionKind::kLogSumExp, {M, S}, false),
+      reduction(
+          "aten::cumsum", ReductionKind::kCumSum, {Combine::kScanSum}, true),
+      reduction(
+          "aten::cumprod", ReductionKind::kCumProd, {Combine::kScanProd}, true),
 
       view("aten::view"),
       view("aten::_unsafe_view"),
@@ -374,10 +395,21 @@ at::Tensor apply_epilogue(
 }
 
 const CombineInfo& combine_info(Combine c) {
-  static const CombineInfo sum{Combine::kSum, 0.0, "sum"};
-  static const CombineInfo max{
-      Combine::kMax, -std::numeric_limits<double>::infinity(), "max"};
-  return c == Combine::kSum ? sum : max;
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  static const CombineInfo infos[] = {
+      {Combine::kSum, 0.0, "sum"},
+      {Combine::kMax, -inf, "max"},
+      {Combine::kMin, inf, "min"},
+      {Combine::kProd, 1.0, "prod"},
+      {Combine::kArgMax, -inf, "argmax"},
+      {Combine::kArgMin, inf, "argmin"},
+      {Combine::kScanSum, 0.0, "cumsum"},
+      {Combine::kScanProd, 1.0, "cumprod"},
+  };
+  for (const CombineInfo& i : infos)
+    if (i.kind == c)
+      return i;
+  TORCH_CHECK(false, "combine_info: no row for ", static_cast<int>(c));
 }
 
 const std::vector<OpInfo>& op_table() {

@@ -78,6 +78,19 @@ at::Tensor apply_epilogue(
 enum class Combine : uint8_t {
   kSum, // identity 0, combine +
   kMax, // identity -inf, combine max that propagates NaN
+  // Appended for issue #27 (reductions):
+  kMin, // identity +inf, combine min that propagates NaN
+  kProd, // identity 1, combine *
+  // (value, int64 index) pairs: the greater (smaller) value, NaN greatest
+  // (smallest), ties to the smaller index; identity (-inf (+inf), INT64_MAX).
+  // Associative and commutative, so any order of combining gives ATen's
+  // answer (the first maximal index; the first NaN's when there is one).
+  kArgMax,
+  kArgMin,
+  // Inclusive prefix sum / product along the reduced dim (a scan, not a
+  // reduction): one value per element.
+  kScanSum,
+  kScanProd,
 };
 
 struct CombineInfo {
@@ -96,6 +109,17 @@ enum class ReductionKind : uint8_t {
   kSoftmax, // exp(x - max) / sum(exp(x - max))
   kLogSoftmax, // x - max - log(sum(exp(x - max)))
   kLayerNorm, // (x - mean) * rsqrt(var + eps) [* w] [+ b]; mean, rstd
+  // Appended for issue #27 (reductions):
+  kProd, // product over R (prod.dim_int, prod.default)
+  kAmin, // min over R
+  kMaxDim, // (values, int64 indices) of the max over one dim: ATen's max.dim
+  kMinDim, // the same for the min
+  kArgMax, // int64 index of the max (dim=None: over the flattened input)
+  kArgMin,
+  kVarMean, // (var, mean), var two-pass as kVar
+  kLogSumExp, // m + log(sum(exp(x - m))), m = max (0 where it is +-inf)
+  kCumSum, // inclusive scan along one dim (row-wise output)
+  kCumProd,
 };
 
 // How a reduction op is computed (codegen/reduction_plan.cpp expands it).

@@ -29,7 +29,7 @@ NATIVE = frozenset(
         aten.hardswish, aten.hardsigmoid, aten.hardtanh, aten.mish, aten.sigmoid, aten.tanh,
         aten.max_pool2d_with_indices, aten.avg_pool2d, aten._adaptive_avg_pool2d,
         aten.embedding, aten.index_select, aten.cat, aten.stack, aten.split_with_sizes,
-        aten.unbind, aten.mean, aten.var_mean, aten.native_dropout,
+        aten.unbind, aten.mean, aten.var_mean, aten.native_dropout, aten.logsumexp,
         aten._scaled_dot_product_flash_attention_for_cpu,
         # one op-table row each (generated kernels), where the decomposition needs
         # comparisons and where, or loses ATen's -0.0 (frac). (hardshrink and

@@ -13,6 +13,68 @@
 
 namespace torch_plugin::compiler {
 
+bool is_reduction(TermKind k) {
+  switch (k) {
+    case TermKind::kSum:
+    case TermKind::kMax:
+    case TermKind::kMin:
+    case TermKind::kProd:
+    case TermKind::kArgMax:
+    case TermKind::kArgMin:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_scan(TermKind k) {
+  return k == TermKind::kScanSum || k == TermKind::kScanProd;
+}
+
+std::string reduction_identity(TermKind k, const std::string& inf) {
+  switch (k) {
+    case TermKind::kSum:
+    case TermKind::kScanSum:
+      return "0.0f";
+    case TermKind::kProd:
+    case TermKind::kScanProd:
+      return "1.0f";
+    case TermKind::kMax:
+    case TermKind::kArgMax:
+      return "(-" + inf + ")";
+    case TermKind::kMin:
+    case TermKind::kArgMin:
+      return "(" + inf + ")";
+    default:
+      TORCH_CHECK(false, "reduction_identity: not a reduction");
+  }
+}
+
+std::string combine_stmt(
+    TermKind k,
+    const std::string& a,
+    const std::string& ai,
+    const std::string& x,
+    const std::string& j) {
+  switch (k) {
+    case TermKind::kMin:
+      return a + " = (" + x + " < " + a + " || " + x + " != " + x + ") ? " + x +
+          " : " + a + ";";
+    case TermKind::kProd:
+      return a + " *= " + x + ";";
+    case TermKind::kArgMax:
+    case TermKind::kArgMin: {
+      const char* cmp = k == TermKind::kArgMax ? " > " : " < ";
+      return "if ((" + x + " != " + x + ") ? (" + a + " == " + a + " || " + j +
+          " < " + ai + ") : (" + a + " == " + a + " && (" + x + cmp + a +
+          " || (" + x + " == " + a + " && " + j + " < " + ai + ")))) { " + a +
+          " = " + x + "; " + ai + " = " + j + "; }";
+    }
+    default:
+      TORCH_CHECK(false, "combine_stmt: no statement for this term kind");
+  }
+}
+
 ReductionTerms::ReductionTerms(
     const Node& group,
     const ReductionDialect& dialect)
@@ -44,9 +106,16 @@ int ReductionTerms::add(Term t) {
       t.outer &= terms_[d].outer;
       t.stage = std::max(t.stage, terms_[d].stage);
     }
+  } else if (t.kind == TermKind::kArgValue) {
+    t.outer = true;
+    t.stage = terms_[t.deps[0]].stage;
+  } else if (is_scan(t.kind)) {
+    t.outer = false;
+    t.stage = terms_[t.deps[0]].stage;
   } else {
     t.outer = true;
     t.stage = terms_[t.deps[0]].stage + 1;
+    t.index = t.kind == TermKind::kArgMax || t.kind == TermKind::kArgMin;
   }
   terms_.push_back(std::move(t));
   return static_cast<int>(terms_.size()) - 1;
@@ -63,6 +132,50 @@ int ReductionTerms::reduce(TermKind k, int arg) {
   Term t{k};
   t.deps = {arg};
   return add(std::move(t));
+}
+
+int ReductionTerms::index_operand() {
+  if (index_operand_ >= 0)
+    return index_operand_;
+  std::vector<int64_t> st(domain_.size(), 0);
+  int64_t stride = 1;
+  for (size_t d = domain_.size(); d-- > 0;) {
+    if (!reduced_[d])
+      continue;
+    st[d] = domain_[d] == 1 ? 0 : stride;
+    stride *= domain_[d];
+  }
+  operands_.push_back({"idx", c10::ScalarType::Long, st, true});
+  return index_operand_ = static_cast<int>(operands_.size()) - 1;
+}
+
+bool ReductionTerms::check_terms() const {
+  for (const Term& t : terms_)
+    for (int d : t.deps)
+      if (terms_[d].index && t.kind != TermKind::kArgValue)
+        return false; // an int64 index read as an fp32 value
+  // No reduction reads a scan (scans are computed in the store pass only).
+  for (const Term& t : terms_) {
+    if (!is_reduction(t.kind))
+      continue;
+    std::vector<int> work = {t.deps[0]};
+    std::set<int> seen;
+    while (!work.empty()) {
+      const int id = work.back();
+      work.pop_back();
+      if (terms_[id].outer || !seen.insert(id).second)
+        continue;
+      if (is_scan(terms_[id].kind))
+        return false;
+      for (int d : terms_[id].deps)
+        work.push_back(d);
+    }
+  }
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    if (terms_[outputs_[i].first].index !=
+        (group_.outputs[i]->dtype == c10::ScalarType::Long))
+      return false;
+  return true;
 }
 
 std::vector<int64_t> ReductionTerms::map_strides(
@@ -137,9 +250,6 @@ bool ReductionTerms::build_terms() {
       return operand_term(
           n.inputs.at(n.args.at(arg).inputs.at(0)), "full", domain_);
     };
-    auto keep = [&](size_t arg) {
-      return std::get<bool>(n.const_arg(arg)) ? "outer_keep" : "outer";
-    };
     // (x - mean(x)) and the sum of its squares: var, layer_norm.
     auto deviations = [&](int x, int* mean, int* dev) {
       const int s = reduce(TermKind::kSum, x);
@@ -148,32 +258,80 @@ bool ReductionTerms::build_terms() {
       const int sq = expr("(" + ref(*dev) + " * " + ref(*dev) + ")", {*dev});
       return reduce(TermKind::kSum, sq);
     };
+    // The level of output 0 (fusion.cpp's: keepdim or not, or "full").
+    const std::string& lv = level;
     const ir::OpInfo* op = find_op(n);
     const ReductionKind kind = op && op->category == OpCategory::kReduction
         ? op->reduction.kind
         : ReductionKind::kNone;
     switch (kind) {
       case ReductionKind::kSum:
-        set(n,
-            0,
-            reduce(TermKind::kSum, in(schema::sum::kSelf)),
-            keep(schema::sum::kKeepdim));
+        set(n, 0, reduce(TermKind::kSum, in(schema::sum::kSelf)), lv);
         break;
       case ReductionKind::kMean: {
         const int s = reduce(TermKind::kSum, in(schema::sum::kSelf));
-        set(n,
-            0,
-            expr("(" + ref(s) + " / " + n_lit + ")", {s}),
-            keep(schema::sum::kKeepdim));
+        set(n, 0, expr("(" + ref(s) + " / " + n_lit + ")", {s}), lv);
         break;
       }
       case ReductionKind::kAmax:
+        set(n, 0, reduce(TermKind::kMax, in(schema::amax::kSelf)), lv);
+        break;
+      case ReductionKind::kAmin:
+        set(n, 0, reduce(TermKind::kMin, in(schema::amax::kSelf)), lv);
+        break;
+      case ReductionKind::kProd:
+        set(n, 0, reduce(TermKind::kProd, in(schema::sum::kSelf)), lv);
+        break;
+      case ReductionKind::kMaxDim:
+      case ReductionKind::kMinDim:
+      case ReductionKind::kArgMax:
+      case ReductionKind::kArgMin: {
+        const bool is_max =
+            kind == ReductionKind::kMaxDim || kind == ReductionKind::kArgMax;
+        index_operand();
+        const int a = reduce(
+            is_max ? TermKind::kArgMax : TermKind::kArgMin,
+            in(schema::amax::kSelf));
+        if (kind == ReductionKind::kArgMax || kind == ReductionKind::kArgMin) {
+          set(n, 0, a, lv);
+        } else {
+          Term v{TermKind::kArgValue};
+          v.deps = {a};
+          set(n, 0, add(std::move(v)), lv);
+          set(n, 1, a, lv);
+        }
+        break;
+      }
+      case ReductionKind::kLogSumExp: {
+        // ATen's logsumexp: m = amax(x), 0 where m is +-inf (so all -inf
+        // gives -inf, a +inf gives +inf); log(sum(exp(x - m))) + m.
+        const int x = in(schema::amax::kSelf);
+        const int m = reduce(TermKind::kMax, x);
+        const int mm = expr(
+            "((" + ref(m) + " - " + ref(m) + ") == 0.0f ? " + ref(m) +
+                " : 0.0f)",
+            {m});
+        const int d = expr("(" + ref(x) + " - " + ref(mm) + ")", {x, mm});
+        const int e = expr("tp_exp(" + ref(d) + ")", {d});
+        const int s = reduce(TermKind::kSum, e);
         set(n,
             0,
-            reduce(TermKind::kMax, in(schema::amax::kSelf)),
-            keep(schema::amax::kKeepdim));
+            expr("(tp_log(" + ref(s) + ") + " + ref(mm) + ")", {s, mm}),
+            lv);
         break;
-      case ReductionKind::kVar: {
+      }
+      case ReductionKind::kCumSum:
+      case ReductionKind::kCumProd: {
+        Term t{
+            kind == ReductionKind::kCumSum ? TermKind::kScanSum
+                                           : TermKind::kScanProd};
+        t.deps = {in(schema::cumsum::kSelf)};
+        has_scan_ = true;
+        set(n, 0, add(std::move(t)), "full");
+        break;
+      }
+      case ReductionKind::kVar:
+      case ReductionKind::kVarMean: {
         const AttrValue& c = n.const_arg(schema::var::kCorrection);
         double correction = 1.0;
         if (auto* i = std::get_if<int64_t>(&c))
@@ -187,7 +345,9 @@ bool ReductionTerms::build_terms() {
         set(n,
             0,
             expr("(" + ref(q) + " / " + dialect_.literal(denom) + ")", {q}),
-            keep(schema::var::kKeepdim));
+            lv);
+        if (kind == ReductionKind::kVarMean)
+          set(n, 1, mean, lv);
         break;
       }
       case ReductionKind::kSoftmax:
@@ -277,7 +437,7 @@ bool ReductionTerms::build_terms() {
         map_strides(o->sizes, o->strides, level, o->sizes)};
     outputs_.push_back({term_of_.at(bv), level == "full"});
   }
-  return true;
+  return check_terms();
 }
 
 void ReductionTerms::mark_needed() {

@@ -42,26 +42,72 @@ namespace torch_plugin::compiler {
 // The graph IR (csrc/ir) that passes and codegen read and rewrite.
 using namespace ::torch_plugin::ir;
 
-enum class TermKind { kLoad, kExpr, kSum, kMax };
+// kSum..kArgMin: primitive reductions over R (ir::Combine). kArgMax/kArgMin
+// accumulate a (value, index) pair and their term is the int64 index over R
+// (row-major over the reduced dims of F, as ATen's argmax/max.dim count);
+// kArgValue is the value of that pair (its deps: the kArgMax/kArgMin term),
+// max.dim's values. kScanSum/kScanProd: inclusive prefix sum/product along
+// the single reduced dim, full-level, known only in the last (store) pass,
+// which walks R in order; no reduction may read one (build_terms refuses).
+enum class TermKind {
+  kLoad,
+  kExpr,
+  kSum,
+  kMax,
+  kMin,
+  kProd,
+  kArgMax,
+  kArgMin,
+  kArgValue,
+  kScanSum,
+  kScanProd,
+};
 
-// A value of the group's computation: a load, an fp32 expression or a sum/max
-// over R. `outer`: one value per index of K (else one per element of F);
-// `stage`: the passes over R that must run before it is known.
+// Whether terms of kind `k` accumulate over R (one accumulator per row).
+bool is_reduction(TermKind k);
+bool is_scan(TermKind k);
+// The fp32 identity of a reduction (or scan) as a C expression both
+// languages accept: "0.0f", "1.0f", "(-INFINITY)" / "(INFINITY)" spelled with
+// `inf` (the target's +infinity expression).
+std::string reduction_identity(TermKind k, const std::string& inf);
+// The statement folding (`x`, index `j`) into the accumulator (`a`, `ai`) of a
+// kMin/kProd/kArgMax/kArgMin term; the same statement merges two partial
+// accumulators (x, j := the other's). Device-neutral C: NaN tests as x != x.
+// kArgMax: (x, j) wins when x is NaN and a is not, or neither is NaN and
+// x > a, or x and a are equal (or both NaN) and j < ai; so the result does not
+// depend on the order of combining (ATen: first maximal index, first NaN).
+// kMin: a NaN sticks (x != x takes it; once a is NaN, x < a is false).
+std::string combine_stmt(
+    TermKind k,
+    const std::string& a,
+    const std::string& ai,
+    const std::string& x,
+    const std::string& j);
+
+// A value of the group's computation: a load, an fp32 expression or a
+// reduction/scan over R. `outer`: one value per index of K (else one per
+// element of F); `stage`: the passes over R that must run before it is known;
+// `index`: an int64 value (kArgMax/kArgMin), only ever stored.
 struct Term {
   TermKind kind;
   bool outer = false;
   int stage = 0;
   int operand = -1; // kLoad
   std::string expr; // kExpr: references "\x01<id>\x02" to other terms
-  std::vector<int> deps; // kExpr: referenced terms; kSum/kMax: the argument
+  std::vector<int> deps; // kExpr: referenced terms; reductions: the argument
+  bool index = false;
 };
 
 // A pointer the kernel reads or writes, with its strides over F (0 where
 // broadcast). Outputs come first (out0, out1, ...), then the loads.
+// `index_space`: not a pointer but the logical index over R (row-major strides
+// over the reduced dims, 0 on kept dims; dtype kLong): a renderer computes
+// its offset like any operand's and never loads, stores or aligns it.
 struct Operand {
   std::string ptr;
   c10::ScalarType dtype;
   std::vector<int64_t> strides;
+  bool index_space = false;
 };
 
 // What differs between the targets in the plan itself.
@@ -103,6 +149,12 @@ class ReductionTerms {
   int add(Term t);
   int expr(const std::string& e, std::vector<int> deps);
   int reduce(TermKind k, int arg);
+  // The index-space operand (created on first use).
+  int index_operand();
+  // Checks the plan's typing rules after the body is expanded: index terms
+  // only stored into int64 outputs (and every int64 output an index), scans
+  // read by no reduction.
+  bool check_terms() const;
   // F-space strides of a value of `sizes`/`strides` used at `level`.
   std::vector<int64_t> map_strides(
       const std::vector<int64_t>& sizes,
@@ -133,6 +185,8 @@ class ReductionTerms {
   // Softmax's max and sum of exp(x - max) over R, by the max term:
   // max -> {sum, x}.
   std::map<int, std::pair<int, int>> softmax_pairs_;
+  int index_operand_ = -1;
+  bool has_scan_ = false;
 };
 
 } // namespace torch_plugin::compiler

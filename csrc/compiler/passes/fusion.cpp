@@ -1,8 +1,10 @@
 // fusion.cpp: pass "fusion".
 //
 // Groups pointwise ATen ops (codegen/op_semantics.cpp), reductions
-// (aten::sum.dim_IntList, mean.dim, amax, var.correction) and row-wise ops
-// (aten::_softmax, _log_softmax, native_layer_norm) — the op table's
+// (aten::sum.dim_IntList, mean.dim/default, amax, amin, max/min (default and
+// .dim with int64 indices), argmax/argmin, prod, var.correction,
+// var_mean.correction, logsumexp) and row-wise ops (aten::_softmax,
+// _log_softmax, native_layer_norm, cumsum/cumprod scans) — the op table's
 // pointwise and reduction rows (ir/op_table.h) — into fusion groups, each
 // becoming one torch_plugin::fused node whose body holds the ops. Only values
 // whose dtype the device's kernels can load and store join
@@ -34,12 +36,15 @@
 //     group of sizes F, or of a reduction group with the same F and R;
 // and no node already visited outside the group uses a member's output (that
 // node runs before the group, so joining would need a value the group makes
-// after it: this also rules out every cycle). Several operand groups merge
+// after it: this also rules out every cycle); a pointwise op never joins
+// through an int64 index output (argmax's; the kernels compute in fp32).
+// Several operand groups merge
 // when their domains agree. A member output used outside the group, or by the
 // graph, becomes an output of the group. Groups with a reduction, and pointwise
 // groups of two or more ops, become kernels; a lone pointwise op stays an ATen
 // call (already vectorized; nothing to save).
 #include "compiler/passes/fusion_group.h"
+#include "compiler/passes/fusion_reduction.h"
 #include "compiler/passes/pass.h"
 
 #include "compiler/codegen/op_semantics.h"
@@ -59,17 +64,7 @@
 namespace torch_plugin::compiler {
 namespace {
 
-enum class Level { kFull, kOuter, kOuterKeep };
-
-const char* level_name(Level l) {
-  return l == Level::kFull ? "full"
-                           : (l == Level::kOuter ? "outer" : "outer_keep");
-}
-
-struct Domain {
-  std::vector<int64_t> sizes; // F
-  std::vector<int64_t> reduce; // R, sorted; empty for a pointwise group
-};
+using namespace fusion_detail;
 
 struct Group {
   std::vector<Node*> members;
@@ -111,115 +106,6 @@ bool pointwise(const Node& n) {
 // A pointwise node that may share a group with a reduction (fp32 kernels).
 bool reduction_member(const Node& n) {
   return tensor_dtypes_ok(n, true) && is_float_pointwise(n);
-}
-
-std::optional<std::vector<int64_t>> normalize_dims(
-    const AttrValue& v,
-    size_t rank) {
-  std::set<int64_t> dims;
-  if (std::holds_alternative<std::monostate>(v)) {
-    for (size_t d = 0; d < rank; ++d)
-      dims.insert(static_cast<int64_t>(d));
-  } else if (auto* list = std::get_if<std::vector<int64_t>>(&v)) {
-    if (list->empty())
-      for (size_t d = 0; d < rank; ++d)
-        dims.insert(static_cast<int64_t>(d));
-    for (int64_t d : *list) {
-      if (d < 0)
-        d += static_cast<int64_t>(rank);
-      if (d < 0 || d >= static_cast<int64_t>(rank))
-        return std::nullopt;
-      dims.insert(d);
-    }
-  } else if (auto* one = std::get_if<int64_t>(&v)) {
-    int64_t d = *one < 0 ? *one + static_cast<int64_t>(rank) : *one;
-    if (d < 0 || d >= static_cast<int64_t>(rank))
-      return std::nullopt;
-    dims.insert(d);
-  } else {
-    return std::nullopt;
-  }
-  return std::vector<int64_t>(dims.begin(), dims.end());
-}
-
-// The domain of a reduction or row-wise op, and the levels of its outputs.
-struct ReductionInfo {
-  Domain domain;
-  std::vector<Level> levels;
-};
-
-std::optional<ReductionInfo> reduction_info(const Node& n) {
-  const OpInfo* op = find_op(n);
-  if (!op || op->category != OpCategory::kReduction ||
-      !tensor_dtypes_ok(n, true) || n.args.empty() ||
-      n.args[0].kind != Arg::Kind::kTensor)
-    return std::nullopt;
-  const Value* x = n.tensor_arg(0);
-  if (x->sizes.empty() || x->numel() == 0)
-    return std::nullopt;
-  const size_t rank = x->sizes.size();
-  ReductionInfo info;
-  info.domain.sizes = x->sizes;
-  auto keepdim_level = [&](size_t arg) {
-    return std::get<bool>(n.const_arg(arg)) ? Level::kOuterKeep : Level::kOuter;
-  };
-  std::optional<std::vector<int64_t>> dims;
-  switch (op->reduction.kind) {
-    case ReductionKind::kSum:
-    case ReductionKind::kMean:
-      if (!std::holds_alternative<std::monostate>(
-              n.const_arg(schema::sum::kDtype)))
-        return std::nullopt;
-      dims = normalize_dims(n.const_arg(schema::sum::kDim), rank);
-      info.levels = {keepdim_level(schema::sum::kKeepdim)};
-      break;
-    case ReductionKind::kAmax:
-      dims = normalize_dims(n.const_arg(schema::amax::kDim), rank);
-      info.levels = {keepdim_level(schema::amax::kKeepdim)};
-      break;
-    case ReductionKind::kVar: {
-      const AttrValue& c = n.const_arg(schema::var::kCorrection);
-      if (!std::holds_alternative<std::monostate>(c) &&
-          !std::get_if<int64_t>(&c) && !std::get_if<double>(&c))
-        return std::nullopt;
-      dims = normalize_dims(n.const_arg(schema::var::kDim), rank);
-      info.levels = {keepdim_level(schema::var::kKeepdim)};
-      break;
-    }
-    case ReductionKind::kSoftmax:
-    case ReductionKind::kLogSoftmax:
-      if (std::get<bool>(n.const_arg(schema::softmax::kHalfToFloat)))
-        return std::nullopt;
-      dims = normalize_dims(n.const_arg(schema::softmax::kDim), rank);
-      info.levels = {Level::kFull};
-      break;
-    case ReductionKind::kLayerNorm: {
-      namespace ln = schema::layer_norm;
-      const auto* shape =
-          std::get_if<std::vector<int64_t>>(&n.const_arg(ln::kNormalizedShape));
-      if (!shape || shape->empty() || shape->size() > rank)
-        return std::nullopt;
-      for (size_t i : {ln::kWeight, ln::kBias}) {
-        if (n.args[i].kind == Arg::Kind::kConst &&
-            !std::holds_alternative<std::monostate>(n.args[i].value))
-          return std::nullopt;
-      }
-      if (!std::get_if<double>(&n.const_arg(ln::kEps)))
-        return std::nullopt;
-      std::vector<int64_t> d;
-      for (size_t i = rank - shape->size(); i < rank; ++i)
-        d.push_back(static_cast<int64_t>(i));
-      dims = d;
-      info.levels = {Level::kFull, Level::kOuterKeep, Level::kOuterKeep};
-      break;
-    }
-    case ReductionKind::kNone:
-      return std::nullopt;
-  }
-  if (!dims)
-    return std::nullopt;
-  info.domain.reduce = *dims;
-  return info;
 }
 
 class Fusion {
@@ -444,6 +330,11 @@ class Fusion {
       if (inlinable(gid, n))
         inlined.push_back(gid);
     for (int gid : candidates) {
+      bool reads_index = false; // an int64 index of a reduction (argmax)
+      for (const Value* in : n->inputs)
+        reads_index |= group_of(in) == gid && index_values_.count(in);
+      if (reads_index)
+        continue;
       std::vector<int> trial = u;
       trial.push_back(gid);
       auto d = merged_domain(trial, typed, inlined, n->outputs[0]->sizes);
@@ -482,10 +373,18 @@ class Fusion {
           (d.reduce.empty() || d.reduce == info.domain.reduce);
       if (fits && can_join(n, {gid})) {
         join(n, {gid}, info.domain, info.levels);
+        mark_index(n, info);
         return;
       }
     }
     start(n, info.domain, info.levels);
+    mark_index(n, info);
+  }
+
+  void mark_index(const Node* n, const ReductionInfo& info) {
+    for (size_t i = 0; i < n->outputs.size(); ++i)
+      if (info.index[i])
+        index_values_.insert(n->outputs[i]);
   }
 
   Node* make_group(const Group& grp, int index) {
@@ -559,6 +458,7 @@ class Fusion {
   std::unordered_map<const Node*, size_t> pos_;
   std::unordered_map<const Node*, int> group_of_;
   std::unordered_map<const Value*, Level> level_;
+  std::unordered_set<const Value*> index_values_;
   std::vector<Group> groups_;
 };
 

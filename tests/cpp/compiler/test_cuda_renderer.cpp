@@ -337,6 +337,75 @@ TEST(CudaRenderer, SumMeanAmaxVarOverLastDims) {
   expect_compiles(ks[0]);
 }
 
+TEST(CudaRenderer, ArgmaxMaxDimProdAminLogsumexpRows) {
+  // Issue #27's reductions in one group per size (warp mode, block mode with
+  // the 64-bit shared partials), fp32 and bf16; then argmax over a whole
+  // tensor and over a column.
+  REQUIRE_NVRTC();
+  for (int64_t n : {int64_t{7}, int64_t{768}, int64_t{4096}})
+    for (ScalarType dt : {ScalarType::Float, ScalarType::BFloat16}) {
+      Builder b;
+      Value* x = b.input({40, n}, dt);
+      Value* sq = b.binary("aten::mul", x, x, {40, n}, dt);
+      Node* md = b.g.create_node(
+          "aten::max",
+          "dim",
+          {sq},
+          {Arg::tensor(0), Arg::constant(int64_t{1}), Arg::constant(false)},
+          2);
+      Graph::set_type(md->outputs[0], dt, {40}, {1}, kCuda);
+      Graph::set_type(md->outputs[1], ScalarType::Long, {40}, {1}, kCuda);
+      Value* am = b.op(
+          "aten::argmin",
+          "default",
+          {sq},
+          {int64_t{-1}, true},
+          {40, 1},
+          ScalarType::Long);
+      Value* p = b.op(
+          "aten::prod",
+          "dim_int",
+          {sq},
+          {int64_t{1}, false, std::monostate{}},
+          {40},
+          dt);
+      Value* mn = b.op(
+          "aten::amin",
+          "default",
+          {sq},
+          {std::vector<int64_t>{1}, false},
+          {40},
+          dt);
+      Value* l = b.op(
+          "aten::logsumexp",
+          "default",
+          {sq},
+          {std::vector<int64_t>{1}, false},
+          {40},
+          dt);
+      b.g.set_outputs({md->outputs[0], md->outputs[1], am, p, mn, l});
+      auto ks = render_all(b);
+      ASSERT_EQ(ks.size(), 1u);
+      expect_compiles(ks[0]);
+    }
+  for (std::vector<int64_t> sizes :
+       {std::vector<int64_t>{3, 37}, std::vector<int64_t>{64, 33}}) {
+    Builder b;
+    Value* x = b.input(sizes);
+    const bool all = sizes[0] == 3;
+    b.g.set_outputs({b.op(
+        "aten::argmax",
+        "default",
+        {x},
+        {all ? AttrValue(std::monostate{}) : AttrValue(int64_t{0}), false},
+        all ? std::vector<int64_t>{} : std::vector<int64_t>{33},
+        ScalarType::Long)});
+    auto ks = render_all(b);
+    ASSERT_EQ(ks.size(), 1u);
+    expect_compiles(ks[0]);
+  }
+}
+
 TEST(CudaRenderer, CodegenPassStoresCudaKernelsAndUnfusesTheRest) {
   REQUIRE_NVRTC();
   Builder b;

@@ -220,13 +220,13 @@ TEST(Fusion, SqueezedReductionOverLeadingDimBroadcastsIntoDomain) {
 }
 
 TEST(Fusion, NodeUsedBeforeJoinBlocksTheJoin) {
-  // a2 is used by cumsum (not fusible, visited before the add): the add joining
-  // a2's group would need cumsum's output inside the group that feeds it.
+  // a2 is used by flip (not fusible, visited before the add): the add joining
+  // a2's group would need flip's output inside the group that feeds it.
   Builder b;
   Value* x = b.input({16});
   Value* a2 = b.unary("aten::relu", b.mul(x, x));
-  Value* c = b.op(
-      "aten::cumsum", "default", {a2}, {int64_t{0}, std::monostate{}}, {16});
+  Value* c =
+      b.op("aten::flip", "default", {a2}, {std::vector<int64_t>{0}}, {16});
   Value* out = b.add(a2, c, {16});
   b.g.set_outputs({out});
   b.run();
@@ -236,7 +236,7 @@ TEST(Fusion, NodeUsedBeforeJoinBlocksTheJoin) {
       body_ops(fused[0]),
       (std::vector<std::string>{"aten::mul", "aten::relu"}));
   EXPECT_EQ(b.nodes("aten::add").size(), 1u);
-  // Topological order is kept: fused, cumsum, add.
+  // Topological order is kept: fused, flip, add.
   auto all = b.g.nodes();
   ASSERT_EQ(all.size(), 3u);
   EXPECT_EQ(all[0]->op, "torch_plugin::fused");

@@ -22,13 +22,16 @@ std::optional<KernelSource> render_cpp(const Node& group) {
     if (!ok(v))
       return std::nullopt;
   for (const Value* v : group.outputs)
-    if (!ok(v))
+    if (!ok(v) &&
+        !(reduction && v->dtype == c10::ScalarType::Long)) // argmax indices
       return std::nullopt;
   KernelSource k;
   k.target = "cpp";
   k.entry = "kernel";
   k.source = reduction ? generate_reduction_kernel(group, k.entry)
                        : generate_pointwise_kernel(group, k.entry);
+  if (k.source.empty()) // a reduction body the plan cannot express
+    return std::nullopt;
   return k;
 }
 

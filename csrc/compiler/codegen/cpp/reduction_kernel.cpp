@@ -51,10 +51,8 @@ class Generator : public ReductionTerms {
   explicit Generator(const Node& group) : ReductionTerms(group, kCppDialect) {}
 
   std::string generate(const std::string& name) {
-    TORCH_CHECK(
-        build_terms(),
-        "codegen: cannot plan the reduction group ",
-        group_.str_attr("name", "fused"));
+    if (!build_terms())
+      return "";
     plan_loops();
     return emit(name);
   }
@@ -166,6 +164,16 @@ class Generator : public ReductionTerms {
     if (t.kind == Kind::kLoad) {
       const Operand& o = operands_[t.operand];
       value = load_expr(o.dtype, o.ptr, offset(t.operand, true));
+    } else if (is_scan(t.kind)) {
+      // The running sum/product in double (ATen's CPU cumsum/cumprod
+      // accumulate fp32 in double too), in R order (the store pass).
+      const int x = t.deps[0];
+      if (!terms_[x].outer)
+        emit_full(x, os, done);
+      const std::string q = "q" + std::to_string(id) + (has_vec_ ? "[v]" : "");
+      os << "        " << q << (t.kind == Kind::kScanSum ? " += " : " *= ")
+         << "(double)" << name_of(x) << ";\n";
+      value = "(float)" + q;
     } else {
       TORCH_CHECK(
           t.kind == Kind::kExpr,
@@ -188,18 +196,23 @@ class Generator : public ReductionTerms {
       if (t.kind == Kind::kLoad) {
         const Operand& o = operands_[t.operand];
         value = load_expr(o.dtype, o.ptr, offset(t.operand, false));
-      } else if (t.kind == Kind::kSum) {
+      } else if (t.kind == Kind::kSum || t.kind == Kind::kProd) {
         value = a;
-      } else if (t.kind == Kind::kMax) {
+      } else if (t.kind == Kind::kMax || t.kind == Kind::kMin) {
         value = "(n" + std::to_string(id) + (has_vec_ ? "[v]" : "") +
             " ? NAN : " + a + ")";
+      } else if (t.index) {
+        value = "a" + std::to_string(id) + "i" + (has_vec_ ? "[v]" : "");
+      } else if (t.kind == Kind::kArgValue) {
+        value = "a" + std::to_string(t.deps[0]) + (has_vec_ ? "[v]" : "");
       } else {
         value = render(t.expr, body, done);
       }
       if (has_vec_)
         body << "      t" << id << "[v] = " << value << ";\n";
       else
-        body << "    const float t" << id << " = " << value << ";\n";
+        body << "    const " << (t.index ? "int64_t" : "float") << " t" << id
+             << " = " << value << ";\n";
     }
     if (body.str().empty())
       return;
@@ -210,7 +223,8 @@ class Generator : public ReductionTerms {
     for (size_t id = 0; id < terms_.size(); ++id) {
       const Term& t = terms_[id];
       if (t.outer && t.stage == stage && needed_.count(static_cast<int>(id)))
-        os << "    float t" << id << "[" << chunk_ << "];\n";
+        os << "    " << (t.index ? "int64_t" : "float") << " t" << id << "["
+           << chunk_ << "];\n";
     }
     os << "    for (int64_t v = 0; v < vn; ++v) {\n" << body.str() << "    }\n";
   }
@@ -230,7 +244,8 @@ class Generator : public ReductionTerms {
       const std::string& inner,
       const std::string& clauses,
       const std::string& pre = "",
-      const std::string& post = "") {
+      const std::string& post = "",
+      bool simd = true) {
     std::string indent = "    ";
     if (has_vec_ || rdims_.empty()) {
       for (const LoopDim& d : rdims_) {
@@ -269,9 +284,11 @@ class Generator : public ReductionTerms {
       end = "std::min<int64_t>(blk + " + std::to_string(kBlock) + ", " +
           std::to_string(n) + ")";
     }
-    os << pre << "#pragma omp simd" << clauses << "\n"
-       << indent << "for (int64_t " << r << " = " << begin << "; " << r << " < "
-       << end << "; ++" << r << ") {\n"
+    // Without `simd`: a sequential loop in R order (scans; argmax updates,
+    // which no simd reduction clause expresses).
+    os << pre << (simd ? "#pragma omp simd" + clauses + "\n" : "") << indent
+       << "for (int64_t " << r << " = " << begin << "; " << r << " < " << end
+       << "; ++" << r << ") {\n"
        << inner << indent << "}\n"
        << post;
     if (n > kBlock) {
@@ -311,7 +328,10 @@ class Generator : public ReductionTerms {
         << kernel_preamble() << "\n";
     src << "extern \"C\" void " << name << "(void** args) {\n";
     for (size_t i = 0; i < group_.outputs.size(); ++i) {
-      const std::string t = c_type(group_.outputs[i]->dtype);
+      // int64 outputs: argmax's and max.dim's indices (stored as is).
+      const std::string t = group_.outputs[i]->dtype == c10::ScalarType::Long
+          ? "int64_t"
+          : c_type(group_.outputs[i]->dtype);
       src << "  " << t << "* __restrict out" << i << " = static_cast<" << t
           << "*>(args[" << i << "]);\n";
     }
@@ -368,7 +388,7 @@ class Generator : public ReductionTerms {
       }
       for (int id : needed_) {
         const Term& r = terms_[id];
-        if ((r.kind != Kind::kSum && r.kind != Kind::kMax) || r.stage != stages)
+        if (!is_reduction(r.kind) || r.stage != stages)
           continue;
         const int x = r.deps[0];
         if (x != t && closure.count(x) && !cached.count(x)) {
@@ -380,12 +400,13 @@ class Generator : public ReductionTerms {
     for (int s = 1; s <= stages; ++s) {
       std::ostringstream inner, pre, post;
       std::set<int> done;
-      std::string sums, maxes, nans;
+      std::string sums, prods, maxes, mins, nans;
+      bool sequential = false;
       for (size_t id = 0; id < terms_.size(); ++id) {
         const Term& t = terms_[id];
         if (t.stage != s || !needed_.count(static_cast<int>(id)))
           continue;
-        if (t.kind != Kind::kSum && t.kind != Kind::kMax)
+        if (!is_reduction(t.kind))
           continue;
         const std::string a = "a" + std::to_string(id);
         const std::string av = a + (has_vec_ ? "[v]" : "");
@@ -398,40 +419,56 @@ class Generator : public ReductionTerms {
           x = terms_[t.deps[0]].outer ? name_of(t.deps[0])
                                       : "t" + std::to_string(t.deps[0]);
         }
-        const std::string init = t.kind == Kind::kSum ? "0.0f" : "-INFINITY";
+        const std::string init = reduction_identity(t.kind, "INFINITY");
+        const bool minmax = t.kind == Kind::kMax || t.kind == Kind::kMin;
+        const std::string ai = a + "i", aiv = ai + (has_vec_ ? "[v]" : "");
         if (has_vec_) {
           src << "    float " << a << "[" << chunk_ << "];\n";
-          if (t.kind == Kind::kMax)
+          if (minmax)
             src << "    int n" << id << "[" << chunk_ << "];\n";
+          if (t.index)
+            src << "    int64_t " << ai << "[" << chunk_ << "];\n";
           src << "    for (int64_t v = 0; v < vn; ++v) { " << a
               << "[v] = " << init << ";"
-              << (t.kind == Kind::kMax ? " n" + std::to_string(id) + "[v] = 0;"
-                                       : "")
-              << " }\n";
+              << (minmax ? " n" + std::to_string(id) + "[v] = 0;" : "")
+              << (t.index ? " " + ai + "[v] = INT64_MAX;" : "") << " }\n";
         } else {
           src << "    float " << a << " = " << init << ";\n";
-          if (t.kind == Kind::kMax)
+          if (minmax)
             src << "    int n" << id << " = 0;\n";
+          if (t.index)
+            src << "    int64_t " << ai << " = INT64_MAX;\n";
         }
-        if (t.kind == Kind::kSum) {
+        if (t.kind == Kind::kSum || t.kind == Kind::kProd) {
+          const char* op = t.kind == Kind::kSum ? " += " : " *= ";
           if (has_vec_) {
-            inner << "        " << av << " += " << x << ";\n";
+            inner << "        " << av << op << x << ";\n";
           } else {
-            // Partial sum of one run of the innermost loop (see emit_r_loops).
+            // Partial sum (product) of one run of the innermost loop (see
+            // emit_r_loops).
             const std::string ps = "p" + std::to_string(id);
-            inner << "        " << ps << " += " << x << ";\n";
-            pre << "    float " << ps << " = 0.0f;\n";
-            post << "    " << a << " += " << ps << ";\n";
-            sums += (sums.empty() ? "" : ",") + ps;
+            inner << "        " << ps << op << x << ";\n";
+            pre << "    float " << ps << " = " << init << ";\n";
+            post << "    " << a << op << ps << ";\n";
+            (t.kind == Kind::kSum ? sums : prods) +=
+                ((t.kind == Kind::kSum ? sums : prods).empty() ? "" : ",") + ps;
           }
-        } else {
+        } else if (minmax) {
+          const bool mx = t.kind == Kind::kMax;
           const std::string nv =
               "n" + std::to_string(id) + (has_vec_ ? "[v]" : "");
-          inner << "        " << av << " = std::max(" << av << ", " << x
-                << ");\n";
+          inner << "        " << av << " = std::" << (mx ? "max(" : "min(")
+                << av << ", " << x << ");\n";
           inner << "        " << nv << " |= (" << x << " != " << x << ");\n";
-          maxes += (maxes.empty() ? "" : ",") + a;
+          (mx ? maxes : mins) += ((mx ? maxes : mins).empty() ? "" : ",") + a;
           nans += (nans.empty() ? "" : ",") + ("n" + std::to_string(id));
+        } else {
+          // (value, index) pairs: a scalar loop in the reduced-inner layout.
+          inner << "        "
+                << combine_stmt(
+                       t.kind, av, aiv, x, offset(index_operand_, true))
+                << "\n";
+          sequential = true;
         }
       }
       if (s == stages) {
@@ -447,9 +484,16 @@ class Generator : public ReductionTerms {
       std::string clauses;
       if (!sums.empty())
         clauses += " reduction(+:" + sums + ")";
+      if (!prods.empty())
+        clauses += " reduction(*:" + prods + ")";
       if (!maxes.empty())
-        clauses += " reduction(max:" + maxes + ") reduction(|:" + nans + ")";
-      emit_r_loops(src, inner.str(), clauses, pre.str(), post.str());
+        clauses += " reduction(max:" + maxes + ")";
+      if (!mins.empty())
+        clauses += " reduction(min:" + mins + ")";
+      if (!nans.empty())
+        clauses += " reduction(|:" + nans + ")";
+      emit_r_loops(
+          src, inner.str(), clauses, pre.str(), post.str(), !sequential);
       emit_outer(s, src);
     }
     // Final pass: full-level outputs.
@@ -460,7 +504,20 @@ class Generator : public ReductionTerms {
             << offset(static_cast<int>(i), true) << "];\n";
       done.insert(x);
     }
-    bool any_full = false;
+    bool any_full = false, scans = false;
+    for (int id : needed_) {
+      const Term& t = terms_[id];
+      if (!is_scan(t.kind))
+        continue;
+      scans = true;
+      const std::string init = t.kind == Kind::kScanSum ? "0.0" : "1.0";
+      if (has_vec_)
+        src << "    double q" << id << "[" << chunk_
+            << "];\n    for (int64_t v = 0; v < vn; ++v) q" << id
+            << "[v] = " << init << ";\n";
+      else
+        src << "    double q" << id << " = " << init << ";\n";
+    }
     for (size_t i = 0; i < outputs_.size(); ++i) {
       const auto& [t, full] = outputs_[i];
       const Operand& o = operands_[i];
@@ -484,7 +541,7 @@ class Generator : public ReductionTerms {
       }
     }
     if (any_full)
-      emit_r_loops(src, inner.str(), "");
+      emit_r_loops(src, inner.str(), "", "", "", !scans);
     if (!outer_stores.str().empty()) {
       if (has_vec_)
         src << "    for (int64_t v = 0; v < vn; ++v) {\n";

@@ -38,9 +38,10 @@ using namespace ::torch_plugin::ir;
 
 // The source of `extern "C" void <name>(void** args)` computing `group`:
 // args[0..outputs) are the group's outputs, then its inputs, each with the
-// sizes, strides and dtype (float32 or bfloat16) of its IR value. Throws
-// c10::Error on a body it cannot generate (the fusion pass only builds ones it
-// can).
+// sizes, strides and dtype (float32 or bfloat16; int64 for argmax / max.dim
+// indices) of its IR value. "" when the plan cannot express the body (an
+// index read by a pointwise op, a reduction of a scan: reduction_plan.h);
+// throws c10::Error on a malformed group.
 std::string generate_reduction_kernel(
     const Node& group,
     const std::string& name);

@@ -16,10 +16,16 @@
 //
 // The body's terms come from the device-neutral plan shared with the C++
 // renderer (codegen/reduction_plan.h: loads, fp32 expressions and the two
-// primitive reductions, sum and NaN-propagating max, each "outer" (one value
-// per row) or "full" with a stage); softmax there is exp(x - max) / sum, as
-// ATen's CUDA softmax. This file plans the launch; cuda_reduction_emit.cpp
-// spells the kernel.
+// primitive reductions: sum, NaN-propagating max and min, product, and the
+// (value, int64 index) pairs of argmax/argmin and max.dim/min.dim, each
+// "outer" (one value per row) or "full" with a stage); softmax there is
+// exp(x - max) / sum, as ATen's CUDA softmax. A pair's index is the element's
+// logical index over R (the plan's index-space operand, mapped from j like
+// any operand); pairs combine by reduction_plan.h's combine_stmt in every
+// thread and across the butterfly (value and index shuffled together), which
+// gives ATen's first maximal index whatever the order. Scans (cumsum,
+// cumprod) get nullopt: no CUDA scan here, ATen runs them. This file plans the
+// launch; cuda_reduction_emit.cpp spells the kernel.
 //
 // Launch of rows: G threads per row, G a power of two. Rows of N <= 1024
 // elements: G <= 32 lanes of a warp (the fewest giving each lane <= 4 vectors),
@@ -93,7 +99,8 @@ std::optional<KernelSource> RowKernel::render() {
     if (!cuda_dtype(v->dtype))
       return std::nullopt;
   for (const Value* v : group_.outputs)
-    if (!cuda_dtype(v->dtype))
+    if (!cuda_dtype(v->dtype) &&
+        v->dtype != c10::ScalarType::Long) // argmax / max.dim indices
       return std::nullopt;
   if (!build_terms() || !plan())
     return std::nullopt;
@@ -109,6 +116,10 @@ std::optional<KernelSource> RowKernel::render() {
 // ---- layout ----------------------------------------------------------------
 bool RowKernel::plan() {
   mark_needed();
+  // Scans (cumsum, cumprod) have no CUDA kernel here: ATen runs them.
+  for (int id : needed_)
+    if (is_scan(terms_[id].kind))
+      return false;
   // Reference: the first full-level load, else the first full output.
   const std::vector<int64_t>* refst = nullptr;
   for (int id : needed_)
@@ -160,7 +171,7 @@ bool RowKernel::plan() {
   // element size allows.
   int64_t min_es = 4;
   for (size_t k = 0; k < operands_.size(); ++k)
-    if (row_contiguous(k))
+    if (row_contiguous(k) && !operands_[k].index_space)
       min_es = std::min(min_es, element_size(operands_[k].dtype));
   v_ = 16 / min_es;
   while (v_ > 1 && count_ % v_ != 0)
@@ -213,7 +224,7 @@ bool RowKernel::row_contiguous(size_t k) const {
   return !rdims_.empty();
 }
 bool RowKernel::vectorized(size_t k) const {
-  if (v_ == 1 || !row_contiguous(k))
+  if (v_ == 1 || operands_[k].index_space || !row_contiguous(k))
     return false;
   for (size_t d : kdims_)
     if (operands_[k].strides[d] % v_ != 0)
@@ -246,7 +257,7 @@ std::vector<int> RowKernel::pass_roots(
   }
   for (int id : needed_) {
     const Term& t = terms_[id];
-    if ((t.kind == Kind::kSum || t.kind == Kind::kMax) && t.stage == pass)
+    if (is_reduction(t.kind) && t.stage == pass)
       roots.push_back(t.deps[0]);
   }
   return roots;

@@ -198,10 +198,13 @@ void RowKernel::emit_outer(int stage, std::ostream& os) const {
       value = load(o.dtype, o.ptr, "b" + std::to_string(t.operand));
     } else if (t.kind == Kind::kExpr) {
       value = render_expr(t.expr);
+    } else if (t.kind == Kind::kArgValue) {
+      value = "a" + std::to_string(t.deps[0]);
     } else {
-      value = "a" + std::to_string(id);
+      value = "a" + std::to_string(id) + (t.index ? "i" : "");
     }
-    os << "    const float t" << id << " = " << value << ";\n";
+    os << "    const " << (t.index ? "long long" : "float") << " t" << id
+       << " = " << value << ";\n";
   }
 }
 
@@ -209,9 +212,12 @@ std::string RowKernel::emit() const {
   const std::string idx = index_type(max_index_);
   const bool block_mode = rows_per_block_ == 1;
   std::vector<int> reductions;
+  bool pairs = false; // argmax/argmin: int64 indices beside the values
   for (int id : needed_)
-    if (terms_[id].kind == Kind::kSum || terms_[id].kind == Kind::kMax)
+    if (is_reduction(terms_[id].kind)) {
       reductions.push_back(id);
+      pairs |= terms_[id].index;
+    }
 
   std::ostringstream src;
   src << "// row-reduction fusion group: " << group_.body->num_nodes()
@@ -230,7 +236,10 @@ std::string RowKernel::emit() const {
   src << "extern \"C\" __global__ void __launch_bounds__(" << block_
       << ") kernel(";
   for (size_t i = 0; i < group_.outputs.size(); ++i)
-    src << (i ? ", " : "") << element_type(group_.outputs[i]->dtype)
+    src << (i ? ", " : "")
+        << (group_.outputs[i]->dtype == c10::ScalarType::Long
+                ? std::string("long long")
+                : element_type(group_.outputs[i]->dtype))
         << "* __restrict__ out" << i;
   for (size_t i = 0; i < group_.inputs.size(); ++i)
     src << ", const " << element_type(group_.inputs[i]->dtype)
@@ -239,6 +248,8 @@ std::string RowKernel::emit() const {
   if (block_mode)
     src << "  __shared__ float tp_red["
         << std::max<size_t>(1, reductions.size()) << "][32];\n";
+  if (block_mode && pairs)
+    src << "  __shared__ long long tp_redi[" << reductions.size() << "][32];\n";
   src << "  const int tid = threadIdx.x % " << g_ << ";\n";
   std::string aligned;
   for (size_t k = 0; k < operands_.size(); ++k) {
@@ -307,10 +318,19 @@ std::string RowKernel::emit() const {
       if (!terms_[arg].outer)
         roots.insert(arg);
       const std::string a = "a" + std::to_string(id);
-      src << "    float " << a << " = "
-          << (t.kind == Kind::kSum ? "0.0f" : "-TP_INF") << ";\n";
+      src << "    float " << a << " = " << reduction_identity(t.kind, "TP_INF")
+          << ";\n";
+      if (t.index)
+        src << "    long long " << a << "i = 0x7fffffffffffffffLL;\n";
       const std::string x = "t" + std::to_string(arg);
-      if (online_.count(id)) {
+      if (t.kind != Kind::kSum && t.kind != Kind::kMax) {
+        const std::string j = t.index ? "(long long)(" +
+                row_offset(static_cast<size_t>(index_operand_),
+                           "(" + idx + ")(j0 + v)") +
+                ")"
+                                      : "";
+        tail << "          " << combine_stmt(t.kind, a, a + "i", x, j) << "\n";
+      } else if (online_.count(id)) {
         const std::string as = "a" + std::to_string(online_.at(id));
         src << "    float " << as << " = 0.0f;\n";
         tail << "          tp_online_add(" << a << ", " << as << ", " << x
@@ -336,6 +356,9 @@ std::string RowKernel::emit() const {
       if (online_.count(id))
         return "tp_online_merge(" + a + ", a" + std::to_string(online_.at(id)) +
             ", " + other + ", " + other_sum + ");";
+      if (terms_[id].kind != Kind::kSum && terms_[id].kind != Kind::kMax)
+        return "{ const float b = " + other + "; " +
+            combine_stmt(terms_[id].kind, a, a + "i", "b", other_sum) + " }";
       return terms_[id].kind == Kind::kSum
           ? a + " = " + a + " + " + other + ";"
           : a + " = tp_max_nan(" + a + ", " + other + ");";
@@ -351,6 +374,9 @@ std::string RowKernel::emit() const {
         src << "      { const float m2 = " << shfl(id)
             << ", s2 = " << shfl(online_.at(id)) << "; "
             << combine(id, "m2", "s2") << " }\n";
+      else if (terms_[id].index) // the pair's index: a 64-bit shuffle
+        src << "      { const long long i2 = __shfl_xor_sync(0xffffffffu, a"
+            << id << "i, o); " << combine(id, shfl(id), "i2") << " }\n";
       else
         src << "      " << combine(id, shfl(id), "") << "\n";
     }
@@ -360,6 +386,9 @@ std::string RowKernel::emit() const {
       for (int id : red) {
         src << "      tp_red[" << slot(id) << "][threadIdx.x >> 5] = a" << id
             << ";\n";
+        if (terms_[id].index)
+          src << "      tp_redi[" << slot(id) << "][threadIdx.x >> 5] = a" << id
+              << "i;\n";
         if (online_.count(id))
           src << "      tp_red[" << slot(online_.at(id))
               << "][threadIdx.x >> 5] = a" << online_.at(id) << ";\n";
@@ -367,6 +396,8 @@ std::string RowKernel::emit() const {
       src << "    }\n    __syncthreads();\n";
       for (int id : red) {
         src << "    a" << id << " = tp_red[" << slot(id) << "][0];\n";
+        if (terms_[id].index)
+          src << "    a" << id << "i = tp_redi[" << slot(id) << "][0];\n";
         if (online_.count(id))
           src << "    a" << online_.at(id) << " = tp_red["
               << slot(online_.at(id)) << "][0];\n";
@@ -376,8 +407,9 @@ std::string RowKernel::emit() const {
               << combine(
                      id,
                      "tp_red[" + slot(id) + ws,
-                     online_.count(id) ? "tp_red[" + slot(online_.at(id)) + ws
-                                       : "")
+                     online_.count(id)
+                         ? "tp_red[" + slot(online_.at(id)) + ws
+                         : (terms_[id].index ? "tp_redi[" + slot(id) + ws : ""))
               << "\n";
         }
       }
@@ -399,12 +431,11 @@ std::string RowKernel::emit() const {
     if (outputs_[i].second)
       continue;
     const Operand& o = operands_[i];
+    const std::string t = "t" + std::to_string(outputs_[i].first);
     outer_stores << "      "
-                 << store(
-                        o.dtype,
-                        o.ptr,
-                        "b" + std::to_string(i),
-                        "t" + std::to_string(outputs_[i].first))
+                 << (o.dtype == c10::ScalarType::Long // an index, as is
+                         ? o.ptr + "[b" + std::to_string(i) + "] = " + t + ";"
+                         : store(o.dtype, o.ptr, "b" + std::to_string(i), t))
                  << "\n";
   }
   if (!outer_stores.str().empty())

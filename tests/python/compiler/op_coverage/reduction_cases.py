@@ -1,0 +1,165 @@
+"""REDUCTION_CASES: the reductions and scans of issue #27 for the shared op-coverage test.
+
+Each case is an ``OpCase`` (cases.py; format in OPCASES.md): the op on tensors of the
+harness's shapes (rank >= 2: odd sizes such as (3, 37) and (2, 5, 129)), the input domains,
+the dtypes, and the ATen op(s) expected inside a generated kernel. Reduced dims are the last
+(inner), the first (outer) and dim 1 (the middle one of a 3-d shape), with and without
+keepdim. max/min with a dim return (values, int64 indices); argmax/argmin also with
+dim=None (the index into the flattened input). Index ties are ATen's: the first maximal
+(minimal) index; with NaN, the first NaN. The "ties" domain (EXTRA_DOMAINS) has rows of
+repeated values, all-equal rows, rows with NaN (several per row), rows of -inf and +inf;
+"near_one" keeps products of up to a few hundred factors finite.
+
+std arrives as var.correction + sqrt (AOTAutograd's core decompositions) and fuses as
+both; logsumexp is kept whole (torch_plugin/compiler/decompositions.py) and fuses as
+ATen's formula. cumsum/cumprod run as generated scans on the C++ renderer; the CUDA renderer
+has no scan and leaves them to ATen (the harness runs CUDA only on the GPU machine; these
+cases declare what the CPU does).
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:  # the harness's OpCase (ops-float's cases.py)
+    from .cases import OpCase  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - loaded by path, or cases.py not there yet
+    try:
+        from cases import OpCase  # type: ignore[import-not-found,no-redef]
+    except ImportError:
+        from collections.abc import Callable
+        from dataclasses import dataclass
+
+        @dataclass(frozen=True)
+        class OpCase:  # type: ignore[no-redef]
+            """The shared harness's case format (OPCASES.md), for use before cases.py exists."""
+
+            name: str
+            fn: Callable
+            inputs: tuple
+            dtypes: tuple
+            aten: str | tuple
+            fused: bool = True
+            why: str = ""
+            tol: dict | None = None
+            chain: bool = True
+
+
+F32_BF16 = (torch.float32, torch.bfloat16)
+
+
+def _ties(shape, dtype, gen: torch.Generator) -> torch.Tensor:
+    """Small integers (many equal values per row), then special rows: all equal, NaN at
+    two places, all -inf, +inf twice, -inf mixed with finite values."""
+    x = torch.randint(-3, 4, shape, generator=gen).to(torch.float32)
+    rows = x.reshape(-1, shape[-1])
+    n = rows.shape[0]
+    if n > 0:
+        rows[0] = 2.0
+    if n > 1:
+        rows[1, shape[-1] // 3] = float("nan")
+        rows[1, shape[-1] // 2] = float("nan")
+    if n > 2:
+        rows[2] = float("-inf")
+    if n > 3:
+        rows[3, 1::2] = float("inf")
+    if n > 4:
+        rows[4, ::3] = float("-inf")
+    # A NaN in the first column too, so that NaN also lands on outer/middle reductions.
+    x.view(-1)[shape[-1] * min(n - 1, 5)] = float("nan")
+    return x.to(dtype)
+
+
+def _near_one(shape, dtype, gen: torch.Generator) -> torch.Tensor:
+    """Factors in [0.8, 1.25] with a few signs flipped, a zero, and one NaN and one inf."""
+    x = torch.rand(shape, generator=gen) * 0.45 + 0.8
+    x = torch.where(torch.rand(shape, generator=gen) < 0.1, -x, x)
+    flat = x.view(-1)
+    flat[0] = 0.0
+    if flat.numel() > 7:
+        flat[5] = float("nan")
+        flat[7] = float("inf")
+    return x.to(dtype)
+
+
+def _factors(shape, dtype, gen: torch.Generator) -> torch.Tensor:
+    """Factors in [0.995, 1.005] (products of a whole tensor stay finite and non-zero)."""
+    return (torch.rand(shape, generator=gen) * 0.01 + 0.995).to(dtype)
+
+
+EXTRA_DOMAINS = {"ties": _ties, "near_one": _near_one, "factors": _factors}
+
+# bf16 prod: ATen's CPU prod rounds every partial product to bf16 (129 factors: up to ~6%
+# off the exact product); the kernels multiply in fp32 (as ATen's CUDA prod).
+_PROD_TOL = {torch.bfloat16: (1e-1, 1e-3)}
+
+
+# Fused on the CPU; the CUDA renderer has no scan kernel, so on CUDA these are ATen calls
+# (the harness must not expect them inside a kernel there).
+_NO_CUDA_SCAN = "CUDA: no scan kernel (cumsum/cumprod run as ATen calls); CPU: fused"
+
+
+def _case(name, fn, inputs, aten, **kw):
+    return OpCase(
+        name=name, fn=fn, inputs=inputs, dtypes=kw.pop("dtypes", F32_BF16), aten=aten, **kw
+    )
+
+
+REDUCTION_CASES = [
+    # prod
+    _case("prod_dim_last", lambda x: x.prod(-1), ("near_one",), "aten::prod", tol=_PROD_TOL),
+    _case("prod_dim0_keep", lambda x: x.prod(0, keepdim=True), ("near_one",), "aten::prod",
+          tol=_PROD_TOL),
+    _case("prod_dim1", lambda x: x.prod(1), ("near_one",), "aten::prod", tol=_PROD_TOL),
+    # fp32 only: ATen's CPU bf16 prod of a whole (2, 5, 129) tensor rounds 1290 partial
+    # products to bf16 (0.45 where the exact product is 0.63; the kernel's fp32 gives 0.63).
+    _case("prod_all", lambda x: x.prod(), ("factors",), "aten::prod",
+          dtypes=(torch.float32,)),
+    # amin / amax / max() / min()
+    _case("amin_last", lambda x: x.amin(-1), ("any",), "aten::amin"),
+    _case("amin_outer_keep", lambda x: x.amin(0, keepdim=True), ("any",), "aten::amin"),
+    _case("amin_01", lambda x: x.amin((0, 1)), ("ties",), "aten::amin"),
+    _case("max_all", lambda x: x.max(), ("any",), "aten::max"),
+    _case("min_all", lambda x: x.min(), ("ties",), "aten::min"),
+    # max / min with a dim: values and int64 indices
+    _case("max_dim_last", lambda x: tuple(x.max(-1)), ("ties",), "aten::max"),
+    _case("max_dim0_keep", lambda x: tuple(x.max(0, keepdim=True)), ("ties",), "aten::max"),
+    _case("min_dim_last", lambda x: tuple(x.min(-1)), ("ties",), "aten::min"),
+    _case("min_dim1", lambda x: tuple(x.min(1)), ("any",), "aten::min"),
+    _case("max_dim_any", lambda x: tuple(x.max(-1, keepdim=True)), ("any",), "aten::max"),
+    # argmax / argmin
+    _case("argmax_dim_last", lambda x: x.argmax(-1), ("ties",), "aten::argmax"),
+    _case("argmax_dim0_keep", lambda x: x.argmax(0, keepdim=True), ("ties",), "aten::argmax"),
+    _case("argmax_dim1", lambda x: x.argmax(1), ("any",), "aten::argmax"),
+    _case("argmax_none", lambda x: x.argmax(), ("ties",), "aten::argmax"),
+    _case("argmin_dim_last", lambda x: x.argmin(-1), ("ties",), "aten::argmin"),
+    _case("argmin_none_keep", lambda x: x.argmin(keepdim=True), ("any",), "aten::argmin"),
+    _case("argmin_dim0", lambda x: x.argmin(0), ("ties",), "aten::argmin"),
+    # std / var_mean (two-pass: the sum, then the sum of squared deviations). Over "case"
+    # values: with an inf in a row ATen's CPU Welford gives mean NaN (inf - inf in its
+    # update) where the kernels give inf, and it accumulates fp32 in double, so a variance
+    # whose squares overflow fp32 (|x| ~ 1e30) but whose sqrt does not is finite in ATen's
+    # std; NaN rows agree (NaN).
+    _case("std_last", lambda x: x.std(-1), ("case",), ("aten::var", "aten::sqrt")),
+    _case("std_outer_keep_c0", lambda x: x.std(0, correction=0, keepdim=True), ("case",),
+          ("aten::var", "aten::sqrt")),
+    _case("var_mean_last", lambda x: tuple(torch.var_mean(x, -1)), ("case",),
+          "aten::var_mean"),
+    _case("var_mean_middle", lambda x: tuple(torch.var_mean(x, 1, keepdim=True)), ("case",),
+          "aten::var_mean"),
+    # logsumexp
+    _case("logsumexp_last", lambda x: torch.logsumexp(x, -1), ("any",), "aten::logsumexp"),
+    _case("logsumexp_outer_keep", lambda x: torch.logsumexp(x, 0, keepdim=True), ("ties",),
+          "aten::logsumexp"),
+    _case("logsumexp_scaled", lambda x: torch.logsumexp(x * 30, 1), ("case",),
+          "aten::logsumexp"),
+    # sum / mean with dtype, full mean
+    _case("sum_dtype_f32", lambda x: x.sum(-1, dtype=torch.float32), ("case",), "aten::sum"),
+    _case("mean_dtype_f32", lambda x: x.mean(0, dtype=torch.float32), ("case",), "aten::mean"),
+    _case("mean_all", lambda x: x.mean(), ("case",), "aten::mean"),
+    # scans along the last dim and along the first
+    _case("cumsum_last", lambda x: x.cumsum(-1), ("any",), "aten::cumsum", why=_NO_CUDA_SCAN),
+    _case("cumsum_dim0", lambda x: x.cumsum(0), ("case",), "aten::cumsum", why=_NO_CUDA_SCAN),
+    _case("cumprod_last", lambda x: x.cumprod(-1), ("near_one",), "aten::cumprod",
+          tol=_PROD_TOL, why=_NO_CUDA_SCAN),
+]  # fmt: skip
