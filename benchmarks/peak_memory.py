@@ -32,8 +32,14 @@ all under ``torch.no_grad()``:
 The table prints the peak and its ratio to eager's peak per column, the device's name, the
 torch version and the command line. Ratios <= 1.00 mean at most eager's memory.
 
+A row may carry its own batch and dtype, ``name:batch:dtype`` (``vit:32:bf16``); on CUDA the
+default rows are issue #27's (``resnet50:32:fp32,vit:32:bf16,bert:1:fp32,gpt2:32:fp32``).
+``--jobs`` children run at once (default: 1 on the CPU, where RSS and time are shared; 4 on
+CUDA, where each process's allocator statistics are its own), each bounded by ``--timeout``.
+
     python3 benchmarks/peak_memory.py --device cpu --rows resnet50,bert --batch 1 --runs 3
-    python3 benchmarks/peak_memory.py --device cuda --batch 32 --dtype bf16 --runs 10
+    python3 benchmarks/peak_memory.py --device cuda            # issue #27's four GPU rows
+    python3 benchmarks/peak_memory.py --device cuda --rows vit:32:bf16 --impls eager,plugin --why
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ import time
 from typing import Self
 
 ROWS = ["resnet50", "vit", "bert", "gpt2"]
+# The rows of issue #27's GPU figures, each with its batch and dtype (--device cuda default).
+ISSUE_GPU_ROWS = "resnet50:32:fp32,vit:32:bf16,bert:1:fp32,gpt2:32:fp32"
 IMPLS = ["eager", "plugin", "compile"]
 
 
@@ -240,10 +248,22 @@ def _live_at_peak(snapshot: dict, top: int = 12) -> list[str]:
     return lines
 
 
-def run_child(args: argparse.Namespace, row: str, impl: str) -> dict:
+def _row_spec(spec: str, args: argparse.Namespace) -> tuple[str, int, str]:
+    """``name[:batch[:dtype]]`` -> (name, batch, dtype), defaults from ``--batch``/``--dtype``."""
+    parts = spec.split(":")
+    batch = int(parts[1]) if len(parts) > 1 and parts[1] else args.batch
+    dtype = parts[2] if len(parts) > 2 else args.dtype
+    if parts[0] not in ROWS or dtype not in ("fp32", "bf16"):
+        raise SystemExit(f"bad row {spec!r}: rows {ROWS}, dtypes fp32, bf16")
+    return parts[0], batch, dtype
+
+
+def run_child(args: argparse.Namespace, spec: str, impl: str) -> dict:
+    row, batch, dtype = _row_spec(spec, args)
+    label = f"{row} b{batch} {dtype}"
     cmd = [
         sys.executable, __file__, "--child", "--row", row, "--impl", impl,
-        "--device", args.device, "--batch", str(args.batch), "--dtype", args.dtype,
+        "--device", args.device, "--batch", str(batch), "--dtype", dtype,
         "--runs", str(args.runs), "--threads", str(args.threads),
     ] + (["--why"] if args.why else [])  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
@@ -257,12 +277,12 @@ def run_child(args: argparse.Namespace, row: str, impl: str) -> dict:
                 cmd, capture_output=True, text=True, env=env, timeout=args.timeout, check=False
             )
         except subprocess.TimeoutExpired:
-            return {"row": row, "impl": impl, "error": "timeout"}
+            return {"row": label, "impl": impl, "error": f"timeout ({args.timeout:.0f} s)"}
     recs = [json.loads(line[4:]) for line in p.stdout.splitlines() if line.startswith("ROW ")]
     if recs:
-        return recs[0]
+        return dict(recs[0], row=label)
     tail = " | ".join((p.stderr or "").strip().splitlines()[-3:])
-    return {"row": row, "impl": impl, "error": tail[:300]}
+    return {"row": label, "impl": impl, "error": tail[:300]}
 
 
 def table(recs: list[dict], impls: list[str], cuda: bool) -> str:
@@ -330,13 +350,14 @@ def _device_name(device: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--rows", default="", help="name[:batch[:dtype]],... (see the docstring)")
+    ap.add_argument("--jobs", type=int, default=0, help="children at once (0: 1 CPU, 4 CUDA)")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--runs", type=int, default=5, help="steady calls after the first")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: as is)")
-    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per child")
     ap.add_argument("--json", default="")
     ap.add_argument(
         "--why",
@@ -350,20 +371,29 @@ def main() -> None:
     if args.child:
         child(args)
         return
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
 
     impls = args.impls.split(",")
-    recs = []
-    for row in args.rows.split(","):
-        for impl in impls:
-            rec = run_child(args, row, impl)
-            recs.append(rec)
-            print(f"# {row} {impl}: {json.dumps(rec)}", file=sys.stderr, flush=True)
+    rows = args.rows or (ISSUE_GPU_ROWS if args.device == "cuda" else ",".join(ROWS))
+    cells = [(spec, impl) for spec in rows.split(",") for impl in impls]
+    for spec, _ in cells:
+        _row_spec(spec, args)  # a bad row fails now, not after the others ran
+    jobs = args.jobs or (4 if args.device == "cuda" else 1)
+
+    def one(cell: tuple[str, str]) -> dict:
+        rec = run_child(args, *cell)
+        print(f"# {cell[0]} {cell[1]}: {json.dumps(rec)}", file=sys.stderr, flush=True)
+        return rec
+
+    with ThreadPoolExecutor(jobs) as pool:
+        recs = list(pool.map(one, cells))
     print(
         f"# peak_memory\n\nCommand: `python3 {' '.join(shlex.quote(a) for a in sys.argv)}`\n\n"
         f"- device: {_device_name(args.device)}; torch {torch.__version__}; "
-        f"Python {sys.version.split()[0]}; batch {args.batch}, {args.dtype}, "
-        f"{args.runs} steady calls, threads {args.threads or torch.get_num_threads()}\n"
+        f"Python {sys.version.split()[0]}; {args.runs} steady calls after the first, "
+        f"threads {args.threads or torch.get_num_threads()}, {jobs} children at once\n"
     )
     print(table(recs, impls, args.device == "cuda"))
     if args.json:

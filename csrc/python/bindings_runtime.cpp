@@ -250,6 +250,7 @@ void init_runtime_bindings(py::module_& m) {
           })
       .def("num_frozen", &runtime::Executor::num_frozen)
       .def("step_counts", &runtime::Executor::step_counts)
+      .def("constants", &runtime::Executor::constants)
       .def("num_inputs", &runtime::Executor::num_inputs)
       .def(
           "num_outputs",

@@ -99,6 +99,14 @@ class Executor {
         t.unsafeGetTensorImpl() == frozen_[i]._unsafe_get_target() &&
         t._version() == frozen_versions_[i];
   }
+  // The constants the executor holds and puts in its slots on every run (not
+  // those only its steps' own copies hold).
+  std::vector<at::Tensor> constants() const {
+    std::vector<at::Tensor> out;
+    for (const auto& [slot, t] : constants_)
+      out.push_back(t);
+    return out;
+  }
   // Bytes of one run's arena (0: no memory plan), and how many of the steps'
   // outputs are written into it.
   int64_t arena_bytes() const {
