@@ -234,7 +234,9 @@ class CompiledGraph:
             why = why_not_capturable(self.executor.steps(), args, self.frozen)
             if why is None:
                 keep = "always" if self.mode == "reduce-overhead" else "faster"
-                self.cuda_graph = CudaGraphRunner(self.executor.run, "compiled graph", keep)
+                self.cuda_graph = CudaGraphRunner(
+                    self.executor.run, "compiled graph", keep, self.executor.arena_bytes()
+                )
                 self.call.run_override = _C.disable_wrapper(self.cuda_graph)
             else:
                 log.info("plugin: graph not captured into a CUDA graph: %s", why)

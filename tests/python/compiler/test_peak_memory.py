@@ -176,3 +176,58 @@ def test_gpu_peak_at_most_eager(make, shape) -> None:
     # Slack: cuBLAS/cuDNN workspaces and the L2-flush buffer of algorithm timing (2x L2).
     slack_mb = 2 * 64 + 32
     assert plugin_mb <= eager_mb + slack_mb, (plugin_mb, eager_mb)
+
+
+@pytest.mark.parametrize(
+    ("out_bytes", "activation_bytes", "keep", "captures"),
+    [
+        (1 << 10, 0, "faster", True),
+        ("over", 0, "faster", False),  # static buffers above the limit: not captured
+        ("over", "twice", "faster", True),  # within the graph's own activations
+        ("over", 0, "always", True),  # reduce-overhead captures whatever the size
+    ],
+)
+def test_cuda_graph_static_buffer_budget(out_bytes, activation_bytes, keep, captures) -> None:
+    """The decision on the first (warm-up) call, from the bytes of the inputs and outputs a
+    captured graph would hold; the runner only runs ``run`` here (no GPU needed)."""
+    from torch_plugin.compiler.cuda_graphs import STATIC_BYTES_LIMIT, CudaGraphRunner
+
+    n = STATIC_BYTES_LIMIT + 4 if out_bytes == "over" else out_bytes
+    out = torch.zeros(n // 4)
+    act = 2 * n if activation_bytes == "twice" else activation_bytes
+    runner = CudaGraphRunner(lambda args: [out], "test graph", keep, act)
+    x = torch.ones(4)
+    assert runner([x])[0] is out
+    assert (runner.failed is None) == captures, runner.failed
+    if not captures:
+        assert runner([x])[0] is out  # later calls run uncaptured
+        assert runner.graph is None
+
+
+class BigOutput(torch.nn.Module):
+    """A product whose output (64 MiB at batch 4096) dwarfs everything else it computes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 4096)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_large_output_not_held_by_a_cuda_graph() -> None:
+    from torch_plugin.compiler import cuda_graphs
+
+    torch.manual_seed(0)
+    model = BigOutput().cuda().eval()
+    x = torch.randn(4096, 64, device="cuda")
+    eager_mb = _peak_mb(model, x)
+    torch_plugin.reset()
+    before = dict(cuda_graphs.counters)
+    compiled = torch_plugin.optimize("plugin")(model)
+    plugin_mb = _peak_mb(compiled, x)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-3, atol=1e-3)
+    assert cuda_graphs.counters["captured"] == before["captured"]
+    assert plugin_mb <= eager_mb + 2 * 64 + 32, (plugin_mb, eager_mb)
