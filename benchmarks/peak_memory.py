@@ -163,7 +163,7 @@ def child(args: argparse.Namespace) -> None:
         if cuda:
             torch.cuda.synchronize()
             if args.why:
-                torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="all")
+                torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
             t0 = time.perf_counter()
@@ -265,7 +265,7 @@ def run_child(args: argparse.Namespace, spec: str, impl: str) -> dict:
         sys.executable, __file__, "--child", "--row", row, "--impl", impl,
         "--device", args.device, "--batch", str(batch), "--dtype", dtype,
         "--runs", str(args.runs), "--threads", str(args.threads),
-    ] + (["--why"] if args.why else [])  # fmt: skip
+    ] + (["--why"] if args.why and impl == "plugin" else [])  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(
             os.environ,
@@ -362,7 +362,8 @@ def main() -> None:
     ap.add_argument(
         "--why",
         action="store_true",
-        help="CUDA: record allocation stacks and print what is live at the peak",
+        help="CUDA, plugin column: record allocation stacks (Python) and print what is live "
+        "at the peak",
     )
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--row")
