@@ -193,9 +193,18 @@ struct GraphCall {
 void init_runtime_bindings(py::module_& m) {
   py::class_<runtime::Executor, std::shared_ptr<runtime::Executor>>(
       m, "Executor")
-      .def(py::init([](GraphBuilder& b) {
-        return std::make_shared<runtime::Executor>(*b.graph);
-      }))
+      .def(
+          py::init([](GraphBuilder& b, bool release_owned_constants) {
+            // release_owned_constants: the graph's constants that the steps
+            // hold copies of are released from it (runtime/executor.h); the
+            // graph cannot be run or exported again.
+            if (release_owned_constants)
+              return std::make_shared<runtime::Executor>(
+                  *b.graph, runtime::Executor::ReleaseOwnedConstants::kYes);
+            return std::make_shared<runtime::Executor>(*b.graph);
+          }),
+          py::arg("graph"),
+          py::arg("release_owned_constants") = false)
       .def(
           "run",
           [](const runtime::Executor& e, py::sequence args) {
@@ -241,6 +250,7 @@ void init_runtime_bindings(py::module_& m) {
           })
       .def("num_frozen", &runtime::Executor::num_frozen)
       .def("step_counts", &runtime::Executor::step_counts)
+      .def("constants", &runtime::Executor::constants)
       .def("num_inputs", &runtime::Executor::num_inputs)
       .def(
           "num_outputs",

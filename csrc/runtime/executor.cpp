@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace torch_plugin::runtime {
@@ -21,6 +22,14 @@ using ir::Value;
 using ir::ValueKind;
 
 Executor::Executor(const ir::Graph& g) {
+  build(g, false);
+}
+
+Executor::Executor(ir::Graph& g, ReleaseOwnedConstants) {
+  build(g, true);
+}
+
+void Executor::build(const ir::Graph& g, bool release_owned) {
   SlotMap slots;
   auto assign = [&](const Value* v) {
     if (!slots.slot_of.count(v->id))
@@ -31,10 +40,9 @@ Executor::Executor(const ir::Graph& g) {
     input_slots_.push_back(slots.slot(v));
     input_specs_.push_back({v->dtype, v->sizes, v->strides});
   }
-  for (const Value* c : g.constants()) {
+  const std::vector<Value*> constants = g.constants();
+  for (const Value* c : constants)
     assign(c);
-    constants_.emplace_back(slots.slot(c), c->constant);
-  }
   std::vector<const ir::Node*> nodes;
   for (const auto& n : g.node_list()) {
     nodes.push_back(n.get());
@@ -60,8 +68,8 @@ Executor::Executor(const ir::Graph& g) {
   // a value something still alive may alias (outputs of ops that may return
   // views keep their inputs alive until they die themselves).
   std::unordered_set<int> keep(output_slots_.begin(), output_slots_.end());
-  for (const auto& [slot, t] : constants_)
-    keep.insert(slot);
+  for (const Value* c : constants)
+    keep.insert(slots.slot(c));
   std::vector<int> last_use(num_slots_, -1);
   for (size_t i = 0; i < nodes.size(); ++i) {
     for (const Value* in : nodes[i]->inputs)
@@ -95,6 +103,48 @@ Executor::Executor(const ir::Graph& g) {
   // with the host compiler, runtime/cpu; CUDA with NVRTC, runtime/cuda).
   preload_kernels(nodes);
 
+  // Readers of each constant (a graph output counts as one that never holds
+  // a copy): when every reader's step holds its own copy, the constant is not
+  // needed at run time. With release_owned, the last such reader releases it
+  // from the graph as soon as its step is built (see executor.h).
+  std::unordered_map<const Value*, std::atomic<int>> unowned_readers;
+  for (const Value* c : constants)
+    unowned_readers[c] = 0;
+  for (const ir::Node* n : nodes) {
+    for (const Value* in : n->inputs) {
+      auto it = unowned_readers.find(in);
+      if (it != unowned_readers.end())
+        it->second++;
+    }
+  }
+  for (const Value* out : g.outputs()) {
+    auto it = unowned_readers.find(out);
+    if (it != unowned_readers.end())
+      it->second++;
+  }
+  // Released constants are dropped on this (the calling) thread only: the
+  // last reference to a tensor with a Python object takes the GIL, which the
+  // caller may hold while it waits for the workers.
+  std::vector<at::Tensor> released;
+  std::mutex released_mutex;
+  auto note_owned = [&](const ir::Node& n, const Step& step) {
+    for (const Value* in : n.inputs) {
+      auto it = unowned_readers.find(in);
+      if (it == unowned_readers.end() || !step.owns_copy_of(*in))
+        continue;
+      if (--it->second == 0 && release_owned) {
+        std::lock_guard<std::mutex> lock(released_mutex);
+        // g is non-const here (the releasing constructor).
+        released.push_back(std::move(const_cast<Value*>(in)->constant));
+      }
+    }
+  };
+  auto drop_released = [&] {
+    std::vector<at::Tensor> drop;
+    std::lock_guard<std::mutex> lock(released_mutex);
+    drop.swap(released);
+  };
+
   // Library steps (oneDNN primitive creation, which JIT-compiles kernels, and
   // weight prepacking) are most of the build time and independent of each
   // other: build them on a few threads. The other steps are cheap and built
@@ -103,10 +153,14 @@ Executor::Executor(const ir::Graph& g) {
   std::atomic<size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
-  auto build_library_steps = [&] {
+  auto build_library_steps = [&](bool calling_thread) {
     for (size_t i; (i = next++) < nodes.size();) {
       try {
         steps_[i] = make_library_step(*nodes[i], slots);
+        if (steps_[i])
+          note_owned(*nodes[i], *steps_[i]);
+        if (calling_thread)
+          drop_released();
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!error)
@@ -118,10 +172,11 @@ Executor::Executor(const ir::Graph& g) {
       std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 4);
   std::vector<std::thread> threads;
   for (size_t t = 1; t < workers; ++t)
-    threads.emplace_back(build_library_steps);
-  build_library_steps();
+    threads.emplace_back(build_library_steps, false);
+  build_library_steps(true);
   for (std::thread& t : threads)
     t.join();
+  drop_released();
   if (error)
     std::rethrow_exception(error);
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -129,6 +184,12 @@ Executor::Executor(const ir::Graph& g) {
       steps_[i] = make_kernel_step(*nodes[i], slots);
     if (!steps_[i])
       steps_[i] = make_fallback_step(*nodes[i], slots);
+  }
+  // The constants some step reads at run time; the others live in their
+  // steps' copies only.
+  for (const Value* c : constants) {
+    if (unowned_readers.at(c) > 0 && c->constant.defined())
+      constants_.emplace_back(slots.slot(c), c->constant);
   }
   step_names_.reserve(steps_.size());
   step_info_.reserve(steps_.size());

@@ -46,7 +46,17 @@ struct StepInfo {
 class Executor {
  public:
   // Builds the plan of `g`, which must have been through the compiler pipeline.
+  // A constant that every step reading it holds a copy of (Step::owns_copy_of:
+  // oneDNN's prepacked weights and biases) is not held by the executor.
   explicit Executor(const ir::Graph& g);
+  // The same, and such a constant is also released from `g` (its
+  // Value::constant reset) as soon as the last step reading it is built, so
+  // that a folded weight and its prepacked copy are not both held while the
+  // other steps are built. `g` then cannot be run or exported again (its
+  // owner lowers again when it needs the graph). The caller must not use `g`
+  // from another thread meanwhile.
+  enum class ReleaseOwnedConstants { kYes };
+  Executor(ir::Graph& g, ReleaseOwnedConstants);
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
 
@@ -89,6 +99,14 @@ class Executor {
         t.unsafeGetTensorImpl() == frozen_[i]._unsafe_get_target() &&
         t._version() == frozen_versions_[i];
   }
+  // The constants the executor holds and puts in its slots on every run (not
+  // those only its steps' own copies hold).
+  std::vector<at::Tensor> constants() const {
+    std::vector<at::Tensor> out;
+    for (const auto& [slot, t] : constants_)
+      out.push_back(t);
+    return out;
+  }
   // Bytes of one run's arena (0: no memory plan), and how many of the steps'
   // outputs are written into it.
   int64_t arena_bytes() const {
@@ -126,6 +144,7 @@ class Executor {
   mutable std::mutex pool_mutex_;
   mutable std::vector<at::Tensor> arena_pool_; // arenas not in use by a run
 
+  void build(const ir::Graph& g, bool release_owned);
   at::Tensor acquire_arena() const;
   std::vector<at::Tensor> collect_outputs(const Slots& slots) const;
   void release_arena(at::Tensor arena) const;

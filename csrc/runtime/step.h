@@ -57,6 +57,14 @@ class Step {
   virtual void run(Slots& slots) const = 0;
   // "fallback aten::add.Tensor", "kernel fused_3", "onednn conv_pointwise"
   virtual std::string describe() const = 0;
+  // Whether the step keeps its own copy of the constant input `v` (made when
+  // it was built: a oneDNN weight reordered into its blocked layout, a bias)
+  // and never reads v's slot when it runs. A constant every reader holds a
+  // copy of is not held by the executor (Executor: weights held once).
+  virtual bool owns_copy_of(const ir::Value& v) const {
+    (void)v;
+    return false;
+  }
 };
 
 // Any ATen op, called through the PyTorch dispatcher (boxed).

@@ -12,6 +12,12 @@ with one launch. :class:`CudaGraphRunner` wraps a compiled graph's boxed runner
   current stream and return *copies* of the static outputs, so an output the caller keeps is
   never overwritten by the next replay (a copy per output: correct first; Inductor's cudagraph
   trees return the static buffers instead and warn on reuse);
+- in the default mode, a graph whose static buffers (the input copies and the outputs, which
+  a captured graph holds for as long as it lives, and which every replay copies out) would
+  exceed :data:`STATIC_BYTES_LIMIT` or the executor's arena of activations, whichever is
+  larger, is not captured: eager holds none of them, so they would raise the peak memory
+  above eager's (GPT-2 with its LM head, batch 32: 823 MB of logits held twice), while the
+  launches a CUDA graph saves matter only when each kernel is small;
 - the graphs of one device share one memory pool (``torch.cuda.graph_pool_handle``), so
   a model whose graph breaks into several graphs holds one set of intermediate buffers. That is
   safe because each replay's outputs are copied out before another graph of the pool replays,
@@ -114,6 +120,10 @@ class _Pool:
 
 counters = {"captured": 0, "replays": 0, "failed": 0, "dropped": 0}
 
+# Bytes of static buffers (input copies and outputs) a graph may hold in the default mode
+# whatever its activations (see the module docstring); above it, no more than its arena.
+STATIC_BYTES_LIMIT = 32 << 20
+
 _pools: dict[torch.device, _Pool] = {}
 _pools_lock = threading.Lock()
 
@@ -124,6 +134,11 @@ def _pool_for(device: torch.device) -> _Pool:
         if pool is None:
             pool = _pools[device] = _Pool(device)
         return pool
+
+
+def _bytes(tensors: Sequence[Any]) -> int:
+    """Bytes of the tensors' storages in ``tensors`` (others count for nothing)."""
+    return sum(t.untyped_storage().nbytes() for t in tensors if isinstance(t, torch.Tensor))
 
 
 class CudaGraphRunner:
@@ -140,12 +155,16 @@ class CudaGraphRunner:
         run: Callable[[list[torch.Tensor]], list[torch.Tensor]],
         name: str,
         keep: str = "faster",
+        activation_bytes: int = 0,
     ) -> None:
         """``keep``: "faster" (default mode) times the replay, with its input and output
         copies, against running ``run`` directly right after capturing, and keeps the CUDA
         graph only when it is faster (a graph of a few large kernels gains nothing from one
-        launch and pays the copies); "always" (``mode="reduce-overhead"``) keeps it."""
+        launch and pays the copies), and captures only when the static buffers fit
+        ``max(STATIC_BYTES_LIMIT, activation_bytes)`` (the executor's arena); "always"
+        (``mode="reduce-overhead"``) captures and keeps it."""
         self.run = run
+        self.static_budget = max(STATIC_BYTES_LIMIT, activation_bytes)
         self.name = name
         self.keep = keep
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -157,8 +176,19 @@ class CudaGraphRunner:
 
     def __call__(self, args: list[torch.Tensor]) -> list[Any]:
         self.calls += 1
-        if self.failed is not None or self.calls == 1:
-            return self.run(args)  # the first call warms up
+        if self.failed is not None:
+            return self.run(args)
+        if self.calls == 1:  # the first call warms up
+            outputs = self.run(args)
+            if self.keep == "faster":
+                static = _bytes(args) + _bytes(outputs)
+                if static > self.static_budget:
+                    self.failed = (
+                        f"its static inputs and outputs ({static / 2**20:.0f} MB) would be "
+                        f"held beyond its activations ({self.static_budget / 2**20:.0f} MB)"
+                    )
+                    log.info("plugin: %s runs without a CUDA graph: %s", self.name, self.failed)
+            return outputs
         if self.graph is None:
             self._capture(args)
             if self.graph is None:

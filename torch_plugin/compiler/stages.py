@@ -43,12 +43,21 @@ from torch_plugin.contract import UNVERSIONED_PARAMETERS
 log = logging.getLogger(__name__)
 
 
-def _new_executor(ir_graph: Any) -> Any:
-    """The C++ executor of ``ir_graph`` (a graph through the pass pipeline), built with the
+def _new_executor(lowered: Lowered) -> Any:
+    """The C++ executor of ``lowered`` (a graph through the pass pipeline), built with the
     runtime options in effect now (:func:`torch_plugin.compiler.configure_runtime`: its steps
-    read some as they are built)."""
+    read some as they are built).
+
+    The executor takes over the IR's constants: those its steps keep copies of (a folded
+    conv weight prepacked by oneDNN) are released from the IR as soon as their step is built,
+    so that no weight is held twice, during the build or after; the IR graph is dropped
+    (``lowered.ir_graph`` becomes None) and :attr:`CompiledGraph.ir_graph` lowers again when
+    asked for it."""
     configure_runtime()
-    return _C._compiler.Executor(ir_graph)
+    ir_graph, lowered.ir_graph = lowered.ir_graph, None
+    if ir_graph is None:
+        raise RuntimeError("plugin: this lowered graph already built an executor")
+    return _C._compiler.Executor(ir_graph, release_owned_constants=True)
 
 
 @dataclasses.dataclass
@@ -110,6 +119,8 @@ class Lowered:
         pass_options["freeze"] = bool(frozen)
         ir_graph.run_pipeline(pass_options)
         self.ir_graph = ir_graph
+        # Its text, kept: building the executor releases the IR (_new_executor).
+        self.ir_text = str(ir_graph)
         self.frozen = frozen
         self.options = options
         self._again = again
@@ -174,7 +185,7 @@ class CompiledGraph:
         self.mode = mode
         self.options = lowered.options
         self.call = _C._compiler.GraphCall(
-            _new_executor(lowered.ir_graph),
+            _new_executor(lowered),
             _C.disable_wrapper(self._frozen_changed),
             list(leading),
             inference,
@@ -185,8 +196,7 @@ class CompiledGraph:
 
     def _use(self, lowered: Lowered, executor: Any) -> None:
         self.lowered = lowered
-        self.ir_graph = lowered.ir_graph
-        self.ir = str(lowered.ir_graph)
+        self.ir = lowered.ir_text
         self.frozen = lowered.frozen
         self.num_frozen = len(lowered.frozen)
         # Read only on the rare path (the log line); the check is the executor's, in C++.
@@ -208,7 +218,7 @@ class CompiledGraph:
                 log.info("plugin: a frozen parameter changed (argument %d); recompiling", i)
                 break
         lowered = self.lowered.again(list(args[:n]))
-        self._use(lowered, _new_executor(lowered.ir_graph))
+        self._use(lowered, _new_executor(lowered))
         return self.call(args)
 
     def _first_run(self, args: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -224,7 +234,9 @@ class CompiledGraph:
             why = why_not_capturable(self.executor.steps(), args, self.frozen)
             if why is None:
                 keep = "always" if self.mode == "reduce-overhead" else "faster"
-                self.cuda_graph = CudaGraphRunner(self.executor.run, "compiled graph", keep)
+                self.cuda_graph = CudaGraphRunner(
+                    self.executor.run, "compiled graph", keep, self.executor.arena_bytes()
+                )
                 self.call.run_override = _C.disable_wrapper(self.cuda_graph)
             else:
                 log.info("plugin: graph not captured into a CUDA graph: %s", why)
@@ -232,6 +244,16 @@ class CompiledGraph:
 
     def __call__(self, args: list[Any]) -> Any:
         return self.call(args)
+
+    @property
+    def ir_graph(self) -> Any:
+        """The IR graph after the pass pipeline, with its constants: lowered again on each
+        access (the executor released the IR it was built from; see :func:`_new_executor`),
+        for export and inspection, never on the hot path."""
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            return self.lowered.again(self.frozen).ir_graph
 
     def describe(self) -> str:
         """The executor's steps, one per line."""

@@ -34,15 +34,6 @@ bool foldable(const Node* n, const Graph& g) {
   return true;
 }
 
-bool shares_storage_with_input(const at::Tensor& t, const Node* n) {
-  for (const Value* in : n->inputs) {
-    if (in->constant.defined() &&
-        in->constant.storage().is_alias_of(t.storage()))
-      return true;
-  }
-  return false;
-}
-
 bool run(Graph& g, const PassOptions& options) {
   if (!options.freeze)
     return false;
@@ -74,11 +65,12 @@ bool run(Graph& g, const PassOptions& options) {
       // MB). The parameter it views is frozen, and a change to it recompiles
       // (its version is guarded). Other views (expand, a strided slice) become
       // dense tensors of their own, the layout later passes expect of a
-      // constant.
-      const bool dense_view =
-          t.is_non_overlapping_and_dense() && shares_storage_with_input(t, n);
+      // constant. A fresh dense result (a dtype conversion of a weight under
+      // autocast) is kept as it is: cloning it held the constant twice while
+      // folding.
+      const bool dense = t.is_non_overlapping_and_dense();
       Value* c =
-          g.add_constant(dense_view ? t : t.clone(at::MemoryFormat::Preserve));
+          g.add_constant(dense ? t : t.clone(at::MemoryFormat::Preserve));
       g.replace_all_uses(const_cast<Value*>(out), c);
     }
     g.erase_node(n);

@@ -60,7 +60,15 @@ class ConvStep final : public Step {
                 ? slots.slot(n.tensor_arg(conv::kResidual))
                 : -1),
         out_(slots.slot(n.outputs[0])),
-        buffer_(*n.outputs[0], slots) {}
+        buffer_(*n.outputs[0], slots),
+        weight_id_(n.tensor_arg(conv::kW)->id),
+        bias_id_(
+            n.tensor_arg(conv::kBias) ? n.tensor_arg(conv::kBias)->id : -1) {}
+
+  // The weight and the bias are prepacked copies (libs::OneDnnConv).
+  bool owns_copy_of(const ir::Value& v) const override {
+    return v.id == weight_id_ || v.id == bias_id_;
+  }
 
   void run(Slots& s) const override {
     constexpr auto cl = at::MemoryFormat::ChannelsLast;
@@ -81,6 +89,7 @@ class ConvStep final : public Step {
   libs::OneDnnConvRef conv_;
   int in_, residual_, out_;
   OutputBuffer buffer_;
+  int64_t weight_id_, bias_id_;
 };
 
 // How linear steps hold their weight (RuntimeOptions::onednn_weights:
@@ -119,7 +128,23 @@ class LinearStep final : public Step {
                 ? slots.slot(n.tensor_arg(linear::kResidual))
                 : -1),
         out_(slots.slot(n.outputs[0])),
-        buffer_(*n.outputs[0], slots) {}
+        buffer_(*n.outputs[0], slots),
+        weight_id_(
+            linear_weights() == libs::OneDnnLinear::Weights::kPacked
+                ? n.tensor_arg(linear::kW)->id
+                : -1),
+        bias_id_(
+            n.tensor_arg(linear::kBias) ? n.tensor_arg(linear::kBias)->id
+                                        : -1) {
+    if (weight_id_ >= 0)
+      weight_ = at::Tensor(); // packed: oneDNN holds its own copy
+  }
+
+  // The bias is always a copy; the weight when packed (kPacked), not when
+  // borrowed (weight_ reads the constant itself).
+  bool owns_copy_of(const ir::Value& v) const override {
+    return v.id == weight_id_ || v.id == bias_id_;
+  }
 
   void run(Slots& s) const override {
     at::Tensor x = s[in_].contiguous();
@@ -140,6 +165,7 @@ class LinearStep final : public Step {
   libs::OneDnnLinearRef linear_;
   int in_, residual_, out_;
   OutputBuffer buffer_;
+  int64_t weight_id_, bias_id_;
 };
 
 bool takes(const Node& n) {
