@@ -46,11 +46,27 @@ PY
 
 python3 -m venv --system-site-packages "$OUT/venv"
 "$OUT/venv/bin/python" -m pip install -q --no-deps --ignore-installed "$WHEEL"
+# oneDNN's wheel (onednn) puts libdnnl.so into <prefix>/lib of the environment it is installed
+# in, where _onednn.so's RPATH ($ORIGIN/../../..) looks. Here it is the system's prefix, not the
+# venv's (a split install: the venv borrows the system's packages), so the library path names it.
+ONEDNN_LIB="$(python3 -c 'import importlib.metadata as m, os
+try:
+    d = m.distribution("onednn")
+    print(next(os.path.dirname(str(d.locate_file(f).resolve())) for f in d.files if f.name == "libdnnl.so"))
+except Exception:
+    pass')"
+if [ -n "$ONEDNN_LIB" ]; then export LD_LIBRARY_PATH="$ONEDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+WITH_ONEDNN=0
+if unzip -l "$WHEEL" | grep -q 'torch_plugin/_onednn.so'; then WITH_ONEDNN=1; fi
 cd "$OUT"
 "$OUT/venv/bin/python" -c "
 import torch_plugin, sys
 assert torch_plugin.__file__.startswith('$OUT/venv/'), torch_plugin.__file__
 print('torch_plugin', torch_plugin.__version__, 'imported from', torch_plugin.__file__)
+from torch_plugin import _C
+if $WITH_ONEDNN:
+    assert _C._compiler.has_onednn, _C._compiler.onednn_error
+    print('oneDNN loaded from the wheel\'s _onednn.so')
 "
 "$OUT/venv/bin/python" "$ROOT/examples/resnet18_demo.py"
 echo "tests/wheel_check.sh: ok"
