@@ -28,8 +28,7 @@ void point_opencl_at_cpu_runtime() {
   if (std::getenv("OCL_ICD_FILENAMES"))
     return;
   Dl_info info;
-  if (!dladdr(reinterpret_cast<void*>(&dnnl_version), &info) ||
-      !info.dli_fname)
+  if (!dladdr(reinterpret_cast<void*>(&dnnl_version), &info) || !info.dli_fname)
     return;
   std::string dir = info.dli_fname;
   size_t slash = dir.rfind('/');
