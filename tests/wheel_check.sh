@@ -46,11 +46,28 @@ PY
 
 python3 -m venv --system-site-packages "$OUT/venv"
 "$OUT/venv/bin/python" -m pip install -q --no-deps --ignore-installed "$WHEEL"
+# oneDNN's wheel (onednn-cpu-gomp, or onednn) puts libdnnl.so into <prefix>/lib of the environment it is installed
+# in, where _onednn.so's RPATH ($ORIGIN/../../..) looks. Here it is the system's prefix, not the
+# venv's (a split install: the venv borrows the system's packages), so the library path names it.
+ONEDNN_LIB="$(python3 -c 'import importlib.metadata as m, os
+for d in m.distributions():
+    if (d.metadata["Name"] or "").lower().startswith("onednn"):
+        for f in d.files or []:
+            if f.name == "libdnnl.so":
+                print(os.path.dirname(str(d.locate_file(f).resolve())))
+                raise SystemExit')"
+if [ -n "$ONEDNN_LIB" ]; then export LD_LIBRARY_PATH="$ONEDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+WITH_ONEDNN=0
+if unzip -l "$WHEEL" | grep -q 'torch_plugin/_onednn.so'; then WITH_ONEDNN=1; fi
 cd "$OUT"
 "$OUT/venv/bin/python" -c "
 import torch_plugin, sys
 assert torch_plugin.__file__.startswith('$OUT/venv/'), torch_plugin.__file__
 print('torch_plugin', torch_plugin.__version__, 'imported from', torch_plugin.__file__)
+from torch_plugin import _C
+if $WITH_ONEDNN:
+    assert _C._compiler.has_onednn, _C._compiler.onednn_error
+    print('oneDNN loaded from the wheel\'s _onednn.so')
 "
 "$OUT/venv/bin/python" "$ROOT/examples/resnet18_demo.py"
 echo "tests/wheel_check.sh: ok"

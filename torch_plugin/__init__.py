@@ -33,7 +33,7 @@ if _onednn_error:
     warnings.warn(
         f"torch_plugin: oneDNN is not available ({_onednn_error}); the 'plugin' compiler runs "
         "convolutions and matrix products through ATen. Install oneDNN's library "
-        "(Debian/Ubuntu: `apt-get install libdnnl-dev`) to use its fused kernels.",
+        "(`python3 -m pip install onednn-cpu-gomp`) to use its fused kernels.",
         stacklevel=2,
     )
 

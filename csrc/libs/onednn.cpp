@@ -3,6 +3,10 @@
 
 #include <dnnl.hpp>
 
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
 #include <stdexcept>
 
 namespace torch_plugin::libs {
@@ -12,9 +16,50 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
+#if defined(DNNL_CPU_RUNTIME) && DNNL_CPU_RUNTIME == DNNL_RUNTIME_SYCL
+// Intel's PyPI wheel `onednn` is the SYCL build: its CPU engine is a SYCL CPU
+// device, which the OpenCL CPU runtime (libintelocl.so, from the wheel
+// intel-opencl-rt, installed beside libdnnl.so) provides. Nothing registers
+// that runtime with the OpenCL ICD loader (no /etc/OpenCL/vendors entry), so
+// without OCL_ICD_FILENAMES engine creation fails with "SYCL cpu devices
+// queried but not found". Name it, unless the user already set the variable;
+// the ICD loader reads it on its first call, inside the engine's creation.
+void point_opencl_at_cpu_runtime() {
+  if (std::getenv("OCL_ICD_FILENAMES"))
+    return;
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&dnnl_version), &info) || !info.dli_fname)
+    return;
+  std::string dir = info.dli_fname;
+  size_t slash = dir.rfind('/');
+  if (slash == std::string::npos)
+    return;
+  std::string ocl = dir.substr(0, slash) + "/libintelocl.so";
+  struct stat st;
+  if (stat(ocl.c_str(), &st) == 0)
+    setenv("OCL_ICD_FILENAMES", ocl.c_str(), 0);
+}
+#else
+void point_opencl_at_cpu_runtime() {}
+#endif
+
 dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine e = [] {
+    point_opencl_at_cpu_runtime();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
+}
+
+// One stream per calling thread, made on its first call: a stream is cheap on
+// oneDNN's OpenMP build but is a SYCL queue on the wheel's SYCL build, where
+// making one per execute() doubled the fixed cost of a call (a 16x16x16 matmul
+// on the 2-core dev machine: 13.7 us with a new stream, 7.0 us reused; Debian's
+// 2.6: 0.6 us either way). execute() may run on several threads (onednn.h), so
+// the stream is the thread's own.
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
 }
 
 void append_eltwise(
@@ -185,7 +230,7 @@ void OneDnnConv::execute(
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
         memory(p.dst_md, engine(), const_cast<float*>(residual));
   }
-  dnnl::stream s(engine());
+  dnnl::stream& s = thread_stream();
   p.prim.execute(s, args);
   s.wait();
 }
@@ -263,7 +308,7 @@ void OneDnnLinear::execute(
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
         memory(p.dst_md, engine(), const_cast<float*>(residual));
   }
-  dnnl::stream s(engine());
+  dnnl::stream& s = thread_stream();
   p.prim.execute(s, args);
   s.wait();
 }

@@ -5,7 +5,8 @@
 // Owns: the oneDNN engine and primitives; the prepacked weight memory of each
 // primitive. Does not own: the graph (the caller passes plain shapes) or the
 // tensors it runs on. Sources: oneDNN developer guide, "Primitive Attributes:
-// Post-ops" and "Convolution"; API v2.x (Debian's libdnnl-dev) and v3.x.
+// Post-ops" and "Convolution"; API v3.x (the PyPI wheel onednn 2026.1 is
+// oneDNN 3.13) and v2.x (Debian 12's libdnnl-dev 2.6).
 // Thread safety: execute() may run concurrently from several threads.
 // Only compiled when oneDNN is found (TORCH_PLUGIN_HAVE_ONEDNN). This header
 // and onednn.cpp include no PyTorch header: torch ships its own (newer) oneDNN
