@@ -28,6 +28,11 @@ GPU_TESTS=(
   tests/python/compiler/test_cublaslt.py
   tests/python/models/test_cuda_models.py
   tests/python/distributed/test_ddp.py
+  tests/python/compiler/op_coverage/test_op_coverage.py
+  tests/python/compiler/test_typed_kernels.py
+  tests/python/compiler/test_reduction_ops.py
+  tests/python/compiler/test_symbolic_sizes.py
+  tests/python/compiler/test_peak_memory.py
 )
 existing=()
 for t in "${GPU_TESTS[@]}"; do [[ -f "$ROOT/$t" ]] && existing+=("$ROOT/$t"); done
