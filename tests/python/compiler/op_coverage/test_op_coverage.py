@@ -64,10 +64,14 @@ SHAPE_ALONE = (3, 37)
 SHAPE_CHAIN = (2, 5, 129)
 CALLS = 3
 
+# torch.testing.assert_close's defaults (fp32, fp16, fp64), bf16's atol wider (values near
+# zero after cancellation in a chain). fp64 is not exact: the system compiler may contract
+# a * b + c into an FMA (one rounding less than eager).
 _DEFAULT_TOL = {
     torch.float32: (1.3e-6, 1e-5),
     torch.bfloat16: (1.6e-2, 1e-2),
     torch.float16: (1e-3, 1e-5),
+    torch.float64: (1e-7, 1e-7),
 }
 
 
@@ -190,10 +194,12 @@ def _loadable(device: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) 
     return _LOADABLE[key]
 
 
-def _tol(case: OpCase, dtype: torch.dtype) -> tuple[float, float]:
+def _tol(case: OpCase, dtype: torch.dtype, out_dtype: torch.dtype) -> tuple[float, float]:
+    """The case's override for its case dtype, else the default of the output's dtype
+    (an integer case may return floats: int / int)."""
     if case.tol and dtype in case.tol:
         return case.tol[dtype]
-    return _DEFAULT_TOL.get(dtype, (0.0, 0.0))
+    return _DEFAULT_TOL.get(out_dtype, (0.0, 0.0))
 
 
 def _check_values(
@@ -225,13 +231,16 @@ def _check_values(
     torch.testing.assert_close(g[fin], w[fin], rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
-def _reference(fn: Callable, xs: list, dtype: torch.dtype, fused: bool, chained: bool) -> list:
-    """Eager; for a fused chain of a narrow float dtype, computed in float32 from the same
-    inputs and rounded once (what the kernel does; eager rounds between ops)."""
-    if fused and chained and dtype in (torch.bfloat16, torch.float16):
-        wide = [x.float() if x.dtype == dtype else x for x in xs]
-        return [o.to(dtype) if o.dtype == torch.float32 else o for o in _outputs(fn(*wide))]
-    return _outputs(fn(*xs))
+def _reference(fn: Callable, xs: list, dtype: torch.dtype, fused: bool, in_float: bool) -> list:
+    """Eager; for a fused case of a narrow float dtype (bf16/fp16) with ``in_float``,
+    computed in float32 from the same inputs and rounded once to eager's output dtypes, as
+    Inductor's tests do (``check_model(reference_in_float=True)``): the kernel computes in
+    float32 and rounds once, where eager (and ATen's decompositions) may round between ops."""
+    eager = _outputs(fn(*xs))
+    if not (fused and in_float and dtype in (torch.bfloat16, torch.float16)):
+        return eager
+    wide = _outputs(fn(*[x.float() if x.dtype == dtype else x for x in xs]))
+    return [w.to(e.dtype) for w, e in zip(wide, eager)]
 
 
 def _run(
@@ -259,9 +268,9 @@ def _run(
         k = 0
         for c, f, ins in zip(cases, fns, per_case):
             fused = c.fused and loadable
-            want = _reference(f, ins, dtype, fused, chained)
+            want = _reference(f, ins, dtype, fused, chained or c.reference_in_float)
             for j, w in enumerate(want):
-                rtol, atol = _tol(c, dtype)
+                rtol, atol = _tol(c, dtype, w.dtype)
                 relaxed = KNOWN_DIFFERENCES.get(c.name, ("", ""))[0]
                 where = f"{c.name}[{dtype}, {device}, call {call}, out {j}]"
                 _check_values(where, got[k], w, rtol, atol, relaxed)
@@ -274,8 +283,9 @@ def _run(
     for c in cases:
         for a in _atens(c):
             in_kernel = any(_matches(a, op) for op in fused_ops)
-            # In a batch another case's lone op may fall back with the same name.
-            as_fallback = len(cases) == 1 and any(_matches(a, op) for op in fallback_ops)
+            # In a batch a documented fallback of another case may have the same name.
+            shared = any(not o.fused and a in _atens(o) for o in cases if o is not c)
+            as_fallback = not shared and any(_matches(a, op) for op in fallback_ops)
             if c.fused and loadable:
                 assert in_kernel and not as_fallback, (
                     f"{c.name} [{dtype}, {device}]: {a} not inside a generated kernel "
@@ -342,3 +352,34 @@ def test_harness_sees_fallbacks(monkeypatch):
     case = OpCase("i0", torch.i0, ("any",), (torch.float32,), "aten::i0")
     with pytest.raises(AssertionError, match="not inside a generated kernel"):
         _run([case], "cpu", torch.float32, False, monkeypatch)
+
+
+def _graph_ops(case: OpCase, dtype: torch.dtype) -> set[str]:
+    """The ATen ops of the case's graph after the plugin's decompositions (make_fx with
+    :func:`~torch_plugin.compiler.decompositions.decomposition_table`; no kernel compiled)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_plugin.compiler.decompositions import decomposition_table
+
+    xs = _inputs(case, dtype, "cpu", SHAPE_ALONE, seed=0)
+    with torch.no_grad():
+        gm = make_fx(lambda *a: case.fn(*a), decomposition_table=decomposition_table())(*xs)
+    return {
+        n.target.name()
+        for n in gm.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    }
+
+
+@pytest.mark.parametrize("module", list(CASE_LISTS))
+def test_case_names_its_graph_ops(module):
+    """Each case's ATen names are in its own decomposed graph in every dtype it runs in (a
+    batch checks only that the name is inside one of the batch's kernels)."""
+    wrong = []
+    for c in CASE_LISTS[module]:
+        for dtype in c.dtypes:
+            ops = _graph_ops(c, dtype)
+            missing = [a for a in _atens(c) if not any(_matches(a, op) for op in ops)]
+            if missing:
+                wrong.append(f"{c.name} [{dtype}]: {missing} not in {sorted(ops)}")
+    assert not wrong, "\n".join(wrong)
