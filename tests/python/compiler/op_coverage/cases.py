@@ -199,7 +199,7 @@ FLOAT_CASES: list[OpCase] = [
         "aten::logit",
         "unit",
         reference_in_float=False,
-        tol={F16: (4e-3, 1e-5)},
+        tol={F16: (4e-3, 1e-3)},  # near x = 0.5: 1 - x and x / (1 - x) rounded, ~ulp(1)
     ),
     _u("square", torch.square, "aten::pow"),
     _u("exp_neg", lambda x: torch.exp(-x), "aten::exp"),
@@ -286,6 +286,9 @@ FLOAT_CASES: list[OpCase] = [
         ("any", "any", "any"),
         FLOATS,
         "aten::mul",
+        # The decomposition computes in float32 and converts back (_to_copy): the kernel
+        # rounds the result to fp16 there too, then a chain scales it by 3: 1.5 fp16 ulp.
+        tol={F16: (1e-3, 1e-3)},
     ),
     OpCase(
         "addcdiv",
@@ -293,6 +296,7 @@ FLOAT_CASES: list[OpCase] = [
         ("any", "any", "nonzero"),
         FLOATS,
         "aten::div",
+        tol={F16: (1e-3, 1e-3)},  # as addcmul
     ),
 ]
 """The floating-point pointwise ops of issue #27."""
