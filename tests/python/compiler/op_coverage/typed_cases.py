@@ -7,14 +7,18 @@ Format: OpCase of cases.py (the shared harness, tests/python/compiler/op_coverag
 OPCASES.md). Each op runs behind an identity prologue (`torch.maximum(x, x)`) so that it forms a
 fusion group of two ops: a lone pointwise op stays an ATen call by design. masked_fill reaches
 the compiler decomposed (aten::scalar_tensor + aten::where.self), so its cases expect
-aten::where inside a kernel.
+aten::where inside a kernel. Likewise isfinite/isposinf/isneginf/nan_to_num name the ops of
+their decompositions, per dtype group: comparisons and where for floats; for integers a
+constant fill (full_like, an ATen call) or nothing at all (nan_to_num is the identity).
+.to() of a tensor's own dtype is no op, so each to_<dtype> case runs from the other dtypes.
 
 EXTRA_DOMAINS adds the domains these cases need beyond cases.py's:
   "typed": every dtype: floats with nan, +-inf, -0.0, 0, +-1 and small integers (so that
            comparisons find equal elements); integers with min, max, 0, -1; random bools;
   "finite": as "typed" without nan/inf, |v| < 100 (float -> integer conversions, whose
            out-of-range results ATen leaves undefined);
-  "shift": shift amounts from -1 to the dtype's bit width + 1.
+  "shift": shift amounts from -1 to the dtype's bit width + 1;
+  "typed_nonzero": as "typed" without zeros (integer divisors).
 """
 
 from __future__ import annotations
