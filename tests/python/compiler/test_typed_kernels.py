@@ -1,25 +1,10 @@
-"""Typed kernels (issue #27, ops-typed): every case of op_coverage/typed_cases.py through the
-"plugin" backend against eager, on fresh inputs over several calls, values and dtypes exact
-(nan positions and signed zeros included), and the op inside a generated kernel (no
-"fallback aten::<op>" step) unless the case documents a fallback. The shared harness
-(op_coverage/test_op_coverage.py) runs the same cases on both devices; this file is the local
-runner of the typed cases (one dtype per case by default, every dtype under the slow marker)
-plus the attention-mask chains that must fuse, on CPU and, when present, CUDA."""
-
-import importlib.util
-import pathlib
-import sys
-import zlib
+"""Typed kernels (issue #27, ops-typed) beyond single ops: the attention-mask chain and a
+mixed-dtype group that must each be ONE generated kernel, against eager, on the CPU and,
+when present, CUDA. The single typed ops (op_coverage/typed_cases.py) run in the shared
+op-coverage harness (op_coverage/test_op_coverage.py)."""
 
 import pytest
 import torch
-
-_spec = importlib.util.spec_from_file_location(
-    "typed_cases", pathlib.Path(__file__).parent / "op_coverage" / "typed_cases.py"
-)
-typed_cases = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("typed_cases", typed_cases)  # dataclasses look the module up
-_spec.loader.exec_module(typed_cases)
 
 
 @pytest.fixture(autouse=True)
@@ -43,72 +28,11 @@ def _graphs(monkeypatch: pytest.MonkeyPatch) -> list:
     return built
 
 
-def _nonzero(shape, dtype, gen):
-    t = typed_cases.EXTRA_DOMAINS["typed"](shape, dtype, gen)
-    return torch.where(t == 0, torch.ones((), dtype=dtype), t)
-
-
-DOMAINS = {
-    **typed_cases.EXTRA_DOMAINS,
-    "bool": lambda shape, dtype, gen: torch.rand(shape, generator=gen) < 0.5,
-    "nonzero": _nonzero,
-}
-
-
-def make_inputs(case, dtype, device, seed):
-    gen = torch.Generator().manual_seed(seed)
-    # The first input (2, 5, 129) (odd inner size: vector loops and their tails), the others
-    # broadcast from (5, 129).
-    shapes = [(2, 5, 129)] + [(5, 129)] * (len(case.inputs) - 1)
-    return [DOMAINS[d](s, dtype, gen).to(device) for d, s in zip(case.inputs, shapes)]
-
-
-def assert_same(got, want, tol=(0.0, 0.0)):
-    if isinstance(want, (tuple, list)):
-        for g, w in zip(got, want):
-            assert_same(g, w, tol)
-        return
-    assert got.dtype == want.dtype and got.shape == want.shape
-    torch.testing.assert_close(got, want, rtol=tol[0], atol=tol[1], equal_nan=True)
-    if want.dtype.is_floating_point:
-        zero = want == 0
-        assert torch.equal(torch.signbit(got[zero]), torch.signbit(want[zero])), "signed zeros"
-
-
 def fallbacks(graph) -> list[str]:
     return [s for s in graph.describe().splitlines() if "fallback" in s]
 
 
-def run_case(case, dtype, device, compile_plugin, graphs):
-    seed = zlib.crc32(f"{case.name}/{dtype}".encode())
-    c = compile_plugin(case.fn, *make_inputs(case, dtype, device, seed))
-    for call in range(1, 3):
-        args = make_inputs(case, dtype, device, seed + call)
-        assert_same(c(*args), case.fn(*args), (case.tol or {}).get(dtype, (0.0, 0.0)))
-    names = (case.aten,) if isinstance(case.aten, str) else case.aten
-    left = [s for s in fallbacks(graphs[-1]) if any(f"{n}." in s or s.endswith(n) for n in names)]
-    if case.fused:
-        assert not left, f"{case.name} {dtype}: ran as ATen: {left}"
-    else:
-        assert left, f"{case.name} {dtype}: documented fallback ({case.why}) did not happen"
-
-
-_FAST = [(c, c.dtypes[i % len(c.dtypes)]) for i, c in enumerate(typed_cases.TYPED_CASES)]
-_ALL = [(c, d) for c in typed_cases.TYPED_CASES for d in c.dtypes if (c, d) not in _FAST]
 _DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-@pytest.mark.parametrize("device", _DEVICES)
-@pytest.mark.parametrize(("case", "dtype"), _FAST, ids=[f"{c.name}-{d}" for c, d in _FAST])
-def test_typed_case(case, dtype, device, compile_plugin, graphs):
-    run_case(case, dtype, device, compile_plugin, graphs)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("device", _DEVICES)
-@pytest.mark.parametrize(("case", "dtype"), _ALL, ids=[f"{c.name}-{d}" for c, d in _ALL])
-def test_typed_case_every_dtype(case, dtype, device, compile_plugin, graphs):
-    run_case(case, dtype, device, compile_plugin, graphs)
 
 
 def attention_mask_chain(scores, mask, pos):

@@ -21,29 +21,7 @@ from __future__ import annotations
 
 import torch
 
-try:  # the harness's OpCase (ops-float's cases.py)
-    from .cases import OpCase  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - loaded by path, or cases.py not there yet
-    try:
-        from cases import OpCase  # type: ignore[import-not-found,no-redef]
-    except ImportError:
-        from collections.abc import Callable
-        from dataclasses import dataclass
-
-        @dataclass(frozen=True)
-        class OpCase:  # type: ignore[no-redef]
-            """The shared harness's case format (OPCASES.md), for use before cases.py exists."""
-
-            name: str
-            fn: Callable
-            inputs: tuple
-            dtypes: tuple
-            aten: str | tuple
-            fused: bool = True
-            why: str = ""
-            tol: dict | None = None
-            chain: bool = True
-
+from .cases import OpCase
 
 F32_BF16 = (torch.float32, torch.bfloat16)
 
@@ -97,6 +75,11 @@ _PROD_TOL = {torch.bfloat16: (1e-1, 1e-3)}
 # Fused on the CPU; the CUDA renderer has no scan kernel, so on CUDA these are ATen calls
 # (the harness must not expect them inside a kernel there).
 _NO_CUDA_SCAN = "CUDA: no scan kernel (cumsum/cumprod run as ATen calls); CPU: fused"
+
+
+DEVICE_FALLBACKS = {"cuda": {"aten::cumsum": _NO_CUDA_SCAN, "aten::cumprod": _NO_CUDA_SCAN}}
+"""Device -> {ATen op: why}: ops that stay ATen calls on that device (read by the harness:
+a case naming one is checked as a fallback there)."""
 
 
 def _case(name, fn, inputs, aten, **kw):

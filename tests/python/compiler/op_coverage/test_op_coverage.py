@@ -9,8 +9,14 @@ result). Several calls with fresh inputs (the first compiles, the later ones run
 cached graph). Checks: values (dtype, nan and inf positions, the sign of zeros, values
 within the case's tolerance) and, where fused, that the case's ATen op ran inside a
 generated kernel (the fusion groups' bodies in the compiled IR) and not as an ATen fallback
-step (``Executor.steps()``). A dtype the device's kernels cannot load (float16 on the CPU
-today) must not claim fusion.
+step (``Executor.steps()``); a tuple of ops means all of them. A dtype the device's kernels
+cannot load must not claim fusion; a module's ``DEVICE_FALLBACKS`` names ops a device leaves
+to ATen. In bf16/fp16 a fused case is compared with the op computed in float32 and rounded
+once (Inductor's ``reference_in_float``), unless the case asks for eager.
+
+A batch's graph holds many cases, so there the fusion check sees the union of their kernels:
+``test_case_names_its_graph_ops`` checks (by tracing, no compile) that each name is in the
+case's own decomposed graph, and the slow per-case run checks each case's kernels alone.
 
 Default run: the cases of one list, device and dtype compiled as ONE graph (a few kernels,
 each compiled once by the system compiler and cached), alone and chained; a failing batch
@@ -39,6 +45,7 @@ _LISTS = (
 
 
 KNOWN_DIFFERENCES: dict[str, tuple[str, str]] = {}
+DEVICE_FALLBACKS: dict[str, dict[str, str]] = {}
 
 
 def _load() -> tuple[dict[str, list[OpCase]], dict[str, Callable]]:
@@ -55,6 +62,8 @@ def _load() -> tuple[dict[str, list[OpCase]], dict[str, Callable]]:
         lists[module] = list(getattr(mod, attr))
         domains.update(getattr(mod, "EXTRA_DOMAINS", {}))
         KNOWN_DIFFERENCES.update(getattr(mod, "KNOWN_DIFFERENCES", {}))
+        for device, ops in getattr(mod, "DEVICE_FALLBACKS", {}).items():
+            DEVICE_FALLBACKS.setdefault(device, {}).update(ops)
     return lists, domains
 
 
@@ -64,10 +73,14 @@ SHAPE_ALONE = (3, 37)
 SHAPE_CHAIN = (2, 5, 129)
 CALLS = 3
 
+# torch.testing.assert_close's defaults (fp32, fp16, fp64), bf16's atol wider (values near
+# zero after cancellation in a chain). fp64 is not exact: the system compiler may contract
+# a * b + c into an FMA (one rounding less than eager).
 _DEFAULT_TOL = {
     torch.float32: (1.3e-6, 1e-5),
     torch.bfloat16: (1.6e-2, 1e-2),
     torch.float16: (1e-3, 1e-5),
+    torch.float64: (1e-7, 1e-7),
 }
 
 
@@ -106,10 +119,19 @@ def _alone(case: OpCase) -> Callable:
     return f
 
 
-def _chained(case: OpCase) -> Callable:
+def _chained(case: OpCase, wide: bool = False) -> Callable:
+    """The case between scaled inputs and a scaled result; ``wide``: the result scaled in
+    float32 and rounded once (the reference of a fused chain)."""
+
+    def post(o: torch.Tensor) -> torch.Tensor:
+        if not o.dtype.is_floating_point:
+            return o
+        if wide and o.dtype in (torch.bfloat16, torch.float16):
+            return (o.float() * 3.0 - 1.0).to(o.dtype)
+        return o * 3.0 - 1.0
+
     def f(*xs):
-        outs = _outputs(case.fn(*(_scale(x) for x in xs)))
-        return [o * 3.0 - 1.0 if o.dtype.is_floating_point else o for o in outs]
+        return [post(o) for o in _outputs(case.fn(*(_scale(x) for x in xs)))]
 
     return f
 
@@ -190,10 +212,12 @@ def _loadable(device: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) 
     return _LOADABLE[key]
 
 
-def _tol(case: OpCase, dtype: torch.dtype) -> tuple[float, float]:
+def _tol(case: OpCase, dtype: torch.dtype, out_dtype: torch.dtype) -> tuple[float, float]:
+    """The case's override for its case dtype, else the default of the output's dtype
+    (an integer case may return floats: int / int)."""
     if case.tol and dtype in case.tol:
         return case.tol[dtype]
-    return _DEFAULT_TOL.get(dtype, (0.0, 0.0))
+    return _DEFAULT_TOL.get(out_dtype, (0.0, 0.0))
 
 
 def _check_values(
@@ -225,13 +249,25 @@ def _check_values(
     torch.testing.assert_close(g[fin], w[fin], rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
-def _reference(fn: Callable, xs: list, dtype: torch.dtype, fused: bool, chained: bool) -> list:
-    """Eager; for a fused chain of a narrow float dtype, computed in float32 from the same
-    inputs and rounded once (what the kernel does; eager rounds between ops)."""
-    if fused and chained and dtype in (torch.bfloat16, torch.float16):
-        wide = [x.float() if x.dtype == dtype else x for x in xs]
-        return [o.to(dtype) if o.dtype == torch.float32 else o for o in _outputs(fn(*wide))]
-    return _outputs(fn(*xs))
+def _reference(fn: Callable, xs: list, dtype: torch.dtype, fused: bool, in_float: bool) -> list:
+    """Eager; for a fused case of a narrow float dtype (bf16/fp16) with ``in_float``,
+    computed in float32 from the same inputs and rounded once to eager's output dtypes, as
+    Inductor's tests do (``check_model(reference_in_float=True)``): the kernel computes in
+    float32 and rounds once, where eager (and ATen's decompositions) may round between ops."""
+    eager = _outputs(fn(*xs))
+    if not (fused and in_float and dtype in (torch.bfloat16, torch.float16)):
+        return eager
+    wide = _outputs(fn(*[x.float() if x.dtype == dtype else x for x in xs]))
+    # Outputs that are not floats (comparisons, indices) are exact: eager's, whose scalars
+    # are rounded to the narrow dtype first (x <= 0.1 in bf16 compares with bf16(0.1)).
+    return [w.to(e.dtype) if e.dtype.is_floating_point else e for w, e in zip(wide, eager)]
+
+
+def _fused_on(case: OpCase, device: str) -> bool:
+    """Whether the case claims fusion on `device` (DEVICE_FALLBACKS: ops a device's
+    renderer leaves to ATen, e.g. scans on CUDA)."""
+    ours = DEVICE_FALLBACKS.get(device, {})
+    return case.fused and not any(a in ours for a in _atens(case))
 
 
 def _run(
@@ -258,10 +294,11 @@ def _run(
         got = compiled(*xs)
         k = 0
         for c, f, ins in zip(cases, fns, per_case):
-            fused = c.fused and loadable
-            want = _reference(f, ins, dtype, fused, chained)
+            fused = _fused_on(c, device) and loadable
+            ref = _chained(c, wide=fused) if chained else f
+            want = _reference(ref, ins, dtype, fused, chained or c.reference_in_float)
             for j, w in enumerate(want):
-                rtol, atol = _tol(c, dtype)
+                rtol, atol = _tol(c, dtype, w.dtype)
                 relaxed = KNOWN_DIFFERENCES.get(c.name, ("", ""))[0]
                 where = f"{c.name}[{dtype}, {device}, call {call}, out {j}]"
                 _check_values(where, got[k], w, rtol, atol, relaxed)
@@ -274,14 +311,15 @@ def _run(
     for c in cases:
         for a in _atens(c):
             in_kernel = any(_matches(a, op) for op in fused_ops)
-            # In a batch another case's lone op may fall back with the same name.
+            # In a batch another case's op may fall back with the same name (a documented
+            # fallback, or a lone op where the batch's groups split: ATen by design).
             as_fallback = len(cases) == 1 and any(_matches(a, op) for op in fallback_ops)
-            if c.fused and loadable:
+            if _fused_on(c, device) and loadable:
                 assert in_kernel and not as_fallback, (
                     f"{c.name} [{dtype}, {device}]: {a} not inside a generated kernel "
                     f"(fallback steps: {sorted(fallback_ops)})"
                 )
-            elif not c.fused and len(cases) == 1:
+            elif not _fused_on(c, device) and len(cases) == 1:
                 assert not in_kernel, f"{c.name} [{dtype}, {device}]: {a} claims fusion"
 
 
@@ -342,3 +380,34 @@ def test_harness_sees_fallbacks(monkeypatch):
     case = OpCase("i0", torch.i0, ("any",), (torch.float32,), "aten::i0")
     with pytest.raises(AssertionError, match="not inside a generated kernel"):
         _run([case], "cpu", torch.float32, False, monkeypatch)
+
+
+def _graph_ops(case: OpCase, dtype: torch.dtype) -> set[str]:
+    """The ATen ops of the case's graph after the plugin's decompositions (make_fx with
+    :func:`~torch_plugin.compiler.decompositions.decomposition_table`; no kernel compiled)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_plugin.compiler.decompositions import decomposition_table
+
+    xs = _inputs(case, dtype, "cpu", SHAPE_ALONE, seed=0)
+    with torch.no_grad():
+        gm = make_fx(lambda *a: case.fn(*a), decomposition_table=decomposition_table())(*xs)
+    return {
+        n.target.name()
+        for n in gm.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    }
+
+
+@pytest.mark.parametrize("module", list(CASE_LISTS))
+def test_case_names_its_graph_ops(module):
+    """Each case's ATen names are in its own decomposed graph in every dtype it runs in (a
+    batch checks only that the name is inside one of the batch's kernels)."""
+    wrong = []
+    for c in CASE_LISTS[module]:
+        for dtype in c.dtypes:
+            ops = _graph_ops(c, dtype)
+            missing = [a for a in _atens(c) if not any(_matches(a, op) for op in ops)]
+            if missing:
+                wrong.append(f"{c.name} [{dtype}]: {missing} not in {sorted(ops)}")
+    assert not wrong, "\n".join(wrong)
