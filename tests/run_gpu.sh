@@ -30,7 +30,6 @@ GPU_TESTS=(
   tests/python/distributed/test_ddp.py
   tests/python/compiler/op_coverage/test_op_coverage.py
   tests/python/compiler/test_typed_kernels.py
-  tests/python/compiler/test_reduction_ops.py
   tests/python/compiler/test_symbolic_sizes.py
   tests/python/compiler/test_peak_memory.py
 )
