@@ -95,7 +95,7 @@ std::vector<OpInfo> make_table() {
       pointwise("aten::minimum", "tpt_min($0, $1)"),
       pointwise("aten::clamp_min", "tp_max($0, $1)"),
       pointwise("aten::clamp_max", "tp_min($0, $1)"),
-      pointwise("aten::hardtanh", "tp_min(tp_max($0, $1), $2)", K::kClamp),
+      pointwise("aten::hardtanh", "tp_hardtanh($0, $1, $2)", K::kClamp),
       pointwise(
           "aten::hardswish",
           "($0 * tp_min(tp_max($0 + 3.0f, 0.0f), 6.0f) / 6.0f)",

@@ -173,6 +173,11 @@ std::optional<std::string> special_case(
       return std::string();
     if (*eps < 0)
       return std::nullopt;
+    // ATen's CPU kernel rounds the bounds to a bfloat16/float16 output's
+    // dtype, its CUDA kernel keeps them in float: one expression cannot be
+    // both, so only float32 outputs fuse.
+    if (!n.outputs.empty() && n.outputs[0]->dtype != c10::ScalarType::Float)
+      return std::string();
     // The bounds in the output's dtype, as ATen's scalar_t lo = eps,
     // hi = scalar_t(1) - eps.
     const c10::ScalarType t =
@@ -204,6 +209,7 @@ const std::vector<std::string>& pointwise_helper_names() {
   static const std::vector<std::string> names = {
       "tp_max",
       "tp_min",
+      "tp_hardtanh",
       "tp_exp",
       "tp_log",
       "tp_sqrt",

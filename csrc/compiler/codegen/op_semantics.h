@@ -10,6 +10,10 @@
 // for its target (all float -> float):
 //   tp_max(a, b)   a < b ? b : a  (as std::max: a NaN in `a` propagates)
 //   tp_min(a, b)   b < a ? b : a  (as std::min)
+//   tp_hardtanh(x, lo, hi)  clamp as each device's ATen kernel: the CPU's
+//     min(max(x, lo), hi); CUDA's keeps a NaN x, else fminf(fmaxf(x, lo), hi)
+//     (they differ on a signed-zero tie: relu6(-0.0) is -0.0 on the CPU, +0.0
+//     on CUDA)
 //   tp_exp(x) tp_log(x) tp_sqrt(x) tp_rsqrt(x) (= 1 / sqrt(x)) tp_abs(x)
 //   tp_tanh(x) tp_erf(x) tp_sigmoid(x) (= 1 / (1 + exp(-x))) tp_pow(x, y)
 //   tp_round_bf16(x), tp_round_f16(x): x rounded to bfloat16 / float16

@@ -106,6 +106,8 @@ static inline float tp_round_f16(float f) { return tp_load_f16(tp_store_f16(f));
 // The op-semantics helpers (codegen/op_semantics.h) that are one standard call.
 static inline float tp_max(float a, float b) { return std::max(a, b); }
 static inline float tp_min(float a, float b) { return std::min(a, b); }
+// hardtanh as ATen's CPU kernel (min(max(x, lo), hi), x kept on a signed-zero tie).
+static inline float tp_hardtanh(float x, float lo, float hi) { return std::min(std::max(x, lo), hi); }
 static inline float tp_log(float x) { return std::log(x); }
 static inline float tp_sqrt(float x) { return std::sqrt(x); }
 static inline float tp_rsqrt(float x) { return 1.0f / std::sqrt(x); }

@@ -28,6 +28,11 @@ const std::string& preamble() {
 // The helpers of the op-semantics table (codegen/op_semantics.h), fp32.
 __device__ __forceinline__ float tp_max(float a, float b) { return a < b ? b : a; }
 __device__ __forceinline__ float tp_min(float a, float b) { return b < a ? b : a; }
+// hardtanh as ATen's CUDA clamp kernel: x's NaN kept, else ::min(::max(x, lo), hi)
+// (fmaxf: +0.0 against a -0.0 tie, where the CPU's vector max keeps x).
+__device__ __forceinline__ float tp_hardtanh(float x, float lo, float hi) {
+  return x != x ? x : fminf(fmaxf(x, lo), hi);
+}
 __device__ __forceinline__ float tp_exp(float x) { return expf(x); }
 __device__ __forceinline__ float tp_log(float x) { return logf(x); }
 __device__ __forceinline__ float tp_sqrt(float x) { return sqrtf(x); }

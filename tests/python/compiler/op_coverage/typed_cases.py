@@ -344,7 +344,15 @@ _add(
         fused=False,
         why=_CONSTANT,
     ),
-    OpCase("signbit", lambda x: torch.signbit(x * 1), ("typed",), NUMBERS, "aten::signbit"),
+    # neg(neg(x)): a sign flip twice keeps a NaN's sign on every device (CUDA's x * 1 gives the canonical
+    # NaN in eager, while a compiler may fold it to x).
+    OpCase(
+        "signbit",
+        lambda x: torch.signbit(torch.neg(torch.neg(x))),
+        ("typed",),
+        NUMBERS,
+        "aten::signbit",
+    ),
     OpCase(
         "nan_to_num",
         lambda x: torch.nan_to_num(ident(x)),
