@@ -24,6 +24,22 @@ def assert_close(got: Any, want: Any, rtol: float = 1e-4, atol: float = 1e-5) ->
     torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
 
 
+@pytest.fixture(name="graphs")
+def _graphs(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every CompiledGraph built during the test."""
+    from torch_plugin.compiler import stages as compile_mod
+
+    built: list = []
+    init = compile_mod.CompiledGraph.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
+    return built
+
+
 @pytest.fixture(name="compile_plugin")
 def _compile_plugin_fixture() -> Callable[..., Any]:
     return compile_plugin

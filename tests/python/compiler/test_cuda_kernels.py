@@ -36,22 +36,6 @@ def _setup(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyP
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
-@pytest.fixture(name="graphs")
-def _graphs(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Every CompiledGraph built during the test."""
-    from torch_plugin.compiler import stages as compile_mod
-
-    built: list = []
-    init = compile_mod.CompiledGraph.__init__
-
-    def record(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        built.append(self)
-
-    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
-    return built
-
-
 def poison_allocator() -> None:
     """Leaves NaN in blocks of PyTorch's caching allocator (small and large pools), so that
     outputs allocated next start as NaN rather than as zeros or old results."""

@@ -56,22 +56,6 @@ def test_kernels_cached_on_disk(compile_plugin, assert_close):
     assert_close(c(x), g(x))
 
 
-@pytest.fixture(name="graphs")
-def _graphs(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Every CompiledGraph built during the test."""
-    from torch_plugin.compiler import stages as compile_mod
-
-    built: list = []
-    init = compile_mod.CompiledGraph.__init__
-
-    def record(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        built.append(self)
-
-    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
-    return built
-
-
 def kernel_steps(graphs: list) -> list[str]:
     assert len(graphs) == 1
     return [s for s in graphs[0].describe().splitlines() if "kernel fused_" in s]

@@ -9,26 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torch_plugin.compiler import stages as compile_mod
-
 
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_PLUGIN_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
-
-
-@pytest.fixture(name="graphs")
-def _graphs(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Every CompiledGraph built during the test."""
-    built: list = []
-    init = compile_mod.CompiledGraph.__init__
-
-    def record(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        built.append(self)
-
-    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
-    return built
 
 
 def assert_one_kernel(graphs: list, *ops: str) -> None:

@@ -12,22 +12,6 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     monkeypatch.setenv("TORCH_PLUGIN_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kernels"))
 
 
-@pytest.fixture(name="graphs")
-def _graphs(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Every CompiledGraph built during the test."""
-    from torch_plugin.compiler import stages as compile_mod
-
-    built: list = []
-    init = compile_mod.CompiledGraph.__init__
-
-    def record(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        built.append(self)
-
-    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
-    return built
-
-
 def fallbacks(graph) -> list[str]:
     return [s for s in graph.describe().splitlines() if "fallback" in s]
 
