@@ -184,7 +184,8 @@ std::shared_ptr<const MatmulPlan> MatmulPlan::get(
     const MatmulDesc& desc,
     cublasLtHandle_t handle,
     std::optional<cudaStream_t> tune_stream,
-    cublasHandle_t gemm_handle) {
+    cublasHandle_t gemm_handle,
+    const TuneResources* resources) {
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -195,7 +196,7 @@ std::shared_ptr<const MatmulPlan> MatmulPlan::get(
   // Built outside the lock: heuristics of different shapes run in parallel
   // (the executor builds its library steps on several threads).
   std::shared_ptr<const MatmulPlan> plan =
-      build_plan(desc, handle, tune_stream, gemm_handle);
+      build_plan(desc, handle, tune_stream, gemm_handle, resources);
   std::lock_guard<std::mutex> lock(cache.mutex);
   return cache.plans.emplace(desc, std::move(plan)).first->second;
 }

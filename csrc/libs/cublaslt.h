@@ -34,6 +34,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace torch_plugin::libs::cublaslt {
 
@@ -110,6 +112,22 @@ struct MatmulDescHash {
   size_t operator()(const MatmulDesc& d) const;
 };
 
+// Device memory the tuning of a plan (MatmulPlan::get) uses instead of
+// allocating its own, so that tuning holds no more than a run does: the
+// product's own B operand (read only, never written; it must have
+// desc.align_b), the tuning stream's steady-state workspace (torch's, at
+// least desc.workspace_limit bytes), and memory to read between timed runs so
+// that the L2 cache holds none of the operands (the graph's weights: each run
+// copies 2x the L2's bytes of them into a 1 MiB sink; fewer when they hold
+// fewer). Null / empty fields are allocated as scratch, except the flush: with
+// resources and no flush_from, runs are timed without flushing.
+struct TuneResources {
+  const void* b = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::vector<std::pair<const void*, size_t>> flush_from;
+};
+
 // The cuBLASLt descriptors and the algorithm of one MatmulDesc. Immutable
 // after construction except for the bias pointer, which run() sets under a
 // mutex: a plan may be run from several threads.
@@ -136,7 +154,8 @@ class MatmulPlan {
       const MatmulDesc& desc,
       cublasLtHandle_t handle,
       std::optional<cudaStream_t> tune_stream = std::nullopt,
-      cublasHandle_t gemm_handle = nullptr);
+      cublasHandle_t gemm_handle = nullptr,
+      const TuneResources* resources = nullptr);
 
   ~MatmulPlan();
   MatmulPlan(const MatmulPlan&) = delete;
@@ -259,6 +278,11 @@ bool run_linear(
 // The plan of `desc` on torch's cuBLASLt handle of desc.device (see
 // MatmulPlan::get), its algorithm timed on torch's current stream unless that
 // stream is being captured into a CUDA graph.
-std::shared_ptr<const MatmulPlan> plan_on_torch_handle(const MatmulDesc& desc);
+// `b` and `flush_from` (optional): TuneResources's; the workspace is torch's
+// cuBLASLt workspace of the current stream.
+std::shared_ptr<const MatmulPlan> plan_on_torch_handle(
+    const MatmulDesc& desc,
+    const void* b = nullptr,
+    std::vector<std::pair<const void*, size_t>> flush_from = {});
 
 } // namespace torch_plugin::libs::cublaslt

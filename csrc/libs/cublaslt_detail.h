@@ -84,14 +84,15 @@ struct MatmulPlan::Impl {
   }
 };
 
-// --- cublaslt_tuning.cpp -------------------------------------------------------
-// Builds the plan of `d` and picks its algorithm (timing the candidates on
-// `tune_stream` when given and tuning is on). nullptr when cuBLASLt has no
-// algorithm.
+// --- cublaslt_tuning.cpp
+// ------------------------------------------------------- Builds the plan of
+// `d` and picks its algorithm (timing the candidates on `tune_stream` when
+// given and tuning is on). nullptr when cuBLASLt has no algorithm.
 std::shared_ptr<MatmulPlan> build_plan(
     const MatmulDesc& d,
     cublasLtHandle_t handle,
     std::optional<cudaStream_t> tune_stream,
-    cublasHandle_t gemm_handle);
+    cublasHandle_t gemm_handle,
+    const TuneResources* resources);
 
 } // namespace torch_plugin::libs::cublaslt

@@ -127,7 +127,10 @@ std::optional<MatmulDesc> linear_desc(
   return d;
 }
 
-std::shared_ptr<const MatmulPlan> plan_on_torch_handle(const MatmulDesc& desc) {
+std::shared_ptr<const MatmulPlan> plan_on_torch_handle(
+    const MatmulDesc& desc,
+    const void* b,
+    std::vector<std::pair<const void*, size_t>> flush_from) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(desc.device));
   // The legacy default stream's handle is null: a stream is told apart from
   // "no tuning" by the optional, not by the handle.
@@ -141,8 +144,23 @@ std::shared_ptr<const MatmulPlan> plan_on_torch_handle(const MatmulDesc& desc) {
   // cuBLAS's gemm is a timed candidate only (torch's handle: its workspace is
   // set for the current stream).
   cublasHandle_t gemm = tune ? at::cuda::getCurrentCUDABlasHandle() : nullptr;
+  // Tuning uses the workspace the plan runs with (torch's, of this stream),
+  // the weight itself when it has the descriptor's alignment, and reads the
+  // caller's memory to flush the L2: its scratch holds only what a run holds.
+  TuneResources resources;
+  if (tune) {
+    resources.workspace = at::cuda::getCUDABlasLtWorkspace();
+    resources.workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
+    if (b && alignment_of(b) >= desc.align_b)
+      resources.b = b;
+    resources.flush_from = std::move(flush_from);
+  }
   return MatmulPlan::get(
-      desc, at::cuda::getCurrentCUDABlasLtHandle(), tune, gemm);
+      desc,
+      at::cuda::getCurrentCUDABlasLtHandle(),
+      tune,
+      gemm,
+      tune ? &resources : nullptr);
 }
 
 bool run_linear(
@@ -239,7 +257,7 @@ bool run_linear(
   std::shared_ptr<const MatmulPlan> found;
   const MatmulPlan* plan = hint;
   if (!plan || plan->desc() != *desc) {
-    found = plan_on_torch_handle(*desc);
+    found = plan_on_torch_handle(*desc, w.const_data_ptr());
     plan = found.get();
   }
   if (!plan)

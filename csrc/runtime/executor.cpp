@@ -168,8 +168,14 @@ void Executor::build(const ir::Graph& g, bool release_owned) {
       }
     }
   };
-  size_t workers =
-      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 4);
+  // CUDA library steps (cuBLASLt plans, whose tuning is serialised anyway)
+  // are built on the calling thread alone: torch keeps a cuBLAS handle per
+  // thread and a workspace per (handle, stream), so each worker thread would
+  // leave a workspace of its own allocated for the life of the process
+  // (32 MiB each on Hopper) that eager never holds.
+  size_t workers = device_.is_cuda()
+      ? 1
+      : std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 4);
   std::vector<std::thread> threads;
   for (size_t t = 1; t < workers; ++t)
     threads.emplace_back(build_library_steps, false);

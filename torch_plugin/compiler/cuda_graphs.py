@@ -14,11 +14,16 @@ with one launch. :class:`CudaGraphRunner` wraps a compiled graph's boxed runner
   trees return the static buffers instead and warn on reuse);
 - in the default mode, a graph whose static buffers (the input copies and the outputs, which
   a captured graph holds for as long as it lives, and which every replay copies out) would
-  exceed :data:`STATIC_BYTES_LIMIT` or the executor's arena of activations, whichever is
-  larger, is not captured: eager holds none of them, so they would raise the peak memory
+  exceed :data:`STATIC_BYTES_LIMIT` or the executor's arena of activations (none on CUDA
+  now: the caching allocator serves each step), whichever is larger, is not captured: eager holds none of them, so they would raise the peak memory
   above eager's (GPT-2 with its LM head, batch 32: 823 MB of logits held twice), while the
   launches a CUDA graph saves matter only when each kernel is small;
-- the graphs of one device share one memory pool (``torch.cuda.graph_pool_handle``), so
+- the uncaptured run is timed before the capture (no timing run holds its activations
+  beside a captured graph's buffers), and torch's cuBLAS workspaces are dropped around the
+  capture, so that the capture stream's workspace lives in the graph's pool (Inductor's
+  cudagraph trees do the same) instead of a second workspace beside eager's;
+- the graphs of one device share one memory pool (``torch.cuda.graph_pool_handle``) and one
+  capture stream, so
   a model whose graph breaks into several graphs holds one set of intermediate buffers. That is
   safe because each replay's outputs are copied out before another graph of the pool replays,
   and replays of one pool are ordered across streams by an event (:class:`_Pool`).
@@ -113,6 +118,9 @@ class _Pool:
 
     def __init__(self, device: torch.device) -> None:
         self.handle = torch.cuda.graph_pool_handle()
+        # One capture stream per pool: torch keeps a cuBLAS workspace per (handle, stream),
+        # and a new stream per capture would leave one behind for each.
+        self.stream = torch.cuda.Stream(device)
         self.lock = threading.Lock()
         self.last_replay: torch.cuda.Event | None = None
         self.device = device
@@ -134,6 +142,29 @@ def _pool_for(device: torch.device) -> _Pool:
         if pool is None:
             pool = _pools[device] = _Pool(device)
         return pool
+
+
+def _clear_cublas_workspaces() -> None:
+    """Drops torch's cuBLAS/cuBLASLt workspaces (each is allocated again at its next use)."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+
+
+def _median_ms(call: Callable[[], Any], runs: int = 5) -> float:
+    """Median CUDA-event milliseconds of ``runs`` calls of ``call`` (its results dropped)."""
+    import statistics
+
+    times = []
+    for _ in range(runs):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def _bytes(tensors: Sequence[Any]) -> int:
@@ -158,7 +189,7 @@ class CudaGraphRunner:
         activation_bytes: int = 0,
     ) -> None:
         """``keep``: "faster" (default mode) times the replay, with its input and output
-        copies, against running ``run`` directly right after capturing, and keeps the CUDA
+        copies, against running ``run`` directly (timed just before capturing), and keeps the CUDA
         graph only when it is faster (a graph of a few large kernels gains nothing from one
         launch and pays the copies), and captures only when the static buffers fit
         ``max(STATIC_BYTES_LIMIT, activation_bytes)`` (the executor's arena); "always"
@@ -190,10 +221,13 @@ class CudaGraphRunner:
                     log.info("plugin: %s runs without a CUDA graph: %s", self.name, self.failed)
             return outputs
         if self.graph is None:
+            # The uncaptured run is timed before the capture, while no graph holds its
+            # static buffers: never two sets of activations at once.
+            direct = _median_ms(lambda: self.run(args)) if self.keep == "faster" else None
             self._capture(args)
             if self.graph is None:
                 return self.run(args)
-            if self.keep == "faster" and self._matches(args) and not self._replay_is_faster(args):
+            if direct is not None and not self._replay_is_faster(args, direct):
                 return self.run(args)
         if not self._matches(args):
             return self.run(args)
@@ -217,25 +251,11 @@ class CudaGraphRunner:
         counters["replays"] += 1
         return outputs
 
-    def _replay_is_faster(self, args: list[torch.Tensor], runs: int = 5) -> bool:
-        """Times replays against direct runs on ``args`` (median of ``runs`` each, CUDA
-        events); drops the graph (``self.failed`` says why) when the direct run is faster."""
-        import statistics
-
-        def median_ms(call: Callable[[], Any]) -> float:
-            times = []
-            for _ in range(runs):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                call()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            return statistics.median(times)
-
-        replay = median_ms(lambda: self._replay(args))
-        direct = median_ms(lambda: self.run(args))
+    def _replay_is_faster(self, args: list[torch.Tensor], direct: float) -> bool:
+        """Times replays on ``args`` against ``direct``, the uncaptured run's median
+        milliseconds (timed before the capture); drops the graph (``self.failed`` says why)
+        when the direct run is faster."""
+        replay = _median_ms(lambda: self._replay(args))
         if replay < direct:
             log.info(
                 "plugin: %s keeps its CUDA graph (%.3f ms, uncaptured %.3f ms)",
@@ -275,12 +295,18 @@ class CudaGraphRunner:
             ]
             graph = torch.cuda.CUDAGraph()
             with pool.lock:
-                side = torch.cuda.Stream(device)
+                side = pool.stream
                 side.wait_stream(torch.cuda.current_stream(device))
                 with torch.cuda.stream(side):
                     self.run(static)  # warm-up on the capture stream, as PyTorch advises
+                    # cuBLAS's workspaces (one per handle and stream, held by torch for the
+                    # process's life) are dropped around the capture, as Inductor's
+                    # cudagraph trees do: the one the capture uses is allocated in the
+                    # graph's pool and stays there, not beside it in the caching allocator.
+                    _clear_cublas_workspaces()
                     with torch.cuda.graph(graph, pool=pool.handle, stream=side):
                         outputs = self.run(static)
+                    _clear_cublas_workspaces()
                 torch.cuda.current_stream(device).wait_stream(side)
         except Exception as e:  # noqa: BLE001 - any capture failure falls back, logged
             self.failed = f"{type(e).__name__}: {e}".splitlines()[0][:300]

@@ -47,6 +47,7 @@ extern const PassInfo kDeadCodeElimination;
 extern const PassInfo kRemoveClones;
 extern const PassInfo kConstantFolding;
 extern const PassInfo kFoldConvBatchNorm;
+extern const PassInfo kBatchNormScaleShift;
 extern const PassInfo kAttentionPatterns;
 extern const PassInfo kLibraryPatterns;
 extern const PassInfo kPropagateStrides;

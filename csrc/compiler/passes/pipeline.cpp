@@ -7,12 +7,15 @@
 // claim convolutions and matrix products with their epilogues; each rule is
 // for one device: oneDNN's for CPU values), strides after those rewrites, then
 // fusion of what is left into groups (on CUDA, attention_patterns first turns
-// attention written op by op into one fused attention call), codegen (each group's kernel for its
-// device, or the group un-fused), dead code again, and memory planning last (it
-// plans the final graph; the executor frees the unplanned values after their
-// last use). CPU and CUDA graphs run the same passes; constant_folding and
-// fold_conv_bn run ATen ops on the graph's own (frozen) constants, i.e. on the
-// GPU for a CUDA graph, and propagate_strides on Meta tensors.
+// attention written op by op into one fused attention call), codegen (each
+// group's kernel for its device, or the group un-fused), dead code again, and
+// memory planning last (it plans the final graph; the executor frees the
+// unplanned values after their last use). CUDA graphs differ in two passes (see
+// the list): a batch norm becomes a scale and shift for the next kernel
+// (batch_norm_scale_shift) rather than a folded weight copy, and nothing is
+// memory-planned (the caching allocator serves each step). constant_folding and
+// the batch-norm passes run ATen ops on the graph's own (frozen) constants,
+// i.e. on the GPU for a CUDA graph, and propagate_strides on Meta tensors.
 #include "compiler/passes/pipeline.h"
 
 #include "ir/verifier.h"
@@ -36,10 +39,17 @@ const std::vector<const PassInfo*>& pipeline(c10::DeviceType device) {
       &kDeadCodeElimination,
       &kMemoryPlanning,
   };
+  // CUDA: a batch norm after a convolution becomes a per-channel scale and
+  // shift that fusion puts into the following generated kernel
+  // (batch_norm_scale_shift), rather than a folded copy of the convolution's
+  // weight (the module keeps its own; convolutions are ATen calls here); no
+  // memory plan: outputs come from the caching allocator at their step and go
+  // back to it after their last use, as eager's do, where a per-run arena
+  // holds every planned value's bytes for the whole run and between calls.
   static const std::vector<const PassInfo*> cuda = {
       &kDeadCodeElimination,
       &kRemoveClones,
-      &kFoldConvBatchNorm,
+      &kBatchNormScaleShift,
       &kConstantFolding,
       &kAttentionPatterns,
       &kLibraryPatterns,
@@ -47,7 +57,6 @@ const std::vector<const PassInfo*>& pipeline(c10::DeviceType device) {
       &kFusion,
       &kCodegen,
       &kDeadCodeElimination,
-      &kMemoryPlanning,
   };
   static const std::vector<const PassInfo*> other = {
       &kDeadCodeElimination,

@@ -168,7 +168,25 @@ std::unique_ptr<Step> make_cublaslt_step(
   if (out->arena_offset > 0)
     desc->align_d = lt::alignment_of(reinterpret_cast<const void*>(
         static_cast<uintptr_t>(out->arena_offset)));
-  std::shared_ptr<const lt::MatmulPlan> plan = lt::plan_on_torch_handle(*desc);
+  // Tuning reads this weight itself (no scratch copy) and flushes the L2 by
+  // reading the graph's other weights on this device (no flush buffer): see
+  // libs::cublaslt::TuneResources.
+  const void* w_ptr = w->kind == ir::ValueKind::kConstant &&
+          w->constant.defined() && w->constant.device() == out->device &&
+          w->constant.strides() == c10::IntArrayRef(w_strides) &&
+          w->constant.sizes() == c10::IntArrayRef(w->sizes)
+      ? w->constant.const_data_ptr()
+      : nullptr;
+  std::vector<std::pair<const void*, size_t>> flush_from;
+  if (node.owner) {
+    for (const Value* c : node.owner->constants()) {
+      const at::Tensor& t = c->constant;
+      if (c != w && t.defined() && t.device() == out->device && t.numel() > 0)
+        flush_from.emplace_back(t.const_data_ptr(), t.nbytes());
+    }
+  }
+  std::shared_ptr<const lt::MatmulPlan> plan =
+      lt::plan_on_torch_handle(*desc, w_ptr, std::move(flush_from));
   if (!plan)
     return nullptr;
   return std::make_unique<CublasLtLinearStep>(

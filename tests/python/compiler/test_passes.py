@@ -102,6 +102,57 @@ def test_constant_folding_and_conv_bn_folding():
     assert "batch_norm" not in text and text.count("aten::convolution") == 1
 
 
+def test_cuda_pipeline_keeps_weights_and_plans_no_arena():
+    """CUDA: batch norms become a scale and shift (no folded weight copy), no memory plan."""
+    names = _C._compiler.pass_names("cuda")
+    assert "batch_norm_scale_shift" in names
+    assert "fold_conv_bn" not in names and "memory_planning" not in names
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dims", [3, 4, 5])
+def test_batch_norm_scale_shift_matches_batch_norm(affine, dims):
+    """The rewrite on a CPU graph (the pass is device-neutral; only the CUDA pipeline runs
+    it), run by the executor against eager's batch norm on fresh inputs and special values."""
+    torch.manual_seed(dims)
+    c = 5
+    shape = [3, c, 7, 6, 2][:dims]
+    strides = torch.empty(shape).stride()
+    stats = [torch.randn(c), torch.rand(c) + 0.5]
+    params = [torch.rand(c) + 0.5, torch.randn(c)] if affine else []
+    g = _C._compiler.Graph()
+    x = g.add_input(F32, shape, list(strides))
+    consts = [g.add_constant(t) for t in params] or [None, None]
+    consts += [g.add_constant(t) for t in stats]
+    args = [("t", x)] + [("t", v) if v is not None else ("c", None) for v in consts]
+    outs = g.add_node(
+        "aten::_native_batch_norm_legit_no_training",
+        "default",
+        args + [("c", 0.1), ("c", 1e-5)],
+        3,
+        False,
+    )
+    g.set_type(outs[0], F32, shape, list(strides))
+    for o in outs[1:]:
+        g.set_type(o, F32, [0], [1])
+    (r,) = g.add_node("aten::relu", "default", [("t", outs[0])], 1, False)
+    g.set_type(r, F32, shape, list(strides))
+    g.set_outputs([r])
+    assert not g.run_pass("batch_norm_scale_shift", {"verify": True})  # not frozen
+    assert g.run_pass("batch_norm_scale_shift", OPTS)
+    text = str(g)
+    assert "batch_norm" not in text and "aten::mul" in text and "aten::add" in text, text
+    executor = _C._compiler.Executor(g, release_owned_constants=False)
+    w, b = params if affine else (None, None)
+    for trial in range(3):
+        inp = torch.randn(shape) * 10
+        if trial == 2:
+            inp.view(-1)[:4] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])
+        want = torch.relu(torch.nn.functional.batch_norm(inp, *stats, w, b, False, 0.1, 1e-5))
+        (got,) = executor.run([inp])
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 def test_verifier_rejects_use_before_definition():
     g = _C._compiler.Graph()
     x = g.add_input(F32, [2], [1])
