@@ -1,7 +1,8 @@
 // batch_norm_scale_shift.cpp: pass "batch_norm_scale_shift" (CUDA pipeline).
 //
 // Rule (freezing only):
-//   _native_batch_norm_legit_no_training(y, g, beta, mean, var, eps)
+//   _native_batch_norm_legit_no_training(y, g, beta, mean, var, momentum, eps)
+//   native_batch_norm(y, g, beta, mean, var, training=False, momentum, eps)
 //     => add(mul(y, s), t)   s = g / sqrt(var + eps), t = beta - mean * s,
 //                            both constants of shape [C, 1, ..., 1]
 // Constraints: g, beta, mean, var are constants of y's dtype, which is
@@ -35,8 +36,20 @@ bool run(Graph& g, const PassOptions& options) {
     return false;
   bool changed = false;
   for (Node* bn : g.nodes()) {
-    if (bn->op != "aten::_native_batch_norm_legit_no_training")
+    // The eps argument's position: the inference op, or native_batch_norm
+    // with training=False (a graph traced without AOTAutograd's
+    // functionalization keeps it).
+    int eps_index = -1;
+    if (bn->op == "aten::_native_batch_norm_legit_no_training") {
+      eps_index = 6;
+    } else if (bn->op == "aten::native_batch_norm") {
+      const AttrValue& training = bn->const_arg(5);
+      if (!std::holds_alternative<bool>(training) || std::get<bool>(training))
+        continue;
+      eps_index = 7;
+    } else {
       continue;
+    }
     Value* y = bn->tensor_arg(0);
     if (!y || y->sizes.size() < 2 ||
         (y->dtype != at::kFloat && y->dtype != at::kDouble))
@@ -52,7 +65,10 @@ bool run(Graph& g, const PassOptions& options) {
     if (!bn->outputs[1]->uses.empty() || !bn->outputs[2]->uses.empty() ||
         g.is_output(bn->outputs[1]) || g.is_output(bn->outputs[2]))
       continue;
-    const double eps = std::get<double>(bn->const_arg(6));
+    const AttrValue& eps_arg = bn->const_arg(eps_index);
+    if (!std::holds_alternative<double>(eps_arg))
+      continue;
+    const double eps = std::get<double>(eps_arg);
     auto f = [](const Value* v) {
       return v->constant.to(at::kDouble);
     };
