@@ -249,10 +249,12 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
       src << "      " << reg[k] << " r" << k << "[" << V << "];\n";
     src << "#pragma unroll\n      for (int j = 0; j < " << V << "; ++j)\n"
         << "        tp_body(";
+    std::string vargs;
     for (size_t i = 0; i < group.inputs.size(); ++i)
-      src << (i ? ", " : "") << "a" << i << "[j]";
+      vargs += (vargs.empty() ? "a" : ", a") + std::to_string(i) + "[j]";
     for (size_t k = 0; k < nout; ++k)
-      src << ", r" << k << "[j]";
+      vargs += (vargs.empty() ? "r" : ", r") + std::to_string(k) + "[j]";
+    src << vargs;
     if (random_streams > 0)
       src << ", tp_seed, tp_offset, (unsigned long long)("
           << offset_expr(sizes, st[nk], "i", idx) << ") + j * " << st[nk].back()
