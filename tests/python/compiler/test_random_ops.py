@@ -13,6 +13,7 @@ kernel (``Executor.steps()`` kind ``random_kernel``, no ATen fallback step for i
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -196,6 +197,6 @@ def test_cuda_reduce_overhead_does_not_replay_random_numbers(graphs):
     f = torch_plugin.optimize("plugin", mode="reduce-overhead")(lambda x: torch.rand_like(x) + x)
     x = torch.zeros(1 << 16, device="cuda")
     outs = [f(x).clone() for _ in range(4)]
-    for a, b in zip(outs, outs[1:]):
+    for a, b in itertools.pairwise(outs):
         assert not torch.equal(a, b), "a replay repeated the random numbers"
     _assert_in_kernel(graphs)
