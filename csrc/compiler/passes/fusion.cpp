@@ -42,7 +42,10 @@
 // when their domains agree. A member output used outside the group, or by the
 // graph, becomes an output of the group. Groups with a reduction, and pointwise
 // groups of two or more ops, become kernels; a lone pointwise op stays an ATen
-// call (already vectorized; nothing to save).
+// call (already vectorized; nothing to save). A random op
+// (codegen/random_ops.h, unless PassOptions::fallback_random) starts a group of
+// its own, a kernel even alone, which never joins a reduction nor is computed
+// at a broadcast consumer's sizes (each element's number is its own).
 #include "compiler/passes/fusion_group.h"
 #include "compiler/passes/fusion_reduction.h"
 #include "compiler/passes/pass.h"
