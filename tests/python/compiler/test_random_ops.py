@@ -200,3 +200,39 @@ def test_cuda_reduce_overhead_does_not_replay_random_numbers(graphs):
     for a, b in itertools.pairwise(outs):
         assert not torch.equal(a, b), "a replay repeated the random numbers"
     _assert_in_kernel(graphs)
+
+
+def test_cuda_random_kernel_compiles_with_nvrtc():
+    """A CUDA graph with dropout and randn, traced on FakeTensors and passed through the
+    pipeline without a GPU: its random kernel compiles with NVRTC (skipped without it)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_plugin import _C
+    from torch_plugin.compiler import lowering
+    from torch_plugin.compiler.decompositions import decomposition_table
+
+    cuda_rt = getattr(_C, "_cuda", None)
+    if cuda_rt is None:
+        pytest.skip("built without the CUDA parts")
+
+    def fn(x):
+        return F.dropout(x, 0.2, training=True)[0] * 2, torch.randn_like(x).half()
+
+    with FakeTensorMode():
+        x = torch.empty(64, 33, device="cuda")
+        gm = make_fx(fn, decomposition_table=decomposition_table())(x)
+    g = lowering.lower(gm, {})
+    g.run_pipeline({"freeze": False, "verify": True})
+    kernels = [n for n in g.export()["nodes"] if n["op"] == "torch_plugin::fused"]
+    random = [n for n in kernels if n["attrs"].get("random_streams")]
+    assert random, kernels
+    for n in random:
+        assert n["attrs"]["target"] == "cuda"
+        try:
+            ptx = cuda_rt.nvrtc_compile_check(n["attrs"]["source"], "sm_90")
+        except RuntimeError as e:
+            if "NVRTC" in str(e) and "load" in str(e).lower():
+                pytest.skip(f"NVRTC not available: {e}")
+            raise
+        assert ".entry kernel" in ptx
