@@ -32,6 +32,7 @@ GPU_TESTS=(
   tests/python/compiler/test_typed_kernels.py
   tests/python/compiler/test_symbolic_sizes.py
   tests/python/compiler/test_peak_memory.py
+  tests/python/compiler/test_random_ops.py
 )
 existing=()
 for t in "${GPU_TESTS[@]}"; do [[ -f "$ROOT/$t" ]] && existing+=("$ROOT/$t"); done

@@ -32,6 +32,8 @@ Flags:
 - :data:`size_variant_limit` (8): most statically compiled variants (one per concrete size)
   the "plugin" compiler keeps for one graph with symbolic sizes; past it the least recently
   used is evicted.
+- :data:`fallback_random` (False): random ops stay ATen calls (eager's numbers) instead of
+  being generated in kernels.
 - :data:`logs` (``()``, or what ``TORCH_PLUGIN_LOGS`` says): the log channels printed to
   stderr; assigning it switches them at once.
 
@@ -48,6 +50,7 @@ Environment variables (read when needed, by the functions at the end of this mod
 | ``TORCH_PLUGIN_DUMP_DIR`` | unset | :func:`compiler_environment` | write each graph before and after each pass there |
 | ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | :func:`compiler_environment` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
 | ``TORCH_PLUGIN_CUDA_GRAPHS`` | ``1`` | :func:`compiler_environment` | CUDA inference graphs are captured into CUDA graphs where that is safe |
+| ``TORCH_PLUGIN_FALLBACK_RANDOM`` | ``0`` | :func:`compiler_environment` | random ops (rand, randn, bernoulli, dropout) stay ATen calls, for eager's numbers bit for bit; by default they are generated in kernels (Philox, reproducible per seed, not eager's numbers) |
 | ``TORCH_PLUGIN_CACHE_DIR`` | ``$XDG_CACHE_HOME/torch_plugin``, else ``$HOME/.cache/torch_plugin`` (the password database's home folder when ``HOME`` is unset or empty) | :func:`cache_root` | the disk caches' root (kernels, lowered graphs; see ``torch_plugin.compiler.options`` for the trust checks and ``python -m torch_plugin.cache``) |
 | ``TORCH_PLUGIN_CACHE_LIMIT_GB`` | ``4`` | :func:`cache_limit_gb` | least recently used entries are evicted after each new graph entry until the cache is under the limit |
 | ``CXX`` | unset: the first of ``c++``, ``g++``, ``clang++`` on ``PATH`` | :func:`runtime_options` | the host compiler of generated CPU kernels (split on whitespace, run without a shell) |
@@ -116,6 +119,17 @@ this bound evicts the least recently used variant, with its executor and CUDA gr
 so on the ``recompiles`` log channel (at least 1). Read by
 ``torch_plugin.compiler.size_variants`` at each new variant.
 Tested in ``tests/python/compiler/test_symbolic_sizes.py``."""
+
+fallback_random: bool = False
+"""Keep random ops (``rand``, ``randn``, their ``_like`` forms, ``bernoulli``, dropout in
+training) as ATen calls, so that a compiled graph draws eager's numbers bit for bit; also set
+by ``TORCH_PLUGIN_FALLBACK_RANDOM=1``. False (the default, as Inductor's
+``config.fallback_random``): the "plugin" compiler generates them inside its kernels with a
+counter-based generator (Philox4x32-10) seeded from PyTorch's default generator at each call:
+the same ``torch.manual_seed`` gives the same results, each call advances the generator, but
+the numbers are not eager's (docs/internals/compiler.md, "Random ops"). Read by
+``torch_plugin.compiler.options`` when a graph is compiled (part of the graph cache's key).
+Tested in ``tests/python/compiler/test_random_ops.py``."""
 
 logs: tuple = ()
 """The log channels printed to stderr, as a tuple of names from
@@ -240,6 +254,7 @@ def compiler_environment() -> dict[str, bool | str]:
         "cache_dir": cache_root(),
         "graph_cache": env_flag("TORCH_PLUGIN_GRAPH_CACHE", True),
         "cuda_graphs": env_flag("TORCH_PLUGIN_CUDA_GRAPHS", True),
+        "fallback_random": fallback_random or env_flag("TORCH_PLUGIN_FALLBACK_RANDOM", False),
     }
 
 

@@ -43,6 +43,8 @@ PassOptions to_pass_options(const py::dict& d) {
     o.log_patterns = d["log_patterns"].cast<bool>();
   if (d.contains("memory_planning"))
     o.memory_planning = d["memory_planning"].cast<bool>();
+  if (d.contains("fallback_random"))
+    o.fallback_random = d["fallback_random"].cast<bool>();
   return o;
 }
 

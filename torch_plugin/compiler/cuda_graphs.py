@@ -89,7 +89,9 @@ def why_not_capturable(
     Args:
         steps: the executor's steps as ``(kind, op, device)`` (``Executor.steps()``:
             ``("fallback", "aten::add.Tensor", "cuda:0")``, ``("kernel", "torch_plugin::fused",
-            "cuda:0")``); only ATen fallbacks can synchronize, draw random numbers or mutate.
+            "cuda:0")``); only ATen fallbacks can synchronize or mutate; they and generated
+            kernels with random ops (kind ``"random_kernel"``, whose seed and offset are read
+            at each call: a replay would repeat them) draw random numbers.
         inputs: example inputs of the graph (its runtime inputs, without frozen constants).
         constants: the graph's frozen constants.
     """
@@ -102,6 +104,11 @@ def why_not_capturable(
     if any(not isinstance(t, torch.Tensor) for t in inputs):
         return "an input is not a tensor"
     for kind, op, _device in steps:
+        if kind == "random_kernel":
+            return (
+                f"a generated kernel ({op}) draws random numbers (its Philox seed and offset "
+                "are read at each call; a replay would repeat them)"
+            )
         if kind != "fallback":
             continue
         if op.split(".")[0] in _SYNCING_OPS:

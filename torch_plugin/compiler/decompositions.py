@@ -4,8 +4,15 @@ PyTorch's core ATen decompositions (``torch._decomp.core_aten_decompositions``),
 ops this compiler lowers natively — those it maps to a library call (oneDNN), fuses as a
 whole (softmax, norms), or runs through ATen faster than their decomposition would.
 
+Random ops: by default (``config.fallback_random`` off) ``native_dropout`` and
+``bernoulli.p`` decompose into ``rand_like`` and pointwise ops (:data:`RANDOM_DECOMPOSITIONS`),
+which the compiler generates in kernels with its Philox generator
+(csrc/compiler/codegen/random_ops.h); with ``fallback_random`` (``TORCH_PLUGIN_FALLBACK_RANDOM=1``)
+they and ``bernoulli`` stay whole, ATen calls drawing eager's numbers.
+
 Key parts:
 - :data:`NATIVE`: the op packets kept whole.
+- :data:`RANDOM_DECOMPOSITIONS`: random ops as ``rand_like`` and pointwise ops.
 - :func:`decomposition_table`.
 """
 
@@ -40,11 +47,57 @@ NATIVE = frozenset(
 )  # fmt: skip
 
 
-@functools.cache
+# Random ops that eager draws with its own kernels: kept whole with fallback_random.
+_EAGER_RANDOM = frozenset({aten.native_dropout, aten.bernoulli})
+
+
+def _native_dropout(input: torch.Tensor, p: float, train: bool | None):
+    """``aten.native_dropout`` as ATen computes it (``train=None`` trains, as ATen's kernels):
+    ``(x * keep * (1 / (1 - p)), keep)`` with ``keep = rand > p``, the uniform numbers drawn
+    in float32 whatever x's dtype (a bf16 uniform has 8 bits: p would be rounded to 1/256)."""
+    if train is False or p == 0:
+        return (input, torch.ones_like(input, dtype=torch.bool))
+    if p == 1:
+        return (torch.zeros_like(input), torch.zeros_like(input, dtype=torch.bool))
+    if not input.dtype.is_floating_point:
+        return NotImplemented
+    keep = torch.rand_like(input, dtype=torch.float32) > p
+    return (keep * input * float(1.0 / (1.0 - p)), keep)
+
+
+def _bernoulli_p(self: torch.Tensor, p: float, *, generator: Any = None):
+    """``aten.bernoulli.p``: 1 where a float32 uniform number is below p, in self's dtype.
+    A call with its own generator stays whole (NotImplemented)."""
+    if generator is not None:
+        return NotImplemented
+    return (torch.rand_like(self, dtype=torch.float32) < p).to(self.dtype)
+
+
+RANDOM_DECOMPOSITIONS: dict[Any, Any] = {
+    aten.native_dropout.default: _native_dropout,
+    aten.bernoulli.p: _bernoulli_p,
+}
+
+
 def decomposition_table() -> dict[Any, Any]:
-    """OpOverload → decomposition for every core-ATen decomposition not in :data:`NATIVE`."""
+    """OpOverload → decomposition for every core-ATen decomposition not in :data:`NATIVE`,
+    and the random ops' (:data:`RANDOM_DECOMPOSITIONS`) unless ``config.fallback_random`` (or
+    ``TORCH_PLUGIN_FALLBACK_RANDOM=1``) asks for eager's random numbers."""
+    from torch_plugin import config
+
+    return _table(bool(config.compiler_environment()["fallback_random"]))
+
+
+@functools.cache
+def _table(fallback_random: bool) -> dict[Any, Any]:
     from torch._decomp import core_aten_decompositions
 
-    return {
-        op: fn for op, fn in core_aten_decompositions().items() if op.overloadpacket not in NATIVE
+    table = {
+        op: fn
+        for op, fn in core_aten_decompositions().items()
+        if op.overloadpacket not in NATIVE
+        and not (fallback_random and op.overloadpacket in _EAGER_RANDOM)
     }
+    if not fallback_random:
+        table.update(RANDOM_DECOMPOSITIONS)
+    return table

@@ -5,7 +5,7 @@ Every option and its environment variable is declared and read in :mod:`torch_pl
 (see the table there: ``TORCH_PLUGIN_FREEZE``, ``TORCH_PLUGIN_LIBRARY_PATTERNS``,
 ``TORCH_PLUGIN_FUSION``, ``TORCH_PLUGIN_MEMORY_PLANNING``, ``TORCH_PLUGIN_VERIFY``,
 ``TORCH_PLUGIN_DUMP_DIR``, ``TORCH_PLUGIN_LOGS`` (``kernels``), ``TORCH_PLUGIN_CACHE_DIR``,
-``TORCH_PLUGIN_GRAPH_CACHE``, ``TORCH_PLUGIN_CUDA_GRAPHS``); this module adds what the
+``TORCH_PLUGIN_GRAPH_CACHE``, ``TORCH_PLUGIN_CUDA_GRAPHS``, ``TORCH_PLUGIN_FALLBACK_RANDOM``); this module adds what the
 compiler does with them: the dump folder is created, and a cache root that is not private is
 refused (folders 0700, files 0600; an existing root owned by another user or writable by
 group/others is refused with a warning: disk caches off, kernels compile into a private
@@ -42,6 +42,8 @@ class Options:
     cache_dir: str = ""
     graph_cache: bool = True
     cuda_graphs: bool = True
+    # Random ops stay ATen calls (eager's numbers) instead of kernels' Philox streams.
+    fallback_random: bool = False
 
     def pass_options(self) -> dict[str, object]:
         """The subset the C++ pipeline reads (csrc/compiler/passes/pass.h, PassOptions)."""
@@ -54,6 +56,7 @@ class Options:
             "log_kernels": self.log_kernels,
             "log_patterns": self.log_patterns,
             "cache_dir": self.cache_dir,
+            "fallback_random": self.fallback_random,
         }
 
 

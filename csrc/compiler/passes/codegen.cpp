@@ -5,15 +5,17 @@
 // render_fusion_group: the device of the group's outputs) and stores the kernel
 // on the group node as attrs "source", "target" ("cpp" or "cuda"), "entry"
 // (the entry symbol), "grid", "block" and "shared_bytes" (CUDA's 1-d launch
-// configuration; 0 for C++ kernels). A group that no renderer handles
-// (nullopt), or every group when PassOptions::codegen is off, is put back as
-// its ATen ops (unfuse_group, fusion_group.h), so every group that reaches the
-// executor has a kernel. With PassOptions::log_kernels (TORCH_PLUGIN_LOGS=
-// kernels) each group's body (with each member's level) and its source, or
-// that it was un-fused, go to stderr.
+// configuration; 0 for C++ kernels), and "random_streams" (how many random
+// ops it holds, codegen/random_ops.h; absent when none). A group that no
+// renderer handles (nullopt), or every group when PassOptions::codegen is off,
+// is put back as its ATen ops (unfuse_group, fusion_group.h), so every group
+// that reaches the executor has a kernel. With PassOptions::log_kernels
+// (TORCH_PLUGIN_LOGS= kernels) each group's body (with each member's level) and
+// its source, or that it was un-fused, go to stderr.
 #include "compiler/passes/fusion_group.h"
 #include "compiler/passes/pass.h"
 
+#include "compiler/codegen/random_ops.h"
 #include "compiler/codegen/renderer.h"
 
 #include <iostream>
@@ -49,6 +51,10 @@ bool run(Graph& g, const PassOptions& options) {
     n->attrs["grid"] = k->grid;
     n->attrs["block"] = k->block;
     n->attrs["shared_bytes"] = k->shared_bytes;
+    // Kernels with random ops take (seed, offset) per call: the runtime's
+    // kernel steps read "random_streams" (codegen/random_ops.h).
+    if (const int streams = count_random_ops(*n->body))
+      n->attrs["random_streams"] = static_cast<int64_t>(streams);
     if (options.log_kernels) {
       std::cerr << "[torch_plugin kernels] " << name << " (" << k->target
                 << "):\n"

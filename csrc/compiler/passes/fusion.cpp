@@ -42,12 +42,16 @@
 // when their domains agree. A member output used outside the group, or by the
 // graph, becomes an output of the group. Groups with a reduction, and pointwise
 // groups of two or more ops, become kernels; a lone pointwise op stays an ATen
-// call (already vectorized; nothing to save).
+// call (already vectorized; nothing to save). A random op
+// (codegen/random_ops.h, unless PassOptions::fallback_random) starts a group of
+// its own, a kernel even alone, which never joins a reduction nor is computed
+// at a broadcast consumer's sizes (each element's number is its own).
 #include "compiler/passes/fusion_group.h"
 #include "compiler/passes/fusion_reduction.h"
 #include "compiler/passes/pass.h"
 
 #include "compiler/codegen/op_semantics.h"
+#include "compiler/codegen/random_ops.h"
 #include "compiler/codegen/renderer.h"
 #include "ir/op_schema.h"
 #include "ir/op_table.h"
@@ -71,6 +75,9 @@ struct Group {
   Domain domain;
   bool alive = true;
   bool typed = false; // has a member that is not a float node
+  // Has a random op (codegen/random_ops.h): a kernel even alone, never
+  // computed at broadcast sizes (inlinable), never with a reduction (typed).
+  bool random = false;
 };
 
 // All of `n`'s tensors are on one device whose kernels (pointwise, or
@@ -110,7 +117,8 @@ bool reduction_member(const Node& n) {
 
 class Fusion {
  public:
-  explicit Fusion(Graph& g) : g_(g) {
+  explicit Fusion(Graph& g, bool fallback_random = false)
+      : g_(g), fallback_random_(fallback_random) {
     size_t pos = 0;
     for (const auto& n : g.node_list())
       pos_[n.get()] = pos++;
@@ -118,7 +126,12 @@ class Fusion {
 
   void group_nodes() {
     for (Node* n : g_.nodes()) {
-      if (auto info = reduction_info(*n)) {
+      if (is_random_op(*n)) {
+        if (!fallback_random_ && random_op(*n) && tensor_dtypes_ok(*n)) {
+          start(n, {n->outputs[0]->sizes, {}}, {Level::kFull});
+          groups_.back().random = groups_.back().typed = true;
+        }
+      } else if (auto info = reduction_info(*n)) {
         add_reduction(n, *info);
       } else if (pointwise(*n)) {
         add_pointwise(n);
@@ -132,7 +145,7 @@ class Fusion {
     for (Group& grp : groups_) {
       if (!grp.alive || grp.members.empty())
         continue;
-      if (grp.domain.reduce.empty() && grp.members.size() < 2)
+      if (grp.domain.reduce.empty() && grp.members.size() < 2 && !grp.random)
         continue;
       std::sort(
           grp.members.begin(),
@@ -265,8 +278,10 @@ class Fusion {
       o.alive = false;
     }
     grp.domain = d;
-    for (size_t i = 1; i < u.size(); ++i)
+    for (size_t i = 1; i < u.size(); ++i) {
       grp.typed |= groups_[u[i]].typed;
+      grp.random |= groups_[u[i]].random;
+    }
     const OpInfo* op = find_op(*n);
     const bool reduces = op && op->category == OpCategory::kReduction;
     grp.typed |= !reduces && !reduction_member(*n);
@@ -291,7 +306,7 @@ class Fusion {
     const Group& g = groups_[gid];
     const std::vector<int64_t>& t = n->outputs[0]->sizes;
     const std::vector<int64_t>& s = g.domain.sizes;
-    if (!g.domain.reduce.empty() || s == t || s.size() > t.size())
+    if (g.random || !g.domain.reduce.empty() || s == t || s.size() > t.size())
       return false;
     for (size_t i = 0; i < s.size(); ++i) {
       const int64_t a = s[s.size() - 1 - i], b = t[t.size() - 1 - i];
@@ -455,6 +470,7 @@ class Fusion {
   }
 
   Graph& g_;
+  bool fallback_random_;
   std::unordered_map<const Node*, size_t> pos_;
   std::unordered_map<const Node*, int> group_of_;
   std::unordered_map<const Value*, Level> level_;
@@ -466,11 +482,15 @@ bool run(Graph& g, const PassOptions& options) {
   if (!options.fusion)
     return false;
   if (options.log_kernels) // ATen pointwise ops that stay ATen calls, and why
-    for (const Node* n : g.nodes())
-      if (auto why = pointwise_fallback_reason(*n))
+    for (const Node* n : g.nodes()) {
+      auto why = pointwise_fallback_reason(*n);
+      if (!why)
+        why = random_fallback_reason(*n, options.fallback_random);
+      if (why)
         std::cerr << "[torch_plugin kernels] " << n->qualified_name()
                   << " stays an ATen call: " << *why << std::endl;
-  Fusion f(g);
+    }
+  Fusion f(g, options.fallback_random);
   f.group_nodes();
   return f.build();
 }

@@ -33,6 +33,8 @@ struct PassOptions {
   bool codegen = true; // codegen: render kernels (false: un-fuse every group)
   bool memory_planning =
       true; // memory_planning: library outputs share one per-run arena
+  bool fallback_random = false; // fusion: random ops stay ATen calls
+                                // (TORCH_PLUGIN_FALLBACK_RANDOM=1)
 };
 
 struct PassInfo {

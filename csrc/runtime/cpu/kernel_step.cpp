@@ -5,12 +5,17 @@
 // with the sizes, strides and dtypes the IR planned (args[0..outputs)), then
 // the input pointers. Inputs whose runtime strides differ from the planned
 // ones (which the kernel bakes in) in a dimension of size > 1 are first copied
-// to them. Registered for (CPU, kernel) with the preloader that compiles all of
-// a graph's C++ kernels at once (runtime/step_registry.h).
+// to them. A kernel with random ops (attr "random_streams",
+// codegen/random_ops.h) also gets a pointer to {seed, offset}: a seed drawn
+// per call from PyTorch's default CPU generator (mt19937: one random64() per
+// call, which advances it, as Inductor's CPU seeds), offset 0. Registered for
+// (CPU, kernel) with the preloader that compiles all of a graph's C++ kernels
+// at once (runtime/step_registry.h).
 #include "runtime/cpu/kernel_cache.h"
 #include "runtime/kernel_args.h"
 #include "runtime/step_registry.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
 
@@ -26,7 +31,9 @@ struct Operand {
 class KernelStep final : public Step {
  public:
   KernelStep(const ir::Node& n, const SlotMap& slots, KernelFn fn)
-      : name_(n.str_attr("name", "fused")), fn_(fn) {
+      : name_(n.str_attr("name", "fused")),
+        fn_(fn),
+        random_(n.int_attr("random_streams", 0) > 0) {
     for (const ir::Value* in : n.inputs)
       inputs_.push_back({slots.slot(in), in->sizes, in->strides, in->dtype});
     for (const ir::Value* o : n.outputs) {
@@ -38,7 +45,14 @@ class KernelStep final : public Step {
   void run(Slots& s) const override {
     std::vector<at::Tensor> keep;
     const size_t num_out = output_slots_.size();
-    std::vector<void*> args(inputs_.size() + num_out);
+    std::vector<void*> args(inputs_.size() + num_out + (random_ ? 1 : 0));
+    uint64_t rng[2] = {0, 0}; // seed, offset (codegen/random_ops.h)
+    if (random_) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng[0] = gen.get<at::CPUGeneratorImpl>()->random64();
+      args.back() = rng;
+    }
     std::vector<at::Tensor> outs;
     outs.reserve(num_out);
     for (size_t i = 0; i < num_out; ++i) {
@@ -63,12 +77,15 @@ class KernelStep final : public Step {
   }
 
   std::string describe() const override {
-    return "kernel " + name_;
+    // "random_kernel": its kind in Executor::steps() (a CUDA graph would
+    // replay its seed, cuda_graphs.why_not_capturable).
+    return (random_ ? "random_kernel " : "kernel ") + name_;
   }
 
  private:
   std::string name_;
   KernelFn fn_;
+  bool random_;
   std::vector<Operand> inputs_;
   std::vector<int> output_slots_;
   std::vector<OutputBuffer> output_buffers_;
@@ -102,8 +119,7 @@ std::unique_ptr<Step> make_cpu_kernel_step(
 void preload_cpu_kernels(const std::vector<const ir::Node*>& nodes) {
   std::vector<std::string> sources;
   for (const ir::Node* n : nodes) {
-    if (n->op == "torch_plugin::fused" &&
-        n->str_attr("target", "cpp") == "cpp")
+    if (n->op == "torch_plugin::fused" && n->str_attr("target", "cpp") == "cpp")
       sources.push_back(n->str_attr("source", ""));
   }
   if (!sources.empty())

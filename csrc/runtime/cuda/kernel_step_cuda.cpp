@@ -7,10 +7,12 @@
 #include "runtime/kernel_args.h"
 #include "runtime/step_registry.h"
 
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cstring>
 #include <map>
 
 namespace torch_plugin::runtime::cuda {
@@ -57,7 +59,8 @@ class CudaKernelStep final : public Step {
         device_(device_of(n)),
         grid_(n.int_attr("grid", 0)),
         block_(n.int_attr("block", 0)),
-        shared_bytes_(n.int_attr("shared_bytes", 0)) {
+        shared_bytes_(n.int_attr("shared_bytes", 0)),
+        random_streams_(n.int_attr("random_streams", 0)) {
     CudaKernelSource k = kernel_source_of(n);
     function_ = load_cuda_kernel(k.source, k.entry, device_, k.name);
     for (const ir::Value* in : n.inputs)
@@ -113,6 +116,8 @@ class CudaKernelStep final : public Step {
     }
     // The copies above and the kernel run on the same (current) stream, so
     // freeing `keep` after the launch is safe with the caching allocator.
+    if (random_streams_ > 0)
+      append_seed_and_offset(args);
     if (any_elements_)
       launch_cuda_kernel(function_, grid_, block_, shared_bytes_, args);
     for (size_t i = 0; i < num_out; ++i)
@@ -120,13 +125,47 @@ class CudaKernelStep final : public Step {
   }
 
   std::string describe() const override {
-    return "kernel " + name_ + " (cuda)";
+    // "random_kernel": its kind in Executor::steps() (a CUDA graph would
+    // replay its offset, cuda_graphs.why_not_capturable).
+    return (random_streams_ > 0 ? "random_kernel " : "kernel ") + name_ +
+        " (cuda)";
   }
 
  private:
+  // The kernel's (seed, offset) (codegen/random_ops.h) from the device's
+  // default CUDA generator, whose Philox offset advances by 4 per random op
+  // (one 128-bit block of each subsequence), as ATen's kernels advance it.
+  // They are passed by value: the launcher hands each `args` entry's address
+  // to cuLaunchKernel, and an unsigned long long parameter reads those 8
+  // bytes.
+  void append_seed_and_offset(std::vector<void*>& args) const {
+    static_assert(sizeof(void*) == sizeof(uint64_t));
+    at::Generator gen = at::cuda::detail::getDefaultCUDAGenerator(
+        static_cast<c10::DeviceIndex>(device_));
+    at::PhiloxCudaState state;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state = gen.get<at::CUDAGeneratorImpl>()->philox_cuda_state(
+          4 * static_cast<uint64_t>(random_streams_));
+    }
+    TORCH_CHECK(
+        !state.captured_,
+        "torch_plugin: kernel ",
+        name_,
+        " draws random numbers and cannot be captured in a CUDA graph "
+        "(its seed and offset are read at each call)");
+    uint64_t v[2] = {state.seed_.val, state.offset_.val};
+    for (uint64_t x : v) {
+      void* p = nullptr;
+      std::memcpy(&p, &x, sizeof(p));
+      args.push_back(p);
+    }
+  }
+
   std::string name_;
   int device_;
   int64_t grid_, block_, shared_bytes_;
+  int64_t random_streams_;
   CudaFunction function_;
   std::vector<Operand> inputs_;
   std::vector<int> output_slots_;

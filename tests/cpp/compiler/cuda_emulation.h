@@ -145,6 +145,9 @@ inline Launch build(
            << "]";
   for (const Value* v : group.inputs)
     launch << ", (const " << elem(v->dtype) << "*)args[" << i++ << "]";
+  if (k.source.find("tp_seed") != std::string::npos) // random kernels
+    for (int r = 0; r < 2; ++r) // seed, offset: args point to them
+      launch << ", *(const unsigned long long*)args[" << i++ << "]";
   launch << ");\n    });\n    for (auto& t : ts) t.join();\n  }\n}\n";
   src += launch.str();
   static const std::string dir = [] {

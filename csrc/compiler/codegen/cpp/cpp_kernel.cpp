@@ -4,6 +4,7 @@
 
 #include "compiler/codegen/cpp/cpp_emit.h"
 #include "compiler/codegen/op_semantics.h"
+#include "compiler/codegen/random_ops.h"
 
 #include <c10/util/Exception.h>
 
@@ -41,6 +42,20 @@ std::string generate_pointwise_kernel(
   }
   for (const Value* in : group.inputs)
     strides.push_back(broadcast_strides(in->sizes, in->strides, out->sizes));
+  // Random ops (codegen/random_ops.h) read each element's linear index in
+  // the result (row-major over its sizes): one more operand, `o<ki>`, with
+  // the contiguous strides, merged and walked like the others.
+  const int random_streams = count_random_ops(body);
+  const size_t ki = strides.size();
+  if (random_streams > 0) {
+    std::vector<int64_t> row_major(out->sizes.size());
+    int64_t s = 1;
+    for (size_t d = row_major.size(); d-- > 0;) {
+      row_major[d] = s;
+      s *= out->sizes[d];
+    }
+    strides.push_back(row_major);
+  }
 
   // Loop order: the output's memory order (largest stride outermost).
   std::vector<size_t> order(rank);
@@ -94,8 +109,19 @@ std::string generate_pointwise_kernel(
         *ct};
   }
   int tmp = 0;
+  int stream = 0;
+  const std::string index = random_streams > 0
+      ? "o" + std::to_string(ki) + " + j * " + std::to_string(st[ki].back())
+      : "";
   for (const auto& owned : body.node_list()) {
     const Node& n = *owned;
+    if (auto r = random_op(n)) {
+      const std::string t = "t" + std::to_string(tmp++);
+      compute << "      const float " << t << " = "
+              << random_expression(*r, stream++, index) << ";\n";
+      expr[n.outputs[0]] = TypedExpr{t, c10::ScalarType::Float};
+      continue;
+    }
     std::vector<TypedExpr> operands;
     for (const Value* v : n.inputs)
       operands.push_back(expr.at(v));
@@ -114,6 +140,8 @@ std::string generate_pointwise_kernel(
   for (int64_t s : out->sizes)
     src << " " << s;
   src << "\n" << kernel_preamble() << "\n";
+  if (random_streams > 0)
+    src << random_helpers_source() << "\n";
   src << "extern \"C\" void " << name << "(void** args) {\n";
   for (size_t i = 0; i < num_out; ++i) {
     const std::string t = c_type(group.outputs[i]->dtype);
@@ -125,6 +153,14 @@ std::string generate_pointwise_kernel(
     src << "  const " << t << "* __restrict in" << i << " = static_cast<const "
         << t << "*>(args[" << num_out + i << "]);\n";
   }
+  // Random kernels: args[outputs + inputs] points to {seed, offset}
+  // (runtime/cpu/kernel_step.cpp draws them per call).
+  if (random_streams > 0)
+    src << "  const unsigned long long* tp_rng = static_cast<const unsigned "
+           "long long*>(args["
+        << num_out + group.inputs.size()
+        << "]);\n  const unsigned long long tp_seed = tp_rng[0], tp_offset = "
+           "tp_rng[1];\n";
   // Parallel work items: rows, each split into blocks of the inner loop when
   // there are too few rows to share among threads (a contiguous tensor is one
   // coalesced row: without blocks it would run on one thread).

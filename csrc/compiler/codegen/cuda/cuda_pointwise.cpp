@@ -21,6 +21,7 @@
 #include "compiler/codegen/cuda/cuda_common.h"
 
 #include "compiler/codegen/op_semantics.h"
+#include "compiler/codegen/random_ops.h"
 
 #include <c10/util/Exception.h>
 
@@ -51,6 +52,20 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
     dtypes.push_back(in->dtype);
     strides.push_back(broadcast_strides(in->sizes, in->strides, out->sizes));
   }
+  // Random ops (codegen/random_ops.h) read each element's linear index in
+  // the result (row-major over its sizes): an extra operand at index nk,
+  // contiguous strides, merged with the others but never loaded.
+  const int random_streams = count_random_ops(body);
+  if (random_streams > 0) {
+    std::vector<int64_t> row_major(out->sizes.size());
+    int64_t s = 1;
+    for (size_t d = row_major.size(); d-- > 0;) {
+      row_major[d] = s;
+      s *= out->sizes[d];
+    }
+    strides.push_back(row_major);
+  }
+  const size_t nm = strides.size(); // operands merged: nk, + the index
 
   // Dims in the output's memory order, size-1 dims dropped, merged.
   std::vector<size_t> order(out->sizes.size());
@@ -59,21 +74,21 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
     return out->strides[a] > out->strides[b];
   });
   std::vector<int64_t> sizes;
-  std::vector<std::vector<int64_t>> st(nk);
+  std::vector<std::vector<int64_t>> st(nm);
   for (size_t d : order) {
     if (out->sizes[d] == 1)
       continue;
     bool merge = !sizes.empty();
-    for (size_t k = 0; merge && k < nk; ++k)
+    for (size_t k = 0; merge && k < nm; ++k)
       merge = st[k].back() == strides[k][d] * out->sizes[d];
     if (merge) {
       sizes.back() *= out->sizes[d];
-      for (size_t k = 0; k < nk; ++k)
+      for (size_t k = 0; k < nm; ++k)
         st[k].back() = strides[k][d];
       continue;
     }
     sizes.push_back(out->sizes[d]);
-    for (size_t k = 0; k < nk; ++k)
+    for (size_t k = 0; k < nm; ++k)
       st[k].push_back(strides[k][d]);
   }
   if (sizes.empty()) {
@@ -139,12 +154,24 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
   }
   for (size_t i = 0; i < nout; ++i)
     params += (params.empty() ? "" : ", ") + reg[i] + "& y" + std::to_string(i);
+  if (random_streams > 0)
+    params += std::string(params.empty() ? "" : ", ") +
+        "const unsigned long long tp_seed, const unsigned long long tp_offset, "
+        "const unsigned long long tp_index";
   fn << "__device__ __forceinline__ void tp_body(" << params << ") {\n";
   int tmp = 0;
+  int stream = 0;
   for (const auto& owned : body.node_list()) {
     const Node& n = *owned;
     if (n.outputs.size() != 1)
       return std::nullopt;
+    if (auto r = random_op(n)) {
+      const std::string t = "t" + std::to_string(tmp++);
+      fn << "  const float " << t << " = "
+         << random_expression(*r, stream++, "tp_index") << ";\n";
+      expr[n.outputs[0]] = TypedExpr{t, c10::ScalarType::Float};
+      continue;
+    }
     std::vector<TypedExpr> ins;
     for (const Value* v : n.inputs)
       ins.push_back(expr.at(v));
@@ -166,7 +193,8 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
   for (int64_t s : out->sizes)
     src << " " << s;
   src << "; " << numel << " elements, " << V << " per vector\n"
-      << preamble() << fn.str();
+      << preamble() << (random_streams > 0 ? random_helpers_source() : "")
+      << fn.str();
   src << "extern \"C\" __global__ void __launch_bounds__(" << kBlock
       << ") kernel(";
   for (size_t k = 0; k < nk; ++k) {
@@ -176,6 +204,11 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
         << (is_out ? "out" + std::to_string(k)
                    : "in" + std::to_string(k - nout));
   }
+  // Random kernels take (seed, offset) by value after the pointers
+  // (runtime/cuda/kernel_step_cuda.cpp reads them per call).
+  if (random_streams > 0)
+    src << ", const unsigned long long tp_seed, "
+           "const unsigned long long tp_offset";
   src << ") {\n";
   auto ptr = [&](size_t k) {
     return k < nout ? "out" + std::to_string(k)
@@ -216,10 +249,16 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
       src << "      " << reg[k] << " r" << k << "[" << V << "];\n";
     src << "#pragma unroll\n      for (int j = 0; j < " << V << "; ++j)\n"
         << "        tp_body(";
+    std::string vargs;
     for (size_t i = 0; i < group.inputs.size(); ++i)
-      src << (i ? ", " : "") << "a" << i << "[j]";
+      vargs += (vargs.empty() ? "a" : ", a") + std::to_string(i) + "[j]";
     for (size_t k = 0; k < nout; ++k)
-      src << ", r" << k << "[j]";
+      vargs += (vargs.empty() ? "r" : ", r") + std::to_string(k) + "[j]";
+    src << vargs;
+    if (random_streams > 0)
+      src << ", tp_seed, tp_offset, (unsigned long long)("
+          << offset_expr(sizes, st[nk], "i", idx) << ") + j * " << st[nk].back()
+          << "ull";
     src << ");\n";
     for (size_t k = 0; k < nout; ++k)
       src << vector_store(
@@ -241,6 +280,9 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
         load(dtypes[k], ptr(k), offset_expr(sizes, st[k], "i", idx));
   for (size_t k = 0; k < nout; ++k)
     args += (args.empty() ? "" : ", ") + std::string("r") + std::to_string(k);
+  if (random_streams > 0)
+    args += ", tp_seed, tp_offset, (unsigned long long)(" +
+        offset_expr(sizes, st[nk], "i", idx) + ")";
   src << "    tp_body(" << args << ");\n";
   for (size_t k = 0; k < nout; ++k)
     src << "    "

@@ -8,7 +8,9 @@
 namespace torch_plugin::compiler {
 
 std::optional<KernelSource> render_cuda(const Node& group) {
-  if (!group.body || group.outputs.empty() || group.inputs.empty() ||
+  // A pointwise group may have no inputs (random ops, codegen/random_ops.h).
+  if (!group.body || group.outputs.empty() ||
+      (group.inputs.empty() && group.attrs.count("reduce_dims")) ||
       group.body->inputs().size() != group.inputs.size() ||
       group.body->outputs().size() != group.outputs.size())
     return std::nullopt;
