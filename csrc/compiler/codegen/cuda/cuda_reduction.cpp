@@ -24,7 +24,9 @@
 // any operand); pairs combine by reduction_plan.h's combine_stmt in every
 // thread and across the butterfly (value and index shuffled together), which
 // gives ATen's first maximal index whatever the order. Scans (cumsum,
-// cumprod) get nullopt: no CUDA scan here, ATen runs them. This file plans the
+// cumprod) get nullopt here: cuda_scan.cpp renders them. any/all: max/min of
+// x != 0 (1.0f/0.0f) over the row, x tested in its own dtype (the plan's
+// nonzero loads, never vectorized), stored into a bool output. This file plans the
 // launch; cuda_reduction_emit.cpp spells the kernel.
 //
 // Launch of rows: G threads per row, G a power of two. Rows of N <= 1024
@@ -123,7 +125,7 @@ std::optional<KernelSource> RowKernel::render() {
 // ---- layout ----------------------------------------------------------------
 bool RowKernel::plan() {
   mark_needed();
-  // Scans (cumsum, cumprod) have no CUDA kernel here: ATen runs them.
+  // Scans (cumsum, cumprod): cuda_scan.cpp.
   for (int id : needed_)
     if (is_scan(terms_[id].kind))
       return false;

@@ -12,9 +12,10 @@ repeated values, all-equal rows, rows with NaN (several per row), rows of -inf a
 
 std arrives as var.correction + sqrt (AOTAutograd's core decompositions) and fuses as
 both; logsumexp is kept whole (torch_plugin/compiler/decompositions.py) and fuses as
-ATen's formula. cumsum/cumprod run as generated scans on the C++ renderer; the CUDA renderer
-has no scan and leaves them to ATen (the harness runs CUDA only on the GPU machine; these
-cases declare what the CPU does).
+ATen's formula. cumsum/cumprod run as generated scans on both renderers (CUDA: one block per
+row along a contiguous dim, one thread per column along another; fp32 sums in another order
+than ATen's, within the fp32 tolerance). any/all (aten.all kept whole) take bool, integer
+and float inputs over the "sparse" domain.
 """
 
 from __future__ import annotations
@@ -99,14 +100,9 @@ EXTRA_DOMAINS = {"ties": _ties, "near_one": _near_one, "factors": _factors, "spa
 _PROD_TOL = {torch.bfloat16: (1e-1, 1e-3)}
 
 
-# Fused on the CPU; the CUDA renderer has no scan kernel, so on CUDA these are ATen calls
-# (the harness must not expect them inside a kernel there).
-_NO_CUDA_SCAN = "CUDA: no scan kernel (cumsum/cumprod run as ATen calls); CPU: fused"
-
-
-DEVICE_FALLBACKS = {"cuda": {"aten::cumsum": _NO_CUDA_SCAN, "aten::cumprod": _NO_CUDA_SCAN}}
+DEVICE_FALLBACKS: dict[str, dict[str, str]] = {}
 """Device -> {ATen op: why}: ops that stay ATen calls on that device (read by the harness:
-a case naming one is checked as a fallback there)."""
+a case naming one is checked as a fallback there). None since the CUDA scan kernel."""
 
 
 _ANY_DTYPES = (
@@ -187,8 +183,8 @@ REDUCTION_CASES = [
           "aten::all", dtypes=_ANY_DTYPES),
     _case("all_whole", lambda x: x.all(), ("sparse",), "aten::all", dtypes=_ANY_DTYPES),
     # scans along the last dim and along the first
-    _case("cumsum_last", lambda x: x.cumsum(-1), ("any",), "aten::cumsum", why=_NO_CUDA_SCAN),
-    _case("cumsum_dim0", lambda x: x.cumsum(0), ("case",), "aten::cumsum", why=_NO_CUDA_SCAN),
+    _case("cumsum_last", lambda x: x.cumsum(-1), ("any",), "aten::cumsum"),
+    _case("cumsum_dim0", lambda x: x.cumsum(0), ("case",), "aten::cumsum"),
     _case("cumprod_last", lambda x: x.cumprod(-1), ("near_one",), "aten::cumprod",
-          tol=_PROD_TOL, why=_NO_CUDA_SCAN),
+          tol=_PROD_TOL),
 ]  # fmt: skip
