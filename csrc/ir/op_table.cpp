@@ -231,6 +231,13 @@ std::vector<OpInfo> make_table() {
           "aten::cumsum", ReductionKind::kCumSum, {Combine::kScanSum}, true),
       reduction(
           "aten::cumprod", ReductionKind::kCumProd, {Combine::kScanProd}, true),
+      // Issue #27 (any/all): every overload (whole tensor, one dim, dims).
+      reduction("aten::any", ReductionKind::kAny, {M}, false),
+      reduction("aten::any.dim", ReductionKind::kAny, {M}, false),
+      reduction("aten::any.dims", ReductionKind::kAny, {M}, false),
+      reduction("aten::all", ReductionKind::kAll, {N}, false),
+      reduction("aten::all.dim", ReductionKind::kAll, {N}, false),
+      reduction("aten::all.dims", ReductionKind::kAll, {N}, false),
 
       view("aten::view"),
       view("aten::_unsafe_view"),

@@ -120,6 +120,11 @@ enum class ReductionKind : uint8_t {
   kLogSumExp, // m + log(sum(exp(x - m))), m = max (0 where it is +-inf)
   kCumSum, // inclusive scan along one dim (row-wise output)
   kCumProd,
+  // Appended for issue #27 (any/all): whether some (every) element is nonzero
+  // (NaN counts as nonzero), as the max (min) of x != 0 over R; a bool output
+  // (uint8 for a uint8 input, as ATen).
+  kAny,
+  kAll,
 };
 
 // How a reduction op is computed (codegen/reduction_plan.cpp expands it).

@@ -43,6 +43,8 @@ NATIVE = frozenset(
         # softshrink arrive decomposed all the same: their Python autograd kernels.)
         aten.softplus, aten.threshold, aten.celu, aten.lerp, aten.xlogy, aten.logit,
         aten.frac,
+        # a reduction row of its own (its decomposition is not(any(not x)))
+        aten.all,
     }
 )  # fmt: skip
 

@@ -149,7 +149,51 @@ int ReductionTerms::index_operand() {
   return index_operand_ = static_cast<int>(operands_.size()) - 1;
 }
 
+int ReductionTerms::nonzero_term(const Value* v) {
+  if (auto it = term_of_.find(v); it != term_of_.end()) {
+    std::string e = ref(it->second);
+    if (v->dtype == c10::ScalarType::BFloat16 ||
+        v->dtype == c10::ScalarType::Half)
+      e = dialect_.round_to(v->dtype, e);
+    return expr("((" + e + ") != 0.0f ? 1.0f : 0.0f)", {it->second});
+  }
+  const auto& ins = group_.body->inputs();
+  const size_t i = std::find(ins.begin(), ins.end(), v) - ins.begin();
+  TORCH_CHECK(
+      i < ins.size(),
+      dialect_.name,
+      ": value %",
+      v->id,
+      " is not in the group");
+  const Value* outer_v = group_.inputs[i];
+  std::vector<int64_t> st =
+      map_strides(outer_v->sizes, outer_v->strides, "full", domain_);
+  auto key = std::make_pair(i, st);
+  if (auto it = nonzero_loads_.find(key); it != nonzero_loads_.end())
+    return it->second;
+  operands_.push_back({"in" + std::to_string(i), outer_v->dtype, st});
+  Term t{TermKind::kLoad};
+  t.operand = static_cast<int>(operands_.size()) - 1;
+  t.nonzero = true;
+  return nonzero_loads_[key] = add(std::move(t));
+}
+
 bool ReductionTerms::check_terms() const {
+  auto fp32_computed = [](c10::ScalarType t) {
+    return t == c10::ScalarType::Float || t == c10::ScalarType::BFloat16 ||
+        t == c10::ScalarType::Half;
+  };
+  for (const Term& t : terms_)
+    if (t.kind == TermKind::kLoad && !t.nonzero &&
+        !operands_[t.operand].index_space &&
+        !fp32_computed(operands_[t.operand].dtype))
+      return false; // e.g. an int64 input read as an fp32 value
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const c10::ScalarType d = group_.outputs[i]->dtype;
+    if (d != c10::ScalarType::Long && !fp32_computed(d) &&
+        !terms_[outputs_[i].first].boolean)
+      return false; // only any/all make bool (uint8) values
+  }
   for (const Term& t : terms_)
     for (int d : t.deps)
       if (terms_[d].index && t.kind != TermKind::kArgValue)
@@ -398,6 +442,15 @@ bool ReductionTerms::build_terms() {
         set(n, 0, y, "full");
         set(n, 1, mean, "outer_keep");
         set(n, 2, rstd, "outer_keep");
+        break;
+      }
+      case ReductionKind::kAny:
+      case ReductionKind::kAll: {
+        const int x = nonzero_term(n.inputs.at(n.args.at(0).inputs.at(0)));
+        Term t{kind == ReductionKind::kAny ? TermKind::kMax : TermKind::kMin};
+        t.deps = {x};
+        t.boolean = true;
+        set(n, 0, add(std::move(t)), lv);
         break;
       }
       case ReductionKind::kNone: {

@@ -96,6 +96,12 @@ struct Term {
   std::string expr; // kExpr: references "\x01<id>\x02" to other terms
   std::vector<int> deps; // kExpr: referenced terms; reductions: the argument
   bool index = false;
+  // kLoad: the element tested against zero in its own dtype, as 1.0f / 0.0f
+  // (any/all's argument read from memory: a double 1e-300 or an int64 is
+  // nonzero exactly when it is, which a conversion to fp32 first would lose).
+  bool nonzero = false;
+  // kMax/kMin of any/all: 1.0f / 0.0f, stored into a bool (uint8) output.
+  bool boolean = false;
 };
 
 // A pointer the kernel reads or writes, with its strides over F (0 where
@@ -126,6 +132,10 @@ struct ReductionDialect {
       const std::vector<int64_t>& v_sizes,
       const std::vector<int64_t>& v_strides,
       const std::vector<int64_t>& sizes);
+  // The fp32 expression `e` rounded to bfloat16 / float16 `t` and back
+  // (any/all test a narrow value of the group against zero as ATen sees it:
+  // fp16(1e-8) is 0).
+  std::string (*round_to)(c10::ScalarType t, const std::string& e);
 };
 
 // The terms of one reduction group; renderers derive from it and read its
@@ -151,9 +161,14 @@ class ReductionTerms {
   int reduce(TermKind k, int arg);
   // The index-space operand (created on first use).
   int index_operand();
+  // any/all's argument, body value `v`: a group input loaded with `nonzero`,
+  // else the in-group fp32 term rounded to v's dtype and compared with 0.
+  int nonzero_term(const Value* v);
   // Checks the plan's typing rules after the body is expanded: index terms
   // only stored into int64 outputs (and every int64 output an index), scans
-  // read by no reduction.
+  // read by no reduction, operands not of an fp32-computed dtype (float32,
+  // bfloat16, float16) only loaded as any/all's nonzero tests, outputs of
+  // other dtypes only any/all's.
   bool check_terms() const;
   // F-space strides of a value of `sizes`/`strides` used at `level`.
   std::vector<int64_t> map_strides(
@@ -177,6 +192,7 @@ class ReductionTerms {
   std::vector<Term> terms_;
   std::vector<Operand> operands_; // outputs first, then loads
   std::map<std::pair<size_t, std::vector<int64_t>>, int> loads_;
+  std::map<std::pair<size_t, std::vector<int64_t>>, int> nonzero_loads_;
   std::unordered_map<const Value*, int> term_of_;
   std::unordered_map<const Value*, std::string> level_of_;
   std::vector<std::pair<int, bool>> outputs_; // term, full-level

@@ -51,7 +51,8 @@ bool reduction_dtypes_ok(const Node& n, const std::vector<bool>& index) {
     return false;
   const c10::Device device = n.outputs[0]->device;
   for (const Value* v : n.inputs)
-    if (v->device != device || !reduction_dtype_supported(device.type(), v->dtype))
+    if (v->device != device ||
+        !reduction_dtype_supported(device.type(), v->dtype))
       return false;
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     const Value* v = n.outputs[i];
@@ -84,6 +85,19 @@ bool dtype_arg_ok(const Node& n, size_t arg) {
   return t == n.tensor_arg(0)->dtype || t == c10::ScalarType::Float;
 }
 
+// any/all: the input in any dtype the device's pointwise kernels load (the
+// kernels test it against zero in its own type), the output bool (uint8 for a
+// uint8 input, as ATen).
+bool any_all_dtypes_ok(const Node& n) {
+  if (n.outputs.size() != 1 || n.inputs.size() != 1)
+    return false;
+  const Value* x = n.inputs[0];
+  const Value* y = n.outputs[0];
+  return x->device == y->device &&
+      kernel_dtype_supported(x->device.type(), x->dtype) &&
+      (y->dtype == c10::ScalarType::Bool || y->dtype == c10::ScalarType::Byte);
+}
+
 } // namespace
 
 std::optional<ReductionInfo> reduction_info(const Node& n) {
@@ -105,7 +119,7 @@ std::optional<ReductionInfo> reduction_info(const Node& n) {
   };
   const bool all = n.overload == "default" &&
       (n.op == "aten::mean" || n.op == "aten::prod" || n.op == "aten::max" ||
-       n.op == "aten::min");
+       n.op == "aten::min" || n.op == "aten::any" || n.op == "aten::all");
   std::optional<std::vector<int64_t>> dims;
   switch (op->reduction.kind) {
     case ReductionKind::kSum:
@@ -202,6 +216,20 @@ std::optional<ReductionInfo> reduction_info(const Node& n) {
       info.levels = {Level::kFull, Level::kOuterKeep, Level::kOuterKeep};
       break;
     }
+    case ReductionKind::kAny:
+    case ReductionKind::kAll:
+      // any(x), any.dim(x, int, keepdim), any.dims(x, int[]?, keepdim).
+      if (all) {
+        dims = normalize_dims(std::monostate{}, rank);
+        info.levels = {Level::kOuter};
+      } else {
+        dims = normalize_dims(n.const_arg(schema::amax::kDim), rank);
+        info.levels = {keepdim_level(schema::amax::kKeepdim)};
+      }
+      if (!dims || !any_all_dtypes_ok(n))
+        return std::nullopt;
+      info.domain.reduce = *dims;
+      return info;
     case ReductionKind::kNone:
       return std::nullopt;
   }

@@ -91,6 +91,13 @@ static inline float __shfl_xor_sync(unsigned, float v, int o) {
   tp_warp_barrier[w].wait();
   return tp_xchg[w][l ^ o];
 }
+static inline float __shfl_up_sync(unsigned, float v, int o) {
+  const unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
+  tp_warp_barrier[w].wait();
+  tp_xchg[w][l] = v;
+  tp_warp_barrier[w].wait();
+  return l >= (unsigned)o ? tp_xchg[w][l - o] : v;
+}
 static long long tp_xchg64[32][32];
 static inline long long __shfl_xor_sync(unsigned, long long v, int o) {
   const unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;

@@ -499,5 +499,43 @@ TEST(CudaRenderer, ColumnReductions) {
   }
 }
 
+TEST(CudaRenderer, ScansAndAnyAllCompile) {
+  // cuda_scan.cpp: rows (one block per row, several chunks) and columns, fp32
+  // and bf16, an epilogue; any/all over bool, int64 and double inputs.
+  REQUIRE_NVRTC();
+  for (int64_t dim : {int64_t{1}, int64_t{0}})
+    for (ScalarType dt : {ScalarType::Float, ScalarType::BFloat16}) {
+      Builder b;
+      Value* x = b.input({40, 3000}, dt);
+      Value* c = b.op(
+          dim ? "aten::cumsum" : "aten::cumprod",
+          "default",
+          {x},
+          {dim, std::monostate{}},
+          {40, 3000},
+          dt);
+      b.g.set_outputs({b.binary("aten::mul", c, x, {40, 3000}, dt)});
+      auto ks = render_all(b);
+      ASSERT_EQ(ks.size(), 1u);
+      expect_compiles(ks[0]);
+    }
+  for (ScalarType dt : {ScalarType::Bool, ScalarType::Long, ScalarType::Double})
+    for (bool any : {true, false}) {
+      Builder b;
+      Value* x = b.input({40, 3000}, dt);
+      b.g.set_outputs({b.op(
+          any ? "aten::any" : "aten::all",
+          any ? "dim" : "dims",
+          {x},
+          {any ? AttrValue(int64_t{1}) : AttrValue(std::vector<int64_t>{1}),
+           !any},
+          any ? std::vector<int64_t>{40} : std::vector<int64_t>{40, 1},
+          ScalarType::Bool)});
+      auto ks = render_all(b);
+      ASSERT_EQ(ks.size(), 1u);
+      expect_compiles(ks[0]);
+    }
+}
+
 } // namespace
 } // namespace torch_plugin::compiler

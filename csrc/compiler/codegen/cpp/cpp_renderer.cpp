@@ -14,9 +14,11 @@ std::optional<KernelSource> render_cpp(const Node& group) {
   // Reduction kernels compute in fp32 (float32, bfloat16); pointwise kernels
   // load, compute and store every dtype with a compute type.
   const bool reduction = group.attrs.count("reduce_dims") > 0;
+  // Reduction groups may also load other dtypes (any/all's inputs) and store
+  // bool (any/all's outputs): the plan's check_terms (reduction_plan.h) says
+  // which values may have them.
   auto ok = [&](const Value* v) {
-    return reduction ? kernel_dtype(v->dtype)
-                     : pointwise_kernel_dtype(v->dtype);
+    return pointwise_kernel_dtype(v->dtype);
   };
   for (const Value* v : group.inputs)
     if (!ok(v))

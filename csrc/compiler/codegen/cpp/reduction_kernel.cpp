@@ -39,12 +39,29 @@ std::string constant(const AttrValue& v) {
   return float_literal(v);
 }
 
+std::string round_to(c10::ScalarType t, const std::string& e) {
+  return t == c10::ScalarType::BFloat16
+      ? "tp_load_bf16(tp_store_bf16(" + e + "))"
+      : "tp_load_f16(tp_store_f16(" + e + "))";
+}
+
+// A load term's value: the element in fp32, or for any/all's nonzero loads
+// 1.0f / 0.0f, tested in the element's own type.
+std::string load_value(
+    const Term& t,
+    const Operand& o,
+    const std::string& off) {
+  const std::string v = load_expr(o.dtype, o.ptr, off);
+  return t.nonzero ? "((" + v + ") != 0 ? 1.0f : 0.0f)" : v;
+}
+
 const ReductionDialect kCppDialect = {
     "codegen",
     flit,
     constant,
     /*softmax_by_reciprocal=*/true,
-    broadcast_strides};
+    broadcast_strides,
+    round_to};
 
 class Generator : public ReductionTerms {
  public:
@@ -162,8 +179,7 @@ class Generator : public ReductionTerms {
     const Term& t = terms_[id];
     std::string value;
     if (t.kind == Kind::kLoad) {
-      const Operand& o = operands_[t.operand];
-      value = load_expr(o.dtype, o.ptr, offset(t.operand, true));
+      value = load_value(t, operands_[t.operand], offset(t.operand, true));
     } else if (is_scan(t.kind)) {
       // The running sum/product in double (ATen's CPU cumsum/cumprod
       // accumulate fp32 in double too), in R order (the store pass).
@@ -194,8 +210,7 @@ class Generator : public ReductionTerms {
       std::string value;
       const std::string a = "a" + std::to_string(id) + (has_vec_ ? "[v]" : "");
       if (t.kind == Kind::kLoad) {
-        const Operand& o = operands_[t.operand];
-        value = load_expr(o.dtype, o.ptr, offset(t.operand, false));
+        value = load_value(t, operands_[t.operand], offset(t.operand, false));
       } else if (t.kind == Kind::kSum || t.kind == Kind::kProd) {
         value = a;
       } else if (t.kind == Kind::kMax || t.kind == Kind::kMin) {

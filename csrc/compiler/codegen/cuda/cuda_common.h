@@ -120,6 +120,9 @@ namespace torch_plugin::compiler::cuda {
 // nullopt for a group they do not handle.
 std::optional<KernelSource> render_pointwise(const Node& group);
 std::optional<KernelSource> render_row_reduction(const Node& group);
+// Scan groups (cumsum, cumprod with their pointwise neighbours;
+// cuda_scan.cpp).
+std::optional<KernelSource> render_scan(const Node& group);
 
 // "int" when every index and offset of a kernel stays below 2^31, else
 // "long long"; `max_index` is the largest index or offset it computes.

@@ -24,7 +24,9 @@
 // any operand); pairs combine by reduction_plan.h's combine_stmt in every
 // thread and across the butterfly (value and index shuffled together), which
 // gives ATen's first maximal index whatever the order. Scans (cumsum,
-// cumprod) get nullopt: no CUDA scan here, ATen runs them. This file plans the
+// cumprod) get nullopt here: cuda_scan.cpp renders them. any/all: max/min of
+// x != 0 (1.0f/0.0f) over the row, x tested in its own dtype (the plan's
+// nonzero loads, never vectorized), stored into a bool output. This file plans the
 // launch; cuda_reduction_emit.cpp spells the kernel.
 //
 // Launch of rows: G threads per row, G a power of two. Rows of N <= 1024
@@ -83,24 +85,31 @@ std::string literal_of(double v) {
   return literal(v);
 }
 
+std::string round_to(c10::ScalarType t, const std::string& e) {
+  return from_bits(t, to_bits(t, e));
+}
+
 const ReductionDialect kCudaDialect = {
     "cuda codegen",
     literal_of,
     constant,
     /*softmax_by_reciprocal=*/false,
-    broadcast_strides};
+    broadcast_strides,
+    round_to};
 
 } // namespace
 
 RowKernel::RowKernel(const Node& group) : ReductionTerms(group, kCudaDialect) {}
 
 std::optional<KernelSource> RowKernel::render() {
+  // Other dtypes than cuda_dtype's: any/all's inputs and bool outputs, and
+  // argmax's int64 indices; the plan's check_terms says which values may
+  // have them.
   for (const Value* v : group_.inputs)
-    if (!cuda_dtype(v->dtype))
+    if (!pointwise_cuda_dtype(v->dtype))
       return std::nullopt;
   for (const Value* v : group_.outputs)
-    if (!cuda_dtype(v->dtype) &&
-        v->dtype != c10::ScalarType::Long) // argmax / max.dim indices
+    if (!pointwise_cuda_dtype(v->dtype))
       return std::nullopt;
   if (!build_terms() || !plan())
     return std::nullopt;
@@ -116,7 +125,7 @@ std::optional<KernelSource> RowKernel::render() {
 // ---- layout ----------------------------------------------------------------
 bool RowKernel::plan() {
   mark_needed();
-  // Scans (cumsum, cumprod) have no CUDA kernel here: ATen runs them.
+  // Scans (cumsum, cumprod): cuda_scan.cpp.
   for (int id : needed_)
     if (is_scan(terms_[id].kind))
       return false;
@@ -171,7 +180,8 @@ bool RowKernel::plan() {
   // element size allows.
   int64_t min_es = 4;
   for (size_t k = 0; k < operands_.size(); ++k)
-    if (row_contiguous(k) && !operands_[k].index_space)
+    if (row_contiguous(k) && !operands_[k].index_space &&
+        cuda_dtype(operands_[k].dtype))
       min_es = std::min(min_es, element_size(operands_[k].dtype));
   v_ = 16 / min_es;
   while (v_ > 1 && count_ % v_ != 0)
@@ -224,7 +234,8 @@ bool RowKernel::row_contiguous(size_t k) const {
   return !rdims_.empty();
 }
 bool RowKernel::vectorized(size_t k) const {
-  if (v_ == 1 || operands_[k].index_space || !row_contiguous(k))
+  if (v_ == 1 || operands_[k].index_space || !row_contiguous(k) ||
+      !cuda_dtype(operands_[k].dtype)) // any/all's inputs: scalar loads
     return false;
   for (size_t d : kdims_)
     if (operands_[k].strides[d] % v_ != 0)

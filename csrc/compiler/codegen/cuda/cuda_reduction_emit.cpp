@@ -32,6 +32,12 @@ std::string RowKernel::render_expr(const std::string& e) const {
   return out;
 }
 
+std::string RowKernel::load_value(const Term& t, const std::string& off) const {
+  const Operand& o = operands_[t.operand];
+  const std::string v = load(o.dtype, o.ptr, off);
+  return t.nonzero ? "((" + v + ") != 0 ? 1.0f : 0.0f)" : v;
+}
+
 std::string RowKernel::row_offset(size_t k, const std::string& j) const {
   std::vector<int64_t> sizes, strides;
   for (size_t d : rdims_) {
@@ -116,14 +122,13 @@ std::string RowKernel::element_loop(
     std::ostringstream scalar;
     for (int64_t v = 0; v < v_; ++v)
       scalar << ind << "  " << l << "[" << v << "] = "
-             << load(
-                    o.dtype,
-                    o.ptr,
+             << load_value(
+                    terms_[id],
                     b + " + " +
                         row_offset(
                             k, "(" + idx + ")(j0 + " + std::to_string(v) + ")"))
              << ";\n";
-    if (vectorized(k))
+    if (vectorized(k) && !terms_[id].nonzero)
       os << ind << "if (vec) {\n"
          << vector_load(o.dtype, o.ptr, b + " + j0", v_, l, ind + "  ") << ind
          << "} else {\n"
@@ -194,8 +199,7 @@ void RowKernel::emit_outer(int stage, std::ostream& os) const {
       continue;
     std::string value;
     if (t.kind == Kind::kLoad) {
-      const Operand& o = operands_[t.operand];
-      value = load(o.dtype, o.ptr, "b" + std::to_string(t.operand));
+      value = load_value(t, "b" + std::to_string(t.operand));
     } else if (t.kind == Kind::kExpr) {
       value = render_expr(t.expr);
     } else if (t.kind == Kind::kArgValue) {

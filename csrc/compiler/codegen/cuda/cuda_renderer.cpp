@@ -17,8 +17,11 @@ std::optional<KernelSource> render_cuda(const Node& group) {
   for (const Value* v : group.outputs)
     if (v->numel() == 0)
       return std::nullopt;
-  if (group.attrs.count("reduce_dims"))
-    return cuda::render_row_reduction(group);
+  if (group.attrs.count("reduce_dims")) {
+    if (auto k = cuda::render_row_reduction(group))
+      return k;
+    return cuda::render_scan(group); // nullopt without a scan
+  }
   return cuda::render_pointwise(group);
 }
 

@@ -49,6 +49,9 @@ class RowKernel : public ReductionTerms {
       bool stores) const;
   void emit_outer(int stage, std::ostream& os) const;
   std::string row_offset(size_t k, const std::string& j) const;
+  // A load term's fp32 value at element offset `off` of its operand (any/
+  // all's nonzero loads: 1.0f / 0.0f, tested in the element's own type).
+  std::string load_value(const Term& t, const std::string& off) const;
 
   // count_ (ReductionTerms): the row length.
   int64_t m_ = 1; // rows

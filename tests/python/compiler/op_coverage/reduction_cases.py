@@ -12,9 +12,10 @@ repeated values, all-equal rows, rows with NaN (several per row), rows of -inf a
 
 std arrives as var.correction + sqrt (AOTAutograd's core decompositions) and fuses as
 both; logsumexp is kept whole (torch_plugin/compiler/decompositions.py) and fuses as
-ATen's formula. cumsum/cumprod run as generated scans on the C++ renderer; the CUDA renderer
-has no scan and leaves them to ATen (the harness runs CUDA only on the GPU machine; these
-cases declare what the CPU does).
+ATen's formula. cumsum/cumprod run as generated scans on both renderers (CUDA: one block per
+row along a contiguous dim, one thread per column along another; fp32 sums in another order
+than ATen's, within the fp32 tolerance). any/all (aten.all kept whole) take bool, integer
+and float inputs over the "sparse" domain.
 """
 
 from __future__ import annotations
@@ -65,21 +66,49 @@ def _factors(shape, dtype, gen: torch.Generator) -> torch.Tensor:
     return (torch.rand(shape, generator=gen) * 0.01 + 0.995).to(dtype)
 
 
-EXTRA_DOMAINS = {"ties": _ties, "near_one": _near_one, "factors": _factors}
+def _sparse(shape, dtype, gen: torch.Generator) -> torch.Tensor:
+    """Mostly zeros (any/all): ~5% nonzero values, then special rows (all zero, all
+    nonzero, a lone NaN, all -0.0, tiny values: 1e-30, and 6e-8, which x * 0.5 in fp16
+    rounds to zero) and a column nonzero everywhere (so that all() over the outer dims is
+    true there). In `dtype` (bool, integers, floats)."""
+    vals = torch.randn(shape, generator=gen) * 3
+    vals = torch.where(vals.abs() < 0.5, torch.full_like(vals, 2.0), vals)
+    x = torch.where(torch.rand(shape, generator=gen) < 0.05, vals, torch.zeros(shape))
+    x[..., 1] = 1.0
+    rows = x.reshape(-1, shape[-1])
+    n, floats = rows.shape[0], dtype.is_floating_point
+    if n > 1:
+        rows[1] = -1.0
+    if n > 2:
+        rows[2] = 0.0
+        rows[2, shape[-1] // 2] = float("nan") if floats else 1.0
+    if n > 3 and floats:
+        rows[3] = -0.0
+    if n > 4 and floats:
+        rows[4, 0], rows[4, 2] = 1e-30, 6e-8
+    if n > 0:
+        rows[0] = 0.0
+    if dtype == torch.bool:
+        return x != 0
+    return x.to(dtype)
+
+
+EXTRA_DOMAINS = {"ties": _ties, "near_one": _near_one, "factors": _factors, "sparse": _sparse}
 
 # bf16 prod: ATen's CPU prod rounds every partial product to bf16 (129 factors: up to ~6%
 # off the exact product); the kernels multiply in fp32 (as ATen's CUDA prod).
 _PROD_TOL = {torch.bfloat16: (1e-1, 1e-3)}
 
 
-# Fused on the CPU; the CUDA renderer has no scan kernel, so on CUDA these are ATen calls
-# (the harness must not expect them inside a kernel there).
-_NO_CUDA_SCAN = "CUDA: no scan kernel (cumsum/cumprod run as ATen calls); CPU: fused"
-
-
-DEVICE_FALLBACKS = {"cuda": {"aten::cumsum": _NO_CUDA_SCAN, "aten::cumprod": _NO_CUDA_SCAN}}
+DEVICE_FALLBACKS: dict[str, dict[str, str]] = {}
 """Device -> {ATen op: why}: ops that stay ATen calls on that device (read by the harness:
-a case naming one is checked as a fallback there)."""
+a case naming one is checked as a fallback there). None since the CUDA scan kernel."""
+
+
+_ANY_DTYPES = (
+    torch.bool, torch.uint8, torch.int32, torch.int64, torch.float32, torch.bfloat16,
+    torch.float16, torch.float64,
+)  # fmt: skip
 
 
 def _case(name, fn, inputs, aten, **kw):
@@ -140,9 +169,22 @@ REDUCTION_CASES = [
     _case("sum_dtype_f32", lambda x: x.sum(-1, dtype=torch.float32), ("case",), "aten::sum"),
     _case("mean_dtype_f32", lambda x: x.mean(0, dtype=torch.float32), ("case",), "aten::mean"),
     _case("mean_all", lambda x: x.mean(), ("case",), "aten::mean"),
+    # any / all over bool, integer and float inputs (NaN is nonzero, -0.0 is zero); a bool
+    # result (uint8 for uint8, as ATen)
+    _case("any_last", lambda x: x.any(-1), ("sparse",), "aten::any", dtypes=_ANY_DTYPES),
+    _case("any_dim0_keep", lambda x: x.any(0, keepdim=True), ("sparse",), "aten::any",
+          dtypes=_ANY_DTYPES),
+    _case("any_dims", lambda x: x.any(dim=(0, -1)), ("sparse",), "aten::any",
+          dtypes=_ANY_DTYPES),
+    _case("any_whole", lambda x: x.any(), ("sparse",), "aten::any", dtypes=_ANY_DTYPES),
+    _case("all_last", lambda x: x.all(-1), ("sparse",), "aten::all", dtypes=_ANY_DTYPES),
+    _case("all_dim1", lambda x: x.all(1), ("sparse",), "aten::all", dtypes=_ANY_DTYPES),
+    _case("all_dims_keep", lambda x: x.all(dim=(0, 1), keepdim=True), ("sparse",),
+          "aten::all", dtypes=_ANY_DTYPES),
+    _case("all_whole", lambda x: x.all(), ("sparse",), "aten::all", dtypes=_ANY_DTYPES),
     # scans along the last dim and along the first
-    _case("cumsum_last", lambda x: x.cumsum(-1), ("any",), "aten::cumsum", why=_NO_CUDA_SCAN),
-    _case("cumsum_dim0", lambda x: x.cumsum(0), ("case",), "aten::cumsum", why=_NO_CUDA_SCAN),
+    _case("cumsum_last", lambda x: x.cumsum(-1), ("any",), "aten::cumsum"),
+    _case("cumsum_dim0", lambda x: x.cumsum(0), ("case",), "aten::cumsum"),
     _case("cumprod_last", lambda x: x.cumprod(-1), ("near_one",), "aten::cumprod",
-          tol=_PROD_TOL, why=_NO_CUDA_SCAN),
+          tol=_PROD_TOL),
 ]  # fmt: skip
