@@ -101,8 +101,13 @@ class Captured:
 
     @property
     def unversioned(self) -> bool:
-        """Whether the parameters change without version bumps (FSDP2): never frozen."""
-        return bool(self.gm.meta.get(UNVERSIONED_PARAMETERS, False))
+        """Whether the parameters change without version bumps: never frozen. FSDP2 marks its
+        graphs; a parameter made under ``torch.inference_mode`` (an inference tensor) has no
+        version counter at all, so a write to it in inference mode could not be seen by the
+        frozen-parameter check."""
+        if self.gm.meta.get(UNVERSIONED_PARAMETERS, False):
+            return True
+        return any(isinstance(t, torch.Tensor) and t.is_inference() for t in self.params_flat)
 
 
 class Lowered:

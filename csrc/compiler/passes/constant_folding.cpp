@@ -197,8 +197,10 @@ bool run(Graph& g, const PassOptions& options) {
     bool cacheable = true; // every input has a storage whose identity counts
     for (const Value* in : n->inputs) {
       inputs.push_back(in->constant);
-      cacheable =
-          cacheable && in->constant.defined() && in->constant.has_storage();
+      // An inference tensor (made under torch.inference_mode) has no version
+      // counter: a write to it could not be seen, so it is never a key.
+      cacheable = cacheable && in->constant.defined() &&
+          in->constant.has_storage() && !in->constant.is_inference();
     }
     const std::string key = cacheable ? fold_key(*n) : std::string();
     std::vector<at::Tensor> cached =

@@ -67,3 +67,21 @@ def test_a_parameter_changed_in_place_is_folded_again(graphs) -> None:
             torch.testing.assert_close(compiled(x), model(x))
     after = {t.untyped_storage().data_ptr() for g in graphs[-1:] for t in _folded(g)}
     assert after and not (after & before), "the folded copy of the old weight was reused"
+
+
+def test_inference_mode_parameters_are_not_frozen() -> None:
+    """Parameters made under ``torch.inference_mode`` have no version counter, so a write to
+    them cannot be seen: they stay graph inputs (no folded copy that could go stale), and
+    results match eager call after call, also after such a write."""
+    torch.manual_seed(0)
+    torch_plugin.reset()
+    with torch.inference_mode():
+        model = CastWeight().eval()
+        compiled = torch_plugin.optimize("plugin", dynamic=True)(model)
+        for batch in (3, 5, 3):
+            x = torch.randn(batch, 32, dtype=torch.float64)
+            torch.testing.assert_close(compiled(x), model(x))
+        model.w.mul_(-2.0)  # no version bump for an inference tensor
+        for batch in (5, 3):
+            x = torch.randn(batch, 32, dtype=torch.float64)
+            torch.testing.assert_close(compiled(x), model(x))
