@@ -73,28 +73,38 @@ using ViewFn = std::function<std::vector<at::Tensor>(const at::Tensor&)>;
 
 std::optional<ViewFn> view_fn(const Node& n) {
   const std::string op = n.qualified_name();
-  auto one = [](at::Tensor t) { return std::vector<at::Tensor>{std::move(t)}; };
+  auto one = [](at::Tensor t) {
+    return std::vector<at::Tensor>{std::move(t)};
+  };
   if (op == "aten::view" || op == "aten::_unsafe_view" ||
       op == "aten::reshape") {
     auto size = ints_arg(n, 1);
     if (!size)
       return std::nullopt;
     if (op == "aten::view")
-      return [s = *size, one](const at::Tensor& t) { return one(t.view(s)); };
+      return [s = *size, one](const at::Tensor& t) {
+        return one(t.view(s));
+      };
     if (op == "aten::_unsafe_view")
       return [s = *size, one](const at::Tensor& t) {
         return one(at::_unsafe_view(t, s));
       };
-    return [s = *size, one](const at::Tensor& t) { return one(t.reshape(s)); };
+    return [s = *size, one](const at::Tensor& t) {
+      return one(t.reshape(s));
+    };
   }
   if (op == "aten::permute") {
     auto dims = ints_arg(n, 1);
     if (!dims)
       return std::nullopt;
-    return [d = *dims, one](const at::Tensor& t) { return one(t.permute(d)); };
+    return [d = *dims, one](const at::Tensor& t) {
+      return one(t.permute(d));
+    };
   }
   if (op == "aten::t")
-    return [one](const at::Tensor& t) { return one(t.t()); };
+    return [one](const at::Tensor& t) {
+      return one(t.t());
+    };
   if (op == "aten::transpose.int") {
     auto a = int_arg(n, 1), b = int_arg(n, 2);
     if (!a || !b)
@@ -108,9 +118,12 @@ std::optional<ViewFn> view_fn(const Node& n) {
     if (!d)
       return std::nullopt;
     if (op == "aten::unsqueeze")
-      return
-          [d = *d, one](const at::Tensor& t) { return one(t.unsqueeze(d)); };
-    return [d = *d, one](const at::Tensor& t) { return one(t.squeeze(d)); };
+      return [d = *d, one](const at::Tensor& t) {
+        return one(t.unsqueeze(d));
+      };
+    return [d = *d, one](const at::Tensor& t) {
+      return one(t.squeeze(d));
+    };
   }
   if (op == "aten::select.int") {
     auto d = int_arg(n, 1), i = int_arg(n, 2);
@@ -135,7 +148,9 @@ std::optional<ViewFn> view_fn(const Node& n) {
     auto size = ints_arg(n, 1);
     if (!size || n.args.size() > 2)
       return std::nullopt; // `implicit` given: rare, left to the fallback
-    return [s = *size, one](const at::Tensor& t) { return one(t.expand(s)); };
+    return [s = *size, one](const at::Tensor& t) {
+      return one(t.expand(s));
+    };
   }
   if (op == "aten::split_with_sizes" || op == "aten::split.Tensor") {
     auto d = n.args.size() > 2 ? int_arg(n, 2) : std::optional<int64_t>(0);
@@ -157,7 +172,9 @@ std::optional<ViewFn> view_fn(const Node& n) {
     };
   }
   if (op == "aten::alias")
-    return [one](const at::Tensor& t) { return one(at::alias(t)); };
+    return [one](const at::Tensor& t) {
+      return one(at::alias(t));
+    };
   return std::nullopt;
 }
 
