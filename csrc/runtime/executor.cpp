@@ -189,6 +189,8 @@ void Executor::build(const ir::Graph& g, bool release_owned) {
     if (!steps_[i])
       steps_[i] = make_kernel_step(*nodes[i], slots);
     if (!steps_[i])
+      steps_[i] = make_view_step(*nodes[i], slots);
+    if (!steps_[i])
       steps_[i] = make_fallback_step(*nodes[i], slots);
   }
   // The constants some step reads at run time; the others live in their

@@ -67,6 +67,11 @@ class Step {
   }
 };
 
+// A view op with constant arguments, or a cat with one non-empty input
+// (view_step.cpp): one unboxed ATen call; nullptr for any other node.
+std::unique_ptr<Step> make_view_step(
+    const ir::Node& node,
+    const SlotMap& slots);
 // Any ATen op, called through the PyTorch dispatcher (boxed).
 std::unique_ptr<Step> make_fallback_step(
     const ir::Node& node,
