@@ -1,8 +1,8 @@
 """The bytecode layer's per-version facts: what differs between the CPython versions capture
 supports, in one place (the frame layer's counterpart is csrc/capture/frame_compat.h).
 
-Supported: CPython 3.11, 3.12 and 3.13 (:data:`SUPPORTED_VERSIONS`, from
-torch_plugin/python_versions.py). A new version is added
+Supported: CPython 3.11, 3.12 and 3.13 (``SUPPORTED_VERSIONS`` in torch_plugin/python_versions.py,
+which refuses any other at import). A new version is added
 here (its flag, the stack layout of calls, how COMPARE_OP and MAKE_FUNCTION are encoded) and in
 frame_compat.h; opcodes it introduces get handlers named after them in the translator's
 mixins, and graph_break.py / resume_execution.py list how a break at them is replayed.
@@ -40,14 +40,11 @@ import sys
 
 import bytecode as bc
 
-from ..python_versions import SUPPORTED_VERSIONS
-
 __all__ = [
     "FOR_ITER_SKIPS",
     "NULL_AFTER_CALLABLE",
     "PY312",
     "PY313",
-    "SUPPORTED_VERSIONS",
     "callable_and_self",
     "compare_arg",
     "local_accesses",
