@@ -49,9 +49,8 @@
 #if PY_VERSION_HEX >= 0x030D0000
 // Exported by 3.13's libpython (PyAPI_FUNC in internal/pycore_ceval.h, which
 // drags in most of the interpreter's internal headers): declared here alone.
-extern "C" PyAPI_FUNC(void) _PyEval_FrameClearAndPop(
-    PyThreadState* tstate,
-    _PyInterpreterFrame* frame);
+extern "C" PyAPI_FUNC(void)
+    _PyEval_FrameClearAndPop(PyThreadState* tstate, _PyInterpreterFrame* frame);
 #endif
 
 namespace torch_plugin::capture::compat {
