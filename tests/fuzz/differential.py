@@ -498,10 +498,16 @@ def run_case(
 ) -> list[Mismatch]:
     """Run ``build()``'s world in eager and under each backend; return the mismatches (the
     first difference per backend). ``torch_plugin.reset()`` runs before each backend (and is
-    checked to have forgotten every compiled frame and counter) and after the last."""
+    checked to have forgotten every compiled frame and counter) and after the last.
+
+    Random ops stay ATen calls under the backends (``config.fallback_random``, as Inductor's
+    own tests compare with eager): the "plugin" compiler's in-kernel Philox numbers are
+    reproducible but not eager's, and are checked by tests/python/compiler/test_random_ops.py."""
     tolerances = {**TOLERANCES, **(tolerances or {})}
     ref = _run_world(build, None, seed)
     mismatches = []
+    fallback_random = torch_plugin.config.fallback_random
+    torch_plugin.config.fallback_random = True
     try:
         for backend in backends:
             torch_plugin.reset()
@@ -516,6 +522,7 @@ def run_case(
             if m is not None:
                 mismatches.append(m)
     finally:
+        torch_plugin.config.fallback_random = fallback_random
         torch_plugin.reset()
         _restore_global_state()
     return mismatches
