@@ -28,8 +28,10 @@ def test_pass_names_per_device():
     names = _C._compiler.pass_names("cuda")
     cpu = _C._compiler.pass_names("cpu")
     assert cpu == _C._compiler.pass_names()
-    # CUDA runs attention_patterns (op-by-op attention to one fused call) before the rest.
-    assert names == [*cpu[:4], "attention_patterns", *cpu[4:]]
+    # CUDA runs attention_patterns (op-by-op attention to one fused call) before the rest,
+    # and no memory_planning (the caching allocator serves each step).
+    assert cpu[-1] == "memory_planning"
+    assert names == [*cpu[:4], "attention_patterns", *cpu[4:-1]]
     assert names.index("codegen") == names.index("fusion") + 1
     assert "fusion" not in _C._compiler.pass_names("meta")
 
