@@ -126,12 +126,41 @@ std::string impl_name(const dnnl::primitive_desc_base& pd) {
   return pd.impl_info_str();
 }
 
+// A buffer of this thread's for borrowed convolution weights reordered per
+// execute(): grown to the largest weight this thread has reordered (ResNet-50:
+// 9.4 MB, a 3x3 512x512 kernel) and kept, so that a call neither maps nor
+// faults in fresh pages; 64-byte aligned (oneDNN's preference for its buffers).
+void* weight_scratch(size_t bytes) {
+  struct Buffer {
+    void* data = nullptr;
+    size_t size = 0;
+    ~Buffer() {
+      std::free(data);
+    }
+  };
+  thread_local Buffer b;
+  if (b.size < bytes) {
+    std::free(b.data);
+    b.size = (bytes + 63) / 64 * 64;
+    b.data = std::aligned_alloc(64, b.size);
+    if (!b.data) {
+      b.size = 0;
+      throw std::bad_alloc();
+    }
+  }
+  return b.data;
+}
+
 } // namespace
 
 struct OneDnnConv::Impl {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
-  memory weights;
+  memory weights; // packed, or the caller's (borrowed)
+  // Borrowed, when the kernel wants another layout than the caller's: the
+  // reorder run before each execute() into weight_scratch().
+  bool reorder_weights = false;
+  dnnl::reorder reorder;
   memory bias;
   bool has_bias = false;
   bool residual = false;
@@ -143,14 +172,16 @@ OneDnnConv::OneDnnConv(
     const std::vector<int64_t>& out,
     const float* weight,
     const std::vector<int64_t>& ws,
+    const std::vector<int64_t>& wst,
     const float* bias,
     std::vector<int64_t> stride,
     std::vector<int64_t> padding,
     std::vector<int64_t> dilation,
     int64_t groups,
-    Epilogue epilogue)
+    Epilogue epilogue,
+    Weights weights)
     : impl_(std::make_unique<Impl>()) {
-  if (in.size() != 4 || out.size() != 4 || ws.size() != 4)
+  if (in.size() != 4 || out.size() != 4 || ws.size() != 4 || wst.size() != 4)
     throw std::invalid_argument(
         "oneDNN convolution: 2-d only, got input of rank " +
         std::to_string(in.size()));
@@ -158,15 +189,17 @@ OneDnnConv::OneDnnConv(
   p.residual = epilogue.residual;
   p.src_md = memory::desc(dims(in), dt::f32, tag::nhwc);
   p.dst_md = memory::desc(dims(out), dt::f32, tag::nhwc);
-  memory::dims w_dims, w_any_dims;
-  memory::desc w_user;
+  // The caller's weight as it lies in memory (its strides: OIHW contiguous,
+  // channels_last or another dense layout), [G, OC/G, IC/G, KH, KW] grouped.
+  memory::dims w_dims, w_strides;
   if (groups == 1) {
     w_dims = dims(ws);
-    w_user = memory::desc(w_dims, dt::f32, tag::oihw);
+    w_strides = dims(wst);
   } else {
     w_dims = {groups, ws[0] / groups, ws[1], ws[2], ws[3]};
-    w_user = memory::desc(w_dims, dt::f32, tag::goihw);
+    w_strides = {wst[0] * (ws[0] / groups), wst[0], wst[1], wst[2], wst[3]};
   }
+  memory::desc w_user(w_dims, dt::f32, w_strides);
   memory::desc w_any(w_dims, dt::f32, tag::any);
   memory::desc b_md({out[1]}, dt::f32, tag::x);
   memory::dims dil = {dilation[0] - 1, dilation[1] - 1};
@@ -208,7 +241,15 @@ OneDnnConv::OneDnnConv(
   p.pd = dnnl::convolution_forward::primitive_desc(desc, attr, engine());
 #endif
   p.prim = dnnl::convolution_forward(p.pd);
-  p.weights = prepack(w_user, weight, p.pd.weights_desc());
+  if (weights == Weights::kPacked) {
+    p.weights = prepack(w_user, weight, p.pd.weights_desc());
+  } else {
+    p.weights = memory(w_user, engine(), const_cast<float*>(weight));
+    p.reorder_weights = p.pd.weights_desc() != w_user;
+    if (p.reorder_weights)
+      p.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
+          engine(), w_user, engine(), p.pd.weights_desc()));
+  }
   if (p.has_bias)
     p.bias = prepack(b_md, bias, p.pd.bias_desc());
 }
@@ -220,17 +261,24 @@ void OneDnnConv::execute(
     const float* residual,
     float* output) const {
   const Impl& p = *impl_;
+  dnnl::stream& s = thread_stream();
+  memory w = p.weights;
+  if (p.reorder_weights) {
+    const memory::desc& packed = p.pd.weights_desc();
+    w = memory(packed, engine(), weight_scratch(packed.get_size()));
+    memory user = p.weights;
+    p.reorder.execute(s, user, w);
+  }
   memory src(p.src_md, engine(), const_cast<float*>(input));
   memory dst(p.dst_md, engine(), output);
   std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, dst}};
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
   if (p.has_bias)
     args[DNNL_ARG_BIAS] = p.bias;
   if (p.residual) {
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
         memory(p.dst_md, engine(), const_cast<float*>(residual));
   }
-  dnnl::stream& s = thread_stream();
   p.prim.execute(s, args);
   s.wait();
 }

@@ -1,17 +1,18 @@
 // onednn.h: thin wrappers over oneDNN (CPU): convolution and matmul with a
-// fused epilogue (post-ops), weights reordered once into oneDNN's preferred
-// layout.
+// fused epilogue (post-ops), weights either reordered once into oneDNN's
+// preferred layout (packed) or read from the caller's memory (borrowed).
 //
 // Owns: the oneDNN engine and primitives; the prepacked weight memory of each
-// primitive. Does not own: the graph (the caller passes plain shapes) or the
-// tensors it runs on. Sources: oneDNN developer guide, "Primitive Attributes:
-// Post-ops" and "Convolution"; API v3.x (the PyPI wheel onednn 2026.1 is
-// oneDNN 3.13) and v2.x (Debian 12's libdnnl-dev 2.6).
-// Thread safety: execute() may run concurrently from several threads.
-// Only compiled when oneDNN is found (TORCH_PLUGIN_HAVE_ONEDNN). This header
-// and onednn.cpp include no PyTorch header: torch ships its own (newer) oneDNN
-// headers for its private copy, which must not shadow those of the library we
-// link.
+// packed primitive; a per-thread scratch buffer for borrowed convolution
+// weights (as large as the largest reordered weight). Does not own: the graph
+// (the caller passes plain shapes) or the tensors it runs on. Sources: oneDNN
+// developer guide, "Primitive Attributes: Post-ops" and "Convolution"; API v3.x
+// (the PyPI wheel onednn 2026.1 is oneDNN 3.13) and v2.x (Debian 12's
+// libdnnl-dev 2.6). Thread safety: execute() may run concurrently from several
+// threads. Only compiled when oneDNN is found (TORCH_PLUGIN_HAVE_ONEDNN). This
+// header and onednn.cpp include no PyTorch header: torch ships its own (newer)
+// oneDNN headers for its private copy, which must not shadow those of the
+// library we link.
 #pragma once
 
 #include <cstdint>
@@ -31,22 +32,34 @@ struct Epilogue {
   float beta = 0.f;
 };
 
-// 2-d convolution, fp32, activations NHWC (channels_last), weights prepacked.
+// How a primitive holds its weight. kPacked reorders a copy into the layout
+// oneDNN prefers (blocked) once; kBorrowed reads the caller's memory, which
+// must outlive the primitive: a matmul reads it as it is, a convolution
+// reorders it per execute() into a per-thread scratch buffer when its kernel
+// wants another layout (what eager's mkldnn convolution does per call), so the
+// weight is held once (the caller's) however many primitives read it.
+enum class WeightMode { kPacked, kBorrowed };
+
+// 2-d convolution, fp32, activations NHWC (channels_last).
 class OneDnnConv {
  public:
-  // weight: contiguous [OC, IC/groups, KH, KW]; bias: [OC] or nullptr. Both are
-  // copied (prepacked) here.
+  using Weights = WeightMode;
+  // weight: [OC, IC/groups, KH, KW] with element strides weight_strides (any
+  // dense layout: OIHW contiguous, channels_last, ...); bias: [OC] or nullptr
+  // (always copied). weights: see WeightMode.
   OneDnnConv(
       const std::vector<int64_t>& input_sizes,
       const std::vector<int64_t>& output_sizes,
       const float* weight,
       const std::vector<int64_t>& weight_sizes,
+      const std::vector<int64_t>& weight_strides,
       const float* bias,
       std::vector<int64_t> stride,
       std::vector<int64_t> padding,
       std::vector<int64_t> dilation,
       int64_t groups,
-      Epilogue epilogue);
+      Epilogue epilogue,
+      Weights weights = Weights::kPacked);
   ~OneDnnConv();
   // input [N, IC, H, W], residual (or nullptr) and output [N, OC, OH, OW], all
   // channels_last (NHWC in memory).
@@ -63,10 +76,9 @@ class OneDnnConv {
 // fp32.
 class OneDnnLinear {
  public:
-  // How the weight is held: kPacked reorders a copy into the layout oneDNN
-  // prefers (blocked; one more copy of the weight), kBorrowed reads the
-  // caller's [N, K] memory as it is, which must outlive this object.
-  enum class Weights { kPacked, kBorrowed };
+  // How the weight is held (WeightMode): kPacked, one more copy of the weight
+  // in oneDNN's blocked layout; kBorrowed, the caller's [N, K] memory as it is.
+  using Weights = WeightMode;
   // weight: [N, K] row-major, or, with weight_transposed, stored row-major
   // as [K, N] (GPT-2's Conv1D); bias: [N] or nullptr (always copied).
   OneDnnLinear(

@@ -14,16 +14,18 @@
 extern "C" {
 
 // Bumped when a signature below changes; the loader refuses another version.
-constexpr int kTorchPluginOneDnnAbi = 1;
+constexpr int kTorchPluginOneDnnAbi = 2;
 int tp_onednn_abi_version();
 
 // libs::OneDnnConv (see onednn.h for the arguments' meaning); act: the
-// epilogue's activation name.
+// epilogue's activation name; packed: 1 = kPacked, 0 = kBorrowed (version 2:
+// weight_strides and packed added).
 int tp_onednn_conv_create(
     const int64_t* input_sizes,
     const int64_t* output_sizes,
     const float* weight,
     const int64_t* weight_sizes,
+    const int64_t* weight_strides,
     const float* bias,
     const int64_t* stride,
     const int64_t* padding,
@@ -33,6 +35,7 @@ int tp_onednn_conv_create(
     const char* act,
     float alpha,
     float beta,
+    int packed,
     void** handle,
     char* err,
     size_t err_size);

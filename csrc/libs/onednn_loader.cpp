@@ -106,16 +106,18 @@ OneDnnConvRef::OneDnnConvRef(
     const std::vector<int64_t>& output_sizes,
     const float* weight,
     const std::vector<int64_t>& weight_sizes,
+    const std::vector<int64_t>& weight_strides,
     const float* bias,
     std::vector<int64_t> stride,
     std::vector<int64_t> padding,
     std::vector<int64_t> dilation,
     int64_t groups,
-    Epilogue epilogue) {
+    Epilogue epilogue,
+    OneDnnConv::Weights weights) {
   TORCH_CHECK(
       input_sizes.size() == 4 && output_sizes.size() == 4 &&
-          weight_sizes.size() == 4 && stride.size() == 2 &&
-          padding.size() == 2 && dilation.size() == 2,
+          weight_sizes.size() == 4 && weight_strides.size() == 4 &&
+          stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
       "torch_plugin: oneDNN convolution takes 2-d spatial sizes");
   char err[512] = {};
   int rc = require().conv_create(
@@ -123,6 +125,7 @@ OneDnnConvRef::OneDnnConvRef(
       output_sizes.data(),
       weight,
       weight_sizes.data(),
+      weight_strides.data(),
       bias,
       stride.data(),
       padding.data(),
@@ -132,6 +135,7 @@ OneDnnConvRef::OneDnnConvRef(
       epilogue.activation.c_str(),
       epilogue.alpha,
       epilogue.beta,
+      weights == OneDnnConv::Weights::kPacked,
       &handle_,
       err,
       sizeof err);

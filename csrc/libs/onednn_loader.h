@@ -13,7 +13,7 @@
 // (TORCH_PLUGIN_HAVE_ONEDNN). Thread safety: as onednn.h.
 #pragma once
 
-#include "libs/onednn.h" // Epilogue, OneDnnLinear::Weights
+#include "libs/onednn.h" // Epilogue, WeightMode
 
 #include <cstdint>
 #include <string>
@@ -33,12 +33,14 @@ class OneDnnConvRef {
       const std::vector<int64_t>& output_sizes,
       const float* weight,
       const std::vector<int64_t>& weight_sizes,
+      const std::vector<int64_t>& weight_strides,
       const float* bias,
       std::vector<int64_t> stride,
       std::vector<int64_t> padding,
       std::vector<int64_t> dilation,
       int64_t groups,
-      Epilogue epilogue);
+      Epilogue epilogue,
+      OneDnnConv::Weights weights);
   ~OneDnnConvRef();
   OneDnnConvRef(const OneDnnConvRef&) = delete;
   OneDnnConvRef& operator=(const OneDnnConvRef&) = delete;

@@ -51,6 +51,7 @@ __attribute__((visibility("default"))) int tp_onednn_conv_create(
     const int64_t* output_sizes,
     const float* weight,
     const int64_t* weight_sizes,
+    const int64_t* weight_strides,
     const float* bias,
     const int64_t* stride,
     const int64_t* padding,
@@ -60,6 +61,7 @@ __attribute__((visibility("default"))) int tp_onednn_conv_create(
     const char* act,
     float alpha,
     float beta,
+    int packed,
     void** handle,
     char* err,
     size_t err_size) {
@@ -69,12 +71,14 @@ __attribute__((visibility("default"))) int tp_onednn_conv_create(
         four(output_sizes),
         weight,
         four(weight_sizes),
+        four(weight_strides),
         bias,
         two(stride),
         two(padding),
         two(dilation),
         groups,
-        epilogue(residual, act, alpha, beta));
+        epilogue(residual, act, alpha, beta),
+        packed ? OneDnnConv::Weights::kPacked : OneDnnConv::Weights::kBorrowed);
     return 0;
   } catch (const std::exception& e) {
     set_error(e.what(), err, err_size);

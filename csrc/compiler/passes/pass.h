@@ -17,8 +17,8 @@ using namespace ::torch_plugin::ir;
 
 // Options of the whole pipeline; each field names the pass it configures.
 struct PassOptions {
-  bool freeze =
-      false; // fold_conv_bn, constant_folding: constants may be rewritten
+  bool freeze = false; // batch_norm_scale_shift, constant_folding: constants
+                       // may be rewritten
   bool library_patterns =
       true; // library_patterns: conv/matmul to oneDNN (when built with it)
   bool fusion = true; // fusion: pointwise/reduction groups to generated kernels
@@ -48,7 +48,6 @@ struct PassInfo {
 extern const PassInfo kDeadCodeElimination;
 extern const PassInfo kRemoveClones;
 extern const PassInfo kConstantFolding;
-extern const PassInfo kFoldConvBatchNorm;
 extern const PassInfo kBatchNormScaleShift;
 extern const PassInfo kAttentionPatterns;
 extern const PassInfo kLibraryPatterns;

@@ -3,17 +3,17 @@
 //
 // Order: dead code first (less to fold), copies that cannot be observed
 // (remove_clones), then freezing's rewrites of constants
-// (conv+batch-norm folding, constant folding), then library patterns (they
-// claim convolutions and matrix products with their epilogues; each rule is
-// for one device: oneDNN's for CPU values), strides after those rewrites, then
-// fusion of what is left into groups (on CUDA, attention_patterns first turns
-// attention written op by op into one fused attention call), codegen (each
-// group's kernel for its device, or the group un-fused), dead code again, and
-// memory planning last (it plans the final graph; the executor frees the
-// unplanned values after their last use). CUDA graphs differ in two passes (see
-// the list): a batch norm becomes a scale and shift for the next kernel
-// (batch_norm_scale_shift) rather than a folded weight copy, and nothing is
-// memory-planned (the caching allocator serves each step). constant_folding and
+// (batch norm as scale and shift, constant folding), then library patterns
+// (they claim convolutions and matrix products with their epilogues; each rule
+// is for one device: oneDNN's for CPU values), strides after those rewrites,
+// then fusion of what is left into groups (on CUDA, attention_patterns first
+// turns attention written op by op into one fused attention call), codegen
+// (each group's kernel for its device, or the group un-fused), dead code again,
+// and memory planning last (it plans the final graph; the executor frees the
+// unplanned values after their last use). On both devices a batch norm becomes
+// a scale and shift for the next kernel (batch_norm_scale_shift) rather than a
+// folded weight copy; CUDA graphs are not memory-planned (the caching
+// allocator serves each step). constant_folding and
 // the batch-norm passes run ATen ops on the graph's own (frozen) constants,
 // i.e. on the GPU for a CUDA graph, and propagate_strides on Meta tensors.
 #include "compiler/passes/pipeline.h"
@@ -27,10 +27,13 @@
 namespace torch_plugin::compiler {
 
 const std::vector<const PassInfo*>& pipeline(c10::DeviceType device) {
+  // CPU: batch_norm_scale_shift too, not fold_conv_bn (a scaled copy of each
+  // convolution weight beside the module's own: ResNet-50 100 MB of resident
+  // memory over eager's); the oneDNN convolution reads the module's weight.
   static const std::vector<const PassInfo*> cpu = {
       &kDeadCodeElimination,
       &kRemoveClones,
-      &kFoldConvBatchNorm,
+      &kBatchNormScaleShift,
       &kConstantFolding,
       &kLibraryPatterns,
       &kPropagateStrides,

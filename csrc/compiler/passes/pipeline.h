@@ -11,10 +11,11 @@
 namespace torch_plugin::compiler {
 
 // The passes run on a graph whose tensors are on `device`, in order. CPU:
-// dead_code_elimination, remove_clones, fold_conv_bn, constant_folding,
-// library_patterns (oneDNN), propagate_strides, fusion, codegen,
-// dead_code_elimination, memory_planning. CUDA: the same list (whose
-// library_patterns rules for oneDNN never fire on CUDA values). Any other
+// dead_code_elimination, remove_clones, batch_norm_scale_shift,
+// constant_folding, library_patterns (oneDNN), propagate_strides, fusion,
+// codegen, dead_code_elimination, memory_planning. CUDA: the same list with
+// attention_patterns before library_patterns (whose oneDNN rules never fire on
+// CUDA values) and without memory_planning. Any other
 // device: the passes that need no kernel of their own (dead_code_elimination,
 // remove_clones, dead_code_elimination), so its graph runs as ATen calls.
 const std::vector<const PassInfo*>& pipeline(c10::DeviceType device);

@@ -2,15 +2,16 @@
 // (torch_plugin::conv_pointwise, torch_plugin::linear_pointwise), which the
 // library_patterns pass creates: oneDNN primitives (libs/onednn_loader.h).
 //
-// A primitive built once, weights prepacked, per run one execute() into the
-// output's preplanned arena buffer (memory_planning) or a new tensor. When
-// oneDNN does not load (or for a node it cannot take), nullptr: the executor
-// then calls the node's torch_plugin:: op through the dispatcher (csrc/ops).
-// A runtime step (it reads IR nodes), so it lives here and not in csrc/libs,
-// whose wrappers (libs/onednn.h) know nothing of the IR. Built only with
-// oneDNN (csrc/CMakeLists.txt); registered for (CPU, library), with the
-// library "onednn" (library_available) and an options listener that hands the
-// oneDNN library's path to the loader (runtime/options.h).
+// A primitive built once, weights borrowed (or prepacked:
+// onednn_weights=packed), per run one execute() into the output's preplanned
+// arena buffer (memory_planning) or a new tensor. When oneDNN does not load (or
+// for a node it cannot take), nullptr: the executor then calls the node's
+// torch_plugin:: op through the dispatcher (csrc/ops). A runtime step (it reads
+// IR nodes), so it lives here and not in csrc/libs, whose wrappers
+// (libs/onednn.h) know nothing of the IR. Built only with oneDNN
+// (csrc/CMakeLists.txt); registered for (CPU, library), with the library
+// "onednn" (library_available) and an options listener that hands the oneDNN
+// library's path to the loader (runtime/options.h).
 #include "ir/op_schema.h"
 #include "runtime/options.h"
 #include "runtime/step_registry.h"
@@ -40,20 +41,42 @@ const float* data_or_null(const ir::Value* v) {
   return v ? v->constant.data_ptr<float>() : nullptr;
 }
 
+// How convolution steps hold their weight (RuntimeOptions::onednn_weights:
+// packed|borrowed, default borrowed): packed keeps a copy in oneDNN's blocked
+// layout beside the user's parameter, borrowed reads the parameter itself.
+libs::WeightMode weight_mode() {
+  return runtime_options().onednn_weights == "packed"
+      ? libs::WeightMode::kPacked
+      : libs::WeightMode::kBorrowed;
+}
+
+// A constant oneDNN can describe by its strides as it lies (any dense layout),
+// else a contiguous copy (an expanded or overlapping view: rare).
+at::Tensor dense(const at::Tensor& t) {
+  return t.is_non_overlapping_and_dense() ? t : t.contiguous();
+}
+
 class ConvStep final : public Step {
  public:
+  // Borrowed (the default), the step reads the frozen weight where it lies (the
+  // module's own parameter: no second copy; libs::WeightMode) and oneDNN
+  // reorders it per run into a per-thread scratch buffer; packed, a blocked
+  // copy is made once and the IR's constant may be released.
   ConvStep(const Node& n, const SlotMap& slots)
-      : conv_(
+      : weight_(dense(n.tensor_arg(conv::kW)->constant)),
+        conv_(
             n.tensor_arg(conv::kX)->sizes,
             n.outputs[0]->sizes,
-            n.tensor_arg(conv::kW)->constant.contiguous().data_ptr<float>(),
-            n.tensor_arg(conv::kW)->sizes,
+            weight_.data_ptr<float>(),
+            weight_.sizes().vec(),
+            weight_.strides().vec(),
             data_or_null(n.tensor_arg(conv::kBias)),
             std::get<std::vector<int64_t>>(n.const_arg(conv::kStride)),
             std::get<std::vector<int64_t>>(n.const_arg(conv::kPadding)),
             std::get<std::vector<int64_t>>(n.const_arg(conv::kDilation)),
             std::get<int64_t>(n.const_arg(conv::kGroups)),
-            epilogue_of(n, conv::kResidual, conv::kActivation)),
+            epilogue_of(n, conv::kResidual, conv::kActivation),
+            weight_mode()),
         in_(slots.slot(n.tensor_arg(conv::kX))),
         residual_(
             n.tensor_arg(conv::kResidual)
@@ -61,11 +84,17 @@ class ConvStep final : public Step {
                 : -1),
         out_(slots.slot(n.outputs[0])),
         buffer_(*n.outputs[0], slots),
-        weight_id_(n.tensor_arg(conv::kW)->id),
+        weight_id_(
+            weight_mode() == libs::WeightMode::kPacked
+                ? n.tensor_arg(conv::kW)->id
+                : -1),
         bias_id_(
-            n.tensor_arg(conv::kBias) ? n.tensor_arg(conv::kBias)->id : -1) {}
+            n.tensor_arg(conv::kBias) ? n.tensor_arg(conv::kBias)->id : -1) {
+    if (weight_id_ >= 0)
+      weight_ = at::Tensor(); // packed: oneDNN holds its own copy
+  }
 
-  // The weight and the bias are prepacked copies (libs::OneDnnConv).
+  // The bias is always a copy; the weight when packed, not when borrowed.
   bool owns_copy_of(const ir::Value& v) const override {
     return v.id == weight_id_ || v.id == bias_id_;
   }
@@ -86,6 +115,7 @@ class ConvStep final : public Step {
   }
 
  private:
+  at::Tensor weight_; // the frozen weight oneDNN reads (borrowed)
   libs::OneDnnConvRef conv_;
   int in_, residual_, out_;
   OutputBuffer buffer_;

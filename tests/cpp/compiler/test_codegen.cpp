@@ -320,7 +320,7 @@ TEST(Pipeline, PassListsPerDevice) {
   const std::vector<std::string> expected = {
       "dead_code_elimination",
       "remove_clones",
-      "fold_conv_bn",
+      "batch_norm_scale_shift",
       "constant_folding",
       "library_patterns",
       "propagate_strides",
@@ -330,12 +330,11 @@ TEST(Pipeline, PassListsPerDevice) {
       "memory_planning"};
   EXPECT_EQ(pass_names(c10::kCPU), expected);
   // CUDA: attention written op by op becomes one fused attention call first;
-  // a batch norm becomes a scale and shift in the next kernel (no folded copy
-  // of a convolution weight); no memory plan (the caching allocator serves
-  // each step's output, freed after its last use, as in eager).
+  // a batch norm becomes a scale and shift in the next kernel on both devices
+  // (no folded copy of a convolution weight); no memory plan on CUDA (the
+  // caching allocator serves each step's output, freed after its last use).
   std::vector<std::string> cuda = expected;
   cuda.insert(cuda.begin() + 4, "attention_patterns");
-  cuda[2] = "batch_norm_scale_shift";
   cuda.pop_back();
   EXPECT_EQ(pass_names(c10::kCUDA), cuda);
   for (const std::string& name : pass_names(c10::kMeta))

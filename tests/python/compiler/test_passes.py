@@ -11,8 +11,8 @@ OPTS = {"freeze": True, "verify": True}
 
 def test_pipeline_lists_passes_in_order():
     assert _C._compiler.pass_names() == [
-        "dead_code_elimination", "remove_clones", "fold_conv_bn", "constant_folding",
-        "library_patterns", "propagate_strides", "fusion", "codegen", "dead_code_elimination",
+        "dead_code_elimination", "remove_clones", "batch_norm_scale_shift",
+        "constant_folding", "library_patterns", "propagate_strides", "fusion", "codegen", "dead_code_elimination",
         "memory_planning",
     ]  # fmt: skip
 
@@ -70,7 +70,9 @@ def test_remove_clones_keeps_an_observable_copy(kw):
     assert "aten::clone" in str(g)
 
 
-def test_constant_folding_and_conv_bn_folding():
+def test_conv_batch_norm_keeps_the_weight():
+    """A batch norm after a convolution becomes a scale and shift; the convolution keeps the
+    weight constant itself (no folded copy)."""
     torch.manual_seed(0)
     w, b = torch.randn(4, 3, 3, 3), torch.randn(4)
     gamma, beta, mean, var = (
@@ -97,9 +99,15 @@ def test_constant_folding_and_conv_bn_folding():
     for o, shape in zip(outs, ([1, 4, 8, 8], [0], [0])):
         g.set_type(o, F32, shape, [256, 64, 8, 1][: len(shape)] if len(shape) == 4 else [1])
     g.set_outputs([outs[0]])
-    assert g.run_pass("fold_conv_bn", OPTS)
+    assert g.run_pass("batch_norm_scale_shift", OPTS)
     text = str(g)
     assert "batch_norm" not in text and text.count("aten::convolution") == 1
+    executor = _C._compiler.Executor(g, release_owned_constants=False)
+    assert w.data_ptr() in {t.data_ptr() for t in executor.constants()}  # w itself
+    x = torch.randn(1, 3, 8, 8)
+    y = torch.nn.functional.conv2d(x, w, b, padding=1)
+    want = torch.nn.functional.batch_norm(y, mean, var, gamma, beta, False, 0.1, 1e-5)
+    torch.testing.assert_close(executor.run([x])[0], want, rtol=1e-4, atol=1e-5)
 
 
 def test_cuda_pipeline_keeps_weights_and_plans_no_arena():
@@ -109,11 +117,18 @@ def test_cuda_pipeline_keeps_weights_and_plans_no_arena():
     assert "fold_conv_bn" not in names and "memory_planning" not in names
 
 
+def test_cpu_pipeline_keeps_weights():
+    """CPU: batch norms become a scale and shift too (oneDNN's convolution reads the module's
+    own weight; fold_conv_bn would make a scaled copy of it)."""
+    names = _C._compiler.pass_names("cpu")
+    assert "batch_norm_scale_shift" in names and "fold_conv_bn" not in names
+
+
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("dims", [3, 4, 5])
 def test_batch_norm_scale_shift_matches_batch_norm(affine, dims):
-    """The rewrite on a CPU graph (the pass is device-neutral; only the CUDA pipeline runs
-    it), run by the executor against eager's batch norm on fresh inputs and special values."""
+    """The rewrite on a CPU graph (the pass is device-neutral; both pipelines run it), run by
+    the executor against eager's batch norm on fresh inputs and special values."""
     torch.manual_seed(dims)
     c = 5
     shape = [3, c, 7, 6, 2][:dims]

@@ -41,6 +41,34 @@ class ConvBn(torch.nn.Module):
         return torch.relu(self.b2(self.c2(x)))
 
 
+class GroupedConvBn(torch.nn.Module):
+    """A grouped and a depthwise convolution, each with a batch norm and a residual add: the
+    borrowed weight is described as [G, OC/G, IC/G, KH, KW] by its strides."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=2, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(8)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(8)
+        for bn in (self.b1, self.b2):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.b1(self.c1(x)) + x)
+        return torch.relu(self.b2(self.c2(y)) + y)
+
+
+def _channels_last(make):
+    """``make``'s model with its 4-d parameters in channels_last memory (strided weights)."""
+
+    def build() -> torch.nn.Module:
+        return make().to(memory_format=torch.channels_last)
+
+    return build
+
+
 class Mlp(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -53,6 +81,8 @@ class Mlp(torch.nn.Module):
 
 MODELS = [
     pytest.param(ConvBn, (2, 8, 12, 12), id="conv_bn"),
+    pytest.param(_channels_last(ConvBn), (2, 8, 12, 12), id="conv_bn_channels_last"),
+    pytest.param(GroupedConvBn, (2, 8, 10, 9), id="grouped_conv_bn"),
     pytest.param(Mlp, (16, 32), id="mlp"),
 ]
 
@@ -112,6 +142,11 @@ def test_cpu_constants_held_once(make, shape, compile_plugin) -> None:
     if _C._compiler.has_onednn:
         assert "onednn" in steps, steps
         assert extra == [], f"weight-sized copies held by the executor: {extra}\n{steps}"
+        # The oneDNN steps read the module's own weights (borrowed, not prepacked): the
+        # executor holds each weight tensor itself, and no batch norm was folded into a copy.
+        held = _storages(executor.constants())
+        weights = [p for p in model.parameters() if p.dim() > 1]
+        assert all(w.untyped_storage().data_ptr() in held for w in weights), steps
 
 
 def test_cpu_step_form_after_release() -> None:
