@@ -139,4 +139,14 @@ TP_FN float tp_rand_normal(unsigned long long seed, unsigned long long offset,
   return s;
 }
 
+std::vector<int64_t> row_major_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t s = 1;
+  for (size_t d = strides.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= sizes[d];
+  }
+  return strides;
+}
+
 } // namespace torch_plugin::compiler

@@ -41,6 +41,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace torch_plugin::compiler {
 
@@ -70,6 +71,10 @@ std::optional<std::string> random_fallback_reason(
     bool fallback_random);
 // How many random ops `body` holds (the kernel's random streams).
 int count_random_ops(const Graph& body);
+
+// The contiguous (row-major) strides of `sizes`, in elements: the index
+// operand through which both renderers give each element its linear index.
+std::vector<int64_t> row_major_strides(const std::vector<int64_t>& sizes);
 // The fp32 expression of random op `op` with stream ordinal `stream` at the
 // element whose linear index is the expression `index` (an integer of at
 // most 64 bits). It reads the kernel's `tp_seed` and `tp_offset` (unsigned

@@ -48,13 +48,7 @@ std::string generate_pointwise_kernel(
   const int random_streams = count_random_ops(body);
   const size_t ki = strides.size();
   if (random_streams > 0) {
-    std::vector<int64_t> row_major(out->sizes.size());
-    int64_t s = 1;
-    for (size_t d = row_major.size(); d-- > 0;) {
-      row_major[d] = s;
-      s *= out->sizes[d];
-    }
-    strides.push_back(row_major);
+    strides.push_back(row_major_strides(out->sizes));
   }
 
   // Loop order: the output's memory order (largest stride outermost).

@@ -57,13 +57,7 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
   // contiguous strides, merged with the others but never loaded.
   const int random_streams = count_random_ops(body);
   if (random_streams > 0) {
-    std::vector<int64_t> row_major(out->sizes.size());
-    int64_t s = 1;
-    for (size_t d = row_major.size(); d-- > 0;) {
-      row_major[d] = s;
-      s *= out->sizes[d];
-    }
-    strides.push_back(row_major);
+    strides.push_back(row_major_strides(out->sizes));
   }
   const size_t nm = strides.size(); // operands merged: nk, + the index
 
