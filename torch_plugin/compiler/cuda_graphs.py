@@ -30,9 +30,13 @@ with one launch. :class:`CudaGraphRunner` wraps a compiled graph's boxed runner
 
 :func:`why_not_capturable` says why a compiled graph must not be captured (its executor's
 steps, ``Executor.steps()``, name each op): inputs or constants not all on one CUDA device, an op that synchronizes
-with the CPU (``nonzero``, ``item``, ...), a random op (a replay would repeat the captured
-random numbers' offsets differently from eager), an in-place op on a graph input (it would
-write the static buffer, not the caller's tensor). A capture that fails anyway (an op that
+with the CPU (``nonzero``, ``item``, ...), an ATen random op (the runner's warm-up and timing
+runs would draw numbers eager does not), an in-place op on a graph input (it would
+write the static buffer, not the caller's tensor). Generated kernels with random ops are
+captured: they read the generator's Philox seed and offset through torch's graph-safe
+generator state (each replay draws new numbers, those an uncaptured call would draw), and
+the runner puts the generator back after its warm-up, timing and capture runs, so a call
+advances it once, as an uncaptured call does. A capture that fails anyway (an op that
 turns out not to be capturable) is logged with the reason and the graph runs uncaptured.
 
 Key parts: :class:`CudaGraphRunner`, :func:`why_not_capturable`, :data:`counters` (graphs
@@ -89,9 +93,9 @@ def why_not_capturable(
     Args:
         steps: the executor's steps as ``(kind, op, device)`` (``Executor.steps()``:
             ``("fallback", "aten::add.Tensor", "cuda:0")``, ``("kernel", "torch_plugin::fused",
-            "cuda:0")``); only ATen fallbacks can synchronize or mutate; they and generated
-            kernels with random ops (kind ``"random_kernel"``, whose seed and offset are read
-            at each call: a replay would repeat them) draw random numbers.
+            "cuda:0")``); only ATen fallbacks can synchronize, mutate or draw random numbers
+            the runner cannot account for (generated kernels with random ops, kind
+            ``"random_kernel"``, are capturable: see the module docstring).
         inputs: example inputs of the graph (its runtime inputs, without frozen constants).
         constants: the graph's frozen constants.
     """
@@ -104,11 +108,6 @@ def why_not_capturable(
     if any(not isinstance(t, torch.Tensor) for t in inputs):
         return "an input is not a tensor"
     for kind, op, _device in steps:
-        if kind == "random_kernel":
-            return (
-                f"a generated kernel ({op}) draws random numbers (its Philox seed and offset "
-                "are read at each call; a replay would repeat them)"
-            )
         if kind != "fallback":
             continue
         if op.split(".")[0] in _SYNCING_OPS:
@@ -198,14 +197,18 @@ class CudaGraphRunner:
         name: str,
         keep: str = "faster",
         activation_bytes: int = 0,
+        random: bool = False,
     ) -> None:
         """``keep``: "faster" (default mode) times the replay, with its input and output
         copies, against running ``run`` directly (timed just before capturing), and keeps the CUDA
         graph only when it is faster (a graph of a few large kernels gains nothing from one
         launch and pays the copies), and captures only when the static buffers fit
         ``max(STATIC_BYTES_LIMIT, activation_bytes)`` (the executor's arena); "always"
-        (``mode="reduce-overhead"``) captures and keeps it."""
+        (``mode="reduce-overhead"``) captures and keeps it. ``random``: ``run`` draws random
+        numbers from the device's default generator (generated random kernels); the runner
+        then restores the generator after its warm-up, timing and capture runs."""
         self.run = run
+        self.random = random
         self.static_budget = max(STATIC_BYTES_LIMIT, activation_bytes)
         self.name = name
         self.keep = keep
@@ -232,13 +235,20 @@ class CudaGraphRunner:
                     log.info("plugin: %s runs without a CUDA graph: %s", self.name, self.failed)
             return outputs
         if self.graph is None:
+            # The generator's state before the extra runs below, put back after them: this
+            # call then draws (and advances the generator by) what an uncaptured call would.
+            device = args[0].device
+            rng = torch.cuda.get_rng_state(device) if self.random else None
             # The uncaptured run is timed before the capture, while no graph holds its
             # static buffers: never two sets of activations at once.
             direct = _median_ms(lambda: self.run(args)) if self.keep == "faster" else None
             self._capture(args)
-            if self.graph is None:
-                return self.run(args)
-            if direct is not None and not self._replay_is_faster(args, direct):
+            kept = self.graph is not None and (
+                direct is None or self._replay_is_faster(args, direct)
+            )
+            if rng is not None:
+                torch.cuda.set_rng_state(rng, device)
+            if not kept:
                 return self.run(args)
         if not self._matches(args):
             return self.run(args)

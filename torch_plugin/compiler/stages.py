@@ -236,11 +236,17 @@ class CompiledGraph:
         if not self.options.cuda_graphs:
             log.info("plugin: CUDA graphs are off (TORCH_PLUGIN_CUDA_GRAPHS=0)")
         else:
-            why = why_not_capturable(self.executor.steps(), args, self.frozen)
+            steps = self.executor.steps()
+            why = why_not_capturable(steps, args, self.frozen)
             if why is None:
                 keep = "always" if self.mode == "reduce-overhead" else "faster"
+                random = any(kind == "random_kernel" for kind, _, _ in steps)
                 self.cuda_graph = CudaGraphRunner(
-                    self.executor.run, "compiled graph", keep, self.executor.arena_bytes()
+                    self.executor.run,
+                    "compiled graph",
+                    keep,
+                    self.executor.arena_bytes(),
+                    random=random,
                 )
                 self.call.run_override = _C.disable_wrapper(self.cuda_graph)
             else:

@@ -125,17 +125,24 @@ class CudaKernelStep final : public Step {
   }
 
   std::string describe() const override {
-    // "random_kernel": its kind in Executor::steps() (a CUDA graph would
-    // replay its offset, cuda_graphs.why_not_capturable).
+    // "random_kernel": its kind in Executor::steps() (a CUDA graph runner
+    // keeps the generator's state as one uncaptured call would,
+    // cuda_graphs.CudaGraphRunner).
     return (random_streams_ > 0 ? "random_kernel " : "kernel ") + name_ +
         " (cuda)";
   }
 
  private:
-  // The kernel's (seed, offset) (codegen/random_ops.h) from the device's
-  // default CUDA generator, whose Philox offset advances by 4 per random op
-  // (one 128-bit block of each subsequence), as ATen's kernels advance it.
-  // They are passed by value: the launcher hands each `args` entry's address
+  // The kernel's Philox state (codegen/random_ops.h, codegen/cuda/
+  // cuda_pointwise.cpp) from the device's default CUDA generator, whose
+  // Philox offset advances by 4 per random op (one 128-bit block of each
+  // subsequence), as ATen's kernels advance it: (seed, offset, null, null)
+  // outside a CUDA graph capture; inside one, (0, offset within the graph,
+  // seed pointer, offset pointer) as at::cuda::philox::unpack reads them:
+  // torch's graph-safe generator state writes the generator's seed and
+  // offset there before each replay and advances the offset by the graph's
+  // whole increment, so a replay draws what an uncaptured call would. Values
+  // are passed as parameters: the launcher hands each `args` entry's address
   // to cuLaunchKernel, and an unsigned long long parameter reads those 8
   // bytes.
   void append_seed_and_offset(std::vector<void*>& args) const {
@@ -148,17 +155,21 @@ class CudaKernelStep final : public Step {
       state = gen.get<at::CUDAGeneratorImpl>()->philox_cuda_state(
           4 * static_cast<uint64_t>(random_streams_));
     }
-    TORCH_CHECK(
-        !state.captured_,
-        "torch_plugin: kernel ",
-        name_,
-        " draws random numbers and cannot be captured in a CUDA graph "
-        "(its seed and offset are read at each call)");
-    uint64_t v[2] = {state.seed_.val, state.offset_.val};
-    for (uint64_t x : v) {
+    auto as_arg = [](uint64_t x) {
       void* p = nullptr;
       std::memcpy(&p, &x, sizeof(p));
-      args.push_back(p);
+      return p;
+    };
+    if (state.captured_) {
+      args.push_back(as_arg(0));
+      args.push_back(as_arg(static_cast<uint64_t>(state.offset_intragraph_)));
+      args.push_back(static_cast<void*>(state.seed_.ptr));
+      args.push_back(static_cast<void*>(state.offset_.ptr));
+    } else {
+      args.push_back(as_arg(state.seed_.val));
+      args.push_back(as_arg(state.offset_.val));
+      args.push_back(nullptr);
+      args.push_back(nullptr);
     }
   }
 

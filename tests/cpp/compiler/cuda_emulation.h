@@ -152,9 +152,12 @@ inline Launch build(
            << "]";
   for (const Value* v : group.inputs)
     launch << ", (const " << elem(v->dtype) << "*)args[" << i++ << "]";
-  if (k.source.find("tp_seed") != std::string::npos) // random kernels
-    for (int r = 0; r < 2; ++r) // seed, offset: args point to them
+  if (k.source.find("tp_seed") != std::string::npos) { // random kernels
+    for (int r = 0; r < 2; ++r) // seed, offset values: args point to them
       launch << ", *(const unsigned long long*)args[" << i++ << "]";
+    for (int r = 0; r < 2; ++r) // seed, offset pointers (CUDA graph capture)
+      launch << ", *(const unsigned long long* const*)args[" << i++ << "]";
+  }
   launch << ");\n    });\n    for (auto& t : ts) t.join();\n  }\n}\n";
   src += launch.str();
   static const std::string dir = [] {
@@ -194,8 +197,9 @@ inline at::Tensor make(const Value* v, bool poison, int64_t offset = 0) {
   const auto opts = at::TensorOptions().dtype(aten(v->dtype));
   at::Tensor base;
   if (!c10::isFloatingType(v->dtype)) // integers, bool: small values, 91
-    base = poison ? at::full({span}, v->dtype == c10::ScalarType::Long ? -7 : 91).to(opts)
-                  : at::randint(-50, 50, {span}).to(opts);
+    base = poison
+        ? at::full({span}, v->dtype == c10::ScalarType::Long ? -7 : 91).to(opts)
+        : at::randint(-50, 50, {span}).to(opts);
   else
     base = poison ? at::full({span}, NAN, opts) : at::randn({span}, opts);
   return base.as_strided(v->sizes, v->strides, offset);

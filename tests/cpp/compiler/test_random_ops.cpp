@@ -141,8 +141,11 @@ TEST(RandomOps, CppAndCudaKernelsMatchATenPhilox) {
           outs.push_back(make(v, true));
           args.push_back(outs.back().data_ptr());
         }
+        const uint64_t* no_pointer = nullptr;
         args.push_back(const_cast<uint64_t*>(&rng[0]));
         args.push_back(const_cast<uint64_t*>(&rng[1]));
+        args.push_back(&no_pointer);
+        args.push_back(&no_pointer);
         launch(
             args.data(),
             static_cast<unsigned>(std::min<int64_t>(k->grid, 3)),
@@ -151,6 +154,28 @@ TEST(RandomOps, CppAndCudaKernelsMatchATenPhilox) {
         for (size_t i = 0; i < outs.size(); ++i)
           EXPECT_TRUE(at::equal(outs[i], couts[i]))
               << tag << ": C++ and CUDA kernels differ in output " << i;
+        // As inside a CUDA graph capture (at::PhiloxCudaState captured_):
+        // the seed and the graph's base offset are read through pointers,
+        // the value arguments are (unused seed, offset within the graph).
+        const uint64_t intragraph = offset >= 4 ? 4 : 0;
+        const uint64_t graph_seed = kSeed, graph_offset = offset - intragraph;
+        const uint64_t captured[2] = {kSeed + 1, intragraph};
+        const uint64_t* seed_ptr = &graph_seed;
+        const uint64_t* offset_ptr = &graph_offset;
+        args.resize(outs.size());
+        for (size_t i = 0; i < outs.size(); ++i) {
+          outs[i].zero_();
+          args[i] = outs[i].data_ptr();
+        }
+        args.push_back(const_cast<uint64_t*>(&captured[0]));
+        args.push_back(const_cast<uint64_t*>(&captured[1]));
+        args.push_back(&seed_ptr);
+        args.push_back(&offset_ptr);
+        launch(
+            args.data(),
+            static_cast<unsigned>(std::min<int64_t>(k->grid, 3)),
+            static_cast<unsigned>(k->block));
+        expect_random_outputs(tag + "_cuda_captured", outs, offset, dt, d);
       }
     }
   }

@@ -180,26 +180,62 @@ def test_fallback_random_env_and_log(monkeypatch, capfd):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_why_not_capturable_sees_random_kernels():
+def test_why_not_capturable_allows_random_kernels_not_aten_random_ops():
     from torch_plugin.compiler.cuda_graphs import why_not_capturable
 
     steps = [("kernel", "torch_plugin::fused", "cuda:0")]
     inputs = [torch.zeros(2, device="cuda")]
     assert why_not_capturable(steps, inputs, []) is None
-    why = why_not_capturable([*steps, ("random_kernel", "torch_plugin::fused", "cuda:0")],
+    random_kernel = ("random_kernel", "torch_plugin::fused", "cuda:0")
+    assert why_not_capturable([*steps, random_kernel], inputs, []) is None
+    why = why_not_capturable([*steps, ("fallback", "aten::rand_like.default", "cuda:0")],
                              inputs, [])  # fmt: skip
     assert why and "random" in why, why
 
 
+def _dropout_and_rand(x):
+    return torch.rand_like(x) + x, F.dropout(x, 0.5, training=True) * 2
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_reduce_overhead_does_not_replay_random_numbers(graphs):
+@pytest.mark.parametrize("mode", ["reduce-overhead", "default"])
+def test_cuda_graph_replays_draw_what_uncaptured_calls_draw(mode, graphs, monkeypatch):
+    """Random kernels inside a CUDA graph: each replay draws new numbers, the numbers an
+    uncaptured run of the same compiled graph draws for the same seed, bit for bit, and the
+    generator ends where the uncaptured calls leave it (the runner's warm-up, timing and
+    capture runs leave no trace)."""
+    from torch_plugin.compiler import cuda_graphs
+
+    x = torch.randn(1 << 12, device="cuda")
+
+    def calls(f):
+        torch.manual_seed(7)
+        outs = [tuple(o.clone() for o in f(x)) for _ in range(5)]
+        return outs, torch.cuda.get_rng_state()
+
+    before = dict(cuda_graphs.counters)
     torch_plugin.reset()
-    f = torch_plugin.optimize("plugin", mode="reduce-overhead")(lambda x: torch.rand_like(x) + x)
-    x = torch.zeros(1 << 16, device="cuda")
-    outs = [f(x).clone() for _ in range(4)]
-    for a, b in itertools.pairwise(outs):
-        assert not torch.equal(a, b), "a replay repeated the random numbers"
+    replayed, state_replayed = calls(torch_plugin.optimize("plugin", mode=mode)(_dropout_and_rand))
     _assert_in_kernel(graphs)
+    assert cuda_graphs.counters["captured"] > before["captured"], cuda_graphs.counters
+    if mode == "reduce-overhead":
+        assert cuda_graphs.counters["replays"] >= before["replays"] + 3, cuda_graphs.counters
+    monkeypatch.setenv("TORCH_PLUGIN_CUDA_GRAPHS", "0")
+    torch_plugin.reset()
+    plain, state_plain = calls(torch_plugin.optimize("plugin")(_dropout_and_rand))
+    assert torch.equal(state_replayed, state_plain), "the generator ended elsewhere"
+    for i, (r, p) in enumerate(zip(replayed, plain)):
+        for j, (a, b) in enumerate(zip(r, p)):
+            assert torch.equal(a, b), f"call {i} output {j}: replay and uncaptured run differ"
+    for a, b in itertools.pairwise(replayed):
+        assert not torch.equal(a[0], b[0]), "a replay repeated the random numbers"
+        assert not torch.equal(a[1], b[1]), "a replay repeated the dropout mask"
+    torch.manual_seed(7)
+    eager = _dropout_and_rand(x)
+    mask = replayed[0][1] != 0
+    assert 0.4 < mask.float().mean().item() < 0.6
+    assert torch.equal(replayed[0][1][mask], (x * 4)[mask]), "dropout scaling"
+    assert not torch.equal(eager[0], replayed[0][0])  # kernels draw other numbers than eager
 
 
 def test_cuda_random_kernel_compiles_with_nvrtc():

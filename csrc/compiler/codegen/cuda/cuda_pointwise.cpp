@@ -198,12 +198,24 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
         << (is_out ? "out" + std::to_string(k)
                    : "in" + std::to_string(k - nout));
   }
-  // Random kernels take (seed, offset) by value after the pointers
-  // (runtime/cuda/kernel_step_cuda.cpp reads them per call).
+  // Random kernels take the default generator's Philox state after the
+  // pointers, as ATen's kernels take at::PhiloxCudaState
+  // (runtime/cuda/kernel_step_cuda.cpp fills it per call): outside a CUDA
+  // graph capture, (seed, offset) by value and two null pointers; inside one,
+  // pointers to the graph's seed and offset (written before each replay by
+  // torch's graph-safe generator state) and the kernel's offset within the
+  // graph, so each replay draws new numbers, as an uncaptured call would.
   if (random_streams > 0)
-    src << ", const unsigned long long tp_seed, "
-           "const unsigned long long tp_offset";
+    src << ", const unsigned long long tp_seed_value, "
+           "const unsigned long long tp_offset_value, "
+           "const unsigned long long* tp_seed_ptr, "
+           "const unsigned long long* tp_offset_ptr";
   src << ") {\n";
+  if (random_streams > 0)
+    src << "  const unsigned long long tp_seed = tp_seed_ptr ? *tp_seed_ptr "
+           ": tp_seed_value;\n"
+        << "  const unsigned long long tp_offset = tp_offset_ptr ? "
+           "*tp_offset_ptr + tp_offset_value : tp_offset_value;\n";
   auto ptr = [&](size_t k) {
     return k < nout ? "out" + std::to_string(k)
                     : "in" + std::to_string(k - nout);
