@@ -66,12 +66,17 @@ void Executor::build(const ir::Graph& g, bool release_owned) {
 
   // Liveness: a slot dies after its last user, unless it is a graph output, or
   // a value something still alive may alias (outputs of ops that may return
-  // views keep their inputs alive until they die themselves).
+  // views keep their inputs alive until they die themselves). An output no
+  // step reads dies right after the step that made it (the indices of
+  // max_pool2d_with_indices in inference: 49 MiB held through the rest of
+  // ResNet-50 at batch 32 on CUDA, above eager's peak, until this).
   std::unordered_set<int> keep(output_slots_.begin(), output_slots_.end());
   for (const Value* c : constants)
     keep.insert(slots.slot(c));
   std::vector<int> last_use(num_slots_, -1);
   for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const Value* out : nodes[i]->outputs)
+      last_use[slots.slot(out)] = static_cast<int>(i);
     for (const Value* in : nodes[i]->inputs)
       last_use[slots.slot(in)] = static_cast<int>(i);
   }
