@@ -1,7 +1,8 @@
 // op_table_typed.cpp: the typed block of the op table (ir/op_table.h,
 // TypedRow): comparisons, where, masked_fill, logical and bitwise ops,
 // integer arithmetic with ATen's wrap-around, division modes, remainder and
-// fmod, isnan/isinf/isfinite/signbit, nan_to_num, sign, dtype conversions.
+// fmod, isnan/isinf/isfinite/signbit, nan_to_num, sign, dtype conversions,
+// bitcasts (view.dtype) and alias.
 // Each row is merged into the float block's row of the same name (its fp32
 // expression stays what Float computes) or becomes a new pointwise row.
 //
@@ -135,6 +136,11 @@ const std::vector<TypedRow>& typed_rows() {
       {"aten::nan_to_num", R::kResult, all, "tpt_nan_to_num($0, $1, $2, $3)"},
       // ---- conversions: op_semantics.cpp converts with ATen's semantics.
       {"aten::_to_copy", R::kResult, all, "$0"},
+      // ---- bitcasts (Tensor.view(dtype)) of same-size dtypes: the bits
+      // reinterpreted (op_semantics.cpp, bitcast_expr), and alias (the
+      // identity: functionalization puts one after each view).
+      {"aten::view.dtype", R::kResult, all, "$0"},
+      {"aten::alias", R::kResult, all, "$0"},
       // ---- end of ops-typed block
   };
   return rows;

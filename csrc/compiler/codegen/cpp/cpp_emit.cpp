@@ -34,6 +34,13 @@ static inline double tpt_fmod_d(double a, double b) { return std::fmod(a, b); }
 static inline double tpt_floor_d(double a) { return std::floor(a); }
 static inline double tpt_trunc_d(double a) { return std::trunc(a); }
 static inline double tpt_fabs_d(double a) { return std::fabs(a); }
+// Bitcasts (aten::view.dtype): the bits of one type read as another.
+typedef uint16_t tp_u16;
+static inline float tpt_f32_from_bits(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline double tpt_f64_from_bits(unsigned long long u) {
+  double d; std::memcpy(&d, &u, 8); return d; }
+static inline float tpt_bf16_from_bits(unsigned int h) { return tp_load_bf16((uint16_t)h); }
+static inline float tpt_f16_from_bits(unsigned int h) { return tp_load_f16((uint16_t)h); }
 )";
 
 } // namespace

@@ -181,6 +181,13 @@ TP_FN double tpt_fmod_d(double a, double b) { return fmod(a, b); }
 TP_FN double tpt_floor_d(double a) { return floor(a); }
 TP_FN double tpt_trunc_d(double a) { return trunc(a); }
 TP_FN double tpt_fabs_d(double a) { return fabs(a); }
+// Bitcasts (aten::view.dtype): the bits of one type read as another.
+typedef unsigned short tp_u16;
+TP_FN float tpt_f32_from_bits(unsigned int u) { return __uint_as_float(u); }
+TP_FN double tpt_f64_from_bits(unsigned long long u) {
+  return __longlong_as_double((long long)u); }
+TP_FN float tpt_bf16_from_bits(unsigned int h) { return tp_ld_bf16(h); }
+TP_FN float tpt_f16_from_bits(unsigned int h) { return tp_ld_f16(h); }
 )";
   static const std::string all =
       s + typed_helpers_source() + "// ---- end of preamble ----\n";
