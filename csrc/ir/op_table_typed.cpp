@@ -80,13 +80,15 @@ const std::vector<TypedRow>& typed_rows() {
       {"aten::__lshift__.Tensor", R::kResult, kTypeInt, "tpt_shl($0, $1)"},
       {"aten::__rshift__.Scalar", R::kResult, kTypeInt, "tpt_shr($0, $1)"},
       {"aten::__rshift__.Tensor", R::kResult, kTypeInt, "tpt_shr($0, $1)"},
-      // ---- arithmetic in the result type (integers wrap around)
-      {"aten::add.Tensor", R::kResult, all, "tpt_add($0, tpt_mul($2, $1))"},
-      {"aten::add.Scalar", R::kResult, all, "tpt_add($0, tpt_mul($2, $1))"},
-      {"aten::sub.Tensor", R::kResult, num, "tpt_sub($0, tpt_mul($2, $1))"},
-      {"aten::sub.Scalar", R::kResult, num, "tpt_sub($0, tpt_mul($2, $1))"},
-      {"aten::rsub.Scalar", R::kResult, num, "tpt_sub($1, tpt_mul($2, $0))"},
-      {"aten::rsub.Tensor", R::kResult, num, "tpt_sub($1, tpt_mul($2, $0))"},
+      // ---- arithmetic in the result type (integers wrap around). add/sub
+      // with alpha: x + alpha * y rounded once (ATen's kernels: Vectorized
+      // fmadd on the CPU, nvcc's contraction on CUDA); alpha = 1 is exact.
+      {"aten::add.Tensor", R::kResult, all, "tpt_fma($2, $1, $0)"},
+      {"aten::add.Scalar", R::kResult, all, "tpt_fma($2, $1, $0)"},
+      {"aten::sub.Tensor", R::kResult, num, "tpt_fma(tpt_neg($2), $1, $0)"},
+      {"aten::sub.Scalar", R::kResult, num, "tpt_fma(tpt_neg($2), $1, $0)"},
+      {"aten::rsub.Scalar", R::kResult, num, "tpt_fma(tpt_neg($2), $0, $1)"},
+      {"aten::rsub.Tensor", R::kResult, num, "tpt_fma(tpt_neg($2), $0, $1)"},
       {"aten::mul.Tensor", R::kResult, all, "tpt_mul($0, $1)"},
       {"aten::mul.Scalar", R::kResult, all, "tpt_mul($0, $1)"},
       {"aten::neg", R::kResult, num, "tpt_neg($0)"},

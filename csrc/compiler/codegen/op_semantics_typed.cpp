@@ -543,6 +543,7 @@ TP_FN T tpt_add(T a, T b) { return (T)((U)a + (U)b); } \
 TP_FN T tpt_sub(T a, T b) { return (T)((U)a - (U)b); } \
 TP_FN T tpt_mul(T a, T b) { return (T)((U)a * (U)b); } \
 TP_FN T tpt_neg(T a) { return (T)((U)0 - (U)a); } \
+TP_FN T tpt_fma(T a, T b, T c) { return tpt_add(c, tpt_mul(a, b)); } \
 TP_FN T tpt_abs(T a) { return a < (T)0 ? tpt_neg(a) : a; } \
 TP_FN T tpt_max(T a, T b) { return a < b ? b : a; } \
 TP_FN T tpt_min(T a, T b) { return b < a ? b : a; } \
@@ -580,6 +581,7 @@ TPT_INT(tp_i64, unsigned long long, 1)
 // Bool: + is or, * is and (ATen computes bool arithmetic in bool).
 TP_FN bool tpt_add(bool a, bool b) { return a || b; }
 TP_FN bool tpt_mul(bool a, bool b) { return a && b; }
+TP_FN bool tpt_fma(bool a, bool b, bool c) { return c || (a && b); }
 TP_FN bool tpt_max(bool a, bool b) { return a || b; }
 TP_FN bool tpt_min(bool a, bool b) { return a && b; }
 TP_FN bool tpt_and(bool a, bool b) { return a && b; }
@@ -596,10 +598,19 @@ TP_FN bool tpt_signbit(bool) { return false; }
 // Floating types: max/min propagate NaN from either side (ATen's
 // maximum/minimum), floor division as ATen's div_floor_floating, remainder
 // takes the divisor's sign, sign(NaN) is 0 (ATen's CPU kernel).
-#define TPT_FLT(T, FMOD, FLOOR, TRUNC, FABS, BITS, TOP) \
-TP_FN T tpt_add(T a, T b) { return a + b; } \
-TP_FN T tpt_sub(T a, T b) { return a - b; } \
-TP_FN T tpt_mul(T a, T b) { return a * b; } \
+// ADD/SUB/MUL: the arithmetic (fp64: TP_DADD/TP_DSUB/TP_DMUL, which each
+// preamble defines so that no compiler contracts a product and a sum into an
+// FMA: eager rounds the product of one op before the next op's sum). FMA:
+// fma(a, b, c) rounded once, as ATen's add/sub with alpha (Vectorized fmadd
+// on the CPU, nvcc's contraction on CUDA).
+#define TPT_PLAIN_ADD(a, b) ((a) + (b))
+#define TPT_PLAIN_SUB(a, b) ((a) - (b))
+#define TPT_PLAIN_MUL(a, b) ((a) * (b))
+#define TPT_FLT(T, FMOD, FLOOR, TRUNC, FABS, BITS, TOP, ADD, SUB, MUL, FMA) \
+TP_FN T tpt_add(T a, T b) { return ADD(a, b); } \
+TP_FN T tpt_sub(T a, T b) { return SUB(a, b); } \
+TP_FN T tpt_mul(T a, T b) { return MUL(a, b); } \
+TP_FN T tpt_fma(T a, T b, T c) { return FMA(a, b, c); } \
 TP_FN T tpt_neg(T a) { return -a; } \
 TP_FN T tpt_abs(T a) { return FABS(a); } \
 TP_FN T tpt_max(T a, T b) { return (a != a || b != b) ? a + b : (a < b ? b : a); } \
@@ -629,8 +640,10 @@ TP_FN bool tpt_isposinf(T a) { return a == (T)TP_INF; } \
 TP_FN bool tpt_isneginf(T a) { return a == -(T)TP_INF; } \
 TP_FN T tpt_nan_to_num(T a, T nan, T posinf, T neginf) { \
   return a != a ? nan : (a == (T)TP_INF ? posinf : (a == -(T)TP_INF ? neginf : a)); }
-TPT_FLT(float, tpt_fmodf, tpt_floorf, tpt_truncf, tpt_fabsf, tpt_f32_bits, 31)
-TPT_FLT(double, tpt_fmod_d, tpt_floor_d, tpt_trunc_d, tpt_fabs_d, tpt_f64_bits, 63)
+TPT_FLT(float, tpt_fmodf, tpt_floorf, tpt_truncf, tpt_fabsf, tpt_f32_bits, 31,
+        TPT_PLAIN_ADD, TPT_PLAIN_SUB, TPT_PLAIN_MUL, tpt_fmaf)
+TPT_FLT(double, tpt_fmod_d, tpt_floor_d, tpt_trunc_d, tpt_fabs_d, tpt_f64_bits, 63,
+        TP_DADD, TP_DSUB, TP_DMUL, tpt_fma_d)
 // ---- end of typed helpers ----
 )";
   return s;

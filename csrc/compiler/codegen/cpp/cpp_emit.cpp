@@ -34,6 +34,14 @@ static inline double tpt_fmod_d(double a, double b) { return std::fmod(a, b); }
 static inline double tpt_floor_d(double a) { return std::floor(a); }
 static inline double tpt_trunc_d(double a) { return std::trunc(a); }
 static inline double tpt_fabs_d(double a) { return std::fabs(a); }
+// fp64 arithmetic (op_semantics.h): plain; kernels compile with
+// -ffp-contract=off (runtime/cpu/kernel_cache.cpp), so no product and sum
+// become one FMA unless written as one.
+#define TP_DADD(a, b) ((a) + (b))
+#define TP_DSUB(a, b) ((a) - (b))
+#define TP_DMUL(a, b) ((a) * (b))
+static inline float tpt_fmaf(float a, float b, float c) { return std::fma(a, b, c); }
+static inline double tpt_fma_d(double a, double b, double c) { return std::fma(a, b, c); }
 // Bitcasts (aten::view.dtype): the bits of one type read as another.
 typedef uint16_t tp_u16;
 static inline float tpt_f32_from_bits(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }

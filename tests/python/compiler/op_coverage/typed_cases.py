@@ -218,6 +218,15 @@ _add(
         tol={torch.bfloat16: (1.6e-2, 0.0), torch.float16: (1e-3, 0.0)},
     ),
     OpCase("sub", lambda x, y: ident(x) - y, ("typed", "typed"), NUMBERS, "aten::sub"),
+    # A product then a sum: two roundings in eager; a kernel must not contract them into one
+    # FMA (fp64 is compared exactly).
+    OpCase(
+        "mul_add",
+        lambda x, y, z: ident(x) * y + z,
+        ("typed", "typed", "typed"),
+        NUMBERS,
+        ("aten::mul", "aten::add"),
+    ),
     OpCase("rsub_scalar", lambda x: 7 - ident(x), ("typed",), NUMBERS, "aten::sub"),
     OpCase("mul", lambda x, y: ident(x) * y, ("typed", "typed"), ALL, "aten::mul"),
     OpCase("mul_overflow", lambda x: ident(x) * 1000003, ("typed",), INTS, "aten::mul"),
