@@ -598,11 +598,8 @@ TP_FN bool tpt_signbit(bool) { return false; }
 // Floating types: max/min propagate NaN from either side (ATen's
 // maximum/minimum), floor division as ATen's div_floor_floating, remainder
 // takes the divisor's sign, sign(NaN) is 0 (ATen's CPU kernel).
-// ADD/SUB/MUL: the arithmetic (fp64: TP_DADD/TP_DSUB/TP_DMUL, which each
-// preamble defines so that no compiler contracts a product and a sum into an
-// FMA: eager rounds the product of one op before the next op's sum). FMA:
-// fma(a, b, c) rounded once, as ATen's add/sub with alpha (Vectorized fmadd
-// on the CPU, nvcc's contraction on CUDA).
+// ADD/SUB/MUL: fp64's TP_D* (per preamble: never contracted into an FMA, as
+// eager rounds each op). FMA: rounded once (ATen's add/sub with alpha).
 #define TPT_PLAIN_ADD(a, b) ((a) + (b))
 #define TPT_PLAIN_SUB(a, b) ((a) - (b))
 #define TPT_PLAIN_MUL(a, b) ((a) * (b))

@@ -111,6 +111,13 @@ static inline long long __shfl_xor_sync(unsigned, long long v, int o) {
   tp_warp_barrier[w].wait();
   return tp_xchg64[w][l ^ o];
 }
+static inline unsigned long long __shfl_up_sync(unsigned, unsigned long long v, int o) {
+  const unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
+  tp_warp_barrier[w].wait();
+  tp_xchg64[w][l] = (long long)v;
+  tp_warp_barrier[w].wait();
+  return l >= (unsigned)o ? (unsigned long long)tp_xchg64[w][l - o] : v;
+}
 )SHIM";
 
 inline const char* kF16 = R"F16(// fp16 (raw bits): emulated with _Float16.
