@@ -78,6 +78,8 @@ std::vector<OpInfo> make_table() {
       pointwise("aten::div.Tensor", "($0 / $1)"),
       pointwise("aten::div.Scalar", "($0 / $1)"),
       pointwise("aten::neg", "(-$0)"),
+      // The identity (functionalization's alias after a view; typed too).
+      pointwise("aten::alias", "$0"),
       pointwise("aten::relu", "tp_max($0, 0.0f)", K::kRelu),
       pointwise("aten::sigmoid", "tp_sigmoid($0)", K::kSigmoid),
       pointwise("aten::silu", "($0 * tp_sigmoid($0))", K::kSilu),

@@ -1,7 +1,8 @@
 // op_table_typed.cpp: the typed block of the op table (ir/op_table.h,
 // TypedRow): comparisons, where, masked_fill, logical and bitwise ops,
 // integer arithmetic with ATen's wrap-around, division modes, remainder and
-// fmod, isnan/isinf/isfinite/signbit, nan_to_num, sign, dtype conversions.
+// fmod, isnan/isinf/isfinite/signbit, nan_to_num, sign, dtype conversions,
+// bitcasts (view.dtype) and alias.
 // Each row is merged into the float block's row of the same name (its fp32
 // expression stays what Float computes) or becomes a new pointwise row.
 //
@@ -79,13 +80,15 @@ const std::vector<TypedRow>& typed_rows() {
       {"aten::__lshift__.Tensor", R::kResult, kTypeInt, "tpt_shl($0, $1)"},
       {"aten::__rshift__.Scalar", R::kResult, kTypeInt, "tpt_shr($0, $1)"},
       {"aten::__rshift__.Tensor", R::kResult, kTypeInt, "tpt_shr($0, $1)"},
-      // ---- arithmetic in the result type (integers wrap around)
-      {"aten::add.Tensor", R::kResult, all, "tpt_add($0, tpt_mul($2, $1))"},
-      {"aten::add.Scalar", R::kResult, all, "tpt_add($0, tpt_mul($2, $1))"},
-      {"aten::sub.Tensor", R::kResult, num, "tpt_sub($0, tpt_mul($2, $1))"},
-      {"aten::sub.Scalar", R::kResult, num, "tpt_sub($0, tpt_mul($2, $1))"},
-      {"aten::rsub.Scalar", R::kResult, num, "tpt_sub($1, tpt_mul($2, $0))"},
-      {"aten::rsub.Tensor", R::kResult, num, "tpt_sub($1, tpt_mul($2, $0))"},
+      // ---- arithmetic in the result type (integers wrap around). add/sub
+      // with alpha: x + alpha * y rounded once (ATen's kernels: Vectorized
+      // fmadd on the CPU, nvcc's contraction on CUDA); alpha = 1 is exact.
+      {"aten::add.Tensor", R::kResult, all, "tpt_fma($2, $1, $0)"},
+      {"aten::add.Scalar", R::kResult, all, "tpt_fma($2, $1, $0)"},
+      {"aten::sub.Tensor", R::kResult, num, "tpt_fma(tpt_neg($2), $1, $0)"},
+      {"aten::sub.Scalar", R::kResult, num, "tpt_fma(tpt_neg($2), $1, $0)"},
+      {"aten::rsub.Scalar", R::kResult, num, "tpt_fma(tpt_neg($2), $0, $1)"},
+      {"aten::rsub.Tensor", R::kResult, num, "tpt_fma(tpt_neg($2), $0, $1)"},
       {"aten::mul.Tensor", R::kResult, all, "tpt_mul($0, $1)"},
       {"aten::mul.Scalar", R::kResult, all, "tpt_mul($0, $1)"},
       {"aten::neg", R::kResult, num, "tpt_neg($0)"},
@@ -135,6 +138,11 @@ const std::vector<TypedRow>& typed_rows() {
       {"aten::nan_to_num", R::kResult, all, "tpt_nan_to_num($0, $1, $2, $3)"},
       // ---- conversions: op_semantics.cpp converts with ATen's semantics.
       {"aten::_to_copy", R::kResult, all, "$0"},
+      // ---- bitcasts (Tensor.view(dtype)) of same-size dtypes: the bits
+      // reinterpreted (op_semantics.cpp, bitcast_expr), and alias (the
+      // identity: functionalization puts one after each view).
+      {"aten::view.dtype", R::kResult, all, "$0"},
+      {"aten::alias", R::kResult, all, "$0"},
       // ---- end of ops-typed block
   };
   return rows;

@@ -175,6 +175,14 @@ std::optional<ViewFn> view_fn(const Node& n) {
     return [one](const at::Tensor& t) {
       return one(at::alias(t));
     };
+  if (op == "aten::view.dtype") { // a bitcast outside a kernel
+    auto d = int_arg(n, 1);
+    if (!d)
+      return std::nullopt;
+    return [one, t = static_cast<c10::ScalarType>(*d)](const at::Tensor& x) {
+      return one(x.view(t));
+    };
+  }
   return std::nullopt;
 }
 

@@ -269,6 +269,8 @@ std::optional<std::string> pointwise_fallback_reason(const Node& n) {
       {"aten::igammac", "no incomplete-gamma helper in the renderers"},
   };
   const std::string name = n.qualified_name();
+  if (name == "aten::view.dtype")
+    return bitcast_fallback_reason(n);
   auto it = no_row.find(name);
   if (it == no_row.end())
     it = no_row.find(n.op);

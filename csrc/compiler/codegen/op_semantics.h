@@ -124,6 +124,10 @@ bool typed_pointwise_supported(const Node& n);
 // fp32 expression (pointwise_expression). Only float nodes join reduction
 // groups, whose kernels compute in fp32.
 bool is_float_pointwise(const Node& n);
+// Why aten::view.dtype node `n` (a bitcast) does not become part of a
+// generated kernel (elements of different sizes, a bfloat16/float16 source,
+// a bool target); nullopt when it does, or `n` is not a view.dtype.
+std::optional<std::string> bitcast_fallback_reason(const Node& n);
 // The typed helpers (tpt_*) as device-neutral source: every preamble defines
 // TP_FN (the function qualifiers), the tp_* typedefs, TP_INF, TP_NAN,
 // tpt_f32_bits(float) -> unsigned int, tpt_f64_bits(double) -> unsigned long

@@ -242,7 +242,62 @@ std::optional<TypedExpr> float_expression(
   return TypedExpr{*e, ST::Float};
 }
 
+// Tensor.view(dtype) (aten::view.dtype) inside a kernel: the value of `x`
+// (compute type of `from`) with its bits read as `to`. Exact pairs only:
+// float32 <-> int32, float64 <-> int64, int16 -> bfloat16/float16 (the
+// narrow value loaded exactly into float), uint8 <-> int8, bool -> uint8/
+// int8, and the identity. nullopt otherwise (bitcast_fallback_reason says
+// why).
+std::optional<TypedExpr> bitcast_expr(const TypedExpr& x, ST from, ST to) {
+  if (from == to)
+    return x;
+  if (from == ST::Float && to == ST::Int)
+    return TypedExpr{"((tp_i32)tpt_f32_bits(" + x.code + "))", ST::Int};
+  if (from == ST::Int && to == ST::Float)
+    return TypedExpr{
+        "tpt_f32_from_bits((unsigned int)(" + x.code + "))", ST::Float};
+  if (from == ST::Double && to == ST::Long)
+    return TypedExpr{"((tp_i64)tpt_f64_bits(" + x.code + "))", ST::Long};
+  if (from == ST::Long && to == ST::Double)
+    return TypedExpr{
+        "tpt_f64_from_bits((unsigned long long)(" + x.code + "))", ST::Double};
+  if (from == ST::Short && (to == ST::BFloat16 || to == ST::Half))
+    return TypedExpr{
+        std::string(
+            to == ST::BFloat16 ? "tpt_bf16_from_bits" : "tpt_f16_from_bits") +
+            "((unsigned int)(tp_u16)(" + x.code + "))",
+        ST::Float};
+  if ((from == ST::Byte || from == ST::Char || from == ST::Bool) &&
+      (to == ST::Byte || to == ST::Char))
+    return TypedExpr{convert_expr(x, to), to}; // two's complement wrap
+  return std::nullopt;
+}
+
 } // namespace
+
+std::optional<std::string> bitcast_fallback_reason(const Node& n) {
+  if (n.qualified_name() != "aten::view.dtype" || n.inputs.size() != 1 ||
+      n.outputs.size() != 1)
+    return std::nullopt;
+  const ST from = n.inputs[0]->dtype, to = n.outputs[0]->dtype;
+  if (c10::elementSize(from) != c10::elementSize(to))
+    return std::string(
+        "elements of different sizes: the view changes the last dim, not "
+        "each element");
+  if (!compute_type_of(from) || !compute_type_of(to))
+    return std::string("a dtype kernels do not compute");
+  if (bitcast_expr({"x", *compute_type_of(from)}, from, to))
+    return std::nullopt;
+  if (from == ST::BFloat16 || from == ST::Half)
+    return std::string(
+        "a bfloat16/float16 value is held in float32 inside kernels: a "
+        "computed NaN's bits are not ATen's (they differ between its own "
+        "scalar and vector paths)");
+  if (to == ST::Bool)
+    return std::string(
+        "bytes other than 0 and 1 are not valid bools (ATen keeps them)");
+  return std::string("no exact bitcast between these dtypes in kernels");
+}
 
 std::optional<ST> compute_type_of(ST dtype) {
   switch (dtype) {
@@ -387,6 +442,12 @@ std::optional<TypedExpr> typed_pointwise_expression(
     }
   }
 
+  if (n.op == "aten::view" || n.op == "aten::alias") {
+    if (n.op == "aten::alias")
+      return inputs.at(0);
+    // aten::view.dtype only (other overloads are not pointwise rows).
+    return bitcast_expr(inputs.at(0), n.inputs[0]->dtype, out_dtype);
+  }
   const char* tmpl = op->typed_expression;
   std::string special;
   if (n.op == "aten::_to_copy") {
@@ -482,6 +543,7 @@ TP_FN T tpt_add(T a, T b) { return (T)((U)a + (U)b); } \
 TP_FN T tpt_sub(T a, T b) { return (T)((U)a - (U)b); } \
 TP_FN T tpt_mul(T a, T b) { return (T)((U)a * (U)b); } \
 TP_FN T tpt_neg(T a) { return (T)((U)0 - (U)a); } \
+TP_FN T tpt_fma(T a, T b, T c) { return tpt_add(c, tpt_mul(a, b)); } \
 TP_FN T tpt_abs(T a) { return a < (T)0 ? tpt_neg(a) : a; } \
 TP_FN T tpt_max(T a, T b) { return a < b ? b : a; } \
 TP_FN T tpt_min(T a, T b) { return b < a ? b : a; } \
@@ -519,6 +581,7 @@ TPT_INT(tp_i64, unsigned long long, 1)
 // Bool: + is or, * is and (ATen computes bool arithmetic in bool).
 TP_FN bool tpt_add(bool a, bool b) { return a || b; }
 TP_FN bool tpt_mul(bool a, bool b) { return a && b; }
+TP_FN bool tpt_fma(bool a, bool b, bool c) { return c || (a && b); }
 TP_FN bool tpt_max(bool a, bool b) { return a || b; }
 TP_FN bool tpt_min(bool a, bool b) { return a && b; }
 TP_FN bool tpt_and(bool a, bool b) { return a && b; }
@@ -535,10 +598,16 @@ TP_FN bool tpt_signbit(bool) { return false; }
 // Floating types: max/min propagate NaN from either side (ATen's
 // maximum/minimum), floor division as ATen's div_floor_floating, remainder
 // takes the divisor's sign, sign(NaN) is 0 (ATen's CPU kernel).
-#define TPT_FLT(T, FMOD, FLOOR, TRUNC, FABS, BITS, TOP) \
-TP_FN T tpt_add(T a, T b) { return a + b; } \
-TP_FN T tpt_sub(T a, T b) { return a - b; } \
-TP_FN T tpt_mul(T a, T b) { return a * b; } \
+// ADD/SUB/MUL: fp64's TP_D* (per preamble: never contracted into an FMA, as
+// eager rounds each op). FMA: rounded once (ATen's add/sub with alpha).
+#define TPT_PLAIN_ADD(a, b) ((a) + (b))
+#define TPT_PLAIN_SUB(a, b) ((a) - (b))
+#define TPT_PLAIN_MUL(a, b) ((a) * (b))
+#define TPT_FLT(T, FMOD, FLOOR, TRUNC, FABS, BITS, TOP, ADD, SUB, MUL, FMA) \
+TP_FN T tpt_add(T a, T b) { return ADD(a, b); } \
+TP_FN T tpt_sub(T a, T b) { return SUB(a, b); } \
+TP_FN T tpt_mul(T a, T b) { return MUL(a, b); } \
+TP_FN T tpt_fma(T a, T b, T c) { return FMA(a, b, c); } \
 TP_FN T tpt_neg(T a) { return -a; } \
 TP_FN T tpt_abs(T a) { return FABS(a); } \
 TP_FN T tpt_max(T a, T b) { return (a != a || b != b) ? a + b : (a < b ? b : a); } \
@@ -568,8 +637,10 @@ TP_FN bool tpt_isposinf(T a) { return a == (T)TP_INF; } \
 TP_FN bool tpt_isneginf(T a) { return a == -(T)TP_INF; } \
 TP_FN T tpt_nan_to_num(T a, T nan, T posinf, T neginf) { \
   return a != a ? nan : (a == (T)TP_INF ? posinf : (a == -(T)TP_INF ? neginf : a)); }
-TPT_FLT(float, tpt_fmodf, tpt_floorf, tpt_truncf, tpt_fabsf, tpt_f32_bits, 31)
-TPT_FLT(double, tpt_fmod_d, tpt_floor_d, tpt_trunc_d, tpt_fabs_d, tpt_f64_bits, 63)
+TPT_FLT(float, tpt_fmodf, tpt_floorf, tpt_truncf, tpt_fabsf, tpt_f32_bits, 31,
+        TPT_PLAIN_ADD, TPT_PLAIN_SUB, TPT_PLAIN_MUL, tpt_fmaf)
+TPT_FLT(double, tpt_fmod_d, tpt_floor_d, tpt_trunc_d, tpt_fabs_d, tpt_f64_bits, 63,
+        TP_DADD, TP_DSUB, TP_DMUL, tpt_fma_d)
 // ---- end of typed helpers ----
 )";
   return s;

@@ -157,21 +157,11 @@ int ReductionTerms::nonzero_term(const Value* v) {
       e = dialect_.round_to(v->dtype, e);
     return expr("((" + e + ") != 0.0f ? 1.0f : 0.0f)", {it->second});
   }
-  const auto& ins = group_.body->inputs();
-  const size_t i = std::find(ins.begin(), ins.end(), v) - ins.begin();
-  TORCH_CHECK(
-      i < ins.size(),
-      dialect_.name,
-      ": value %",
-      v->id,
-      " is not in the group");
-  const Value* outer_v = group_.inputs[i];
-  std::vector<int64_t> st =
-      map_strides(outer_v->sizes, outer_v->strides, "full", domain_);
-  auto key = std::make_pair(i, st);
+  const auto key = input_key(v, "full", domain_);
   if (auto it = nonzero_loads_.find(key); it != nonzero_loads_.end())
     return it->second;
-  operands_.push_back({"in" + std::to_string(i), outer_v->dtype, st});
+  const auto& [i, st] = key;
+  operands_.push_back({"in" + std::to_string(i), group_.inputs[i]->dtype, st});
   Term t{TermKind::kLoad};
   t.operand = static_cast<int>(operands_.size()) - 1;
   t.nonzero = true;
@@ -184,7 +174,11 @@ bool ReductionTerms::check_terms() const {
         t == c10::ScalarType::Half;
   };
   for (const Term& t : terms_)
-    if (t.kind == TermKind::kLoad && !t.nonzero &&
+    for (int d : t.deps)
+      if (terms_[d].integer && !(t.integer && is_scan(t.kind)))
+        return false; // an int64 value read by anything but an integer scan
+  for (const Term& t : terms_)
+    if (t.kind == TermKind::kLoad && !t.nonzero && !t.integer &&
         !operands_[t.operand].index_space &&
         !fp32_computed(operands_[t.operand].dtype))
       return false; // e.g. an int64 input read as an fp32 value
@@ -216,7 +210,8 @@ bool ReductionTerms::check_terms() const {
     }
   }
   for (size_t i = 0; i < outputs_.size(); ++i)
-    if (terms_[outputs_[i].first].index !=
+    if ((terms_[outputs_[i].first].index ||
+         terms_[outputs_[i].first].integer) !=
         (group_.outputs[i]->dtype == c10::ScalarType::Long))
       return false;
   return true;
@@ -245,12 +240,10 @@ std::vector<int64_t> ReductionTerms::map_strides(
   return out;
 }
 
-int ReductionTerms::operand_term(
+std::pair<size_t, std::vector<int64_t>> ReductionTerms::input_key(
     const Value* v,
     const std::string& level,
-    const std::vector<int64_t>& level_sizes) {
-  if (auto it = term_of_.find(v); it != term_of_.end())
-    return it->second;
+    const std::vector<int64_t>& level_sizes) const {
   const auto& ins = group_.body->inputs();
   const size_t i = std::find(ins.begin(), ins.end(), v) - ins.begin();
   TORCH_CHECK(
@@ -260,12 +253,61 @@ int ReductionTerms::operand_term(
       v->id,
       " is not in the group");
   const Value* outer_v = group_.inputs[i];
-  std::vector<int64_t> st =
-      map_strides(outer_v->sizes, outer_v->strides, level, level_sizes);
-  auto key = std::make_pair(i, st);
+  return {i, map_strides(outer_v->sizes, outer_v->strides, level, level_sizes)};
+}
+
+std::string ReductionTerms::spell_refs(const std::string& e) {
+  std::string out;
+  for (size_t i = 0; i < e.size(); ++i) {
+    if (e[i] != '\x01') {
+      out += e[i];
+      continue;
+    }
+    const size_t j = e.find('\x02', i);
+    out += "t" + e.substr(i + 1, j - i - 1);
+    i = j;
+  }
+  return out;
+}
+
+std::set<int> ReductionTerms::full_closure(
+    const std::vector<int>& roots,
+    bool stop_at_scans) const {
+  std::set<int> out;
+  std::vector<int> work = roots;
+  while (!work.empty()) {
+    const int id = work.back();
+    work.pop_back();
+    if (terms_[id].outer || !out.insert(id).second)
+      continue;
+    if (stop_at_scans && is_scan(terms_[id].kind))
+      continue;
+    for (int d : terms_[id].deps)
+      work.push_back(d);
+  }
+  return out;
+}
+
+int ReductionTerms::integer_load(const Value* v) {
+  const auto [i, st] = input_key(v, "full", domain_);
+  operands_.push_back({"in" + std::to_string(i), group_.inputs[i]->dtype, st});
+  Term t{TermKind::kLoad};
+  t.operand = static_cast<int>(operands_.size()) - 1;
+  t.integer = true;
+  return add(std::move(t));
+}
+
+int ReductionTerms::operand_term(
+    const Value* v,
+    const std::string& level,
+    const std::vector<int64_t>& level_sizes) {
+  if (auto it = term_of_.find(v); it != term_of_.end())
+    return it->second;
+  const auto key = input_key(v, level, level_sizes);
   if (auto it = loads_.find(key); it != loads_.end())
     return it->second;
-  operands_.push_back({"in" + std::to_string(i), outer_v->dtype, st});
+  const auto& [i, st] = key;
+  operands_.push_back({"in" + std::to_string(i), group_.inputs[i]->dtype, st});
   Term t{TermKind::kLoad};
   t.operand = static_cast<int>(operands_.size()) - 1;
   return loads_[key] = add(std::move(t));
@@ -369,7 +411,9 @@ bool ReductionTerms::build_terms() {
         Term t{
             kind == ReductionKind::kCumSum ? TermKind::kScanSum
                                            : TermKind::kScanProd};
-        t.deps = {in(schema::cumsum::kSelf)};
+        const Value* x = n.inputs.at(n.args.at(0).inputs.at(0));
+        t.integer = n.outputs[0]->dtype == c10::ScalarType::Long;
+        t.deps = {t.integer ? integer_load(x) : in(schema::cumsum::kSelf)};
         has_scan_ = true;
         set(n, 0, add(std::move(t)), "full");
         break;

@@ -102,6 +102,11 @@ struct Term {
   bool nonzero = false;
   // kMax/kMin of any/all: 1.0f / 0.0f, stored into a bool (uint8) output.
   bool boolean = false;
+  // An int64 value (integer scans: the load of a bool/integer input and the
+  // kScanSum/kScanProd over it, in int64 with wrap-around, as ATen's
+  // integer cumsum/cumprod); only read by an integer scan or stored into an
+  // int64 output.
+  bool integer = false;
 };
 
 // A pointer the kernel reads or writes, with its strides over F (0 where
@@ -164,6 +169,9 @@ class ReductionTerms {
   // any/all's argument, body value `v`: a group input loaded with `nonzero`,
   // else the in-group fp32 term rounded to v's dtype and compared with 0.
   int nonzero_term(const Value* v);
+  // An integer scan's argument, body input `v` (bool or an integer dtype)
+  // loaded as an int64 term.
+  int integer_load(const Value* v);
   // Checks the plan's typing rules after the body is expanded: index terms
   // only stored into int64 outputs (and every int64 output an index), scans
   // read by no reduction, operands not of an fp32-computed dtype (float32,
@@ -176,6 +184,19 @@ class ReductionTerms {
       const std::vector<int64_t>& strides,
       const std::string& level,
       const std::vector<int64_t>& level_sizes) const;
+  // The group input index of body input `v` (throws when `v` is not one)
+  // and its F-space strides when used at `level`: the key of its load.
+  std::pair<size_t, std::vector<int64_t>> input_key(
+      const Value* v,
+      const std::string& level,
+      const std::vector<int64_t>& level_sizes) const;
+  // Expression `e` with each term reference spelled t<id> (the CUDA
+  // renderers' names of term values).
+  static std::string spell_refs(const std::string& e);
+  // The full-level terms `roots` need, stopping at outer terms (and at scans
+  // when `stop_at_scans`: a kernel holds their values).
+  std::set<int> full_closure(const std::vector<int>& roots, bool stop_at_scans)
+      const;
   // The term of body value `v` used by a node at `level` whose output sizes
   // are `level_sizes`.
   int operand_term(

@@ -376,6 +376,11 @@ class Fusion {
   }
 
   void add_reduction(Node* n, const ReductionInfo& info) {
+    if (info.integer) { // exact int64: a group of its own
+      start(n, info.domain, info.levels);
+      groups_.back().typed = true;
+      return;
+    }
     const Value* x = n->tensor_arg(0);
     int gid = group_of(x);
     bool others_inside = false;

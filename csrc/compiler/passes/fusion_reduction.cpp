@@ -98,6 +98,26 @@ bool any_all_dtypes_ok(const Node& n) {
       (y->dtype == c10::ScalarType::Bool || y->dtype == c10::ScalarType::Byte);
 }
 
+// cumsum/cumprod of bool or an integer dtype into int64 (ATen's promotion
+// with dtype None; or dtype=int64 given), on one device whose pointwise
+// kernels load the input: exact int64 scans (wrapping as ATen's).
+bool integer_scan(const Node& n) {
+  if (n.outputs.size() != 1 || n.inputs.size() != 1)
+    return false;
+  const Value* x = n.inputs[0];
+  const Value* y = n.outputs[0];
+  const AttrValue& d = n.const_arg(schema::cumsum::kDtype);
+  const bool dtype_ok = std::holds_alternative<std::monostate>(d) ||
+      (std::get_if<int64_t>(&d) &&
+       static_cast<c10::ScalarType>(std::get<int64_t>(d)) ==
+           c10::ScalarType::Long);
+  return dtype_ok && x->device == y->device &&
+      (x->dtype == c10::ScalarType::Bool ||
+       c10::isIntegralType(x->dtype, /*includeBool=*/false)) &&
+      kernel_dtype_supported(x->device.type(), x->dtype) &&
+      y->dtype == c10::ScalarType::Long;
+}
+
 } // namespace
 
 std::optional<ReductionInfo> reduction_info(const Node& n) {
@@ -183,11 +203,19 @@ std::optional<ReductionInfo> reduction_info(const Node& n) {
     }
     case ReductionKind::kCumSum:
     case ReductionKind::kCumProd:
-      if (!dtype_arg_ok(n, schema::cumsum::kDtype) ||
-          !std::get_if<int64_t>(&n.const_arg(schema::cumsum::kDim)))
+      if (!std::get_if<int64_t>(&n.const_arg(schema::cumsum::kDim)))
         return std::nullopt;
       dims = normalize_dims(n.const_arg(schema::cumsum::kDim), rank);
       info.levels = {Level::kFull};
+      if (integer_scan(n)) {
+        if (!dims)
+          return std::nullopt;
+        info.domain.reduce = *dims;
+        info.integer = true;
+        return info;
+      }
+      if (!dtype_arg_ok(n, schema::cumsum::kDtype))
+        return std::nullopt;
       break;
     case ReductionKind::kSoftmax:
     case ReductionKind::kLogSoftmax:

@@ -38,6 +38,9 @@ struct ReductionInfo {
   Domain domain;
   std::vector<Level> levels;
   std::vector<bool> index;
+  // An integer scan (cumsum/cumprod of bool or integers into int64, as
+  // ATen promotes them): exact int64 arithmetic, a group of its own.
+  bool integer = false;
 };
 
 // nullopt when `n` is not a reduction the kernels compute: not in the op

@@ -68,6 +68,11 @@ static inline float erfinvf(float y) {  // CUDA's; absent on the host: bisection
 }
 static inline long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
 static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 struct tp_barrier {
   std::mutex m; std::condition_variable cv; int n = 0, count = 0; long gen = 0;
   void wait() {
@@ -105,6 +110,13 @@ static inline long long __shfl_xor_sync(unsigned, long long v, int o) {
   tp_xchg64[w][l] = v;
   tp_warp_barrier[w].wait();
   return tp_xchg64[w][l ^ o];
+}
+static inline unsigned long long __shfl_up_sync(unsigned, unsigned long long v, int o) {
+  const unsigned w = threadIdx.x / 32, l = threadIdx.x % 32;
+  tp_warp_barrier[w].wait();
+  tp_xchg64[w][l] = (long long)v;
+  tp_warp_barrier[w].wait();
+  return l >= (unsigned)o ? (unsigned long long)tp_xchg64[w][l - o] : v;
 }
 )SHIM";
 

@@ -217,11 +217,12 @@ TEST(Codegen, TypedExpressionsFollowTypePromotion) {
   e = expr(b.op("aten::eq", "Scalar", {h}, {0.1}, {4}, ST::Bool));
   ASSERT_TRUE(e.has_value());
   EXPECT_NE(e->code.find("1.000976562e-01f"), std::string::npos) << e->code;
-  // int64 + int64 wraps (the unsigned type), computed in int64.
+  // int64 + int64 wraps (the unsigned type), computed in int64 (x + alpha * y
+  // as tpt_fma: int64 arithmetic in the unsigned type).
   e = expr(b.op("aten::add", "Tensor", {i, i}, {int64_t{1}}, {4}, ST::Long));
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->type, ST::Long);
-  EXPECT_NE(e->code.find("tpt_add"), std::string::npos);
+  EXPECT_NE(e->code.find("tpt_fma"), std::string::npos);
   // Integer remainder by a tensor may divide by zero: not generated; by a
   // nonzero constant it is.
   EXPECT_FALSE(

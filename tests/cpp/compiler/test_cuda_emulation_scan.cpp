@@ -4,6 +4,8 @@
 // on the CPU (cuda_emulation.h) against ATen.
 #include "cuda_emulation.h"
 
+#include <limits>
+
 namespace torch_plugin::compiler {
 namespace {
 
@@ -80,6 +82,56 @@ TEST(CudaEmulation, CumsumCumprodRowsAndColumns) {
       3,
       0,
       near_one);
+}
+
+// Integer scans (bool, int32, int64 into int64): exact, wrapping on overflow,
+// rows and a strided dim.
+TEST(CudaEmulation, IntegerCumsumCumprodExact) {
+  auto full_range = [](at::Tensor& t) {
+    if (t.scalar_type() == ScalarType::Bool)
+      t.copy_(at::rand(t.sizes()) < 0.5);
+    else
+      // The harness hands the reference doubles: magnitudes below 2^52 stay
+      // exact (int32: its whole range); sums and products still overflow.
+      t.copy_(at::randint(
+          t.scalar_type() == ScalarType::Int
+              ? std::numeric_limits<int32_t>::min()
+              : -(int64_t{1} << 52),
+          t.scalar_type() == ScalarType::Int
+              ? std::numeric_limits<int32_t>::max()
+              : int64_t{1} << 52,
+          t.sizes(),
+          at::kLong));
+  };
+  for (ScalarType dt : {ScalarType::Bool, ScalarType::Int, ScalarType::Long})
+    for (int64_t n : {int64_t{7}, int64_t{300}, int64_t{5000}})
+      for (bool sum : {true, false})
+        for (int64_t dim : {int64_t{0}, int64_t{1}}) {
+          const std::string t = std::string(sum ? "cumsum_" : "cumprod_") +
+              c10::toString(dt) + "_" + std::to_string(n) + "_dim" +
+              std::to_string(dim);
+          check(
+              t,
+              [&](Builder& b) {
+                Value* x = b.input({3, n}, dt);
+                b.g.set_outputs({b.op(
+                    sum ? "aten::cumsum" : "aten::cumprod",
+                    "default",
+                    {x},
+                    {dim, std::monostate{}},
+                    {3, n},
+                    ScalarType::Long)});
+              },
+              [&](const std::vector<at::Tensor>& in) {
+                const at::Tensor x = in[0].to(dt); // back to the integers
+                return std::vector<at::Tensor>{
+                    sum ? x.cumsum(dim) : x.cumprod(dim)};
+              },
+              0.0,
+              3,
+              0,
+              full_range);
+        }
 }
 
 // Mostly zeros; row 0 all zero, row 1 all nonzero, a NaN alone in row 2

@@ -180,23 +180,27 @@ class Generator : public ReductionTerms {
     std::string value;
     if (t.kind == Kind::kLoad) {
       value = load_value(t, operands_[t.operand], offset(t.operand, true));
+      if (t.integer)
+        value = "(int64_t)(" + value + ")";
     } else if (is_scan(t.kind)) {
       // The running sum/product in double (ATen's CPU cumsum/cumprod
-      // accumulate fp32 in double too), in R order (the store pass).
+      // accumulate fp32 in double too), in R order (the store pass); integer
+      // scans in uint64_t (int64 wrap-around, exact).
       const int x = t.deps[0];
       if (!terms_[x].outer)
         emit_full(x, os, done);
       const std::string q = "q" + std::to_string(id) + (has_vec_ ? "[v]" : "");
       os << "        " << q << (t.kind == Kind::kScanSum ? " += " : " *= ")
-         << "(double)" << name_of(x) << ";\n";
-      value = "(float)" + q;
+         << (t.integer ? "(uint64_t)" : "(double)") << name_of(x) << ";\n";
+      value = (t.integer ? "(int64_t)" : "(float)") + q;
     } else {
       TORCH_CHECK(
           t.kind == Kind::kExpr,
           "codegen: reduction used as a full-level value");
       value = render(t.expr, os, done);
     }
-    os << "        const float t" << id << " = " << value << ";\n";
+    os << "        const " << (t.integer ? "int64_t" : "float") << " t" << id
+       << " = " << value << ";\n";
   }
 
   // Outer terms of `stage` (those needed), in term order: after pass `stage`.
@@ -525,13 +529,16 @@ class Generator : public ReductionTerms {
       if (!is_scan(t.kind))
         continue;
       scans = true;
-      const std::string init = t.kind == Kind::kScanSum ? "0.0" : "1.0";
+      const std::string init = t.kind == Kind::kScanSum
+          ? (t.integer ? "0" : "0.0")
+          : (t.integer ? "1" : "1.0");
+      const char* type = t.integer ? "uint64_t" : "double";
       if (has_vec_)
-        src << "    double q" << id << "[" << chunk_
+        src << "    " << type << " q" << id << "[" << chunk_
             << "];\n    for (int64_t v = 0; v < vn; ++v) q" << id
             << "[v] = " << init << ";\n";
       else
-        src << "    double q" << id << " = " << init << ";\n";
+        src << "    " << type << " q" << id << " = " << init << ";\n";
     }
     for (size_t i = 0; i < outputs_.size(); ++i) {
       const auto& [t, full] = outputs_[i];

@@ -181,6 +181,20 @@ TP_FN double tpt_fmod_d(double a, double b) { return fmod(a, b); }
 TP_FN double tpt_floor_d(double a) { return floor(a); }
 TP_FN double tpt_trunc_d(double a) { return trunc(a); }
 TP_FN double tpt_fabs_d(double a) { return fabs(a); }
+// fp64 arithmetic (op_semantics.h): the _rn intrinsics, which NVRTC never
+// contracts into an FMA (fp32 arithmetic may contract: --fmad's default).
+#define TP_DADD(a, b) __dadd_rn(a, b)
+#define TP_DSUB(a, b) __dsub_rn(a, b)
+#define TP_DMUL(a, b) __dmul_rn(a, b)
+TP_FN float tpt_fmaf(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+TP_FN double tpt_fma_d(double a, double b, double c) { return __fma_rn(a, b, c); }
+// Bitcasts (aten::view.dtype): the bits of one type read as another.
+typedef unsigned short tp_u16;
+TP_FN float tpt_f32_from_bits(unsigned int u) { return __uint_as_float(u); }
+TP_FN double tpt_f64_from_bits(unsigned long long u) {
+  return __longlong_as_double((long long)u); }
+TP_FN float tpt_bf16_from_bits(unsigned int h) { return tp_ld_bf16(h); }
+TP_FN float tpt_f16_from_bits(unsigned int h) { return tp_ld_f16(h); }
 )";
   static const std::string all =
       s + typed_helpers_source() + "// ---- end of preamble ----\n";

@@ -26,8 +26,8 @@
 // gives ATen's first maximal index whatever the order. Scans (cumsum,
 // cumprod) get nullopt here: cuda_scan.cpp renders them. any/all: max/min of
 // x != 0 (1.0f/0.0f) over the row, x tested in its own dtype (the plan's
-// nonzero loads, never vectorized), stored into a bool output. This file plans the
-// launch; cuda_reduction_emit.cpp spells the kernel.
+// nonzero loads, never vectorized), stored into a bool output. This file plans
+// the launch; cuda_reduction_emit.cpp spells the kernel.
 //
 // Launch of rows: G threads per row, G a power of two. Rows of N <= 1024
 // elements: G <= 32 lanes of a warp (the fewest giving each lane <= 4 vectors),
@@ -89,17 +89,26 @@ std::string round_to(c10::ScalarType t, const std::string& e) {
   return from_bits(t, to_bits(t, e));
 }
 
-const ReductionDialect kCudaDialect = {
-    "cuda codegen",
-    literal_of,
-    constant,
-    /*softmax_by_reciprocal=*/false,
-    broadcast_strides,
-    round_to};
-
 } // namespace
 
-RowKernel::RowKernel(const Node& group) : ReductionTerms(group, kCudaDialect) {}
+const ReductionDialect& cuda_reduction_dialect() {
+  static const ReductionDialect d = {
+      "cuda codegen",
+      literal_of,
+      constant,
+      /*softmax_by_reciprocal=*/false,
+      broadcast_strides,
+      round_to};
+  return d;
+}
+
+std::string load_term(const Term& t, const Operand& o, const std::string& off) {
+  const std::string v = load(o.dtype, o.ptr, off);
+  return t.nonzero ? "((" + v + ") != 0 ? 1.0f : 0.0f)" : v;
+}
+
+RowKernel::RowKernel(const Node& group)
+    : ReductionTerms(group, cuda_reduction_dialect()) {}
 
 std::optional<KernelSource> RowKernel::render() {
   // Other dtypes than cuda_dtype's: any/all's inputs and bool outputs, and
@@ -245,17 +254,7 @@ bool RowKernel::vectorized(size_t k) const {
 
 // The full-level terms a pass needs for `roots` (stopping at outer terms).
 std::set<int> RowKernel::closure(const std::vector<int>& roots) const {
-  std::set<int> out;
-  std::vector<int> work = roots;
-  while (!work.empty()) {
-    const int id = work.back();
-    work.pop_back();
-    if (terms_[id].outer || !out.insert(id).second)
-      continue;
-    for (int d : terms_[id].deps)
-      work.push_back(d);
-  }
-  return out;
+  return full_closure(roots, /*stop_at_scans=*/false);
 }
 std::vector<int> RowKernel::pass_roots(
     int pass) const { // 1..S; S + 1: the stores

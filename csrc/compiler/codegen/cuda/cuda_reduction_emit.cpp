@@ -19,23 +19,11 @@
 namespace torch_plugin::compiler::cuda {
 
 std::string RowKernel::render_expr(const std::string& e) const {
-  std::string out;
-  for (size_t i = 0; i < e.size(); ++i) {
-    if (e[i] != '\x01') {
-      out += e[i];
-      continue;
-    }
-    const size_t j = e.find('\x02', i);
-    out += "t" + e.substr(i + 1, j - i - 1);
-    i = j;
-  }
-  return out;
+  return spell_refs(e);
 }
 
 std::string RowKernel::load_value(const Term& t, const std::string& off) const {
-  const Operand& o = operands_[t.operand];
-  const std::string v = load(o.dtype, o.ptr, off);
-  return t.nonzero ? "((" + v + ") != 0 ? 1.0f : 0.0f)" : v;
+  return load_term(t, operands_[t.operand], off);
 }
 
 std::string RowKernel::row_offset(size_t k, const std::string& j) const {

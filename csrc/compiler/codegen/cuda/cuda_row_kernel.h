@@ -19,6 +19,14 @@ namespace torch_plugin::compiler::cuda {
 
 using Kind = TermKind;
 
+// The plan's dialect of the CUDA reduction kernels (row reductions and
+// scans): CUDA float literals, softmax as exp(x - max) / sum.
+const ReductionDialect& cuda_reduction_dialect();
+// A load term's value at element offset `off` of operand `o`: the element in
+// its compute type (fp32 for float dtypes), or for any/all's nonzero loads
+// 1.0f / 0.0f tested in the element's own type.
+std::string load_term(const Term& t, const Operand& o, const std::string& off);
+
 class RowKernel : public ReductionTerms {
  public:
   explicit RowKernel(const Node& group);

@@ -8,8 +8,8 @@
 // beside the scan) or a scan reading another scan gets nullopt (ATen runs
 // it). Accumulation is fp32 for float32, bfloat16 and float16 (ATen's CUDA
 // cumsum/cumprod accumulate in at::acc_type<T, true>, float for all three);
-// integer and bool scans (int64 results) never reach a kernel: the fusion
-// pass only groups fp32-computed reductions.
+// integer and bool scans (int64 results, the plan's integer terms) run in
+// unsigned long long: exact, wrapping as ATen's int64 arithmetic.
 //
 // Two layouts, by the reference operand (the first full-level load):
 //   - rows (the scanned dim is contiguous there): one block of B threads
@@ -26,8 +26,7 @@
 //   - columns (any other dim, e.g. cumsum(x, 0) of a contiguous matrix): one
 //     thread per kept index walks its column serially in order (coalesced
 //     across threads when a kept dim is innermost), the CPU kernel's order.
-#include "compiler/codegen/cuda/cuda_common.h"
-#include "compiler/codegen/reduction_plan.h"
+#include "compiler/codegen/cuda/cuda_row_kernel.h"
 
 #include <c10/util/Exception.h>
 
@@ -44,38 +43,19 @@ constexpr int64_t kItems = 4;
 // Most threads per row block.
 constexpr int64_t kMaxScanBlock = 512;
 
-std::string constant(const AttrValue& v) {
-  if (std::holds_alternative<int64_t>(v) || std::holds_alternative<double>(v) ||
-      std::holds_alternative<bool>(v))
-    return literal(v);
-  return "0.0f";
-}
-std::string literal_of(double v) {
-  return literal(v);
-}
-std::string round_to(c10::ScalarType t, const std::string& e) {
-  return from_bits(t, to_bits(t, e));
-}
-
-const ReductionDialect kScanDialect = {
-    "cuda codegen",
-    literal_of,
-    constant,
-    /*softmax_by_reciprocal=*/false,
-    broadcast_strides,
-    round_to};
-
 class ScanKernel : public ReductionTerms {
  public:
   explicit ScanKernel(const Node& group)
-      : ReductionTerms(group, kScanDialect) {}
+      : ReductionTerms(group, cuda_reduction_dialect()) {}
 
   std::optional<KernelSource> render() {
+    // Float dtypes, and integer scans' bool/integer inputs and int64
+    // outputs (the plan's check_terms says which values may have them).
     for (const Value* v : group_.inputs)
-      if (!cuda_dtype(v->dtype))
+      if (!pointwise_cuda_dtype(v->dtype))
         return std::nullopt;
     for (const Value* v : group_.outputs)
-      if (!cuda_dtype(v->dtype))
+      if (!pointwise_cuda_dtype(v->dtype))
         return std::nullopt;
     if (!build_terms() || !plan())
       return std::nullopt;
@@ -146,39 +126,21 @@ class ScanKernel : public ReductionTerms {
   // The full-level terms `roots` need (stopping at outer terms and at scans,
   // whose values the kernel holds).
   std::set<int> closure(const std::vector<int>& roots) const {
-    std::set<int> out;
-    std::vector<int> work = roots;
-    while (!work.empty()) {
-      const int id = work.back();
-      work.pop_back();
-      if (terms_[id].outer || !out.insert(id).second)
-        continue;
-      if (is_scan(terms_[id].kind))
-        continue;
-      for (int d : terms_[id].deps)
-        work.push_back(d);
-    }
-    return out;
+    return full_closure(roots, /*stop_at_scans=*/true);
   }
 
   std::string render_expr(const std::string& e) const {
-    std::string out;
-    for (size_t i = 0; i < e.size(); ++i) {
-      if (e[i] != '\x01') {
-        out += e[i];
-        continue;
-      }
-      const size_t j = e.find('\x02', i);
-      out += "t" + e.substr(i + 1, j - i - 1);
-      i = j;
-    }
-    return out;
+    return spell_refs(e);
   }
 
   std::string load_value(const Term& t, const std::string& off) const {
-    const Operand& o = operands_[t.operand];
-    const std::string v = load(o.dtype, o.ptr, off);
-    return t.nonzero ? "((" + v + ") != 0 ? 1.0f : 0.0f)" : v;
+    const std::string v = load_term(t, operands_[t.operand], off);
+    return t.integer ? "(unsigned long long)(long long)(" + v + ")" : v;
+  }
+  // The type of term `id`'s value: integer scans run in unsigned long long
+  // (int64 wrap-around; stored as long long).
+  const char* type_of(int id) const {
+    return terms_[id].integer ? "unsigned long long" : "float";
   }
 
   // Element j's offset in operand k (its row base b<k> added).
@@ -212,7 +174,8 @@ class ScanKernel : public ReductionTerms {
         emit_full(d, os, done, ind, j, scan_value);
       value = render_expr(t.expr);
     }
-    os << ind << "const float t" << id << " = " << value << ";\n";
+    os << ind << "const " << type_of(id) << " t" << id << " = " << value
+       << ";\n";
   }
 
   // Per-row outer terms (loads broadcast along the scanned dim, constants).
@@ -268,6 +231,8 @@ class ScanKernel : public ReductionTerms {
         b + ")";
   }
   std::string identity(int s) const {
+    if (terms_[s].integer)
+      return terms_[s].kind == TermKind::kScanSum ? "0ULL" : "1ULL";
     return terms_[s].kind == TermKind::kScanSum ? "0.0f" : "1.0f";
   }
 
@@ -309,10 +274,11 @@ class ScanKernel : public ReductionTerms {
       bases("row", "    ");
       emit_outer(src, "    ");
       for (int s : scans_)
-        src << "    float cy" << s << " = " << identity(s) << ";\n";
+        src << "    " << type_of(s) << " cy" << s << " = " << identity(s)
+            << ";\n";
       src << "    for (long long j = 0; j < " << count_ << "LL; ++j) {\n";
       for (int s : scans_)
-        src << "      float x" << s << ";\n";
+        src << "      " << type_of(s) << " x" << s << ";\n";
       src << "      {\n";
       emit_arguments(src, "        ", "j", "");
       src << "      }\n";
@@ -325,20 +291,22 @@ class ScanKernel : public ReductionTerms {
       return src.str();
     }
     const int64_t warps = block_ / 32;
-    src << "  __shared__ float tp_scan[" << scans_.size() << "][32];\n"
+    src << "  __shared__ unsigned long long tp_scan_mem[" << scans_.size()
+        << "][32];\n"
         << "  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;\n"
         << "  for (long long row = blockIdx.x; row < " << m_
         << "LL; row += gridDim.x) {\n";
     bases("row", "    ");
     emit_outer(src, "    ");
     for (int s : scans_)
-      src << "    float cy" << s << " = " << identity(s) << ";\n";
+      src << "    " << type_of(s) << " cy" << s << " = " << identity(s)
+          << ";\n";
     src << "    for (long long c0 = 0; c0 < " << count_
         << "LL; c0 += " << block_ * kItems << ") {\n"
         << "      const long long j0 = c0 + (long long)tid * " << kItems
         << ";\n";
     for (int s : scans_)
-      src << "      float x" << s << "[" << kItems << "];\n";
+      src << "      " << type_of(s) << " x" << s << "[" << kItems << "];\n";
     src << "#pragma unroll\n      for (int i = 0; i < " << kItems
         << "; ++i) {\n        const long long j = j0 + i;\n"
         << "        if (j < " << count_ << "LL) {\n";
@@ -351,39 +319,42 @@ class ScanKernel : public ReductionTerms {
       const int s = scans_[si];
       const std::string x = "x" + std::to_string(s);
       const std::string ss = std::to_string(s);
-      // Thread-local inclusive scan, then the warp's scan of the totals.
-      src << "      {\n#pragma unroll\n        for (int i = 1; i < " << kItems
+      const std::string T = type_of(s);
+      // Thread-local inclusive scan, then the warp's scan of the totals
+      // (shared memory: 8 bytes a slot, read as this scan's type).
+      src << "      {\n        " << T << "* tp_scan = (" << T
+          << "*)tp_scan_mem[" << si << "];\n"
+          << "#pragma unroll\n        for (int i = 1; i < " << kItems
           << "; ++i) " << x << "[i] = " << op(s, x + "[i - 1]", x + "[i]")
-          << ";\n        float w = " << x << "[" << kItems - 1 << "];\n"
+          << ";\n        " << T << " w = " << x << "[" << kItems - 1 << "];\n"
           << "#pragma unroll\n        for (int o = 1; o < 32; o <<= 1) {\n"
-          << "          const float y = __shfl_up_sync(0xffffffffu, w, o);\n"
+          << "          const " << T
+          << " y = __shfl_up_sync(0xffffffffu, w, o);\n"
           << "          if (lane >= o) w = " << op(s, "y", "w") << ";\n"
           << "        }\n"
-          << "        float lp = __shfl_up_sync(0xffffffffu, w, 1);\n"
+          << "        " << T << " lp = __shfl_up_sync(0xffffffffu, w, 1);\n"
           << "        if (lane == 0) lp = " << identity(s) << ";\n"
-          << "        if (lane == 31) tp_scan[" << si << "][warp] = w;\n"
+          << "        if (lane == 31) tp_scan[warp] = w;\n"
           << "        __syncthreads();\n"
           << "        if (warp == 0) {\n"
-          << "          float v = lane < " << warps << " ? tp_scan[" << si
-          << "][lane] : " << identity(s) << ";\n"
+          << "          " << T << " v = lane < " << warps
+          << " ? tp_scan[lane] : " << identity(s) << ";\n"
           << "#pragma unroll\n          for (int o = 1; o < 32; o <<= 1) {\n"
-          << "            const float y = __shfl_up_sync(0xffffffffu, v, o);\n"
+          << "            const " << T
+          << " y = __shfl_up_sync(0xffffffffu, v, o);\n"
           << "            if (lane >= o) v = " << op(s, "y", "v") << ";\n"
           << "          }\n"
-          << "          tp_scan[" << si << "][lane] = v;\n"
+          << "          tp_scan[lane] = v;\n"
           << "        }\n"
           << "        __syncthreads();\n"
-          << "        const float wp = warp > 0 ? tp_scan[" << si
-          << "][warp - 1] : " << identity(s) << ";\n"
-          << "        const float pre = " << op(s, "cy" + ss, op(s, "wp", "lp"))
-          << ";\n"
+          << "        const " << T
+          << " wp = warp > 0 ? tp_scan[warp - 1] : " << identity(s) << ";\n"
+          << "        const " << T
+          << " pre = " << op(s, "cy" + ss, op(s, "wp", "lp")) << ";\n"
           << "#pragma unroll\n        for (int i = 0; i < " << kItems
           << "; ++i) " << x << "[i] = " << op(s, "pre", x + "[i]") << ";\n"
           << "        cy" << ss << " = "
-          << op(s,
-                "cy" + ss,
-                "tp_scan[" + std::to_string(si) + "][" +
-                    std::to_string(warps - 1) + "]")
+          << op(s, "cy" + ss, "tp_scan[" + std::to_string(warps - 1) + "]")
           << ";\n"
           << "        __syncthreads(); // tp_scan is reused next chunk\n"
           << "      }\n";

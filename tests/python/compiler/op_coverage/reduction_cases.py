@@ -14,7 +14,8 @@ std arrives as var.correction + sqrt (AOTAutograd's core decompositions) and fus
 both; logsumexp is kept whole (torch_plugin/compiler/decompositions.py) and fuses as
 ATen's formula. cumsum/cumprod run as generated scans on both renderers (CUDA: one block per
 row along a contiguous dim, one thread per column along another; fp32 sums in another order
-than ATen's, within the fp32 tolerance). any/all (aten.all kept whole) take bool, integer
+than ATen's, within the fp32 tolerance); bool and integer inputs scan exactly into int64
+(ATen's promotion; sums and products wrap around). any/all (aten.all kept whole) take bool, integer
 and float inputs over the "sparse" domain.
 """
 
@@ -109,6 +110,7 @@ DEVICE_FALLBACKS: dict[str, dict[str, str]] = {}
 a case naming one is checked as a fallback there). None since the CUDA scan kernel."""
 
 
+_INT_SCAN = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 _ANY_DTYPES = (
     torch.bool, torch.uint8, torch.int32, torch.int64, torch.float32, torch.bfloat16,
     torch.float16, torch.float64,
@@ -194,4 +196,12 @@ REDUCTION_CASES = [
     _case("cumsum_dim0", lambda x: x.cumsum(0), ("case",), "aten::cumsum", tol=_SCAN_TOL),
     _case("cumprod_last", lambda x: x.cumprod(-1), ("near_one",), "aten::cumprod",
           tol=_PROD_TOL),
+    # integer scans: bool and integers into int64 (ATen's promotion), exact with wrap-around
+    # over the "typed" domain (the dtypes' min and max: sums and products overflow)
+    _case("cumsum_int_last", lambda x: x.cumsum(-1), ("typed",), "aten::cumsum",
+          dtypes=_INT_SCAN),
+    _case("cumsum_int_dim0", lambda x: x.cumsum(0), ("typed",), "aten::cumsum",
+          dtypes=_INT_SCAN),
+    _case("cumprod_int_last", lambda x: x.cumprod(-1), ("typed",), "aten::cumprod",
+          dtypes=_INT_SCAN),
 ]  # fmt: skip

@@ -218,6 +218,15 @@ _add(
         tol={torch.bfloat16: (1.6e-2, 0.0), torch.float16: (1e-3, 0.0)},
     ),
     OpCase("sub", lambda x, y: ident(x) - y, ("typed", "typed"), NUMBERS, "aten::sub"),
+    # A product then a sum: two roundings in eager; a kernel must not contract them into one
+    # FMA (fp64 is compared exactly).
+    OpCase(
+        "mul_add",
+        lambda x, y, z: ident(x) * y + z,
+        ("typed", "typed", "typed"),
+        NUMBERS,
+        ("aten::mul", "aten::add"),
+    ),
     OpCase("rsub_scalar", lambda x: 7 - ident(x), ("typed",), NUMBERS, "aten::sub"),
     OpCase("mul", lambda x, y: ident(x) * y, ("typed", "typed"), ALL, "aten::mul"),
     OpCase("mul_overflow", lambda x: ident(x) * 1000003, ("typed",), INTS, "aten::mul"),
@@ -409,3 +418,53 @@ def _to_case(to: torch.dtype) -> OpCase:
 
 for _to in ALL:
     _add(_to_case(_to))
+
+
+# ---- bitcasts: Tensor.view(dtype) of same-size dtypes (aten::view.dtype) -----------------
+# Float sources over finite values: a NaN's payload is not defined by the ops before the
+# view (ATen's maximum and the kernel's may quiet it differently), and the bits are what the
+# integer result shows exactly. Integer sources cover NaN and subnormal bit patterns.
+_NARROW_SRC = (
+    "a bfloat16/float16 value is held in float32 inside kernels: a computed NaN's bits "
+    "are not ATen's"
+)
+_BITCASTS = (
+    # (name, to, domain, dtypes, fused)
+    ("f32_i32", torch.int32, "finite", (torch.float32,), True),
+    ("i32_f32", torch.float32, "typed", (torch.int32,), True),
+    ("f64_i64", torch.int64, "finite", (torch.float64,), True),
+    ("i64_f64", torch.float64, "typed", (torch.int64,), True),
+    ("i16_bf16", torch.bfloat16, "typed", (torch.int16,), True),
+    ("i16_f16", torch.float16, "typed", (torch.int16,), True),
+    ("u8_i8", torch.int8, "typed", (torch.uint8,), True),
+    ("i8_u8", torch.uint8, "typed", (torch.int8,), True),
+    ("bool_u8", torch.uint8, "typed", (torch.bool,), True),
+    ("bf16_i16", torch.int16, "finite", (torch.bfloat16, torch.float16), False),
+)
+
+
+def _bitcast_case(name: str, to: torch.dtype, dom: str, dtypes, fused: bool) -> OpCase:
+    return OpCase(
+        f"bitcast_{name}",
+        lambda x: ident(x).view(to),
+        (dom,),
+        dtypes,
+        "aten::view.dtype",
+        fused=fused,
+        why="" if fused else _NARROW_SRC,
+    )
+
+
+for _b in _BITCASTS:
+    _add(_bitcast_case(*_b))
+_add(
+    OpCase(
+        "bitcast_different_size",
+        lambda x: ident(x).view(torch.bfloat16),
+        ("finite",),
+        (torch.float32,),
+        "aten::view.dtype",
+        fused=False,
+        why="elements of different sizes: the view changes the last dim, not each element",
+    ),
+)
