@@ -120,8 +120,31 @@ class Fusion {
   explicit Fusion(Graph& g, bool fallback_random = false)
       : g_(g), fallback_random_(fallback_random) {
     size_t pos = 0;
-    for (const auto& n : g.node_list())
+    bool in_place = false;
+    for (const auto& n : g.node_list()) {
       pos_[n.get()] = pos++;
+      in_place |= n->is_in_place();
+    }
+    // Views (may_alias nodes: aten::alias, view.dtype) whose aliasing can be
+    // observed stay out of groups, whose outputs are new buffers: a view that
+    // is a graph output, or that a view which escapes reads (transitively),
+    // or any view in a graph that writes in place. `y = x * 2; return y,
+    // y.detach()` must return two names for one buffer, as eager does.
+    std::unordered_set<const Value*> escapes(
+        g.outputs().begin(), g.outputs().end());
+    std::vector<Node*> nodes = g.nodes();
+    for (size_t i = nodes.size(); i-- > 0;) {
+      const Node* n = nodes[i];
+      if (!n->may_alias)
+        continue;
+      bool escaping = in_place;
+      for (const Value* out : n->outputs)
+        escaping |= escapes.count(out) > 0;
+      if (!escaping)
+        continue;
+      observable_views_.insert(n);
+      escapes.insert(n->inputs.begin(), n->inputs.end());
+    }
   }
 
   void group_nodes() {
@@ -133,7 +156,7 @@ class Fusion {
         }
       } else if (auto info = reduction_info(*n)) {
         add_reduction(n, *info);
-      } else if (pointwise(*n)) {
+      } else if (pointwise(*n) && !observable_views_.count(n)) {
         add_pointwise(n);
       }
     }
@@ -480,6 +503,7 @@ class Fusion {
   std::unordered_map<const Node*, int> group_of_;
   std::unordered_map<const Value*, Level> level_;
   std::unordered_set<const Value*> index_values_;
+  std::unordered_set<const Node*> observable_views_;
   std::vector<Group> groups_;
 };
 
