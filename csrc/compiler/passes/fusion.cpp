@@ -125,25 +125,50 @@ class Fusion {
       pos_[n.get()] = pos++;
       in_place |= n->is_in_place();
     }
-    // Views (may_alias nodes: aten::alias, view.dtype) whose aliasing can be
-    // observed stay out of groups, whose outputs are new buffers: a view that
-    // is a graph output, or that a view which escapes reads (transitively),
-    // or any view in a graph that writes in place. `y = x * 2; return y,
-    // y.detach()` must return two names for one buffer, as eager does.
-    std::unordered_set<const Value*> escapes(
+    // Views (may_alias nodes: aten::alias, view.dtype) whose aliasing a user
+    // can observe stay out of groups, whose outputs are new buffers: in a
+    // graph that writes in place, every view; else a view that escapes (a
+    // graph output, or read by a view that escapes) over a base the user also
+    // holds: its root through views is a graph input, a constant or a graph
+    // output, or the root of another view returned. `y = x * 2; return y,
+    // y.detach()` must return two names for one buffer, as eager does; a
+    // lone view of a temporary nobody else holds may become a copy.
+    std::unordered_set<const Value*> outputs(
         g.outputs().begin(), g.outputs().end());
+    auto root_of = [&](const Value* v) {
+      while (v->kind == ValueKind::kIntermediate && v->producer &&
+             v->producer->may_alias && !v->producer->inputs.empty() &&
+             !outputs.count(v))
+        v = v->producer->inputs[0];
+      return v;
+    };
+    std::unordered_set<const Value*> escapes = outputs;
+    std::vector<std::pair<const Node*, const Value*>> escaping; // view, root
+    std::unordered_map<const Value*, int> views_of_root;
     std::vector<Node*> nodes = g.nodes();
     for (size_t i = nodes.size(); i-- > 0;) {
       const Node* n = nodes[i];
-      if (!n->may_alias)
+      if (!n->may_alias || n->inputs.empty())
         continue;
-      bool escaping = in_place;
+      if (in_place)
+        observable_views_.insert(n);
+      bool escapes_here = false;
       for (const Value* out : n->outputs)
-        escaping |= escapes.count(out) > 0;
-      if (!escaping)
+        escapes_here |= escapes.count(out) > 0;
+      if (!escapes_here)
         continue;
-      observable_views_.insert(n);
       escapes.insert(n->inputs.begin(), n->inputs.end());
+      const Value* root = root_of(n->inputs[0]);
+      escaping.emplace_back(n, root);
+      bool returned = false; // the end of a chain of views the user gets
+      for (const Value* out : n->outputs)
+        returned |= outputs.count(out) > 0;
+      views_of_root[root] += returned;
+    }
+    for (const auto& [n, root] : escaping) {
+      if (root->kind != ValueKind::kIntermediate || outputs.count(root) ||
+          views_of_root[root] > 1)
+        observable_views_.insert(n);
     }
   }
 

@@ -41,7 +41,12 @@ def input_alias_and_kernel(x):
     return x.detach(), (x + 1) * 2
 
 
-CASES = [detach_twin, bitcast_twin, detach_then_transpose, alias_used_and_returned,
+def two_views_of_a_temporary(x):
+    t = x * 2 + 1
+    return t.detach(), t.view(torch.int32)
+
+
+CASES = [detach_twin, two_views_of_a_temporary, bitcast_twin, detach_then_transpose, alias_used_and_returned,
          input_alias_and_kernel]  # fmt: skip
 
 
