@@ -74,10 +74,19 @@ void append_eltwise(
 #endif
 }
 
+// The post-ops of `e`, in its order: the per-channel scale and shift (binary
+// mul and add with a [1, OC, 1, 1] operand, `channel_md`; convolutions only),
+// the residual (binary add), the activation. execute() passes the binary
+// operands by their post-op index (channel_post_ops() counts the first ones).
 dnnl::primitive_attr make_attr(
     const Epilogue& e,
-    const memory::desc& residual_md) {
+    const memory::desc& residual_md,
+    const memory::desc& channel_md = memory::desc()) {
   dnnl::post_ops ops;
+  if (e.scale)
+    ops.append_binary(dnnl::algorithm::binary_mul, channel_md);
+  if (e.shift)
+    ops.append_binary(dnnl::algorithm::binary_add, channel_md);
   if (e.residual)
     ops.append_binary(dnnl::algorithm::binary_add, residual_md);
   const std::string& a = e.activation;
@@ -164,6 +173,8 @@ struct OneDnnConv::Impl {
   memory bias;
   bool has_bias = false;
   bool residual = false;
+  // The per-channel scale and shift post-ops' operands (Epilogue), copied.
+  memory scale, shift;
   memory::desc src_md, dst_md;
 };
 
@@ -210,7 +221,8 @@ OneDnnConv::OneDnnConv(
     pad_r.push_back((out[2 + i] - 1) * stride[i] + k - in[2 + i] - padding[i]);
   }
   p.has_bias = bias != nullptr;
-  dnnl::primitive_attr attr = make_attr(epilogue, p.dst_md);
+  memory::desc channel_md({1, out[1], 1, 1}, dt::f32, tag::nchw);
+  dnnl::primitive_attr attr = make_attr(epilogue, p.dst_md, channel_md);
   const memory::desc& bias_md = p.has_bias ? b_md : memory::desc();
 #if DNNL_VERSION_MAJOR >= 3
   p.pd = dnnl::convolution_forward::primitive_desc(
@@ -252,6 +264,10 @@ OneDnnConv::OneDnnConv(
   }
   if (p.has_bias)
     p.bias = prepack(b_md, bias, p.pd.bias_desc());
+  if (epilogue.scale)
+    p.scale = prepack(channel_md, epilogue.scale, channel_md);
+  if (epilogue.shift)
+    p.shift = prepack(channel_md, epilogue.shift, channel_md);
 }
 
 OneDnnConv::~OneDnnConv() = default;
@@ -275,8 +291,13 @@ void OneDnnConv::execute(
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
   if (p.has_bias)
     args[DNNL_ARG_BIAS] = p.bias;
+  int post_op = 0; // the binary post-ops' operands, in make_attr's order
+  if (p.scale)
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1] = p.scale;
+  if (p.shift)
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1] = p.shift;
   if (p.residual) {
-    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
+    args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1] =
         memory(p.dst_md, engine(), const_cast<float*>(residual));
   }
   p.prim.execute(s, args);

@@ -40,6 +40,44 @@ def test_conv_bn_residual_activation(act, compile_plugin, assert_close):
             assert_close(c(x), model(x))
 
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_joins_the_convolution(affine, compile_plugin, assert_close, monkeypatch):
+    """conv -> batch norm (-> residual add) -> activation: the batch norm's per-channel scale
+    and shift, the add and the activation are the oneDNN convolution's post-ops (no generated
+    kernel, no ATen mul/add left), and the results match eager over several calls."""
+    from torch_plugin.compiler import stages as compile_mod
+
+    built = []
+    init = compile_mod.CompiledGraph.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
+    torch.manual_seed(0)
+    model = ConvBlock(torch.nn.ReLU()).eval()
+    for bn in (model.bn1, model.bn2):
+        if not affine:
+            bn.weight, bn.bias = None, None
+            bn.affine = False
+        else:
+            bn.weight.data.uniform_(-2, 2)  # negative scales too
+            bn.bias.data.uniform_(-1, 1)
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 5, 9, 11)
+    with torch.no_grad():
+        c = compile_plugin(torch.fx.symbolic_trace(model), x)
+        (compiled,) = built
+        steps = compiled.describe()
+        assert steps.count("conv_pointwise") == 2 and "kernel" not in steps, steps
+        assert "aten::mul" not in steps and "aten::add" not in steps, steps
+        for _ in range(2):
+            x = torch.randn(2, 5, 9, 11)
+            assert_close(c(x), model(x))
+
+
 def test_linear_gelu_3d_input(compile_plugin, assert_close):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
@@ -101,6 +139,13 @@ def test_schema_ops_match_reference():
         x.to("meta"), w.to("meta"), None, None, [2, 2], [1, 1], [1, 1], 1, "", 0.0, 0.0
     )
     assert meta.shape == (2, 4, 4, 4)
+    scale, shift = torch.randn(4), torch.randn(4)
+    got = torch.ops.torch_plugin.conv_pointwise(
+        x, w, b, r, [1, 1], [1, 1], [1, 1], 1, "relu", 0.0, 0.0, scale, shift
+    )
+    y = torch.nn.functional.conv2d(x, w, b, padding=1)
+    want = torch.relu(y * scale.view(-1, 1, 1) + shift.view(-1, 1, 1) + r)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     a, wl = torch.randn(5, 8), torch.randn(6, 8)
     lin = torch.ops.torch_plugin.linear_pointwise(a, wl, None, None, "silu", 0.0, 0.0)
     torch.testing.assert_close(lin, torch.nn.functional.silu(a @ wl.T))
