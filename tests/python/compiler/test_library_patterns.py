@@ -168,3 +168,49 @@ def test_flatten_of_a_channels_last_conv_output(compile_plugin, assert_close):
         for _ in range(2):
             x = torch.randn(2, 3, 8, 8)
             assert_close(c(x), model(x))
+
+
+class SelfAttention(torch.nn.Module):
+    """nn.MultiheadAttention as torchvision's ViT calls it (self-attention, packed
+    in-projection); also returns the attention's input so the graph has two outputs."""
+
+    def __init__(self, batch_first: bool):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(32, 4, batch_first=batch_first)
+
+    def forward(self, x):
+        y, _ = self.attn(x, x, x, need_weights=False)
+        return y
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_packed_in_projection_splits_into_heads(
+    batch_first, batch, compile_plugin, assert_close, monkeypatch
+):
+    """split_projection: the in-projection's [M, 3E] product, copied into q, k and v
+    (clone, select), becomes three products with row blocks of the weight: no copy of the
+    product, no select; the results match eager over several calls."""
+    from torch_plugin.compiler import stages as compile_mod
+
+    built = []
+    init = compile_mod.CompiledGraph.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
+    torch.manual_seed(0)
+    model = SelfAttention(batch_first).eval()
+    shape = (batch, 10, 32) if batch_first else (10, batch, 32)
+    x = torch.randn(shape)
+    with torch.no_grad():
+        c = compile_plugin(torch.fx.symbolic_trace(model), x)
+        (compiled,) = built
+        steps = compiled.describe()
+        assert steps.count("linear_pointwise") == 4, steps  # q, k, v, out
+        assert "select" not in steps, steps
+        for _ in range(3):
+            x = torch.randn(shape)
+            assert_close(c(x), model(x))
