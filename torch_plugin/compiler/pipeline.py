@@ -30,6 +30,7 @@ Key parts: :func:`compile_captured` (the "plugin" backend's body), :data:`MODES`
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 from collections.abc import Callable
@@ -155,12 +156,12 @@ def _faster_of(
         with torch.no_grad():
             eager(*example_inputs)
             t_eager = median_cuda_ms(
-                lambda: eager(*example_inputs), runs=10, min_runs=5, budget_ms=25.0
+                functools.partial(eager, *example_inputs), runs=10, min_runs=5, budget_ms=25.0
             )
             for _ in range(3):
                 compiled(*example_inputs)
             t_compiled = median_cuda_ms(
-                lambda: compiled(*example_inputs), runs=10, min_runs=5, budget_ms=25.0
+                functools.partial(compiled, *example_inputs), runs=10, min_runs=5, budget_ms=25.0
             )
     except Exception as e:  # noqa: BLE001 - timing is advisory; the compiled graph stays
         log.info("plugin: timing against eager failed (%s); keeping the compiled graph", e)
