@@ -171,14 +171,16 @@ def test_flatten_of_a_channels_last_conv_output(compile_plugin, assert_close):
 
 
 class SelfAttention(torch.nn.Module):
-    """nn.MultiheadAttention as torchvision's ViT calls it (self-attention, packed
-    in-projection); also returns the attention's input so the graph has two outputs."""
+    """A layer norm, then nn.MultiheadAttention as torchvision's ViT calls it (self-attention,
+    packed in-projection)."""
 
     def __init__(self, batch_first: bool):
         super().__init__()
+        self.ln = torch.nn.LayerNorm(32)
         self.attn = torch.nn.MultiheadAttention(32, 4, batch_first=batch_first)
 
     def forward(self, x):
+        x = self.ln(x)
         y, _ = self.attn(x, x, x, need_weights=False)
         return y
 
@@ -190,7 +192,8 @@ def test_packed_in_projection_splits_into_heads(
 ):
     """split_projection: the in-projection's [M, 3E] product, copied into q, k and v
     (clone, select), becomes three products with row blocks of the weight: no copy of the
-    product, no select; the results match eager over several calls."""
+    product, no select; the transposed copy of the layer norm's output (batch_first) is
+    written by the layer norm's kernel; the results match eager over several calls."""
     from torch_plugin.compiler import stages as compile_mod
 
     built = []
@@ -211,6 +214,9 @@ def test_packed_in_projection_splits_into_heads(
         steps = compiled.describe()
         assert steps.count("linear_pointwise") == 4, steps  # q, k, v, out
         assert "select" not in steps, steps
+        # batch_first: the in-projection's input is the layer norm's output transposed
+        # (clone(permute)), which the layer norm's kernel writes in that layout (codegen).
+        assert "clone" not in steps, steps
         for _ in range(3):
             x = torch.randn(shape)
             assert_close(c(x), model(x))
