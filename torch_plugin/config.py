@@ -34,6 +34,8 @@ Flags:
   used is evicted.
 - :data:`fallback_random` (False): random ops stay ATen calls (eager's numbers) instead of
   being generated in kernels.
+- :data:`always_run_compiled` (False): the "plugin" compiler always runs the graph it
+  compiled, never the eager graph it would have picked for speed (test harnesses).
 - :data:`logs` (``()``, or what ``TORCH_PLUGIN_LOGS`` says): the log channels printed to
   stderr; assigning it switches them at once.
 
@@ -51,6 +53,7 @@ Environment variables (read when needed, by the functions at the end of this mod
 | ``TORCH_PLUGIN_GRAPH_CACHE`` | ``1`` | :func:`compiler_environment` | a warm compile of an inference graph replays its cached lowering instead of tracing with AOTAutograd |
 | ``TORCH_PLUGIN_CUDA_GRAPHS`` | ``1`` | :func:`compiler_environment` | CUDA inference graphs are captured into CUDA graphs where that is safe |
 | ``TORCH_PLUGIN_FALLBACK_RANDOM`` | ``0`` | :func:`compiler_environment` | random ops (rand, randn, bernoulli, dropout) stay ATen calls, for eager's numbers bit for bit; by default they are generated in kernels (Philox, reproducible per seed, not eager's numbers) |
+| ``TORCH_PLUGIN_ALWAYS_RUN_COMPILED`` | ``0`` | :func:`run_compiled_always` | as :data:`always_run_compiled` = True: compiled graphs never give way to the eager graph for speed |
 | ``TORCH_PLUGIN_CACHE_DIR`` | ``$XDG_CACHE_HOME/torch_plugin``, else ``$HOME/.cache/torch_plugin`` (the password database's home folder when ``HOME`` is unset or empty) | :func:`cache_root` | the disk caches' root (kernels, lowered graphs; see ``torch_plugin.compiler.options`` for the trust checks and ``python -m torch_plugin.cache``) |
 | ``TORCH_PLUGIN_CACHE_LIMIT_GB`` | ``4`` | :func:`cache_limit_gb` | least recently used entries are evicted after each new graph entry until the cache is under the limit |
 | ``CXX`` | unset: the first of ``c++``, ``g++``, ``clang++`` on ``PATH`` | :func:`runtime_options` | the host compiler of generated CPU kernels (split on whitespace, run without a shell) |
@@ -130,6 +133,15 @@ the same ``torch.manual_seed`` gives the same results, each call advances the ge
 the numbers are not eager's (docs/internals/compiler.md, "Random ops"). Read by
 ``torch_plugin.compiler.options`` when a graph is compiled (part of the graph cache's key).
 Tested in ``tests/python/compiler/test_random_ops.py``."""
+
+always_run_compiled: bool = False
+"""The "plugin" compiler always runs the graph it compiled. False (the default): on CUDA it
+times a pure inference graph against the eager graph once and runs the faster of the two
+(``torch_plugin.compiler.pipeline``), so the compiler never costs a user speed; a harness
+that checks the compiled graph's own results (kernels' numerics, op coverage) sets this, as
+does ``TORCH_PLUGIN_ALWAYS_RUN_COMPILED=1``, since that choice varies with the GPU's load.
+Read by :func:`run_compiled_always` at each compile.
+Tested in ``tests/python/compiler/test_fallback.py``."""
 
 logs: tuple = ()
 """The log channels printed to stderr, as a tuple of names from
@@ -236,6 +248,12 @@ def cache_limit_gb() -> str:
     """``TORCH_PLUGIN_CACHE_LIMIT_GB`` as set (default ``"4.0"``); ``torch_plugin.cache``
     parses and checks it."""
     return os.environ.get("TORCH_PLUGIN_CACHE_LIMIT_GB", str(DEFAULT_CACHE_LIMIT_GB))
+
+
+def run_compiled_always() -> bool:
+    """:data:`always_run_compiled`, or ``TORCH_PLUGIN_ALWAYS_RUN_COMPILED`` set to a true
+    value: compiled graphs never give way to the eager graph for speed."""
+    return always_run_compiled or env_flag("TORCH_PLUGIN_ALWAYS_RUN_COMPILED", False)
 
 
 def compiler_environment() -> dict[str, bool | str]:

@@ -115,7 +115,9 @@ enum : size_t { kSelf, kDim, kDtype };
 } // namespace cumsum
 
 // torch_plugin::conv_pointwise(x, w, b?, residual?, stride, padding, dilation,
-// groups, activation, alpha, beta)
+// groups, activation, alpha, beta, scale?=None, shift?=None); scale and shift
+// (per output channel) may be absent from a node (graphs lowered before they
+// existed): Node::tensor_arg is nullptr for an absent argument.
 namespace conv_pointwise {
 enum : size_t {
   kX,
@@ -128,7 +130,9 @@ enum : size_t {
   kGroups,
   kActivation,
   kAlpha,
-  kBeta
+  kBeta,
+  kScale,
+  kShift
 };
 } // namespace conv_pointwise
 

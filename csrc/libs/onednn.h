@@ -22,14 +22,20 @@
 
 namespace torch_plugin::libs {
 
-// The fused epilogue: dst = act(op(src, weights) + bias [+ residual]).
+// The fused epilogue:
+//   dst = act((op(src, weights) + bias) [* scale] [+ shift] [+ residual]).
 // act: "" (none), "relu", "silu", "gelu" (erf), "gelu_tanh", "sigmoid", "tanh",
-// "hardswish", "clamp" (alpha=min, beta=max).
+// "hardswish", "clamp" (alpha=min, beta=max). scale and shift (convolutions
+// only): per output channel, [OC] each, or nullptr; copied when the primitive
+// is made (an inference batch norm after the convolution, as oneDNN binary
+// post-ops: no scaled copy of the weight, no second pass over the output).
 struct Epilogue {
   bool residual = false;
   std::string activation;
   float alpha = 0.f;
   float beta = 0.f;
+  const float* scale = nullptr;
+  const float* shift = nullptr;
 };
 
 // How a primitive holds its weight. kPacked reorders a copy into the layout

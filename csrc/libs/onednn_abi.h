@@ -14,12 +14,13 @@
 extern "C" {
 
 // Bumped when a signature below changes; the loader refuses another version.
-constexpr int kTorchPluginOneDnnAbi = 2;
+constexpr int kTorchPluginOneDnnAbi = 3;
 int tp_onednn_abi_version();
 
 // libs::OneDnnConv (see onednn.h for the arguments' meaning); act: the
-// epilogue's activation name; packed: 1 = kPacked, 0 = kBorrowed (version 2:
-// weight_strides and packed added).
+// epilogue's activation name; scale, shift: the epilogue's per-channel scale
+// and shift ([OC] or nullptr); packed: 1 = kPacked, 0 = kBorrowed (version 2:
+// weight_strides and packed added; version 3: scale and shift).
 int tp_onednn_conv_create(
     const int64_t* input_sizes,
     const int64_t* output_sizes,
@@ -27,6 +28,8 @@ int tp_onednn_conv_create(
     const int64_t* weight_sizes,
     const int64_t* weight_strides,
     const float* bias,
+    const float* scale,
+    const float* shift,
     const int64_t* stride,
     const int64_t* padding,
     const int64_t* dilation,

@@ -127,6 +127,8 @@ OneDnnConvRef::OneDnnConvRef(
       weight_sizes.data(),
       weight_strides.data(),
       bias,
+      epilogue.scale,
+      epilogue.shift,
       stride.data(),
       padding.data(),
       dilation.data(),

@@ -53,6 +53,8 @@ __attribute__((visibility("default"))) int tp_onednn_conv_create(
     const int64_t* weight_sizes,
     const int64_t* weight_strides,
     const float* bias,
+    const float* scale,
+    const float* shift,
     const int64_t* stride,
     const int64_t* padding,
     const int64_t* dilation,
@@ -66,6 +68,9 @@ __attribute__((visibility("default"))) int tp_onednn_conv_create(
     char* err,
     size_t err_size) {
   try {
+    Epilogue e = epilogue(residual, act, alpha, beta);
+    e.scale = scale;
+    e.shift = shift;
     *handle = new OneDnnConv(
         four(input_sizes),
         four(output_sizes),
@@ -77,7 +82,7 @@ __attribute__((visibility("default"))) int tp_onednn_conv_create(
         two(padding),
         two(dilation),
         groups,
-        epilogue(residual, act, alpha, beta),
+        e,
         packed ? OneDnnConv::Weights::kPacked : OneDnnConv::Weights::kBorrowed);
     return 0;
   } catch (const std::exception& e) {

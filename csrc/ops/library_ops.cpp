@@ -4,10 +4,12 @@
 //
 // Ops:
 //   conv_pointwise(x, w, b?, residual?, stride, padding, dilation, groups,
-//                  activation, alpha, beta) -> Tensor
-//       act(conv2d(x, w, b) [+ residual]); x [N, C, H, W], w [K, C/groups,
-//       R, S], b [K], residual like the output; output [N, K, P, Q] in
-//       channels_last strides (oneDNN's fast layout).
+//                  activation, alpha, beta, scale?=None, shift?=None) -> Tensor
+//       act(conv2d(x, w, b) [* scale] [+ shift] [+ residual]); x [N, C, H,
+//       W], w [K, C/groups, R, S], b, scale, shift [K] (scale and shift: an
+//       inference batch norm after the convolution, per output channel),
+//       residual like the output; output [N, K, P, Q] in channels_last
+//       strides (oneDNN's fast layout).
 //   linear_pointwise(x, w, b?, residual?, activation, alpha, beta) -> Tensor
 //       act(x @ w.T + b [+ residual]); x [..., K], w [N, K], b [N]; output
 //       [..., N], contiguous.
@@ -71,7 +73,9 @@ at::Tensor conv_pointwise_meta(
     int64_t groups,
     c10::string_view activation,
     double alpha,
-    double beta) {
+    double beta,
+    const std::optional<at::Tensor>& /*scale*/,
+    const std::optional<at::Tensor>& /*shift*/) {
   check_activation(activation);
   TORCH_CHECK(
       x.dim() == 4 && w.dim() == 4,
@@ -138,8 +142,8 @@ at::Tensor linear_pointwise_meta(
 TORCH_LIBRARY(torch_plugin, m) {
   m.def(
       "conv_pointwise(Tensor x, Tensor w, Tensor? b, Tensor? residual, int[] stride, "
-      "int[] padding, int[] dilation, int groups, str activation, float alpha, float beta) "
-      "-> Tensor");
+      "int[] padding, int[] dilation, int groups, str activation, float alpha, float beta, "
+      "Tensor? scale=None, Tensor? shift=None) -> Tensor");
   m.def(
       "linear_pointwise(Tensor x, Tensor w, Tensor? b, Tensor? residual, str activation, "
       "float alpha, float beta) -> Tensor");

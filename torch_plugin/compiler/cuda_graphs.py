@@ -161,12 +161,20 @@ def _clear_cublas_workspaces() -> None:
         clear()
 
 
-def _median_ms(call: Callable[[], Any], runs: int = 5) -> float:
-    """Median CUDA-event milliseconds of ``runs`` calls of ``call`` (its results dropped)."""
+def median_cuda_ms(
+    call: Callable[[], Any], runs: int = 5, min_runs: int | None = None, budget_ms: float = 0.0
+) -> float:
+    """Median CUDA-event milliseconds of ``call()`` (its results dropped), each call between
+    its own pair of events on the current stream: ``runs`` calls, or, with ``budget_ms``,
+    fewer (at least ``min_runs``) once they have taken ``budget_ms`` together, so that
+    timing a slow graph does not dominate its compile time. The one timing helper of the
+    compiler's speed choices (the CUDA graph's replay against direct runs here, the compiled
+    graph against the eager graph in ``torch_plugin.compiler.pipeline``)."""
     import statistics
 
-    times = []
-    for _ in range(runs):
+    floor = runs if min_runs is None else min_runs
+    times: list[float] = []
+    while len(times) < runs and (len(times) < floor or not budget_ms or sum(times) < budget_ms):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -241,7 +249,7 @@ class CudaGraphRunner:
             rng = torch.cuda.get_rng_state(device) if self.random else None
             # The uncaptured run is timed before the capture, while no graph holds its
             # static buffers: never two sets of activations at once.
-            direct = _median_ms(lambda: self.run(args)) if self.keep == "faster" else None
+            direct = median_cuda_ms(lambda: self.run(args)) if self.keep == "faster" else None
             self._capture(args)
             kept = self.graph is not None and (
                 direct is None or self._replay_is_faster(args, direct)
@@ -276,7 +284,7 @@ class CudaGraphRunner:
         """Times replays on ``args`` against ``direct``, the uncaptured run's median
         milliseconds (timed before the capture); drops the graph (``self.failed`` says why)
         when the direct run is faster."""
-        replay = _median_ms(lambda: self._replay(args))
+        replay = median_cuda_ms(lambda: self._replay(args))
         if replay < direct:
             log.info(
                 "plugin: %s keeps its CUDA graph (%.3f ms, uncaptured %.3f ms)",

@@ -30,6 +30,7 @@ Key parts: :func:`compile_captured` (the "plugin" backend's body), :data:`MODES`
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 from collections.abc import Callable
@@ -37,8 +38,9 @@ from typing import Any
 
 import torch
 
-from torch_plugin import _C
+from torch_plugin import _C, config
 from torch_plugin.compiler import training
+from torch_plugin.compiler.cuda_graphs import median_cuda_ms
 from torch_plugin.compiler.graph_outputs import flatten_graph_outputs
 from torch_plugin.compiler.inference import InferenceStages
 from torch_plugin.compiler.stages import Captured
@@ -129,7 +131,11 @@ def _faster_of(
 ) -> Callable[..., Any]:
     """``compiled`` or ``eager``, whichever runs ``example_inputs`` faster on the GPU; only
     measured when running the graph twice more is unobservable (``facts["pure"]``: no input
-    mutation, no random op in the ATen graph); otherwise ``compiled``."""
+    mutation, no random op in the ATen graph); otherwise ``compiled``, and always with
+    ``config.always_run_compiled`` (``config.run_compiled_always``)."""
+    if config.run_compiled_always():
+        log.info("plugin: running the compiled graph (config.always_run_compiled)")
+        return compiled
     why = facts.get("impure")
     # A graph with symbolic sizes has SymInt example inputs (the capture's symbols): time it
     # on their values at capture.
@@ -143,10 +149,20 @@ def _faster_of(
     # Eager first: the compiled graph keeps what its later calls reuse (its arena of
     # activations, a CUDA graph's buffers) from its first call on; timed second, those are
     # not held while the eager graph's activations are (peak memory at most eager's).
+    # Warm-up: 1 eager call, 3 compiled ones (they let the compiled graph capture its CUDA
+    # graph); then 10 timed calls, or fewer (at least 5) once they have taken 25 ms together
+    # (ViT-B/16 batch 32: 30 ms a call), so that timing does not dominate the compile time.
     try:
         with torch.no_grad():
-            t_eager = _median_ms(eager, example_inputs, warmup=1)
-            t_compiled = _median_ms(compiled, example_inputs, warmup=3)
+            eager(*example_inputs)
+            t_eager = median_cuda_ms(
+                functools.partial(eager, *example_inputs), runs=10, min_runs=5, budget_ms=25.0
+            )
+            for _ in range(3):
+                compiled(*example_inputs)
+            t_compiled = median_cuda_ms(
+                functools.partial(compiled, *example_inputs), runs=10, min_runs=5, budget_ms=25.0
+            )
     except Exception as e:  # noqa: BLE001 - timing is advisory; the compiled graph stays
         log.info("plugin: timing against eager failed (%s); keeping the compiled graph", e)
         return compiled
@@ -168,26 +184,3 @@ def _faster_of(
     del compiled
     gc.collect()
     return eager
-
-
-def _median_ms(
-    fn: Callable[..., Any], args: list[Any], warmup: int, runs: int = 10, budget_ms: float = 25.0
-) -> float:
-    """Median CUDA-event milliseconds of ``fn(*args)`` after ``warmup`` calls (3 let the
-    compiled graph capture its CUDA graph): ``runs`` calls, or fewer (at least 5) once they
-    have taken ``budget_ms`` together, so that timing a slow graph does not dominate its
-    compile time (ViT-B/16 batch 32: 30 ms a call)."""
-    import statistics
-
-    for _ in range(warmup):
-        fn(*args)
-    times: list[float] = []
-    while len(times) < runs and (len(times) < 5 or sum(times) < budget_ms):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)

@@ -248,6 +248,74 @@ void fuse_activation(Graph& g, const Match& m) {
   replace_root(g, m, m.lib);
 }
 
+// add(mul(conv(...), s), t) [conv a conv_pointwise without residual,
+// activation, scale or shift, its output used once (by the mul, whose output
+// the add alone uses); s and t float32 constants [C, 1, 1] or [1, C, 1, 1]
+// with C the output channels; alpha 1] => conv(..., scale=s, shift=t) as [C].
+// An inference batch norm after a convolution is such a mul and add
+// (batch_norm_scale_shift); here it becomes two per-channel binary post-ops of
+// the oneDNN convolution (libs/onednn.h), so the relu and residual add behind
+// it join the convolution too: no pass of a generated kernel over the output,
+// no scaled copy of the weight. Either operand order of the mul and the add.
+std::vector<Match> bind_scale_shift(const Graph& g, Node* root) {
+  std::vector<Match> out;
+  for (size_t side : {add::kSelf, add::kOther}) {
+    Value* product = root->tensor_arg(side);
+    Value* t = root->tensor_arg(side == add::kSelf ? add::kOther : add::kSelf);
+    Node* mul = product ? product->producer : nullptr;
+    if (!t || !mul || mul->op != "aten::mul" || mul->overload != "Tensor" ||
+        mul->outputs.size() != 1)
+      continue;
+    for (size_t mside : {size_t{0}, size_t{1}}) {
+      Value* y = mul->tensor_arg(mside);
+      Value* s = mul->tensor_arg(1 - mside);
+      if (!y || !s || !y->producer)
+        continue;
+      Match m;
+      m.root = root;
+      m.mid = mul;
+      m.y = y;
+      m.lib = y->producer;
+      m.mid_other = s;
+      m.other = t;
+      out.push_back(m);
+    }
+  }
+  (void)g;
+  return out;
+}
+bool is_channel_constant(const Value* c, const Value* y) {
+  if (!is_const(c) || !c->constant.defined() || c->dtype != at::kFloat ||
+      y->sizes.size() != 4)
+    return false;
+  const int64_t channels = y->sizes[1];
+  return c->sizes == std::vector<int64_t>{channels, 1, 1} ||
+      c->sizes == std::vector<int64_t>{1, channels, 1, 1};
+}
+void fuse_scale_shift(Graph& g, const Match& m) {
+  namespace cp = schema::conv_pointwise;
+  const int64_t channels = m.y->sizes[1];
+  auto as_channels = [&](const Value* c) {
+    return g.add_constant(c->constant.reshape({channels}).contiguous());
+  };
+  const Node* lib = m.lib;
+  std::vector<Value*> inputs = lib->inputs;
+  std::vector<Arg> args = lib->args;
+  args.resize(cp::kShift + 1, Arg::constant(std::monostate{}));
+  inputs.push_back(as_channels(m.mid_other));
+  args[cp::kScale] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
+  inputs.push_back(as_channels(m.other));
+  args[cp::kShift] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
+  Node* fused = g.create_node(lib->op, lib->overload, inputs, args, 1, m.lib);
+  const Value* out = lib->outputs[0];
+  Graph::set_type(
+      fused->outputs[0], out->dtype, out->sizes, out->strides, out->device);
+  g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
+  g.erase_node(m.root);
+  g.erase_node(m.mid);
+  g.erase_node(m.lib);
+}
+
 // ---- CUDA (cuBLASLt) ------------------------------------------------------
 
 bool cublaslt_dtype(c10::ScalarType t) {
@@ -434,6 +502,39 @@ const std::vector<Rule>& rules() {
            return m.root->tensor_arg(conv::kInput)->dtype == at::kFloat;
          }}},
        conv_to_library},
+      {TP_RULE_SOURCE,
+       "fuse_scale_shift",
+       kCpu,
+       kConv,
+       {"aten::add.Tensor"},
+       bind_scale_shift,
+       {{"alpha = 1", alpha_one},
+        {"after a conv_pointwise without residual, activation, scale or shift",
+         [](const Graph&, const Match& m) {
+           return m.lib->op == kConv &&
+               !m.lib->tensor_arg(lib_args::kResidual) &&
+               !has_activation(m.lib) &&
+               !m.lib->tensor_arg(schema::conv_pointwise::kScale) &&
+               !m.lib->tensor_arg(schema::conv_pointwise::kShift);
+         }},
+        {"the convolution's output used once, by the mul, used once",
+         [](const Graph& g, const Match& m) {
+           return single_use(m.y, g) && single_use(m.mid->outputs[0], g) &&
+               m.mid->outputs[0]->sizes == m.y->sizes &&
+               m.root->outputs[0]->sizes == m.y->sizes;
+         }},
+        {"a float32 output",
+         [](const Graph&, const Match& m) {
+           return m.y->dtype == at::kFloat &&
+               m.mid->outputs[0]->dtype == at::kFloat &&
+               m.root->outputs[0]->dtype == at::kFloat;
+         }},
+        {"per-channel constants [C, 1, 1] or [1, C, 1, 1]",
+         [](const Graph&, const Match& m) {
+           return is_channel_constant(m.mid_other, m.y) &&
+               is_channel_constant(m.other, m.y);
+         }}},
+       fuse_scale_shift},
       {TP_RULE_SOURCE,
        "matmul_to_library",
        kCpu,

@@ -35,6 +35,8 @@ struct Match {
   Node* view = nullptr; // a single-use view between lib and root (or nullptr)
   Value* y = nullptr; // the root's operand that lib (or view) produced
   Value* other = nullptr; // the root's other operand (addend, bias, residual)
+  Node* mid = nullptr; // an op between lib and root (fuse_scale_shift's mul)
+  Value* mid_other = nullptr; // mid's other operand (the scale)
 };
 
 struct Constraint {

@@ -30,12 +30,14 @@ const std::vector<const PassInfo*>& pipeline(c10::DeviceType device) {
   // CPU: batch_norm_scale_shift too, not fold_conv_bn (a scaled copy of each
   // convolution weight beside the module's own: ResNet-50 100 MB of resident
   // memory over eager's); the oneDNN convolution reads the module's weight.
+  // split_projection after library_patterns: it splits oneDNN linear nodes.
   static const std::vector<const PassInfo*> cpu = {
       &kDeadCodeElimination,
       &kRemoveClones,
       &kBatchNormScaleShift,
       &kConstantFolding,
       &kLibraryPatterns,
+      &kSplitProjection,
       &kPropagateStrides,
       &kFusion,
       &kCodegen,

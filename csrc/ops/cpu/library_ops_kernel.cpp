@@ -32,9 +32,15 @@ at::Tensor conv_pointwise_cpu(
     int64_t groups,
     c10::string_view activation,
     double alpha,
-    double beta) {
+    double beta,
+    const std::optional<at::Tensor>& scale,
+    const std::optional<at::Tensor>& shift) {
   at::Tensor y = at::convolution(
       x, w, b, stride, padding, dilation, false, {0, 0}, groups);
+  if (scale)
+    y = y * scale->reshape({-1, 1, 1});
+  if (shift)
+    y = y + shift->reshape({-1, 1, 1});
   if (residual)
     y = y + *residual;
   return apply_activation(y, activation, alpha, beta)

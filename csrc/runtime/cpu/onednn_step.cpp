@@ -41,6 +41,25 @@ const float* data_or_null(const ir::Value* v) {
   return v ? v->constant.data_ptr<float>() : nullptr;
 }
 
+// A convolution's epilogue, with its per-channel scale and shift (contiguous
+// [OC] constants, library_patterns' fuse_scale_shift) when it has them.
+libs::Epilogue conv_epilogue(const Node& n) {
+  libs::Epilogue e = epilogue_of(n, conv::kResidual, conv::kActivation);
+  for (auto [arg, field] :
+       {std::pair{conv::kScale, &libs::Epilogue::scale},
+        std::pair{conv::kShift, &libs::Epilogue::shift}}) {
+    const ir::Value* v = n.tensor_arg(arg);
+    TORCH_CHECK(
+        !v ||
+            (v->constant.defined() && v->constant.is_contiguous() &&
+             v->constant.dim() == 1),
+        "conv_pointwise: a per-channel scale or shift must be a contiguous "
+        "[OC] constant");
+    e.*field = data_or_null(v);
+  }
+  return e;
+}
+
 // How convolution steps hold their weight (RuntimeOptions::onednn_weights:
 // packed|borrowed, default borrowed): packed keeps a copy in oneDNN's blocked
 // layout beside the user's parameter, borrowed reads the parameter itself.
@@ -75,7 +94,7 @@ class ConvStep final : public Step {
             std::get<std::vector<int64_t>>(n.const_arg(conv::kPadding)),
             std::get<std::vector<int64_t>>(n.const_arg(conv::kDilation)),
             std::get<int64_t>(n.const_arg(conv::kGroups)),
-            epilogue_of(n, conv::kResidual, conv::kActivation),
+            conv_epilogue(n),
             weight_mode()),
         in_(slots.slot(n.tensor_arg(conv::kX))),
         residual_(
@@ -89,14 +108,20 @@ class ConvStep final : public Step {
                 ? n.tensor_arg(conv::kW)->id
                 : -1),
         bias_id_(
-            n.tensor_arg(conv::kBias) ? n.tensor_arg(conv::kBias)->id : -1) {
+            n.tensor_arg(conv::kBias) ? n.tensor_arg(conv::kBias)->id : -1),
+        scale_id_(
+            n.tensor_arg(conv::kScale) ? n.tensor_arg(conv::kScale)->id : -1),
+        shift_id_(
+            n.tensor_arg(conv::kShift) ? n.tensor_arg(conv::kShift)->id : -1) {
     if (weight_id_ >= 0)
       weight_ = at::Tensor(); // packed: oneDNN holds its own copy
   }
 
-  // The bias is always a copy; the weight when packed, not when borrowed.
+  // The bias, scale and shift are always copies; the weight when packed, not
+  // when borrowed.
   bool owns_copy_of(const ir::Value& v) const override {
-    return v.id == weight_id_ || v.id == bias_id_;
+    return v.id == weight_id_ || v.id == bias_id_ || v.id == scale_id_ ||
+        v.id == shift_id_;
   }
 
   void run(Slots& s) const override {
@@ -119,7 +144,7 @@ class ConvStep final : public Step {
   libs::OneDnnConvRef conv_;
   int in_, residual_, out_;
   OutputBuffer buffer_;
-  int64_t weight_id_, bias_id_;
+  int64_t weight_id_, bias_id_, scale_id_, shift_id_;
 };
 
 // How linear steps hold their weight (RuntimeOptions::onednn_weights:

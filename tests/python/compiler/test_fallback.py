@@ -61,3 +61,31 @@ def test_frozen_parameter_change_recompiles(compile_plugin, assert_close):
         assert_close(c(x), model(x))
         model.weight.add_(1.0)  # in place: same object, new version
         assert_close(c(x), model(x))
+
+
+@pytest.mark.parametrize("how", ["config", "env", None])
+def test_always_run_compiled_skips_the_speed_choice(how, monkeypatch):
+    """config.always_run_compiled (or TORCH_PLUGIN_ALWAYS_RUN_COMPILED=1) keeps the compiled
+    graph where the speed choice against the eager graph would have taken eager (the timing
+    is faked: eager 1 ms, compiled 2 ms)."""
+    import torch_plugin
+    from torch_plugin.compiler import pipeline
+
+    monkeypatch.delenv("TORCH_PLUGIN_ALWAYS_RUN_COMPILED", raising=False)
+    if how == "config":
+        monkeypatch.setattr(torch_plugin.config, "always_run_compiled", True)
+    elif how == "env":
+        monkeypatch.setenv("TORCH_PLUGIN_ALWAYS_RUN_COMPILED", "1")
+    calls = []
+
+    def compiled(*args):
+        calls.append("compiled")
+
+    def eager(*args):
+        calls.append("eager")
+
+    timed = iter([1.0, 2.0])  # eager first, then compiled
+    monkeypatch.setattr(pipeline, "median_cuda_ms", lambda *_a, **_k: next(timed))
+    chosen = pipeline._faster_of(compiled, eager, [torch.zeros(1)], {"pure": True})
+    assert chosen is (eager if how is None else compiled)
+    assert calls == ([] if how else ["eager", "compiled", "compiled", "compiled"])

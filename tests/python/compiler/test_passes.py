@@ -12,7 +12,8 @@ OPTS = {"freeze": True, "verify": True}
 def test_pipeline_lists_passes_in_order():
     assert _C._compiler.pass_names() == [
         "dead_code_elimination", "remove_clones", "batch_norm_scale_shift",
-        "constant_folding", "library_patterns", "propagate_strides", "fusion", "codegen", "dead_code_elimination",
+        "constant_folding", "library_patterns", "split_projection", "propagate_strides", "fusion", "codegen",
+        "dead_code_elimination",
         "memory_planning",
     ]  # fmt: skip
 
