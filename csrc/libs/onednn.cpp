@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace torch_plugin::libs {
 namespace {
@@ -126,6 +127,11 @@ dnnl::primitive_attr make_attr(
         "oneDNN epilogue: unknown activation '" + a + "'");
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
+  // The caller passes the scratchpad (thread_scratchpad): in oneDNN's default
+  // mode each primitive of a build with concurrent execution (the PyPI wheels)
+  // allocates its own at creation and keeps it, so the scratchpads of all
+  // primitives were held at once (BERT-base: 73 matmuls x 0.25-0.5 MB, 21 MB).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
 }
 
@@ -165,29 +171,56 @@ std::string impl_name(const dnnl::primitive_desc_base& pd) {
   return pd.impl_info_str();
 }
 
-// A buffer of this thread's for borrowed convolution weights reordered per
-// execute(): grown to the largest weight this thread has reordered (ResNet-50:
-// 9.4 MB, a 3x3 512x512 kernel) and kept, so that a call neither maps nor
-// faults in fresh pages; 64-byte aligned (oneDNN's preference for its buffers).
+// A 64-byte aligned buffer (oneDNN's preference for its buffers) of at least
+// `bytes`, grown and kept, so that a call neither maps nor faults in fresh
+// pages.
+struct GrowingBuffer {
+  void* data = nullptr;
+  size_t size = 0;
+  ~GrowingBuffer() {
+    std::free(data);
+  }
+  void* get(size_t bytes);
+};
+
+// This thread's buffer for borrowed convolution weights reordered per
+// execute(): as large as the largest weight this thread has reordered
+// (ResNet-50: 9.4 MB, a 3x3 512x512 kernel).
 void* weight_scratch(size_t bytes) {
-  struct Buffer {
-    void* data = nullptr;
-    size_t size = 0;
-    ~Buffer() {
-      std::free(data);
-    }
-  };
-  thread_local Buffer b;
-  if (b.size < bytes) {
-    std::free(b.data);
-    b.size = (bytes + 63) / 64 * 64;
-    b.data = std::aligned_alloc(64, b.size);
-    if (!b.data) {
-      b.size = 0;
+  thread_local GrowingBuffer b;
+  return b.get(bytes);
+}
+
+// This thread's scratchpad, shared by every primitive it executes (they run
+// one at a time on a thread): as large as the largest scratchpad needed, where
+// oneDNN's library mode would hold one per primitive.
+void* thread_scratchpad(size_t bytes) {
+  thread_local GrowingBuffer b;
+  return b.get(bytes);
+}
+
+void* GrowingBuffer::get(size_t bytes) {
+  if (size < bytes) {
+    std::free(data);
+    size = (bytes + 63) / 64 * 64;
+    data = std::aligned_alloc(64, size);
+    if (!data) {
+      size = 0;
       throw std::bad_alloc();
     }
   }
-  return b.data;
+  return data;
+}
+
+// Passes this thread's scratchpad to a primitive whose attributes asked for a
+// user scratchpad (make_attr) and that needs one (scratchpad: its descriptor).
+void add_scratchpad(
+    std::unordered_map<int, memory>& args,
+    const memory::desc& scratchpad) {
+  size_t bytes = scratchpad.get_size();
+  if (bytes > 0)
+    args[DNNL_ARG_SCRATCHPAD] =
+        memory(scratchpad, engine(), thread_scratchpad(bytes));
 }
 
 } // namespace
@@ -208,6 +241,7 @@ struct OneDnnConv::Impl {
   memory scale, shift;
   bool scaled_reorder = false;
   memory::desc src_md, dst_md;
+  memory::desc scratchpad_md; // empty when it needs none
 };
 
 OneDnnConv::OneDnnConv(
@@ -286,6 +320,7 @@ OneDnnConv::OneDnnConv(
   p.pd = dnnl::convolution_forward::primitive_desc(desc, attr, engine());
 #endif
   p.prim = dnnl::convolution_forward(p.pd);
+  p.scratchpad_md = p.pd.scratchpad_desc();
   memory::desc oc_md({out[1]}, dt::f32, tag::x);
   if (epilogue.scale)
     p.scale = prepack(
@@ -381,6 +416,7 @@ void OneDnnConv::execute(
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1] =
         memory(p.dst_md, engine(), const_cast<float*>(residual));
   }
+  add_scratchpad(args, p.scratchpad_md);
   p.prim.execute(s, args);
   s.wait();
 }
@@ -398,6 +434,7 @@ struct OneDnnLinear::Impl {
   bool residual = false;
   int64_t m = 0, n = 0, k = 0;
   memory::desc src_md, dst_md;
+  memory::desc scratchpad_md; // empty when it needs none
 };
 
 OneDnnLinear::OneDnnLinear(
@@ -433,6 +470,7 @@ OneDnnLinear::OneDnnLinear(
   p.pd = dnnl::matmul::primitive_desc(desc, attr, engine());
 #endif
   p.prim = dnnl::matmul(p.pd);
+  p.scratchpad_md = p.pd.scratchpad_desc();
   if (weights == Weights::kBorrowed)
     p.weights = memory(w_user, engine(), const_cast<float*>(weight));
   else
@@ -458,6 +496,7 @@ void OneDnnLinear::execute(
     args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] =
         memory(p.dst_md, engine(), const_cast<float*>(residual));
   }
+  add_scratchpad(args, p.scratchpad_md);
   dnnl::stream& s = thread_stream();
   p.prim.execute(s, args);
   s.wait();

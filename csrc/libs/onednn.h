@@ -3,16 +3,18 @@
 // preferred layout (packed) or read from the caller's memory (borrowed).
 //
 // Owns: the oneDNN engine and primitives; the prepacked weight memory of each
-// packed primitive; a per-thread scratch buffer for borrowed convolution
-// weights (as large as the largest reordered weight). Does not own: the graph
-// (the caller passes plain shapes) or the tensors it runs on. Sources: oneDNN
-// developer guide, "Primitive Attributes: Post-ops" and "Convolution"; API v3.x
-// (the PyPI wheel onednn 2026.1 is oneDNN 3.13) and v2.x (Debian 12's
-// libdnnl-dev 2.6). Thread safety: execute() may run concurrently from several
-// threads. Only compiled when oneDNN is found (TORCH_PLUGIN_HAVE_ONEDNN). This
-// header and onednn.cpp include no PyTorch header: torch ships its own (newer)
-// oneDNN headers for its private copy, which must not shadow those of the
-// library we link.
+// packed primitive; per thread, a scratch buffer for borrowed convolution
+// weights (as large as the largest reordered weight) and one scratchpad that
+// every primitive executed on that thread uses (user scratchpad mode: as large
+// as the largest primitive's, instead of one held per primitive). Does not own:
+// the graph (the caller passes plain shapes) or the tensors it runs on.
+// Sources: oneDNN developer guide, "Primitive Attributes: Post-ops" and
+// "Convolution"; API v3.x (the PyPI wheel onednn 2026.1 is oneDNN 3.13) and
+// v2.x (Debian 12's libdnnl-dev 2.6). Thread safety: execute() may run
+// concurrently from several threads. Only compiled when oneDNN is found
+// (TORCH_PLUGIN_HAVE_ONEDNN). This header and onednn.cpp include no PyTorch
+// header: torch ships its own (newer) oneDNN headers for its private copy,
+// which must not shadow those of the library we link.
 #pragma once
 
 #include <cstdint>
