@@ -12,7 +12,9 @@ Key classes:
 Python-version differences handled here: LOAD_GLOBAL/LOAD_ATTR's NULL/method bit, PRECALL
 (3.11), POP_JUMP_FORWARD/BACKWARD_* (3.11) vs POP_JUMP_IF_* (3.12), RETURN_CONST,
 BINARY_SLICE/STORE_SLICE, LOAD_FAST_CHECK/LOAD_FAST_AND_CLEAR, END_FOR, LOAD_SUPER_ATTR and
-CALL_INTRINSIC_1 (3.12), and FOR_ITER's exhaustion jump (3.12 skips END_FOR).
+CALL_INTRINSIC_1 (3.12), FOR_ITER's exhaustion jump (3.12 skips END_FOR, 3.13 END_FOR and
+POP_TOP), and 3.13's NULL after the callable, TO_BOOL and the two-local superinstructions.
+The facts themselves are in bytecode_compat.py.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import types
 
 from . import graph_break_types as gbt
 from .attribute_instructions import AttributeInstructions
+from .bytecode_compat import FOR_ITER_SKIPS, NULL_AFTER_CALLABLE, PY312, PY313
 from .call_instructions import CallInstructions
 from .container_instructions import ContainerInstructions
 from .exc import Unsupported, UserSourceLocation, unimplemented
@@ -47,7 +50,6 @@ __all__ = [
     "NullVariable",
 ]
 
-PY312 = sys.version_info >= (3, 12)
 MAX_INSTRUCTIONS = 2_000_000
 
 
@@ -225,6 +227,16 @@ class InstructionTranslatorBase(
         assert isinstance(v, VariableTracker), v
         self.stack.append(v)
 
+    def push_callable(self, v: VariableTracker) -> None:
+        """Push ``v`` with the NULL a following CALL expects beside a plain callable
+        (below it on 3.11/3.12, above it on 3.13: bytecode_compat.NULL_AFTER_CALLABLE)."""
+        if NULL_AFTER_CALLABLE:
+            self.push(v)
+            self.push(NullVariable())
+        else:
+            self.push(NullVariable())
+            self.push(v)
+
     def pop(self) -> VariableTracker:
         return self.stack.pop()
 
@@ -304,11 +316,16 @@ class InstructionTranslatorBase(
         self.push(self.stack[-inst.arg])
 
     def END_FOR(self, inst):
-        self.popn(2)
+        self.popn(1 if "POP_TOP" in FOR_ITER_SKIPS else 2)  # 3.13: END_FOR, POP_TOP
 
     # --- locals, globals, cells -----------------------------------------------------------
     def LOAD_FAST(self, inst):
         name = inst.argval
+        if PY313 and (name in self.code.co_cellvars or name in self.code.co_freevars):
+            # 3.13 compiles LOAD_CLOSURE (building a closure) to a LOAD_FAST of the cell;
+            # reads of a cell's value are LOAD_DEREF.
+            self.push(self.cells.setdefault(name, CellVariable()))
+            return
         if name in self.symbolic_locals:
             self.push(self.symbolic_locals[name])
         elif name in self.cells and self.cells[name].contents is not None:
@@ -317,6 +334,24 @@ class InstructionTranslatorBase(
             unimplemented(gbt.EXCEPTION, f"local variable {name!r} referenced before assignment")
 
     LOAD_FAST_CHECK = LOAD_FAST
+
+    def _load_fast_name(self, name: str) -> None:
+        self.LOAD_FAST(_NamedArg(name))
+
+    def _store_fast_name(self, name: str) -> None:
+        self.STORE_FAST(_NamedArg(name))
+
+    def LOAD_FAST_LOAD_FAST(self, inst):  # 3.13
+        self._load_fast_name(inst.argval[0])
+        self._load_fast_name(inst.argval[1])
+
+    def STORE_FAST_LOAD_FAST(self, inst):  # 3.13
+        self._store_fast_name(inst.argval[0])
+        self._load_fast_name(inst.argval[1])
+
+    def STORE_FAST_STORE_FAST(self, inst):  # 3.13: the first name takes the top of the stack
+        self._store_fast_name(inst.argval[0])
+        self._store_fast_name(inst.argval[1])
 
     def LOAD_FAST_AND_CLEAR(self, inst):
         value = self.symbolic_locals.pop(inst.argval, None)
@@ -345,8 +380,9 @@ class InstructionTranslatorBase(
             self.push(NullVariable())
         value = self.load_global_var(inst.argval)
         if push_null and PY312:
-            self.push(NullVariable())
-        self.push(value)
+            self.push_callable(value)
+        else:
+            self.push(value)
 
     def STORE_GLOBAL(self, inst):
         self.output.side_effects.store_global(self.f_globals, inst.argval, self.pop())
@@ -425,6 +461,9 @@ class InstructionTranslatorBase(
         elif not pop:
             self.pop()
 
+    def TO_BOOL(self, inst):  # 3.13: a tensor's truth is data-dependent (a graph break here)
+        self.push(ConstantVariable(bool(self.pop().truthiness(self))))
+
     def POP_JUMP_IF_TRUE(self, inst):
         self._jump_if(inst, True)
 
@@ -486,7 +525,9 @@ class InstructionTranslatorBase(
             return
         self.pop()
         self.jump(inst)
-        if self.instructions[self.ip].opname == "END_FOR":
+        for skipped in FOR_ITER_SKIPS:
+            if self.instructions[self.ip].opname != skipped:
+                break
             self.ip += 1
 
     # --- with blocks ----------------------------------------------------------------------
@@ -523,6 +564,15 @@ class InstructionTranslatorBase(
 
     def LOAD_ASSERTION_ERROR(self, inst):
         unimplemented(gbt.EXCEPTION, "assertion failed while capturing")
+
+
+class _NamedArg:
+    """One local of a two-local superinstruction, as the one-local handlers read it."""
+
+    __slots__ = ("argval",)
+
+    def __init__(self, name: str) -> None:
+        self.argval = name
 
 
 def _builtins_of(f_globals: dict) -> dict:

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Capture on CPython 3.13 (issue #28): in a virtual environment of its own, install the
+# requirements and the package, then run the capture tests and the real-model tests
+# (ResNet-18 and BERT, one graph each against eager) on 3.13.
+#
+# The interpreter: $PY313, else `python3.13` on PATH, else pyenv's 3.13.0. Without one the
+# step is skipped with a message (exit 0). The venv lives in $TORCH_PLUGIN_VENV313 (default
+# ~/.cache/torch_plugin/venv313) and is reused: pip's own cache makes a fresh one cheap and an
+# existing one is only topped up; the extension builds in build/<cp313 wheel tag>, beside the
+# default Python's, so a rerun is incremental.
+#
+# Usage: tests/run_py313.sh [pytest args...]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+PY313="${PY313:-$(command -v python3.13 || true)}"
+if [[ -z "$PY313" && -x "$HOME/.pyenv/versions/3.13.0/bin/python" ]]; then
+  PY313="$HOME/.pyenv/versions/3.13.0/bin/python"
+fi
+if [[ -z "$PY313" ]]; then
+  echo "tests/run_py313.sh: no CPython 3.13 found (set PY313): skipped" >&2
+  exit 0
+fi
+
+VENV="${TORCH_PLUGIN_VENV313:-$HOME/.cache/torch_plugin/venv313}"
+[[ -x "$VENV/bin/python" ]] || "$PY313" -m venv "$VENV"
+PY="$VENV/bin/python"
+"$PY" -m pip install -q -r "$ROOT/requirements.txt" -r "$ROOT/requirements-test.txt"
+"$PY" -m pip install -q --no-build-isolation "$ROOT"
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" "$PY" -m pytest --import-mode=importlib -p no:cacheprovider \
+  --rootdir="$ROOT" "$ROOT/tests/python/capture" \
+  "$ROOT/tests/python/models/test_real_models.py" -m "not slow" -q "$@"
