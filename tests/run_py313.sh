@@ -7,7 +7,9 @@
 # step is skipped with a message (exit 0). The venv lives in $TORCH_PLUGIN_VENV313 (default
 # ~/.cache/torch_plugin/venv313) and is reused: pip's own cache makes a fresh one cheap and an
 # existing one is only topped up; the extension builds in build/<cp313 wheel tag>, beside the
-# default Python's, so a rerun is incremental.
+# default Python's, so a rerun is incremental (and compiles through ccache where it is installed,
+# so a fresh clone's first build reuses earlier objects). Under CI (CI=true) a missing 3.13 is an
+# error, not a skip; a failing test fails the step (exit status of pytest).
 #
 # Usage: tests/run_py313.sh [pytest args...]
 set -euo pipefail
@@ -19,18 +21,26 @@ if [[ -z "$PY313" && -x "$HOME/.pyenv/versions/3.13.0/bin/python" ]]; then
 fi
 if [[ -z "$PY313" ]]; then
   echo "tests/run_py313.sh: no CPython 3.13 found (set PY313): skipped" >&2
+  [[ "${CI:-}" == true ]] && exit 1
   exit 0
 fi
+START=$SECONDS
 
 VENV="${TORCH_PLUGIN_VENV313:-$HOME/.cache/torch_plugin/venv313}"
 [[ -x "$VENV/bin/python" ]] || "$PY313" -m venv "$VENV"
 PY="$VENV/bin/python"
 "$PY" -m pip install -q -r "$ROOT/requirements.txt" -r "$ROOT/requirements-test.txt"
-"$PY" -m pip install -q --no-build-isolation "$ROOT"
+LAUNCHER=()
+if command -v ccache > /dev/null; then
+  LAUNCHER=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+"$PY" -m pip install -q --no-build-isolation "${LAUNCHER[@]}" "$ROOT"
+echo "tests/run_py313.sh: venv and package ready in $((SECONDS - START)) s" >&2
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" "$PY" -m pytest --import-mode=importlib -p no:cacheprovider \
   --rootdir="$ROOT" "$ROOT/tests/python/capture" \
-  "$ROOT/tests/python/models/test_real_models.py" -m "not slow" -q "$@"
+  "$ROOT/tests/python/models/test_real_models.py" -m "not slow" -q -rfE "$@"
+echo "tests/run_py313.sh: passed, $((SECONDS - START)) s in all" >&2
