@@ -12,7 +12,11 @@ check that the break lands on the instruction that decides a tensor's truth.
 from __future__ import annotations
 
 import dis
+import glob
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -187,3 +191,63 @@ def test_unsupported_python_is_a_clear_import_error():
         with pytest.raises(ImportError, match=r"supports CPython 3\.11, 3\.12, 3\.13"):
             check_supported(version)
     assert sys.version_info[:2] in SUPPORTED_VERSIONS
+
+
+_OLD_PYTHONS = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-9].*/bin/python")))
+_UNSUPPORTED = [
+    p for p in _OLD_PYTHONS if not any(f"/{a}.{b}." in p for a, b in SUPPORTED_VERSIONS)
+]
+
+
+@pytest.mark.skipif(not _UNSUPPORTED, reason="no unsupported CPython 3.1x under ~/.pyenv")
+def test_import_on_a_real_unsupported_python_names_the_supported_versions():
+    """The check runs before anything version-specific is imported (torch, the extension),
+    and torch_plugin/__init__.py parses on the older Python: an ImportError, not a crash or
+    a SyntaxError."""
+    root = Path(torch_plugin.__file__).resolve().parent.parent
+    result = subprocess.run(
+        [_UNSUPPORTED[0], "-c", "import torch_plugin"],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: torch_plugin supports CPython 3.11, 3.12, 3.13;"), last
+
+
+_GENERIC_SOURCE = """
+def generic_inner(x):
+    y = x * 2
+    def g[T](a: T) -> T:  # <generic parameters of g>: CALL_INTRINSIC_1/2
+        return a + 1
+    return g(y).sin()
+
+def except_star(x):
+    try:
+        y = x * 2
+    except* ValueError:  # the handler holds CALL_INTRINSIC_2 (PREP_RERAISE_STAR)
+        y = x
+    return y + 1
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="PEP 695 syntax and 3.12 intrinsics")
+@pytest.mark.parametrize("name", ["generic_inner", "except_star"])
+def test_intrinsics_of_generics_and_except_star(name):
+    """CALL_INTRINSIC_2 has no handler: the code that holds it (a generic function's
+    type-parameter scope, an ``except*`` handler) is run at capture or never reached, so the
+    function is still one graph matching eager."""
+    ns = {"torch": torch}
+    exec(compile(_GENERIC_SOURCE, "<generics>", "exec"), ns)  # noqa: S102 - 3.12 syntax
+    fn = ns[name]
+    assert "CALL_INTRINSIC_2" in _opnames(fn)
+    check(fn, rand(4), rand(4), rand(5))
+    torch_plugin.reset()
+    opt = torch_plugin.optimize("eager")(fn)
+    for x in (torch.randn(4), torch.randn(4)):
+        torch.testing.assert_close(opt(x), fn(x))
+    s = torch_plugin.stats
+    assert (s.graphs_compiled, s.recompiles, list(s.graph_breaks)) == (1, 0, [])
