@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import warnings
 
+from .python_versions import check_supported as _check_supported
+
+_check_supported()  # a clear ImportError on an unsupported Python, before _C is loaded
+
 import torch  # noqa: F401 - before _C: the extension finds torch's libraries loaded
 
 from . import _C

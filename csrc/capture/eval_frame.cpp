@@ -359,6 +359,9 @@ PyObject* eval_frame_hook(
     return compat::default_eval_frame_function()(tstate, frame, throwflag);
   }
   PyCodeObject* code = compat::frame_code(frame);
+  if (code == nullptr) { // 3.13: not a code object's frame
+    return run_unmodified(tstate, frame, throwflag);
+  }
   if (state.run_unmodified == code) {
     state.run_unmodified = nullptr;
     return run_unmodified(tstate, frame, throwflag);

@@ -3,27 +3,33 @@
 // Owns: every use of CPython internals by torch_plugin. It is the only file
 // that includes an internal header (`internal/pycore_frame.h`, with
 // Py_BUILD_CORE defined just around it) and the only one that
-// names 3.11-vs-3.12 differences. Everything else in csrc/capture goes through
-// the inline functions below.
+// names 3.11 / 3.12 / 3.13 differences. Everything else in csrc/capture goes
+// through the inline functions below. A new CPython version is added here (and
+// in torch_plugin/capture/bytecode_compat.py for its bytecode); the build stops
+// with #error on a version nobody has audited.
 //
 // Ownership: every PyObject* returned here is BORROWED from the frame or code
 // object (valid while the frame is alive). The GIL must be held for all of it.
 //
-// CPython facts relied on (checked against the 3.11.7 and 3.12.1 headers):
+// CPython facts relied on (checked against the 3.11.7, 3.12.1 and 3.13.0
+// headers):
 // - `_PyInterpreterFrame` (internal/pycore_frame.h): 3.11 stores the function
-// as
-//   `PyFunctionObject* f_func`, 3.12 as `PyObject* f_funcobj`; both have
-//   f_code, f_globals, f_builtins, f_locals and `PyObject* localsplus[]`.
+//   as `PyFunctionObject* f_func`, 3.12+ as `PyObject* f_funcobj`; 3.11/3.12
+//   have `PyCodeObject* f_code`, 3.13 `PyObject* f_executable` (a code object
+//   for every frame the PEP 523 function sees; anything else runs unmodified);
+//   all have f_globals, f_builtins, f_locals and `PyObject* localsplus[]`
+//   (3.14 turns the slots into `_PyStackRef`: a new branch here).
 // - A frame handed to the PEP 523 function has not run yet: its argument slots
 //   localsplus[0:nargs] hold the raw argument values (MAKE_CELL has not wrapped
 //   cell arguments), free variables are not copied in yet (COPY_FREE_VARS), and
 //   `prev_instr` points before the first instruction (`_PyFrame_IsIncomplete`).
 // - Who cleans an unrun frame up: on 3.11 the caller (`_PyEval_Vector` calls
-//   `_PyEvalFrameClearAndPop` after the eval function returns); on 3.12 the
-//   callee (the default evaluator clears and pops the frame it ran). The
-//   private clear/pop functions are not exported, so `finish_unrun_frame` below
-//   makes the default evaluator do it on 3.12 (see the comment there and
-//   docs/internals/capture_hook.md).
+//   `_PyEvalFrameClearAndPop` after the eval function returns); on 3.12 and
+//   3.13 the callee (the default evaluator clears and pops the frame it ran).
+//   3.12 does not export the clear/pop functions, so `finish_unrun_frame` below
+//   makes the default evaluator do it there; 3.13 exports
+//   `_PyEval_FrameClearAndPop` (PyAPI_FUNC in internal/pycore_ceval.h), which
+//   is called directly (see docs/internals/capture_hook.md).
 // - Code extras: `_PyEval_RequestCodeExtraIndex`, `_PyCode_GetExtra`,
 //   `_PyCode_SetExtra` on 3.11; `PyUnstable_*` names on 3.12 (the old names
 //   remain as inline aliases there; the new names are used).
@@ -31,27 +37,43 @@
 
 #include <Python.h>
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
 #error \
-    "torch_plugin's eval-frame hook supports CPython 3.11 and 3.12 only; audit frame_compat.h for a new version"
+    "torch_plugin's eval-frame hook supports CPython 3.11, 3.12 and 3.13 only; audit frame_compat.h for a new version"
 #endif
 
 #define Py_BUILD_CORE
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 
+#if PY_VERSION_HEX >= 0x030D0000
+// Exported by 3.13's libpython (PyAPI_FUNC in internal/pycore_ceval.h, which
+// drags in most of the interpreter's internal headers): declared here alone.
+extern "C" PyAPI_FUNC(void)
+    _PyEval_FrameClearAndPop(PyThreadState* tstate, _PyInterpreterFrame* frame);
+#endif
+
 namespace torch_plugin::capture::compat {
 
 #if PY_VERSION_HEX >= 0x030C0000
-constexpr bool kCalleeClearsFrame = true; // 3.12
+constexpr bool kCalleeClearsFrame = true; // 3.12, 3.13
 #else
 constexpr bool kCalleeClearsFrame = false; // 3.11
 #endif
 
 using Frame = _PyInterpreterFrame;
 
+// The frame's code object, or nullptr when the frame runs something else
+// (3.13's `f_executable` may hold another object; such a frame runs
+// unmodified).
 inline PyCodeObject* frame_code(Frame* frame) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* executable = frame->f_executable;
+  return PyCode_Check(executable) ? reinterpret_cast<PyCodeObject*>(executable)
+                                  : nullptr;
+#else
   return frame->f_code;
+#endif
 }
 
 // The function object the frame was made from (a PyFunctionObject for every
@@ -135,6 +157,13 @@ inline EvalFrameFn default_eval_frame_function() {
 // 3.11: nothing to do: the caller clears and pops the frame when the eval
 // function returns.
 //
+// 3.13: `_PyEval_FrameClearAndPop` (exported) clears and pops the frame, as
+// the default evaluator does when a frame returns; the frame was never linked
+// into the thread's frame chain (the evaluator links it on entry) and is the
+// top of the data stack (the transformed call's frame was popped already). Its
+// references are dropped while the call's exception is kept aside (a
+// destructor may run Python code). No monitoring event is raised.
+//
 // 3.12: the default evaluator, entered with throwflag=1 and an exception set,
 // goes `resume_with_error` -> `error` (no traceback entry: the frame is
 // incomplete) -> no handler at offset -1 -> `exit_unwind`, which clears the
@@ -148,7 +177,15 @@ inline PyObject* finish_unrun_frame(
     Frame* frame,
     PyObject* result,
     PyObject* placeholder) {
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030D0000
+  (void)placeholder;
+  PyObject* raised = PyErr_GetRaisedException();
+  _PyEval_FrameClearAndPop(tstate, frame);
+  if (PyErr_Occurred()) { // cannot happen: clearing drops references only
+    PyErr_WriteUnraisable(nullptr);
+  }
+  PyErr_SetRaisedException(raised);
+#elif PY_VERSION_HEX >= 0x030C0000
   PyObject* raised = result == nullptr ? PyErr_GetRaisedException() : nullptr;
   PyErr_SetRaisedException(Py_NewRef(placeholder));
   PyThreadState_EnterTracing(tstate);

@@ -10,11 +10,10 @@ graph), a write the replay could not reproduce is a graph break.
 
 from __future__ import annotations
 
-import sys
-
 import torch
 
 from . import graph_break_types as gbt
+from .bytecode_compat import PY312
 from .exc import unimplemented
 from .variables.autograd_function import FunctionCtxVariable
 from .variables.base import NullVariable, VariableTracker
@@ -23,8 +22,6 @@ from .variables.new_object import NewObjectVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import TensorVariable
 from .variables.user_defined import SuperVariable, UserDefinedObjectVariable
-
-PY312 = sys.version_info >= (3, 12)
 
 
 class AttributeInstructions:
@@ -47,9 +44,10 @@ class AttributeInstructions:
         obj = self.pop()
         method = PY312 and (inst.arg & 1)
         value = self.getattr(obj, inst.argval)
-        if method:
-            self.push(NullVariable())
-        self.push(value)
+        if method:  # modelled as the bound attribute and a NULL (bytecode_compat)
+            self.push_callable(value)
+        else:
+            self.push(value)
 
     def LOAD_METHOD(self, inst):  # 3.11
         obj = self.pop()
@@ -62,8 +60,9 @@ class AttributeInstructions:
         self.pop()  # the global super
         value = SuperVariable(cls.as_python_constant(), self_var).var_getattr(self, inst.argval)
         if inst.arg & 1:
-            self.push(NullVariable())
-        self.push(value)
+            self.push_callable(value)
+        else:
+            self.push(value)
 
     def STORE_ATTR(self, inst):
         obj = self.pop()

@@ -21,14 +21,14 @@ from __future__ import annotations
 import contextlib
 import inspect
 import itertools
-import sys
 import types
 import weakref
 from typing import Any
 
 import bytecode as bc
 
-PY312 = sys.version_info >= (3, 12)
+from .bytecode_compat import PY312, PY313
+
 _counter = itertools.count()
 # One list per conversion in progress (innermost last) of the (globals dict, name) pairs
 # it installed; conversions are serialized by the hook's compile lock.
@@ -79,7 +79,9 @@ class CodeGen:
         self._emit("LOAD_DEREF", bc.FreeVar(name))
 
     def load_closure(self, name: str) -> None:
-        self._emit("LOAD_CLOSURE", bc.FreeVar(name))
+        """Push the cell of free variable ``name`` (3.13: LOAD_CLOSURE is a pseudo-instruction
+        the compiler turns into LOAD_FAST, which reads cells there)."""
+        self._emit("LOAD_FAST" if PY313 else "LOAD_CLOSURE", bc.FreeVar(name))
 
     def load_global(self, name: str, push_null: bool) -> None:
         self._emit("LOAD_GLOBAL", (push_null, name))

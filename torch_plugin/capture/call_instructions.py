@@ -22,6 +22,7 @@ from typing import Any
 from . import graph_break_types as gbt
 from . import torch_compile_interop
 from .attribute_instructions import _object_seen
+from .bytecode_compat import callable_and_self
 from .exc import Unsupported, unimplemented
 from .sources import ObjectSource
 from .variables.base import NullVariable, VariableTracker
@@ -225,11 +226,9 @@ class CallInstructions:
         n = inst.arg
         args = self.popn(n)
         a, b = self.popn(2)
-        if isinstance(a, NullVariable):
-            fn = b
-        else:
-            fn = a
-            args = [b, *args]
+        fn, self_arg = callable_and_self(a, b, lambda v: isinstance(v, NullVariable))
+        if self_arg is not None:
+            args = [self_arg, *args]
         kwargs = {}
         if self.kw_names:
             names = self.kw_names
@@ -239,11 +238,17 @@ class CallInstructions:
             self.kw_names = None
         self.push(self.call(fn, args, kwargs))
 
+    def CALL_KW(self, inst):  # 3.13: the keyword names are a tuple on the stack
+        self.kw_names = self.pop().as_python_constant()
+        self.CALL(inst)
+
     def CALL_FUNCTION_EX(self, inst):
         kwargs_var = self.pop() if inst.arg & 1 else None
         args_var = self.pop()
         fn = self.pop()
-        if self.stack and isinstance(self.stack[-1], NullVariable):
+        if isinstance(fn, NullVariable):  # 3.13: callable, NULL, args
+            fn = self.pop()
+        elif self.stack and isinstance(self.stack[-1], NullVariable):
             self.pop()
         args = args_var.unpack_var_sequence(self)
         kwargs = {}
@@ -254,7 +259,7 @@ class CallInstructions:
         self.push(self.call(fn, list(args), kwargs))
 
     def MAKE_FUNCTION(self, inst):
-        flags = inst.arg
+        flags = inst.arg or 0  # 3.13: no argument; SET_FUNCTION_ATTRIBUTE follows
         code = self.pop().as_python_constant()
         closure = self.pop().items if flags & 0x08 else ()
         if flags & 0x04:
@@ -272,6 +277,22 @@ class CallInstructions:
             tuple(closure),
         )
         fn.globals_source = self.globals_source
+        self.push(fn)
+
+    def SET_FUNCTION_ATTRIBUTE(self, inst):  # 3.13
+        fn = self.pop()
+        value = self.pop()
+        if not isinstance(fn, NestedUserFunctionVariable):
+            unimplemented(gbt.UNSUPPORTED_BYTECODE, f"SET_FUNCTION_ATTRIBUTE on {fn}")
+        flag = inst.arg
+        if flag == 0x08:
+            fn.closure = tuple(value.items)
+        elif flag == 0x02:
+            fn.kwdefaults = dict(self._function_kwdefaults(value))
+        elif flag == 0x01:
+            fn.defaults = tuple(value.unpack_var_sequence(self))
+        elif flag != 0x04:  # 0x04: annotations, unused
+            unimplemented(gbt.UNSUPPORTED_BYTECODE, f"SET_FUNCTION_ATTRIBUTE {flag}")
         self.push(fn)
 
     @staticmethod

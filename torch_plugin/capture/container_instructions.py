@@ -136,17 +136,28 @@ class ContainerInstructions:
         parts = self.popn(inst.arg)
         self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
 
-    def FORMAT_VALUE(self, inst):
+    def FORMAT_VALUE(self, inst):  # 3.11, 3.12
         flags = inst.arg
         spec = self.pop().as_python_constant() if flags & 0x04 else ""
-        value = self.pop()
+        self.push(ConstantVariable(format(self._format_operand(self.pop(), flags & 0x03), spec)))
+
+    def _format_operand(self, value: VariableTracker, conv: int):
+        """An f-string field's value, converted (0 none, 1 ``!s``, 2 ``!r``, 3 ``!a``)."""
         if not value.is_python_constant():
             unimplemented(gbt.VALUE_NOT_CONSTANT, f"f-string formatting of {value}")
         # A symbolic size formats as its symbol's name (s0): the concrete value, guarded
         v = specialize_deep(value.as_python_constant())
-        conv = flags & 0x03
-        v = {0: v, 1: str(v), 2: repr(v), 3: ascii(v)}[conv]
-        self.push(ConstantVariable(format(v, spec)))
+        return {0: v, 1: str(v), 2: repr(v), 3: ascii(v)}[conv]
+
+    def CONVERT_VALUE(self, inst):  # 3.13
+        self.push(ConstantVariable(self._format_operand(self.pop(), inst.arg)))
+
+    def FORMAT_SIMPLE(self, inst):  # 3.13
+        self.push(ConstantVariable(format(self._format_operand(self.pop(), 0), "")))
+
+    def FORMAT_WITH_SPEC(self, inst):  # 3.13
+        spec = self.pop().as_python_constant()
+        self.push(ConstantVariable(format(self._format_operand(self.pop(), 0), spec)))
 
     def LIST_APPEND(self, inst):
         v = self.pop()

@@ -20,12 +20,12 @@ mutable container exactly once (aliasing kept).
 from __future__ import annotations
 
 import dis
-import sys
 import types
 
 import bytecode as bc
 
 from . import graph_break_types as gbt
+from .bytecode_compat import PY312, PY313, compare_arg
 from .bytecode_emission import CodeGen, assemble
 from .exc import Unsupported, unimplemented
 from .reconstruct import (
@@ -40,7 +40,6 @@ from .variables.base import VariableTracker
 from .variables.lists import ListIteratorVariable
 from .variables.tensor import TensorVariable
 
-PY312 = sys.version_info >= (3, 12)
 _COND_JUMPS = {
     "POP_JUMP_IF_TRUE": "IF_TRUE",
     "POP_JUMP_IF_FALSE": "IF_FALSE",
@@ -86,6 +85,10 @@ _NOT_BREAKABLE = {
     "PRECALL",
     "LOAD_ASSERTION_ERROR",
     "LOAD_FAST_AND_CLEAR",
+    "LOAD_FAST_LOAD_FAST",
+    "STORE_FAST_LOAD_FAST",
+    "STORE_FAST_STORE_FAST",
+    "END_FOR",
 }
 
 
@@ -238,6 +241,8 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
     if jump_kind is not None:
         other = bc.Label()
         name = f"POP_JUMP_{jump_kind}" if PY312 else f"POP_JUMP_FORWARD_{jump_kind}"
+        if PY313 and jump_kind in ("IF_TRUE", "IF_FALSE"):
+            gen._emit("TO_BOOL")  # 3.13's jump takes an exact bool (a no-op on one)
         gen._emit(name, other)
         post_kinds = stack_kinds[:-1]
         _call_resume(gen, code, rebuild, targets[0], post_kinds, local_values)
@@ -248,6 +253,8 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
             gen._emit("KW_NAMES", tuple(tx.kw_names))
         if inst.opname == "CALL":
             gen.call(inst.arg)
+        elif inst.opname == "CALL_KW":  # 3.13: the names tuple is on the rebuilt stack
+            gen._emit("CALL_KW", inst.arg)
         elif inst.opname == "CALL_FUNCTION_EX":
             gen._emit("CALL_FUNCTION_EX", inst.arg)
         else:
@@ -265,6 +272,8 @@ def _popped(inst: dis.Instruction) -> int:
     arg = inst.arg or 0
     if name == "CALL":
         return arg + 2
+    if name == "CALL_KW":
+        return arg + 3
     if name == "CALL_FUNCTION_EX":
         return 3 + (arg & 1)  # NULL, callable, args, (kwargs)
     if name in ("BINARY_OP", "COMPARE_OP", "IS_OP", "CONTAINS_OP", "BINARY_SUBSCR"):
@@ -277,8 +286,13 @@ def _popped(inst: dis.Instruction) -> int:
         "CALL_INTRINSIC_1",
         "BEFORE_WITH",
         "POP_TOP",
+        "TO_BOOL",
+        "CONVERT_VALUE",
+        "FORMAT_SIMPLE",
     ):
         return 1
+    if name in ("FORMAT_WITH_SPEC", "CALL_INTRINSIC_2"):
+        return 2
     if name in ("STORE_ATTR",):
         return 2
     if name in ("STORE_SUBSCR",):
@@ -332,7 +346,11 @@ def _native_instr(inst: dis.Instruction, lineno: int) -> bc.Instr:
     ):
         arg = inst.arg
     if inst.opname == "COMPARE_OP":
-        arg = bc.Compare(inst.arg >> 4 if PY312 else inst.arg)
+        arg = compare_arg(inst.arg)
+    if inst.opname == "CONVERT_VALUE":
+        arg = bc.FormatValue(inst.arg)
+    if inst.opname in ("CALL_INTRINSIC_1", "CALL_INTRINSIC_2") and PY313:
+        arg = (bc.Intrinsic1Op if inst.opname.endswith("1") else bc.Intrinsic2Op)(inst.arg)
     if inst.opname == "STORE_ATTR":
         arg = inst.argval
     if inst.opname in ("STORE_DEREF",):
@@ -351,12 +369,18 @@ def _call_resume(
     for name in reversed(temps):
         gen.store_fast(name)
     if code.co_freevars:
-        gen.push_null()
+        if not PY313:
+            gen.push_null()
         for name in code.co_freevars:
-            gen._emit("LOAD_CLOSURE", bc.FreeVar(name))
+            gen.load_closure(name)
         gen._emit("BUILD_TUPLE", len(code.co_freevars))
         gen.load_const(rcode)
-        gen._emit("MAKE_FUNCTION", 0x08)
+        if PY313:  # callable, NULL: bytecode_compat.NULL_AFTER_CALLABLE
+            gen._emit("MAKE_FUNCTION")
+            gen._emit("SET_FUNCTION_ATTRIBUTE", 0x08)
+            gen.push_null()
+        else:
+            gen._emit("MAKE_FUNCTION", 0x08)
     else:
         fn = types.FunctionType(rcode, gen.f_globals, rcode.co_name)
         gen.load_global(gen.install_global(fn, "resume"), push_null=True)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from . import graph_break_types as gbt
+from .bytecode_compat import PY313
 from .dynamic_shapes import has_symbolic, specialize_deep
 from .exc import Unsupported, unimplemented
 from .variables.base import NullVariable, VariableTracker
@@ -174,7 +175,10 @@ class OperatorInstructions:
         op = inst.argval
         if isinstance(op, str) and op.startswith("bool("):
             op = op[5:-1]
-        self.push(self.compare(op, a, b))
+        result = self.compare(op, a, b)
+        if PY313 and inst.arg & 16:  # 3.13: the result converted to bool (a tensor: a break)
+            result = ConstantVariable(bool(result.truthiness(self)))
+        self.push(result)
 
     def IS_OP(self, inst):
         b = self.pop()

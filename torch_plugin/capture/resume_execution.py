@@ -16,25 +16,14 @@ from __future__ import annotations
 import dataclasses
 import dis
 import inspect
-import sys
 import types
 
 import bytecode as bc
 
 from . import graph_break_types as gbt
+from .bytecode_compat import local_accesses
 from .exc import unimplemented
 
-PY312 = sys.version_info >= (3, 12)
-
-_READS = {
-    "LOAD_FAST",
-    "LOAD_FAST_CHECK",
-    "LOAD_FAST_AND_CLEAR",
-    "LOAD_DEREF",
-    "LOAD_CLOSURE",
-    "DELETE_FAST",
-}
-_WRITES = {"STORE_FAST", "STORE_DEREF"}
 _UNCONDITIONAL = {
     "JUMP_FORWARD",
     "JUMP_BACKWARD",
@@ -83,13 +72,12 @@ def live_locals(code: types.CodeType, offset: int) -> set[str]:
                 out |= live_in[s]
             for h in handlers:  # conservative: any instruction may raise into any handler
                 out |= live_in[h]
-            name = inst.argval if isinstance(inst.argval, str) else None
-            if inst.opname in _READS and name:
-                new = out | {name}
-            elif inst.opname in _WRITES and name:
-                new = out - {name}
-            else:
-                new = out
+            new = set(out)
+            for kind, name in reversed(local_accesses(inst)):
+                if kind == "read":
+                    new.add(name)
+                else:
+                    new.discard(name)
             if new != live_in[i]:
                 live_in[i] = new
                 changed = True

@@ -2,7 +2,7 @@
 
 Key classes:
 - :class:`InstructionTranslatorBase`: runs a code object's instructions (from ``dis``,
-  CPython 3.11 and 3.12) on :class:`~torch_plugin.capture.variables.base.VariableTracker`
+  CPython 3.11, 3.12 and 3.13) on :class:`~torch_plugin.capture.variables.base.VariableTracker`
   values. One handler method per opcode, named after it.
 - :class:`InstructionTranslator`: the captured frame itself; its inputs are the frame's
   arguments, globals and closure, wrapped with sources (and so guarded).
@@ -12,26 +12,29 @@ Key classes:
 Python-version differences handled here: LOAD_GLOBAL/LOAD_ATTR's NULL/method bit, PRECALL
 (3.11), POP_JUMP_FORWARD/BACKWARD_* (3.11) vs POP_JUMP_IF_* (3.12), RETURN_CONST,
 BINARY_SLICE/STORE_SLICE, LOAD_FAST_CHECK/LOAD_FAST_AND_CLEAR, END_FOR, LOAD_SUPER_ATTR and
-CALL_INTRINSIC_1 (3.12), and FOR_ITER's exhaustion jump (3.12 skips END_FOR).
+CALL_INTRINSIC_1 (3.12), FOR_ITER's exhaustion jump (3.12 skips END_FOR, 3.13 END_FOR and
+POP_TOP), and 3.13's NULL after the callable, TO_BOOL and the two-local superinstructions.
+The facts themselves are in bytecode_compat.py.
 """
 
 from __future__ import annotations
 
 import dis
 import inspect
-import sys
 import types
 
 from . import graph_break_types as gbt
 from .attribute_instructions import AttributeInstructions
+from .bytecode_compat import FOR_ITER_SKIPS, NULL_AFTER_CALLABLE
 from .call_instructions import CallInstructions
 from .container_instructions import ContainerInstructions
 from .exc import Unsupported, UserSourceLocation, unimplemented
+from .name_instructions import NameInstructions
 from .operator_instructions import OperatorInstructions
 from .output_graph import OutputGraph
 from .sources import ClosureSource, GlobalSource, ItemSource, LocalSource
 from .variables.base import NullVariable, VariableTracker
-from .variables.builder import wrap_constant_or_object, wrap_value
+from .variables.builder import wrap_value
 from .variables.constant import ConstantVariable
 from .variables.functions import CellVariable
 from .variables.iterators import IteratorVariable
@@ -47,7 +50,6 @@ __all__ = [
     "NullVariable",
 ]
 
-PY312 = sys.version_info >= (3, 12)
 MAX_INSTRUCTIONS = 2_000_000
 
 
@@ -89,13 +91,18 @@ class GeneratorYield(Exception):  # noqa: N818 - a control-flow signal, not an e
 
 
 class InstructionTranslatorBase(
-    ContainerInstructions, OperatorInstructions, AttributeInstructions, CallInstructions
+    NameInstructions,
+    ContainerInstructions,
+    OperatorInstructions,
+    AttributeInstructions,
+    CallInstructions,
 ):
     """Interprets one code object. See the module docstring. The opcode handlers of each
-    family live in a mixin of their own: containers (container_instructions.py), operators
+    family live in a mixin of their own: locals, globals, cells and imports
+    (name_instructions.py), containers (container_instructions.py), operators
     (operator_instructions.py), attributes (attribute_instructions.py), calls and inlining
-    (call_instructions.py); the loop, the stack, names, control flow, ``with`` blocks and
-    generators are here."""
+    (call_instructions.py); the loop, the stack, control flow, ``with`` blocks and generators
+    are here."""
 
     def __init__(
         self,
@@ -225,6 +232,16 @@ class InstructionTranslatorBase(
         assert isinstance(v, VariableTracker), v
         self.stack.append(v)
 
+    def push_callable(self, v: VariableTracker) -> None:
+        """Push ``v`` with the NULL a following CALL expects beside a plain callable
+        (below it on 3.11/3.12, above it on 3.13: bytecode_compat.NULL_AFTER_CALLABLE)."""
+        if NULL_AFTER_CALLABLE:
+            self.push(v)
+            self.push(NullVariable())
+        else:
+            self.push(NullVariable())
+            self.push(v)
+
     def pop(self) -> VariableTracker:
         return self.stack.pop()
 
@@ -304,116 +321,7 @@ class InstructionTranslatorBase(
         self.push(self.stack[-inst.arg])
 
     def END_FOR(self, inst):
-        self.popn(2)
-
-    # --- locals, globals, cells -----------------------------------------------------------
-    def LOAD_FAST(self, inst):
-        name = inst.argval
-        if name in self.symbolic_locals:
-            self.push(self.symbolic_locals[name])
-        elif name in self.cells and self.cells[name].contents is not None:
-            self.push(self.cells[name].contents)
-        else:
-            unimplemented(gbt.EXCEPTION, f"local variable {name!r} referenced before assignment")
-
-    LOAD_FAST_CHECK = LOAD_FAST
-
-    def LOAD_FAST_AND_CLEAR(self, inst):
-        value = self.symbolic_locals.pop(inst.argval, None)
-        self.push(value if value is not None else NullVariable())
-
-    def STORE_FAST(self, inst):
-        value = self.pop()
-        if isinstance(value, NullVariable):
-            self.symbolic_locals.pop(inst.argval, None)
-        else:
-            self.symbolic_locals[inst.argval] = value
-
-    def DELETE_FAST(self, inst):
-        self.symbolic_locals.pop(inst.argval, None)
-
-    def LOAD_CONST(self, inst):
-        self.push(wrap_constant_or_object(inst.argval))
-
-    def RETURN_CONST(self, inst):
-        self.push(wrap_constant_or_object(inst.argval))
-        self.RETURN_VALUE(inst)
-
-    def LOAD_GLOBAL(self, inst):
-        push_null = (inst.arg & 1) if inst.arg is not None else 0
-        if push_null and not PY312:
-            self.push(NullVariable())
-        value = self.load_global_var(inst.argval)
-        if push_null and PY312:
-            self.push(NullVariable())
-        self.push(value)
-
-    def STORE_GLOBAL(self, inst):
-        self.output.side_effects.store_global(self.f_globals, inst.argval, self.pop())
-
-    def MAKE_CELL(self, inst):
-        name = inst.argval
-        cell = self.cells.setdefault(name, CellVariable())
-        if name in self.symbolic_locals:
-            cell.contents = self.symbolic_locals.pop(name)
-
-    def LOAD_CLOSURE(self, inst):
-        name = inst.argval
-        self.push(self.cells.setdefault(name, CellVariable()))
-
-    def LOAD_DEREF(self, inst):
-        cell = self.cells.get(inst.argval)
-        if cell is None or cell.contents is None:
-            unimplemented(
-                gbt.EXCEPTION, f"free variable {inst.argval!r} referenced before assignment"
-            )
-        self.push(cell.contents)
-
-    def STORE_DEREF(self, inst):
-        name = inst.argval
-        cell = self.cells.setdefault(name, CellVariable())
-        value = self.pop()
-        if cell.source_bound:
-            if cell.real_cell is None:
-                unimplemented(
-                    gbt.SIDE_EFFECT,
-                    f"assignment to nonlocal {name!r} of a closure cell not known at capture",
-                )
-            from .sources import ClosureCellSource
-
-            is_own = self.parent is None and name in self.code.co_freevars
-            self.output.side_effects.store_cell(
-                cell.real_cell, value, ClosureCellSource(name) if is_own else None
-            )
-        cell.contents = value
-
-    # --- imports (only of modules already imported: importing has effects) -------------------
-    def IMPORT_NAME(self, inst):
-        import importlib.util
-
-        fromlist = self.pop().as_python_constant()
-        level = self.pop().as_python_constant()
-        name = inst.argval
-        if level:
-            name = importlib.util.resolve_name(
-                "." * level + name, self.f_globals.get("__package__")
-            )
-        module = sys.modules.get(name)
-        if module is None:
-            unimplemented(gbt.IMPORT, f"import of {name!r}, not imported yet")
-        if not fromlist and "." in name:
-            module = sys.modules[name.partition(".")[0]]
-        self.push(wrap_constant_or_object(module))
-
-    def IMPORT_FROM(self, inst):
-        module = self.stack[-1]
-        try:
-            self.push(self.getattr(module, inst.argval))
-        except Unsupported:
-            full = f"{module.as_python_constant().__name__}.{inst.argval}"
-            if full not in sys.modules:
-                raise
-            self.push(wrap_constant_or_object(sys.modules[full]))
+        self.popn(1 if "POP_TOP" in FOR_ITER_SKIPS else 2)  # 3.13: END_FOR, POP_TOP
 
     # --- control flow ---------------------------------------------------------------------
     def _jump_if(self, inst, want: bool, pop: bool = True):
@@ -424,6 +332,9 @@ class InstructionTranslatorBase(
             self.jump(inst)
         elif not pop:
             self.pop()
+
+    def TO_BOOL(self, inst):  # 3.13: a tensor's truth is data-dependent (a graph break here)
+        self.push(ConstantVariable(bool(self.pop().truthiness(self))))
 
     def POP_JUMP_IF_TRUE(self, inst):
         self._jump_if(inst, True)
@@ -486,7 +397,9 @@ class InstructionTranslatorBase(
             return
         self.pop()
         self.jump(inst)
-        if self.instructions[self.ip].opname == "END_FOR":
+        for skipped in FOR_ITER_SKIPS:
+            if self.instructions[self.ip].opname != skipped:
+                break
             self.ip += 1
 
     # --- with blocks ----------------------------------------------------------------------
