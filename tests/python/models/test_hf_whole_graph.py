@@ -6,7 +6,9 @@ with the reason, so a fix shows up as an unexpected pass."""
 
 from __future__ import annotations
 
+import inspect
 import io
+import re
 
 import pytest
 import torch
@@ -240,6 +242,26 @@ def _objects(out):
 
 TRAINING_GAPS: dict = {}
 
+# LayerDrop's draw as some transformers releases write it: ``torch.rand([])`` in train mode
+# whatever ``layerdrop`` is (5.17's OPT, BART, Whisper, Wav2Vec2), where later ones draw only
+# when ``layerdrop > 0``.
+_LAYERDROP_DRAW = re.compile(r"torch\.rand\(\[\]\)")
+_LAYERDROP_GUARD = re.compile(r"layerdrop\s*>\s*0")
+
+
+def _draws_layerdrop_at_zero(model) -> bool:
+    """Whether a module class of ``model`` draws LayerDrop's ``torch.rand([])`` in train mode
+    even when ``layerdrop`` is 0: its ``if dropout_probability < self.layerdrop`` is then a
+    data-dependent branch, a graph break in any capture (Dynamo's too)."""
+    for cls in {type(m) for m in model.modules()}:
+        try:
+            src = inspect.getsource(cls.forward)
+        except (OSError, TypeError):
+            continue
+        if _LAYERDROP_DRAW.search(src) and "layerdrop" in src and not _LAYERDROP_GUARD.search(src):
+            return True
+    return False
+
 
 @pytest.mark.parametrize(
     "name",
@@ -284,6 +306,15 @@ def test_one_graph_in_a_training_step_matching_eager(name):
             torch.testing.assert_close(got[k], g, rtol=1e-3, atol=1e-5, msg=k)
         if step == 0:
             compiled = torch_plugin.stats.graphs_compiled
+    if _draws_layerdrop_at_zero(model):
+        # Losses and gradients matched eager above; one graph is out of reach for any capture.
+        assert any("data-dependent branch" in b[1] for b in torch_plugin.stats.graph_breaks), (
+            torch_plugin.stats.graph_breaks
+        )
+        pytest.xfail(
+            "this transformers release draws LayerDrop's torch.rand([]) at layerdrop=0: "
+            "a data-dependent branch, a graph break in any capture"
+        )
     assert torch_plugin.stats.graph_breaks == [], torch_plugin.stats.graph_breaks
     assert torch_plugin.stats.failures == [], torch_plugin.stats.failures
     assert compiled == 1 and torch_plugin.stats.graphs_compiled == 1
