@@ -109,8 +109,12 @@ class InferenceStages:
         # for plain dense tensors, each passed once (subclasses and duplicates are
         # AOTAutograd's wrapper's work).
         self.direct: Callable[..., Any] | None = None
+        # A parameter tied to another (GPT-2's LM head) is passed twice as AOTAutograd is:
+        # not mutated, AOTAutograd traces it as two arguments and passes both through.
         tensors = [*self.params_flat, *captured.example_inputs]
-        self.plain = len({id(t) for t in tensors}) == len(tensors) and all(
+        self.plain = graph_cache.tied_parameters(
+            self.params_flat, captured.example_inputs
+        ) is not None and all(
             type(t) in (torch.Tensor, torch.nn.Parameter) and not t.is_sparse for t in tensors
         )
 
