@@ -19,7 +19,9 @@ requires grad, or grad mode is off) whose AOTAutograd runtime wrapper does nothi
 :func:`trivially_wrapped` checks on the traced graph: the graph's placeholders are exactly
 the parameters, buffers and inputs (no deduplicated or synthetic-base arguments), it has no
 mutable op (no input mutation kept in the graph), and it returns exactly the captured
-graph's outputs, each a fresh tensor (no output aliases an input or another output).
+graph's outputs, each a fresh tensor or a view of a fresh intermediate that no other output
+shares (no output aliases an input or another output); parameters tied to each other
+(GPT-2's LM head) are passed twice, as AOTAutograd is, and the key says which are tied.
 Everything else (training, aliasing, mutation) always goes through AOTAutograd.
 
 The key (:func:`graph_key`) hashes everything the entry depends on: the captured graph's

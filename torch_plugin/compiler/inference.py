@@ -8,7 +8,8 @@ capture layer marks the graph's parameters as changing without version bumps
 
 *One runtime wrapper.* When AOTAutograd's runtime wrapper of the traced graph does nothing
 (:func:`~torch_plugin.compiler.graph_cache.trivially_wrapped`: the placeholders are exactly
-the parameters, buffers and inputs, no mutation, every output a fresh tensor), the graph is
+the parameters, buffers and inputs, no mutation, every output fresh or a view of a fresh
+intermediate of its own), the graph is
 called without it: the compiled graph's C++ call (``GraphCall.flat``) takes the inputs,
 holds the parameters itself, checks the frozen ones, and runs the executor under
 AOTAutograd's inference modes (grad off; autocast off when it was on at compile time, as
