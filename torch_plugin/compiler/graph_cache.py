@@ -19,7 +19,9 @@ requires grad, or grad mode is off) whose AOTAutograd runtime wrapper does nothi
 :func:`trivially_wrapped` checks on the traced graph: the graph's placeholders are exactly
 the parameters, buffers and inputs (no deduplicated or synthetic-base arguments), it has no
 mutable op (no input mutation kept in the graph), and it returns exactly the captured
-graph's outputs, each a fresh tensor (no output aliases an input or another output).
+graph's outputs, each a fresh tensor or a view of a fresh intermediate that no other output
+shares (no output aliases an input or another output); parameters tied to each other
+(GPT-2's LM head) are passed twice, as AOTAutograd is, and the key says which are tied.
 Everything else (training, aliasing, mutation) always goes through AOTAutograd.
 
 The key (:func:`graph_key`) hashes everything the entry depends on: the captured graph's
@@ -39,6 +41,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import operator
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,15 +77,55 @@ def trivially_wrapped(
         return f"{len(outputs)} outputs for {num_outputs} graph outputs"
     if len(set(outputs)) != len(outputs):
         return "an output is returned twice"
+    bases = []
     for out in outputs:
-        if not isinstance(out, torch.fx.Node) or out.op != "call_function":
+        base = _fresh_base(out)
+        if isinstance(base, str):
+            return base
+        bases.append(base)
+    if len(set(bases)) != len(bases):
+        # Two outputs share a buffer (a view of another output, two views of one
+        # intermediate): AOTAutograd's wrapper regenerates one from the other.
+        return "two outputs share one buffer"
+    return None
+
+
+def _fresh_base(out: Any) -> torch.fx.Node | str:
+    """The node whose fresh buffer the graph output ``out`` is or views, through view ops
+    (``aten.view``, a ``getitem`` of ``split``): GPT-2's logits are a view of the LM head's
+    matrix product, which AOTAutograd (grad off, no other output of that buffer) returns as
+    a plain output. A string (why not) when ``out`` is, or views, an input or a constant."""
+    node = out
+    while True:
+        if not isinstance(node, torch.fx.Node) or node.op != "call_function":
             return f"output {out} is not computed by the graph"
-        target = out.target
+        target = node.target
+        if target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+            # One result of an op with several: a buffer of its own (native_layer_norm's
+            # output), or a view of that op's input (split's parts).
+            source = node.args[0].target
+            if isinstance(source, torch._ops.OpOverload) and all(
+                r.alias_info is None for r in source._schema.returns
+            ):
+                return node
+            node = node.args[0]
+            continue
         if not isinstance(target, torch._ops.OpOverload):
             return f"output {out} comes from {target}"
-        if any(r.alias_info is not None for r in target._schema.returns):
+        schema = target._schema
+        aliased = [r.alias_info for r in schema.returns if r.alias_info is not None]
+        if not aliased:
+            return node
+        # A view op: its results alias its first argument (``self``) and nothing else.
+        first = schema.arguments[0].alias_info if schema.arguments else None
+        if (
+            first is None
+            or first.is_write
+            or any(a.before_set != first.before_set for a in aliased)
+            or not isinstance(node.args[0], torch.fx.Node)
+        ):
             return f"output {out} may alias an input ({target})"
-    return None
+        node = node.args[0]
 
 
 @functools.cache
@@ -141,7 +184,8 @@ def graph_key(
     """The cache key of compiling ``gm`` for inference, or None when it must not be cached
     (an input that is not a plain static-shape tensor, or an argument passed twice)."""
     tensors = list(params.values()) + list(example_inputs)
-    if len({id(t) for t in tensors}) != len(tensors):
+    tied = tied_parameters(list(params.values()), example_inputs)
+    if tied is None:
         return None
     if _has_symbolic_placeholder(gm):
         # A graph captured with symbolic sizes has the code of its static twin, and its
@@ -150,7 +194,7 @@ def graph_key(
         return None
     h = hashlib.sha256()
     h.update(f"{_FORMAT}|{torch.__version__}|{_source_hash()}|{sorted(options.items())}".encode())
-    h.update(f"|grad={torch.is_grad_enabled()}|{_tracing_state()}|".encode())
+    h.update(f"|grad={torch.is_grad_enabled()}|{_tracing_state()}|tied={tied}|".encode())
     for t in tensors:
         if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_sparse:
             return None
@@ -177,6 +221,20 @@ def graph_key(
             else:
                 h.update(repr(value).encode())
     return h.hexdigest()
+
+
+def tied_parameters(params: Sequence[Any], inputs: Sequence[Any]) -> tuple[int, ...] | None:
+    """For each parameter (or buffer) the position of its first occurrence in ``params``
+    (GPT-2's ``lm_head.weight`` is ``wte.weight``: AOTAutograd is given it twice), or None
+    when an input is passed twice or is also a parameter (AOTAutograd's wrapper then
+    deduplicates or rebases the arguments at every call)."""
+    first: dict[int, int] = {}
+    tied = tuple(first.setdefault(id(t), i) for i, t in enumerate(params))
+    for t in inputs:
+        if id(t) in first:
+            return None
+        first[id(t)] = -1
+    return tied
 
 
 def _path(cache_dir: str, key: str) -> Path:

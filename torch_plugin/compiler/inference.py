@@ -8,7 +8,8 @@ capture layer marks the graph's parameters as changing without version bumps
 
 *One runtime wrapper.* When AOTAutograd's runtime wrapper of the traced graph does nothing
 (:func:`~torch_plugin.compiler.graph_cache.trivially_wrapped`: the placeholders are exactly
-the parameters, buffers and inputs, no mutation, every output a fresh tensor), the graph is
+the parameters, buffers and inputs, no mutation, every output fresh or a view of a fresh
+intermediate of its own), the graph is
 called without it: the compiled graph's C++ call (``GraphCall.flat``) takes the inputs,
 holds the parameters itself, checks the frozen ones, and runs the executor under
 AOTAutograd's inference modes (grad off; autocast off when it was on at compile time, as
@@ -109,8 +110,12 @@ class InferenceStages:
         # for plain dense tensors, each passed once (subclasses and duplicates are
         # AOTAutograd's wrapper's work).
         self.direct: Callable[..., Any] | None = None
+        # A parameter tied to another (GPT-2's LM head) is passed twice as AOTAutograd is:
+        # not mutated, AOTAutograd traces it as two arguments and passes both through.
         tensors = [*self.params_flat, *captured.example_inputs]
-        self.plain = len({id(t) for t in tensors}) == len(tensors) and all(
+        self.plain = graph_cache.tied_parameters(
+            self.params_flat, captured.example_inputs
+        ) is not None and all(
             type(t) in (torch.Tensor, torch.nn.Parameter) and not t.is_sparse for t in tensors
         )
 

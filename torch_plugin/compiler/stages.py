@@ -147,13 +147,38 @@ def lower(
     :class:`~torch_plugin.compiler.lowering.Unsupported`."""
     constants = [t.detach() for t in frozen]
     g = lowering.lower(gm, dict(enumerate(constants)))
+    entry = graph_format.entry_of(g.export(), constants, g.device())
     if on_exported is not None:
-        entry = graph_format.entry_of(g.export(), constants, g.device())
         if entry is not None:
             on_exported(entry)
         else:
             log.info("plugin: graph not cached: a tensor constant that is not a parameter")
-    return Lowered(g, frozen, options, lambda fz: lower(gm, fz, options))
+    recipe = _recipe_of(entry, g, constants)
+    if recipe is None:
+        return Lowered(g, frozen, options, lambda fz: lower(gm, fz, options))
+    # Lowering again (a frozen parameter changed) rebuilds from the recipe, as a graph-cache
+    # hit does: the ATen graph, its FX nodes and their FakeTensors are not kept.
+    return Lowered(
+        g,
+        frozen,
+        options,
+        lambda fz: lower_cached(graph_format.loads(recipe, "again"), fz, options),
+    )
+
+
+def _recipe_of(entry: Any, g: Any, constants: list[torch.Tensor]) -> bytes | None:
+    """``entry`` (the lowered graph's cacheable form) as the bytes of a graph-cache file, when
+    building it back gives the IR of ``g`` (before the pass pipeline) exactly; else None
+    (no entry: a constant that is not a parameter, a node with a body)."""
+    if entry is None:
+        return None
+    recipe = graph_format.dumps(entry, "again")
+    try:
+        same = str(graph_format.build(graph_format.loads(recipe, "again"), constants)) == str(g)
+    except (ValueError, graph_format.BadEntry) as e:
+        log.debug("plugin: the lowered graph does not rebuild from its entry: %s", e)
+        return None
+    return recipe if same else None
 
 
 def lower_cached(
