@@ -17,7 +17,8 @@ op's self time is put into one category:
   (``torch_plugin: kernel``), Inductor's compiled graph's own time (its generated C++ kernels
   run inside ``## Call CompiledFxGraph`` and are not profiled one by one; the Python wrapper's
   time is in it too), eager's pointwise and norm ops.
-- **copies**: ``copy_``, ``cat``, ``clone``, ``contiguous`` outside products.
+- **copies**: ``copy_``, ``cat``, ``clone``, ``contiguous`` outside products (the plugin's
+  one-input ``cat`` step, ``torch_plugin: view aten::cat``, is a copy too).
 - **rest**: views, allocations, dispatch, fallbacks' wrappers, the call's own Python time
   (the ``record_function``'s self time).
 
@@ -107,7 +108,7 @@ def own_category(name: str) -> str:
     """Category of an op's self time when no ancestor owns it."""
     if name.startswith(("## Call CompiledFxGraph", "kernel_cpp")):
         return "kernels"
-    if name in COPY_OPS or name.startswith("torch_plugin: copy"):
+    if name in COPY_OPS or name.startswith(("torch_plugin: copy", "torch_plugin: view aten::cat")):
         return "copies"
     if name in KERNEL_OPS:
         return "kernels"
