@@ -46,8 +46,12 @@
 // (codegen/random_ops.h, unless PassOptions::fallback_random) starts a group of
 // its own, a kernel even alone, which never joins a reduction nor is computed
 // at a broadcast consumer's sizes (each element's number is its own).
+// A cheap pointwise group read by several pointwise consumers (a mask) is
+// cloned into each consumer's group but the last (fusion_share.h): each
+// kernel recomputes it instead of one storing it and the others loading it.
 #include "compiler/passes/fusion_group.h"
 #include "compiler/passes/fusion_reduction.h"
+#include "compiler/passes/fusion_share.h"
 #include "compiler/passes/pass.h"
 
 #include "compiler/codegen/op_semantics.h"
@@ -182,7 +186,10 @@ class Fusion {
       } else if (auto info = reduction_info(*n)) {
         add_reduction(n, *info);
       } else if (pointwise(*n) && !observable_views_.count(n)) {
+        const std::vector<Shared> shared = share_producers(n);
         add_pointwise(n);
+        for (const Shared& s : shared)
+          keep_or_undo(n, s);
       }
     }
   }
@@ -206,6 +213,113 @@ class Fusion {
   }
 
  private:
+  // A producer group cloned for consumer `n` (fusion_share.h): the clones, and
+  // the inputs of `n` that read them instead of the original values.
+  struct Shared {
+    std::vector<Node*> clones;
+    std::vector<std::pair<size_t, Value*>> rewired;
+  };
+
+  // Whether pointwise `n` should read its own copy of group `gid`: a cheap
+  // pointwise group (shareable_members) over values no group computes, whose
+  // outputs only pointwise nodes read, some of them after `n` (the last
+  // consumer takes the original), none before it (it would be stored anyway),
+  // at sizes that broadcast to n's.
+  bool worth_sharing(int gid, const Node* n) const {
+    const Group& grp = groups_[gid];
+    if (!grp.alive || grp.random || !grp.domain.reduce.empty())
+      return false;
+    const std::vector<int64_t>& s = grp.domain.sizes;
+    const std::vector<int64_t>& t = n->outputs[0]->sizes;
+    if (s.size() > t.size())
+      return false;
+    for (size_t i = 0; i < s.size(); ++i)
+      if (s[s.size() - 1 - i] != t[t.size() - 1 - i] &&
+          s[s.size() - 1 - i] != 1)
+        return false;
+    bool later = false;
+    for (const Node* m : grp.members) {
+      for (const Value* in : m->inputs)
+        if (group_of(in) >= 0 && group_of(in) != gid)
+          return false;
+      for (const Use& use : m->outputs[0]->uses) {
+        if (use.user == n ||
+            group_of_.count(use.user) && group_of_.at(use.user) == gid)
+          continue;
+        if (!pointwise(*use.user) || observable_views_.count(use.user) ||
+            pos_.at(use.user) < pos_.at(n))
+          return false;
+        later = true;
+      }
+    }
+    return later && shareable_members(g_, sorted(grp.members));
+  }
+
+  std::vector<Node*> sorted(std::vector<Node*> members) const {
+    std::sort(members.begin(), members.end(), [&](Node* a, Node* b) {
+      return pos_.at(a) < pos_.at(b);
+    });
+    return members;
+  }
+
+  // Clones each producer group of pointwise `n` that is worth sharing, makes
+  // `n` read the clones, and groups them (before `n` joins a group).
+  std::vector<Shared> share_producers(Node* n) {
+    std::vector<Shared> out;
+    std::vector<int> seen;
+    for (size_t k = 0; k < n->inputs.size(); ++k) {
+      const int gid = group_of(n->inputs[k]);
+      if (gid < 0 || std::find(seen.begin(), seen.end(), gid) != seen.end())
+        continue;
+      seen.push_back(gid);
+      if (!worth_sharing(gid, n))
+        continue;
+      const std::vector<Node*> members = sorted(groups_[gid].members);
+      std::unordered_map<const Value*, Value*> copy_of;
+      Shared s{clone_members(g_, members, n, copy_of), {}};
+      for (size_t i = 0; i < members.size(); ++i)
+        pos_[s.clones[i]] = pos_.at(members[i]);
+      for (size_t i = 0; i < n->inputs.size(); ++i) {
+        auto it = copy_of.find(n->inputs[i]);
+        if (it != copy_of.end()) {
+          s.rewired.emplace_back(i, n->inputs[i]);
+          g_.replace_input(n, i, it->second);
+        }
+      }
+      for (Node* c : s.clones)
+        add_pointwise(c);
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  // Keeps the clones of `s` if they all joined n's group; else `n` reads the
+  // original values again and the clones are erased.
+  void keep_or_undo(Node* n, const Shared& s) {
+    const int home = group_of_.at(n);
+    bool kept = true;
+    for (const Node* c : s.clones)
+      kept &= group_of_.count(c) && group_of_.at(c) == home;
+    if (kept)
+      return;
+    for (const auto& [i, v] : s.rewired)
+      g_.replace_input(n, i, v);
+    for (auto it = s.clones.rbegin(); it != s.clones.rend(); ++it) {
+      Node* c = *it;
+      auto g = group_of_.find(c);
+      if (g != group_of_.end()) {
+        std::vector<Node*>& m = groups_[g->second].members;
+        m.erase(std::find(m.begin(), m.end(), c));
+        groups_[g->second].alive &= !m.empty();
+        group_of_.erase(g);
+      }
+      for (const Value* o : c->outputs)
+        level_.erase(o);
+      pos_.erase(c);
+      g_.erase_node(c);
+    }
+  }
+
   int group_of(const Value* v) const {
     if (!v->producer)
       return -1;
@@ -456,70 +570,11 @@ class Fusion {
   }
 
   Node* make_group(const Group& grp, int index) {
-    const std::vector<Node*>& members = grp.members;
-    std::unordered_set<const Node*> in_group(members.begin(), members.end());
-    std::vector<Value*> inputs;
-    std::unordered_map<const Value*, Value*> inner; // outer value -> body value
-    auto body = std::make_shared<Graph>();
-    for (Node* m : members) {
-      for (Value* in : m->inputs) {
-        if ((in->producer && in_group.count(in->producer)) || inner.count(in))
-          continue;
-        inputs.push_back(in);
-        inner[in] =
-            body->add_input(in->dtype, in->sizes, in->strides, in->device);
-      }
-    }
-    std::vector<Value*> outputs;
-    std::vector<Value*> body_outputs;
-    for (Node* m : members) {
-      std::vector<Value*> ins;
-      for (Value* in : m->inputs)
-        ins.push_back(inner.at(in));
-      Node* c = body->create_node(
-          m->op, m->overload, ins, m->args, m->outputs.size());
-      c->attrs["level"] = std::string(level_name(level_.at(m->outputs[0])));
-      for (size_t i = 0; i < m->outputs.size(); ++i) {
-        const Value* o = m->outputs[i];
-        Graph::set_type(
-            c->outputs[i], o->dtype, o->sizes, o->strides, o->device);
-        inner[o] = c->outputs[i];
-        bool external = g_.is_output(o);
-        for (const Use& use : o->uses)
-          external |= !in_group.count(use.user);
-        if (external) {
-          outputs.push_back(m->outputs[i]);
-          body_outputs.push_back(c->outputs[i]);
-        }
-      }
-    }
-    body->set_outputs(body_outputs);
-    std::vector<Arg> args;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      args.push_back(Arg::tensor(static_cast<int64_t>(i)));
-    Node* node = g_.create_node(
-        "torch_plugin::fused",
-        "default",
-        inputs,
-        args,
-        outputs.size(),
-        members.back());
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const Value* o = outputs[i];
-      Graph::set_type(
-          node->outputs[i], o->dtype, o->sizes, o->strides, o->device);
-    }
-    node->body = body;
-    node->attrs["name"] = std::string("fused_") + std::to_string(index);
-    if (!grp.domain.reduce.empty()) {
-      node->attrs["domain"] = grp.domain.sizes;
-      node->attrs["reduce_dims"] = grp.domain.reduce;
-    }
-    for (size_t i = 0; i < outputs.size(); ++i)
-      g_.replace_all_uses(outputs[i], node->outputs[i]);
-    for (auto it = members.rbegin(); it != members.rend(); ++it)
-      g_.erase_node(*it);
-    return node;
+    std::vector<std::string> levels;
+    for (const Node* m : grp.members)
+      levels.emplace_back(level_name(level_.at(m->outputs[0])));
+    return make_fused_node(
+        g_, grp.members, levels, grp.domain.sizes, grp.domain.reduce, index);
   }
 
   Graph& g_;
@@ -550,44 +605,6 @@ bool run(Graph& g, const PassOptions& options) {
 }
 
 } // namespace
-
-void unfuse_group(Graph& g, Node* group) {
-  TORCH_CHECK(
-      group && group->owner == &g && group->op == "torch_plugin::fused" &&
-          group->body,
-      "unfuse_group: not a fusion group of this graph");
-  const Graph& body = *group->body;
-  TORCH_CHECK(
-      body.inputs().size() == group->inputs.size() &&
-          body.outputs().size() == group->outputs.size(),
-      "unfuse_group: ",
-      group->str_attr("name", "fused"),
-      ": body and node disagree on inputs or outputs");
-  std::unordered_map<const Value*, Value*> outer; // body value -> graph value
-  for (size_t i = 0; i < body.inputs().size(); ++i)
-    outer[body.inputs()[i]] = group->inputs[i];
-  for (const auto& owned : body.node_list()) {
-    const Node& b = *owned;
-    std::vector<Value*> ins;
-    for (const Value* in : b.inputs)
-      ins.push_back(outer.at(in));
-    Node* n = g.create_node(
-        b.op, b.overload, std::move(ins), b.args, b.outputs.size(), group);
-    n->may_alias = b.may_alias;
-    for (const auto& [name, value] : b.attrs) {
-      if (name != "level")
-        n->attrs[name] = value;
-    }
-    for (size_t i = 0; i < b.outputs.size(); ++i) {
-      const Value* o = b.outputs[i];
-      Graph::set_type(n->outputs[i], o->dtype, o->sizes, o->strides, o->device);
-      outer[o] = n->outputs[i];
-    }
-  }
-  for (size_t i = 0; i < group->outputs.size(); ++i)
-    g.replace_all_uses(group->outputs[i], outer.at(body.outputs()[i]));
-  g.erase_node(group);
-}
 
 const PassInfo kFusion = {
     "fusion",
