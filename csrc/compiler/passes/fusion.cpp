@@ -46,9 +46,9 @@
 // (codegen/random_ops.h, unless PassOptions::fallback_random) starts a group of
 // its own, a kernel even alone, which never joins a reduction nor is computed
 // at a broadcast consumer's sizes (each element's number is its own).
-// A cheap pointwise group read by several pointwise consumers (a mask) is
-// cloned into each consumer's group but the last (fusion_share.h): each
-// kernel recomputes it instead of one storing it and the others loading it.
+// After grouping, a cheap producer that one pointwise group hands out to
+// other pointwise groups (a mask) is cloned into each of them
+// (fusion_share.h): each kernel recomputes it instead of loading it.
 #include "compiler/passes/fusion_group.h"
 #include "compiler/passes/fusion_reduction.h"
 #include "compiler/passes/fusion_share.h"
@@ -73,6 +73,10 @@ namespace torch_plugin::compiler {
 namespace {
 
 using namespace fusion_detail;
+
+// Node positions are multiples of this, so that the clones of a shared
+// producer (at most kMaxSharedOps) sort just before their consumer.
+constexpr size_t kPosStep = 8;
 
 struct Group {
   std::vector<Node*> members;
@@ -124,56 +128,9 @@ class Fusion {
   explicit Fusion(Graph& g, bool fallback_random = false)
       : g_(g), fallback_random_(fallback_random) {
     size_t pos = 0;
-    bool in_place = false;
-    for (const auto& n : g.node_list()) {
-      pos_[n.get()] = pos++;
-      in_place |= n->is_in_place();
-    }
-    // Views (may_alias nodes: aten::alias, view.dtype) whose aliasing a user
-    // can observe stay out of groups, whose outputs are new buffers: in a
-    // graph that writes in place, every view; else a view that escapes (a
-    // graph output, or read by a view that escapes) over a base the user also
-    // holds: its root through views is a graph input, a constant or a graph
-    // output, or the root of another view returned. `y = x * 2; return y,
-    // y.detach()` must return two names for one buffer, as eager does; a
-    // lone view of a temporary nobody else holds may become a copy.
-    std::unordered_set<const Value*> outputs(
-        g.outputs().begin(), g.outputs().end());
-    auto root_of = [&](const Value* v) {
-      while (v->kind == ValueKind::kIntermediate && v->producer &&
-             v->producer->may_alias && !v->producer->inputs.empty() &&
-             !outputs.count(v))
-        v = v->producer->inputs[0];
-      return v;
-    };
-    std::unordered_set<const Value*> escapes = outputs;
-    std::vector<std::pair<const Node*, const Value*>> escaping; // view, root
-    std::unordered_map<const Value*, int> views_of_root;
-    std::vector<Node*> nodes = g.nodes();
-    for (size_t i = nodes.size(); i-- > 0;) {
-      const Node* n = nodes[i];
-      if (!n->may_alias || n->inputs.empty())
-        continue;
-      if (in_place)
-        observable_views_.insert(n);
-      bool escapes_here = false;
-      for (const Value* out : n->outputs)
-        escapes_here |= escapes.count(out) > 0;
-      if (!escapes_here)
-        continue;
-      escapes.insert(n->inputs.begin(), n->inputs.end());
-      const Value* root = root_of(n->inputs[0]);
-      escaping.emplace_back(n, root);
-      bool returned = false; // the end of a chain of views the user gets
-      for (const Value* out : n->outputs)
-        returned |= outputs.count(out) > 0;
-      views_of_root[root] += returned;
-    }
-    for (const auto& [n, root] : escaping) {
-      if (root->kind != ValueKind::kIntermediate || outputs.count(root) ||
-          views_of_root[root] > 1)
-        observable_views_.insert(n);
-    }
+    for (const auto& n : g.node_list())
+      pos_[n.get()] = kPosStep * pos++;
+    observable_views_ = observable_views(g);
   }
 
   void group_nodes() {
@@ -186,12 +143,118 @@ class Fusion {
       } else if (auto info = reduction_info(*n)) {
         add_reduction(n, *info);
       } else if (pointwise(*n) && !observable_views_.count(n)) {
-        const std::vector<Shared> shared = share_producers(n);
         add_pointwise(n);
-        for (const Shared& s : shared)
-          keep_or_undo(n, s);
       }
     }
+  }
+
+  // A cheap producer (fusion_share.h) that a pointwise group hands out only to
+  // other pointwise groups is cloned into each of them, and dropped from its
+  // own group where nothing there reads it: each kernel recomputes the mask
+  // instead of one storing it and the others loading it.
+  void share_producers() {
+    for (size_t gid = 0; gid < groups_.size(); ++gid) {
+      if (!groups_[gid].alive || groups_[gid].random ||
+          !groups_[gid].domain.reduce.empty())
+        continue;
+      for (Node* m : sorted(groups_[gid].members)) {
+        const auto it = group_of_.find(m); // not dropped by an earlier share
+        if (it != group_of_.end() && it->second == static_cast<int>(gid))
+          share(static_cast<int>(gid), m);
+      }
+    }
+  }
+
+  std::vector<Node*> sorted(std::vector<Node*> members) const {
+    std::sort(members.begin(), members.end(), [&](Node* a, Node* b) {
+      return pos_.at(a) < pos_.at(b);
+    });
+    return members;
+  }
+
+  // The members of group `gid` that `m`'s value is computed from, `m` last.
+  std::vector<Node*> slice_of(int gid, Node* m) const {
+    std::vector<Node*> slice = {m};
+    for (size_t i = 0; i < slice.size(); ++i)
+      for (const Value* in : slice[i]->inputs)
+        if (group_of(in) == gid &&
+            std::find(slice.begin(), slice.end(), in->producer) == slice.end())
+          slice.push_back(in->producer);
+    return sorted(slice);
+  }
+
+  void share(int gid, Node* m) {
+    Value* v = m->outputs[0];
+    std::vector<int> homes; // the consumers' groups
+    std::vector<Node*> users;
+    for (const Use& use : v->uses) {
+      const auto it = group_of_.find(use.user);
+      if (it != group_of_.end() && it->second == gid)
+        continue;
+      if (it == group_of_.end())
+        return; // an ATen call reads it: stored anyway
+      const Group& h = groups_[it->second];
+      if (h.random || !h.domain.reduce.empty() ||
+          !broadcasts_to(v->sizes, h.domain.sizes))
+        return;
+      users.push_back(use.user);
+      if (std::find(homes.begin(), homes.end(), it->second) == homes.end())
+        homes.push_back(it->second);
+    }
+    const std::vector<Node*> slice = slice_of(gid, m);
+    if (homes.empty() || !shareable_members(g_, slice))
+      return;
+    // The slice's other values stay inside the group (else they are stored).
+    for (const Node* s : slice)
+      for (const Use& use : s->outputs[0]->uses)
+        if (s != m &&
+            (!group_of_.count(use.user) || group_of_.at(use.user) != gid))
+          return;
+    for (int hid : homes) {
+      Node* first = nullptr; // the group's first reader of v
+      for (Node* u : users)
+        if (group_of_.at(u) == hid && (!first || pos_.at(u) < pos_.at(first)))
+          first = u;
+      std::unordered_map<const Value*, Value*> copy_of;
+      const std::vector<Node*> clones =
+          clone_members(g_, slice, first, copy_of);
+      for (size_t i = 0; i < clones.size(); ++i) {
+        pos_[clones[i]] = pos_.at(first) - kPosStep + 1 + i;
+        group_of_[clones[i]] = hid;
+        level_[clones[i]->outputs[0]] = Level::kFull;
+        groups_[hid].members.push_back(clones[i]);
+      }
+      for (Node* u : users)
+        if (group_of_.at(u) == hid)
+          for (size_t i = 0; i < u->inputs.size(); ++i)
+            if (u->inputs[i] == v)
+              g_.replace_input(u, i, copy_of.at(v));
+    }
+    // The originals nothing reads any more leave their group and the graph.
+    for (auto it = slice.rbegin(); it != slice.rend(); ++it) {
+      Node* s = *it;
+      if (!s->outputs[0]->uses.empty())
+        continue;
+      std::vector<Node*>& members = groups_[gid].members;
+      members.erase(std::find(members.begin(), members.end(), s));
+      groups_[gid].alive &= !members.empty();
+      group_of_.erase(s);
+      level_.erase(s->outputs[0]);
+      g_.erase_node(s);
+    }
+  }
+
+  static bool broadcasts_to(
+      const std::vector<int64_t>& s,
+      const std::vector<int64_t>& t) {
+    if (s.size() > t.size())
+      return false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const int64_t a = s[s.size() - 1 - i];
+      if (a != t[t.size() - 1 - i] && a != 1)
+        return false;
+    }
+    return true;
   }
 
   bool build() {
@@ -213,113 +276,6 @@ class Fusion {
   }
 
  private:
-  // A producer group cloned for consumer `n` (fusion_share.h): the clones, and
-  // the inputs of `n` that read them instead of the original values.
-  struct Shared {
-    std::vector<Node*> clones;
-    std::vector<std::pair<size_t, Value*>> rewired;
-  };
-
-  // Whether pointwise `n` should read its own copy of group `gid`: a cheap
-  // pointwise group (shareable_members) over values no group computes, whose
-  // outputs only pointwise nodes read, some of them after `n` (the last
-  // consumer takes the original), none before it (it would be stored anyway),
-  // at sizes that broadcast to n's.
-  bool worth_sharing(int gid, const Node* n) const {
-    const Group& grp = groups_[gid];
-    if (!grp.alive || grp.random || !grp.domain.reduce.empty())
-      return false;
-    const std::vector<int64_t>& s = grp.domain.sizes;
-    const std::vector<int64_t>& t = n->outputs[0]->sizes;
-    if (s.size() > t.size())
-      return false;
-    for (size_t i = 0; i < s.size(); ++i)
-      if (s[s.size() - 1 - i] != t[t.size() - 1 - i] &&
-          s[s.size() - 1 - i] != 1)
-        return false;
-    bool later = false;
-    for (const Node* m : grp.members) {
-      for (const Value* in : m->inputs)
-        if (group_of(in) >= 0 && group_of(in) != gid)
-          return false;
-      for (const Use& use : m->outputs[0]->uses) {
-        if (use.user == n ||
-            group_of_.count(use.user) && group_of_.at(use.user) == gid)
-          continue;
-        if (!pointwise(*use.user) || observable_views_.count(use.user) ||
-            pos_.at(use.user) < pos_.at(n))
-          return false;
-        later = true;
-      }
-    }
-    return later && shareable_members(g_, sorted(grp.members));
-  }
-
-  std::vector<Node*> sorted(std::vector<Node*> members) const {
-    std::sort(members.begin(), members.end(), [&](Node* a, Node* b) {
-      return pos_.at(a) < pos_.at(b);
-    });
-    return members;
-  }
-
-  // Clones each producer group of pointwise `n` that is worth sharing, makes
-  // `n` read the clones, and groups them (before `n` joins a group).
-  std::vector<Shared> share_producers(Node* n) {
-    std::vector<Shared> out;
-    std::vector<int> seen;
-    for (size_t k = 0; k < n->inputs.size(); ++k) {
-      const int gid = group_of(n->inputs[k]);
-      if (gid < 0 || std::find(seen.begin(), seen.end(), gid) != seen.end())
-        continue;
-      seen.push_back(gid);
-      if (!worth_sharing(gid, n))
-        continue;
-      const std::vector<Node*> members = sorted(groups_[gid].members);
-      std::unordered_map<const Value*, Value*> copy_of;
-      Shared s{clone_members(g_, members, n, copy_of), {}};
-      for (size_t i = 0; i < members.size(); ++i)
-        pos_[s.clones[i]] = pos_.at(members[i]);
-      for (size_t i = 0; i < n->inputs.size(); ++i) {
-        auto it = copy_of.find(n->inputs[i]);
-        if (it != copy_of.end()) {
-          s.rewired.emplace_back(i, n->inputs[i]);
-          g_.replace_input(n, i, it->second);
-        }
-      }
-      for (Node* c : s.clones)
-        add_pointwise(c);
-      out.push_back(std::move(s));
-    }
-    return out;
-  }
-
-  // Keeps the clones of `s` if they all joined n's group; else `n` reads the
-  // original values again and the clones are erased.
-  void keep_or_undo(Node* n, const Shared& s) {
-    const int home = group_of_.at(n);
-    bool kept = true;
-    for (const Node* c : s.clones)
-      kept &= group_of_.count(c) && group_of_.at(c) == home;
-    if (kept)
-      return;
-    for (const auto& [i, v] : s.rewired)
-      g_.replace_input(n, i, v);
-    for (auto it = s.clones.rbegin(); it != s.clones.rend(); ++it) {
-      Node* c = *it;
-      auto g = group_of_.find(c);
-      if (g != group_of_.end()) {
-        std::vector<Node*>& m = groups_[g->second].members;
-        m.erase(std::find(m.begin(), m.end(), c));
-        groups_[g->second].alive &= !m.empty();
-        group_of_.erase(g);
-      }
-      for (const Value* o : c->outputs)
-        level_.erase(o);
-      pos_.erase(c);
-      g_.erase_node(c);
-    }
-  }
-
   int group_of(const Value* v) const {
     if (!v->producer)
       return -1;
@@ -601,6 +557,7 @@ bool run(Graph& g, const PassOptions& options) {
     }
   Fusion f(g, options.fallback_random);
   f.group_nodes();
+  f.share_producers();
   return f.build();
 }
 

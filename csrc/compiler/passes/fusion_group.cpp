@@ -11,6 +11,51 @@
 
 namespace torch_plugin::compiler {
 
+std::unordered_set<const Node*> observable_views(const Graph& g) {
+  std::unordered_set<const Node*> observable;
+  bool in_place = false;
+  for (const auto& n : g.node_list())
+    in_place |= n->is_in_place();
+  std::unordered_set<const Value*> outputs(
+      g.outputs().begin(), g.outputs().end());
+  auto root_of = [&](const Value* v) {
+    while (v->kind == ValueKind::kIntermediate && v->producer &&
+           v->producer->may_alias && !v->producer->inputs.empty() &&
+           !outputs.count(v))
+      v = v->producer->inputs[0];
+    return v;
+  };
+  std::unordered_set<const Value*> escapes = outputs;
+  std::vector<std::pair<const Node*, const Value*>> escaping; // view, root
+  std::unordered_map<const Value*, int> views_of_root;
+  std::vector<Node*> nodes = g.nodes();
+  for (size_t i = nodes.size(); i-- > 0;) {
+    const Node* n = nodes[i];
+    if (!n->may_alias || n->inputs.empty())
+      continue;
+    if (in_place)
+      observable.insert(n);
+    bool escapes_here = false;
+    for (const Value* out : n->outputs)
+      escapes_here |= escapes.count(out) > 0;
+    if (!escapes_here)
+      continue;
+    escapes.insert(n->inputs.begin(), n->inputs.end());
+    const Value* root = root_of(n->inputs[0]);
+    escaping.emplace_back(n, root);
+    bool returned = false; // the end of a chain of views the user gets
+    for (const Value* out : n->outputs)
+      returned |= outputs.count(out) > 0;
+    views_of_root[root] += returned;
+  }
+  for (const auto& [n, root] : escaping) {
+    if (root->kind != ValueKind::kIntermediate || outputs.count(root) ||
+        views_of_root[root] > 1)
+      observable.insert(n);
+  }
+  return observable;
+}
+
 Node* make_fused_node(
     Graph& g,
     const std::vector<Node*>& members,

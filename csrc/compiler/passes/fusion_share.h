@@ -1,9 +1,10 @@
-// fusion_share.h: the fusion pass's shared producers (passes/fusion.cpp). A
-// cheap pointwise group with several consumers (an attention mask built by
-// comparisons and where from a small input; `x > 0` read by two kernels) is
-// recomputed inside each consumer's kernel instead of stored once and read by
-// each: the pass clones its ops for every consumer but the last, and keeps a
-// clone only where it joined its consumer's group.
+// fusion_share.h: the fusion pass's shared producers (passes/fusion.cpp). After
+// grouping, a cheap value that one pointwise group hands out to other
+// pointwise groups (an attention mask built by comparisons from a small
+// input; `x > 0` read by two kernels that a matrix product keeps apart) is
+// recomputed inside each consumer's kernel instead of stored once and loaded
+// by each: the pass clones the ops it is computed from into each consumer
+// group, and drops them from their own group where nothing there reads them.
 #pragma once
 
 #include "ir/ir.h"
@@ -26,7 +27,7 @@ inline constexpr size_t kMaxSharedInputs = 2;
 // transcendental function, no random op, no reduction.
 bool cheap_to_recompute(const Node& n);
 
-// Whether recomputing `members` (a pointwise group in graph order) in each
+// Whether recomputing `members` (ops of a pointwise group in graph order) in each
 // consumer removes a store and a load: every member cheap, at most
 // kMaxSharedOps of them and kMaxSharedInputs inputs from outside, no member
 // output a graph output, and each value the group hands out at least as

@@ -26,10 +26,11 @@ def attention_masks(mask, s1, s2):
     return torch.where(keep, s1, -1e4), torch.where(keep, s2, 0.0) * 2
 
 
-def positive_part_twice(x, y):
-    """`x > 0` read by two kernels of the same sizes."""
+def positive_part_twice(x, w):
+    """`x > 0` read by two kernels of the same sizes, which a matrix product keeps apart."""
     m = x > 0
-    return torch.where(m, x, 0.0) * 3, torch.where(m, y, -1.0) + 1
+    a = torch.where(m, x, 0.0) * 3
+    return a, torch.where(m, a @ w, -1.0) + 1
 
 
 def _inputs(fn, device, dtype, gen):
@@ -38,9 +39,9 @@ def _inputs(fn, device, dtype, gen):
         s = [torch.randn(2, 4, 24, 24, generator=gen).to(dtype) for _ in range(2)]
         s[0].view(-1)[:3] = torch.tensor([float("nan"), -0.0, float("inf")]).to(dtype)
         return [t.to(device) for t in (mask, *s)]
-    x, y = (torch.randn(33, 65, generator=gen).to(dtype) for _ in range(2))
+    x, w = torch.randn(33, 64, generator=gen).to(dtype), torch.eye(64).to(dtype)
     x.view(-1)[:3] = torch.tensor([float("nan"), -0.0, 0.0]).to(dtype)
-    return [x.to(device), y.to(device)]
+    return [x.to(device), w.to(device)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
