@@ -22,6 +22,7 @@ side by side in one process: the first call (compile, caches as found) and the m
     python3 benchmarks/fused_kernels.py [--runs 20] [--threads N]
     python3 benchmarks/fused_kernels.py --cpu-time [--runs 20]
     python3 benchmarks/fused_kernels.py --single-ops [--runs 20]
+    python3 benchmarks/fused_kernels.py --device cuda --only shared_mask
 
 ``--cpu-time``: the same cases on one thread, timed as process CPU time (minimum over
 ``--runs`` calls).
@@ -74,10 +75,11 @@ def shared_mask_bcast(mask, s1, s2, keep_mask=False):
     return (*out, keep) if keep_mask else out
 
 
-def shared_mask_same(x, y, keep_mask=False):
-    """``x > 0`` read by two kernels of x's sizes."""
+def shared_mask_same(x, w, keep_mask=False):
+    """``x > 0`` read by two kernels of x's sizes that a matrix product keeps apart."""
     m = x > 0
-    out = (torch.where(m, x, 0.0) * 3, torch.where(m, y, -1.0) + 1)
+    a = torch.where(m, x, 0.0) * 3
+    out = (a, torch.where(m, a @ w, -1.0) + 1)
     return (*out, m) if keep_mask else out
 
 
@@ -89,7 +91,7 @@ def cases() -> dict:
         torch.randn(8, 12, 128, 128),
         torch.randn(8, 12, 128, 128),
     )
-    same = (torch.randn(4096, 1024), torch.randn(4096, 1024))
+    same = (torch.randn(4096, 256), torch.randn(256, 256))
     return {
         "bert_layer (1x128x768)": (
             BertLayerNoAttention().eval(),
@@ -104,7 +106,7 @@ def cases() -> dict:
             lambda *a: shared_mask_bcast(*a, keep_mask=True),
             bcast,
         ),
-        "shared_mask_same (4096x1024)": (shared_mask_same, same),
+        "shared_mask_same (4096x256)": (shared_mask_same, same),
         "shared_mask_same, mask returned": (
             lambda *a: shared_mask_same(*a, keep_mask=True),
             same,
@@ -164,17 +166,25 @@ def single_ops(runs: int) -> None:
 CPU_TIME = False  # --cpu-time: one thread, process CPU time, minimum instead of median
 
 
+def _sync() -> None:
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def measure(fn, args, runs: int) -> tuple[float, float]:
     t0 = time.perf_counter()
     fn(*args)
+    _sync()
     first = time.perf_counter() - t0
     for _ in range(3):
         fn(*args)
     clock = time.process_time if CPU_TIME else time.perf_counter
     times = []
     for _ in range(runs):
+        _sync()
         t0 = clock()
         fn(*args)
+        _sync()
         times.append(clock() - t0)
     return first, (min(times) if CPU_TIME else statistics.median(times))
 
@@ -185,6 +195,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--single-ops", action="store_true")
     p.add_argument("--cpu-time", action="store_true")
+    p.add_argument("--device", default="cpu", help="cuda: the cases on the GPU (wall clock)")
+    p.add_argument("--only", default="", help="run the cases whose name contains this")
     a = p.parse_args()
     global CPU_TIME
     CPU_TIME = a.cpu_time
@@ -209,6 +221,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     with torch.no_grad():
         for name, (fn, args) in cases().items():
+            if a.only not in name:
+                continue
+            args = tuple(t.to(a.device) for t in args)
+            if isinstance(fn, torch.nn.Module):
+                fn = fn.to(a.device)
             want = fn(*args)
             _, eager_ms = measure(fn, args, a.runs)
             print(f"| {name} | eager | {eager_ms * 1e3:.3f} | 1.00 | - | - |")
