@@ -27,8 +27,8 @@ inline constexpr size_t kMaxSharedInputs = 2;
 // transcendental function, no random op, no reduction.
 bool cheap_to_recompute(const Node& n);
 
-// Whether recomputing `members` (ops of a pointwise group in graph order) in each
-// consumer removes a store and a load: every member cheap, at most
+// Whether recomputing `members` (ops of a pointwise group in graph order) in
+// each consumer removes a store and a load: every member cheap, at most
 // kMaxSharedOps of them and kMaxSharedInputs inputs from outside, no member
 // output a graph output, and each value the group hands out at least as
 // large (in elements) as each of its inputs.
