@@ -9,6 +9,9 @@ Cases (fp32, inference, random weights):
   scores; scale and mask fused into the softmax kernel).
 - ``rms_norm``: ``F.rms_norm(x, (768,), w)`` on ``[8, 128, 768]`` (decomposed by PyTorch into
   pow/mean/add/rsqrt/mul/mul: one generated kernel).
+- ``shared_mask_bcast`` / ``shared_mask_same``: a mask (comparisons) read by two kernels,
+  recomputed in each; the ``mask returned`` rows return it too, so it is stored once and read
+  by each kernel (the plan before the fusion pass shared producers).
 
 For each case and backend (eager, ``optimize("inductor")``, ``optimize("plugin")``, and
 ``optimize("plugin")`` with ``TORCH_PLUGIN_FUSION=0``: the same graph with reductions and
@@ -19,6 +22,7 @@ side by side in one process: the first call (compile, caches as found) and the m
     python3 benchmarks/fused_kernels.py [--runs 20] [--threads N]
     python3 benchmarks/fused_kernels.py --cpu-time [--runs 20]
     python3 benchmarks/fused_kernels.py --single-ops [--runs 20]
+    python3 benchmarks/fused_kernels.py --device cuda --only shared_mask
 
 ``--cpu-time``: the same cases on one thread, timed as process CPU time (minimum over
 ``--runs`` calls).
@@ -64,9 +68,30 @@ def rms_case(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, (768,), w, 1e-6)
 
 
+def shared_mask_bcast(mask, s1, s2, keep_mask=False):
+    """A [B, 1, 1, S] padding mask applied to two score tensors (two kernels)."""
+    keep = (mask > 0.5) & (mask < 2.0)
+    out = (torch.where(keep, s1, -1e4), torch.where(keep, s2, 0.0) * 2)
+    return (*out, keep) if keep_mask else out
+
+
+def shared_mask_same(x, w, keep_mask=False):
+    """``x > 0`` read by two kernels of x's sizes that a matrix product keeps apart."""
+    m = x > 0
+    a = torch.where(m, x, 0.0) * 3
+    out = (a, torch.where(m, a @ w, -1.0) + 1)
+    return (*out, m) if keep_mask else out
+
+
 def cases() -> dict:
     mask = torch.zeros(128, 128)
     mask[:, 100:] = -10000.0
+    bcast = (
+        (torch.rand(8, 1, 1, 128) < 0.8).float(),
+        torch.randn(8, 12, 128, 128),
+        torch.randn(8, 12, 128, 128),
+    )
+    same = (torch.randn(4096, 256), torch.randn(256, 256))
     return {
         "bert_layer (1x128x768)": (
             BertLayerNoAttention().eval(),
@@ -74,6 +99,18 @@ def cases() -> dict:
         ),
         "softmax (8x12x128x128)": (softmax_case, (torch.randn(8, 12, 128, 128), mask)),
         "rms_norm (8x128x768)": (rms_case, (torch.randn(8, 128, 768), torch.randn(768))),
+        # A mask read by two kernels is recomputed in each (passes/fusion_share.h); returned
+        # as well, it is stored once and read by each (the plan before issue #27's sharing).
+        "shared_mask_bcast (8x12x128x128)": (shared_mask_bcast, bcast),
+        "shared_mask_bcast, mask returned": (
+            lambda *a: shared_mask_bcast(*a, keep_mask=True),
+            bcast,
+        ),
+        "shared_mask_same (4096x256)": (shared_mask_same, same),
+        "shared_mask_same, mask returned": (
+            lambda *a: shared_mask_same(*a, keep_mask=True),
+            same,
+        ),
     }
 
 
@@ -129,17 +166,25 @@ def single_ops(runs: int) -> None:
 CPU_TIME = False  # --cpu-time: one thread, process CPU time, minimum instead of median
 
 
+def _sync() -> None:
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def measure(fn, args, runs: int) -> tuple[float, float]:
     t0 = time.perf_counter()
     fn(*args)
+    _sync()
     first = time.perf_counter() - t0
     for _ in range(3):
         fn(*args)
     clock = time.process_time if CPU_TIME else time.perf_counter
     times = []
     for _ in range(runs):
+        _sync()
         t0 = clock()
         fn(*args)
+        _sync()
         times.append(clock() - t0)
     return first, (min(times) if CPU_TIME else statistics.median(times))
 
@@ -150,6 +195,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--single-ops", action="store_true")
     p.add_argument("--cpu-time", action="store_true")
+    p.add_argument("--device", default="cpu", help="cuda: the cases on the GPU (wall clock)")
+    p.add_argument("--only", default="", help="run the cases whose name contains this")
     a = p.parse_args()
     global CPU_TIME
     CPU_TIME = a.cpu_time
@@ -174,6 +221,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     with torch.no_grad():
         for name, (fn, args) in cases().items():
+            if a.only not in name:
+                continue
+            args = tuple(t.to(a.device) for t in args)
+            if isinstance(fn, torch.nn.Module):
+                fn = fn.to(a.device)
             want = fn(*args)
             _, eager_ms = measure(fn, args, a.runs)
             print(f"| {name} | eager | {eager_ms * 1e3:.3f} | 1.00 | - | - |")
@@ -182,7 +234,9 @@ def main() -> None:
                 torch_plugin.reset()  # recompile: the options are read at compile time
                 opt = torch_plugin.optimize(backend.split()[0])(fn)
                 first, med = measure(opt, args, a.runs)
-                err = (opt(*args) - want).abs().max().item()
+                got = opt(*args)
+                pairs = zip(got, want) if isinstance(want, tuple) else [(got, want)]
+                err = max((g.double() - w.double()).abs().max().item() for g, w in pairs)
                 print(
                     f"| {name} | {backend} | {med * 1e3:.3f} | {eager_ms / med:.2f} | "
                     f"{first:.2f} | {err:.1e} |"

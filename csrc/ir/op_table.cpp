@@ -60,8 +60,9 @@ std::vector<OpInfo> make_table() {
        K::kGelu},
       // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), ATen's GeluType::Tanh.
       {"tanh",
-       "(0.5f * $0 * (1.0f + tp_tanh(0.79788456080286535588f * ($0 + 0.044715f * $0 * $0 * "
-       "$0))))",
+       // x^3 first, then times kappa, as ATen's kernels (CPU and CUDA).
+       "(0.5f * $0 * (1.0f + tp_tanh(0.79788456080286535588f * ($0 + 0.044715f * ($0 * $0 * "
+       "$0)))))",
        K::kGeluTanh},
   };
   const Combine S = Combine::kSum, M = Combine::kMax;
@@ -82,7 +83,9 @@ std::vector<OpInfo> make_table() {
       pointwise("aten::alias", "$0"),
       pointwise("aten::relu", "tp_max($0, 0.0f)", K::kRelu),
       pointwise("aten::sigmoid", "tp_sigmoid($0)", K::kSigmoid),
-      pointwise("aten::silu", "($0 * tp_sigmoid($0))", K::kSilu),
+      // x / (1 + exp(-x)): ATen's CUDA silu_kernel and CPU vectorized kernel
+      // (x * sigmoid(x) differs in the last bit in a quarter of the values).
+      pointwise("aten::silu", "($0 / (1.0f + tp_exp(-$0)))", K::kSilu),
       pointwise("aten::tanh", "tp_tanh($0)", K::kTanh),
       pointwise("aten::exp", "tp_exp($0)"),
       pointwise("aten::log", "tp_log($0)"),

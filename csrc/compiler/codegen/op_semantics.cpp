@@ -84,6 +84,49 @@ std::optional<double> const_number(const Node& n, size_t i) {
   return std::nullopt;
 }
 
+// Constant number arguments that ATen's kernels round to a bfloat16/float16
+// result's dtype before computing in float: the wrapped number is cast to the
+// common dtype (TensorIterator) and read as scalar_t, or the kernel converts
+// it with Scalar::to<scalar_t>(). Measured against eager on both devices
+// (torch 2.11; docs/internals/cuda_kernels.md, "Numerics against ATen"):
+// fmod, remainder and pow round the scalar on both; add/sub/rsub (other and
+// alpha) on the CPU only (CUDA's opmath kernels read the original scalar);
+// threshold's bound on CUDA only. Other scalars (mul, div, the activations'
+// parameters) stay float, as ATen's opmath.
+std::vector<size_t> narrowed_scalar_args(const Node& n) {
+  if (n.outputs.size() != 1)
+    return {};
+  const c10::ScalarType t = n.outputs[0]->dtype;
+  if (t != c10::ScalarType::BFloat16 && t != c10::ScalarType::Half)
+    return {};
+  const bool cuda = n.outputs[0]->device.is_cuda();
+  if (n.op == "aten::pow")
+    return {0, 1}; // pow.Scalar's base, pow.Tensor_Scalar's exponent
+  if (n.op == "aten::fmod" || n.op == "aten::remainder")
+    return {0, 1};
+  // A constant self (rsub arrives as sub.Tensor(0.1, x)), other, alpha.
+  if (n.op == "aten::add" || n.op == "aten::sub" || n.op == "aten::rsub")
+    return cuda ? std::vector<size_t>{} : std::vector<size_t>{0, 1, 2};
+  if (n.op == "aten::threshold") // CPU compares in float, CUDA in scalar_t
+    return cuda ? std::vector<size_t>{1, 2} : std::vector<size_t>{2};
+  return {};
+}
+
+// The float literal of `v` rounded to `t` (bfloat16 or float16).
+std::string narrow_literal(double v, c10::ScalarType t) {
+  const float f = t == c10::ScalarType::BFloat16
+      ? static_cast<float>(c10::BFloat16(static_cast<float>(v)))
+      : static_cast<float>(c10::Half(static_cast<float>(v)));
+  if (std::isnan(f))
+    return "TP_NAN";
+  if (std::isinf(f))
+    return f > 0 ? "TP_INF" : "(-TP_INF)";
+  std::ostringstream os;
+  os.precision(9);
+  os << std::scientific << f << "f";
+  return std::signbit(f) ? "(" + os.str() + ")" : os.str();
+}
+
 // The floating-point ops whose expression depends on more than the template
 // (issue #27): the expression, "" when this use has none (the op falls back),
 // or nullopt when the template applies.
@@ -140,14 +183,30 @@ std::optional<std::string> special_case(
     const auto* d = std::get_if<int64_t>(&v);
     if (!d || *d > 38 || *d < -38)
       return std::string();
-    std::ostringstream p;
-    p.precision(9);
-    p << std::scientific
-      << static_cast<float>(std::pow(10.0, std::abs(static_cast<double>(*d))))
-      << "f";
+    const float ten_pow =
+        static_cast<float>(std::pow(10.0, std::abs(static_cast<double>(*d))));
+    // ATen's CUDA kernel computes a bfloat16/float16 tensor in scalar_t: 10^d
+    // and the product (quotient) are rounded to the dtype before nearbyint;
+    // the CPU kernel computes in float.
+    const c10::ScalarType t =
+        n.outputs.empty() ? c10::ScalarType::Float : n.outputs[0]->dtype;
+    const bool narrow = n.outputs.size() == 1 &&
+        n.outputs[0]->device.is_cuda() &&
+        (t == c10::ScalarType::BFloat16 || t == c10::ScalarType::Half);
+    const std::string p = narrow ? narrow_literal(ten_pow, t) : [&] {
+      std::ostringstream os;
+      os.precision(9);
+      os << std::scientific << ten_pow << "f";
+      return os.str();
+    }();
+    const std::string round_fn = !narrow ? ""
+        : t == c10::ScalarType::BFloat16 ? "tp_round_bf16"
+                                         : "tp_round_f16";
+    const std::string q =
+        round_fn + "(" + x.at(0) + (*d >= 0 ? " * " : " / ") + p + ")";
     if (*d >= 0)
-      return "(tp_round(" + x.at(0) + " * " + p.str() + ") / " + p.str() + ")";
-    return "(tp_round(" + x.at(0) + " / " + p.str() + ") * " + p.str() + ")";
+      return "(tp_round(" + q + ") / " + p + ")";
+    return "(tp_round(" + q + ") * " + p + ")";
   }
   if (name == "aten::div.Tensor_mode" || name == "aten::div.Scalar_mode") {
     if (n.args.size() < 3)
@@ -309,10 +368,15 @@ bool is_fusible_pointwise(const Node& n) {
 
 std::optional<std::string> pointwise_expression(
     const Node& n,
-    const std::vector<std::string>& operands) {
+    const std::vector<std::string>& given) {
   const char* t = pointwise_template(n);
   if (!t)
     return std::nullopt;
+  std::vector<std::string> operands = given;
+  for (size_t i : narrowed_scalar_args(n))
+    if (i < operands.size() && n.args[i].kind == Arg::Kind::kConst)
+      if (const auto v = const_number(n, i))
+        operands[i] = narrow_literal(*v, n.outputs[0]->dtype);
   if (n.qualified_name() == "aten::pow.Tensor_Scalar") {
     // tp_pow is a scalar libm call on the CPU (20-40 ns) that keeps the loop
     // from vectorizing; these exponents are exact as products/roots (as ATen's
@@ -324,6 +388,13 @@ std::optional<std::string> pointwise_expression(
         : std::holds_alternative<double>(e)
         ? std::get<double>(e)
         : std::numeric_limits<double>::quiet_NaN();
+    // ATen picks the special case from the exponent in a bf16/fp16 dtype.
+    const c10::ScalarType out = n.outputs.at(0)->dtype;
+    if (out == c10::ScalarType::BFloat16)
+      exponent =
+          static_cast<float>(c10::BFloat16(static_cast<float>(exponent)));
+    else if (out == c10::ScalarType::Half)
+      exponent = static_cast<float>(c10::Half(static_cast<float>(exponent)));
     const std::string& x = operands.at(0);
     if (exponent == 1.0)
       return x;

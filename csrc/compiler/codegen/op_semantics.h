@@ -124,6 +124,15 @@ bool typed_pointwise_supported(const Node& n);
 // fp32 expression (pointwise_expression). Only float nodes join reduction
 // groups, whose kernels compute in fp32.
 bool is_float_pointwise(const Node& n);
+// Tensor.view(dtype) (aten::view.dtype) inside a kernel: the value `x`
+// (compute type of `from`) with its bits read as dtype `to`. Exact pairs
+// only: float32 <-> int32, float64 <-> int64, int16 -> bfloat16/float16,
+// uint8 <-> int8, bool -> uint8/int8, and the identity; nullopt otherwise
+// (op_semantics_bitcast.cpp).
+std::optional<TypedExpr> bitcast_expr(
+    const TypedExpr& x,
+    c10::ScalarType from,
+    c10::ScalarType to);
 // Why aten::view.dtype node `n` (a bitcast) does not become part of a
 // generated kernel (elements of different sizes, a bfloat16/float16 source,
 // a bool target); nullopt when it does, or `n` is not a view.dtype.
@@ -132,7 +141,8 @@ std::optional<std::string> bitcast_fallback_reason(const Node& n);
 // TP_FN (the function qualifiers), the tp_* typedefs, TP_INF, TP_NAN,
 // tpt_f32_bits(float) -> unsigned int, tpt_f64_bits(double) -> unsigned long
 // long, tpt_fmodf/tpt_floorf/tpt_truncf/tpt_fabsf and the double versions
-// tpt_fmod_d/tpt_floor_d/tpt_trunc_d/tpt_fabs_d, then appends this.
+// tpt_fmod_d/tpt_floor_d/tpt_trunc_d/tpt_fabs_d, then appends this
+// (op_semantics_typed_helpers.cpp).
 const std::string& typed_helpers_source();
 
 } // namespace torch_plugin::compiler

@@ -46,8 +46,12 @@
 // (codegen/random_ops.h, unless PassOptions::fallback_random) starts a group of
 // its own, a kernel even alone, which never joins a reduction nor is computed
 // at a broadcast consumer's sizes (each element's number is its own).
+// After grouping, a cheap producer that one pointwise group hands out to
+// other pointwise groups (a mask) is cloned into each of them
+// (fusion_share.h): each kernel recomputes it instead of loading it.
 #include "compiler/passes/fusion_group.h"
 #include "compiler/passes/fusion_reduction.h"
+#include "compiler/passes/fusion_share.h"
 #include "compiler/passes/pass.h"
 
 #include "compiler/codegen/op_semantics.h"
@@ -69,6 +73,10 @@ namespace torch_plugin::compiler {
 namespace {
 
 using namespace fusion_detail;
+
+// Node positions are multiples of this, so that the clones of a shared
+// producer (at most kMaxSharedOps) sort just before their consumer.
+constexpr size_t kPosStep = 8;
 
 struct Group {
   std::vector<Node*> members;
@@ -120,56 +128,9 @@ class Fusion {
   explicit Fusion(Graph& g, bool fallback_random = false)
       : g_(g), fallback_random_(fallback_random) {
     size_t pos = 0;
-    bool in_place = false;
-    for (const auto& n : g.node_list()) {
-      pos_[n.get()] = pos++;
-      in_place |= n->is_in_place();
-    }
-    // Views (may_alias nodes: aten::alias, view.dtype) whose aliasing a user
-    // can observe stay out of groups, whose outputs are new buffers: in a
-    // graph that writes in place, every view; else a view that escapes (a
-    // graph output, or read by a view that escapes) over a base the user also
-    // holds: its root through views is a graph input, a constant or a graph
-    // output, or the root of another view returned. `y = x * 2; return y,
-    // y.detach()` must return two names for one buffer, as eager does; a
-    // lone view of a temporary nobody else holds may become a copy.
-    std::unordered_set<const Value*> outputs(
-        g.outputs().begin(), g.outputs().end());
-    auto root_of = [&](const Value* v) {
-      while (v->kind == ValueKind::kIntermediate && v->producer &&
-             v->producer->may_alias && !v->producer->inputs.empty() &&
-             !outputs.count(v))
-        v = v->producer->inputs[0];
-      return v;
-    };
-    std::unordered_set<const Value*> escapes = outputs;
-    std::vector<std::pair<const Node*, const Value*>> escaping; // view, root
-    std::unordered_map<const Value*, int> views_of_root;
-    std::vector<Node*> nodes = g.nodes();
-    for (size_t i = nodes.size(); i-- > 0;) {
-      const Node* n = nodes[i];
-      if (!n->may_alias || n->inputs.empty())
-        continue;
-      if (in_place)
-        observable_views_.insert(n);
-      bool escapes_here = false;
-      for (const Value* out : n->outputs)
-        escapes_here |= escapes.count(out) > 0;
-      if (!escapes_here)
-        continue;
-      escapes.insert(n->inputs.begin(), n->inputs.end());
-      const Value* root = root_of(n->inputs[0]);
-      escaping.emplace_back(n, root);
-      bool returned = false; // the end of a chain of views the user gets
-      for (const Value* out : n->outputs)
-        returned |= outputs.count(out) > 0;
-      views_of_root[root] += returned;
-    }
-    for (const auto& [n, root] : escaping) {
-      if (root->kind != ValueKind::kIntermediate || outputs.count(root) ||
-          views_of_root[root] > 1)
-        observable_views_.insert(n);
-    }
+    for (const auto& n : g.node_list())
+      pos_[n.get()] = kPosStep * pos++;
+    observable_views_ = observable_views(g);
   }
 
   void group_nodes() {
@@ -185,6 +146,115 @@ class Fusion {
         add_pointwise(n);
       }
     }
+  }
+
+  // A cheap producer (fusion_share.h) that a pointwise group hands out only to
+  // other pointwise groups is cloned into each of them, and dropped from its
+  // own group where nothing there reads it: each kernel recomputes the mask
+  // instead of one storing it and the others loading it.
+  void share_producers() {
+    for (size_t gid = 0; gid < groups_.size(); ++gid) {
+      if (!groups_[gid].alive || groups_[gid].random ||
+          !groups_[gid].domain.reduce.empty())
+        continue;
+      for (Node* m : sorted(groups_[gid].members)) {
+        const auto it = group_of_.find(m); // not dropped by an earlier share
+        if (it != group_of_.end() && it->second == static_cast<int>(gid))
+          share(static_cast<int>(gid), m);
+      }
+    }
+  }
+
+  std::vector<Node*> sorted(std::vector<Node*> members) const {
+    std::sort(members.begin(), members.end(), [&](Node* a, Node* b) {
+      return pos_.at(a) < pos_.at(b);
+    });
+    return members;
+  }
+
+  // The members of group `gid` that `m`'s value is computed from, `m` last.
+  std::vector<Node*> slice_of(int gid, Node* m) const {
+    std::vector<Node*> slice = {m};
+    for (size_t i = 0; i < slice.size(); ++i)
+      for (const Value* in : slice[i]->inputs)
+        if (group_of(in) == gid &&
+            std::find(slice.begin(), slice.end(), in->producer) == slice.end())
+          slice.push_back(in->producer);
+    return sorted(slice);
+  }
+
+  void share(int gid, Node* m) {
+    Value* v = m->outputs[0];
+    std::vector<int> homes; // the consumers' groups
+    std::vector<Node*> users;
+    for (const Use& use : v->uses) {
+      const auto it = group_of_.find(use.user);
+      if (it != group_of_.end() && it->second == gid)
+        continue;
+      if (it == group_of_.end())
+        return; // an ATen call reads it: stored anyway
+      const Group& h = groups_[it->second];
+      if (h.random || !h.domain.reduce.empty() ||
+          !broadcasts_to(v->sizes, h.domain.sizes))
+        return;
+      users.push_back(use.user);
+      if (std::find(homes.begin(), homes.end(), it->second) == homes.end())
+        homes.push_back(it->second);
+    }
+    const std::vector<Node*> slice = slice_of(gid, m);
+    if (homes.empty() || !shareable_members(g_, slice))
+      return;
+    // The slice's other values stay inside the group (else they are stored).
+    for (const Node* s : slice)
+      for (const Use& use : s->outputs[0]->uses)
+        if (s != m &&
+            (!group_of_.count(use.user) || group_of_.at(use.user) != gid))
+          return;
+    for (int hid : homes) {
+      Node* first = nullptr; // the group's first reader of v
+      for (Node* u : users)
+        if (group_of_.at(u) == hid && (!first || pos_.at(u) < pos_.at(first)))
+          first = u;
+      std::unordered_map<const Value*, Value*> copy_of;
+      const std::vector<Node*> clones =
+          clone_members(g_, slice, first, copy_of);
+      for (size_t i = 0; i < clones.size(); ++i) {
+        pos_[clones[i]] = pos_.at(first) - kPosStep + 1 + i;
+        group_of_[clones[i]] = hid;
+        level_[clones[i]->outputs[0]] = Level::kFull;
+        groups_[hid].members.push_back(clones[i]);
+      }
+      for (Node* u : users)
+        if (group_of_.at(u) == hid)
+          for (size_t i = 0; i < u->inputs.size(); ++i)
+            if (u->inputs[i] == v)
+              g_.replace_input(u, i, copy_of.at(v));
+    }
+    // The originals nothing reads any more leave their group and the graph.
+    for (auto it = slice.rbegin(); it != slice.rend(); ++it) {
+      Node* s = *it;
+      if (!s->outputs[0]->uses.empty())
+        continue;
+      std::vector<Node*>& members = groups_[gid].members;
+      members.erase(std::find(members.begin(), members.end(), s));
+      groups_[gid].alive &= !members.empty();
+      group_of_.erase(s);
+      level_.erase(s->outputs[0]);
+      g_.erase_node(s);
+    }
+  }
+
+  static bool broadcasts_to(
+      const std::vector<int64_t>& s,
+      const std::vector<int64_t>& t) {
+    if (s.size() > t.size())
+      return false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const int64_t a = s[s.size() - 1 - i];
+      if (a != t[t.size() - 1 - i] && a != 1)
+        return false;
+    }
+    return true;
   }
 
   bool build() {
@@ -456,70 +526,11 @@ class Fusion {
   }
 
   Node* make_group(const Group& grp, int index) {
-    const std::vector<Node*>& members = grp.members;
-    std::unordered_set<const Node*> in_group(members.begin(), members.end());
-    std::vector<Value*> inputs;
-    std::unordered_map<const Value*, Value*> inner; // outer value -> body value
-    auto body = std::make_shared<Graph>();
-    for (Node* m : members) {
-      for (Value* in : m->inputs) {
-        if ((in->producer && in_group.count(in->producer)) || inner.count(in))
-          continue;
-        inputs.push_back(in);
-        inner[in] =
-            body->add_input(in->dtype, in->sizes, in->strides, in->device);
-      }
-    }
-    std::vector<Value*> outputs;
-    std::vector<Value*> body_outputs;
-    for (Node* m : members) {
-      std::vector<Value*> ins;
-      for (Value* in : m->inputs)
-        ins.push_back(inner.at(in));
-      Node* c = body->create_node(
-          m->op, m->overload, ins, m->args, m->outputs.size());
-      c->attrs["level"] = std::string(level_name(level_.at(m->outputs[0])));
-      for (size_t i = 0; i < m->outputs.size(); ++i) {
-        const Value* o = m->outputs[i];
-        Graph::set_type(
-            c->outputs[i], o->dtype, o->sizes, o->strides, o->device);
-        inner[o] = c->outputs[i];
-        bool external = g_.is_output(o);
-        for (const Use& use : o->uses)
-          external |= !in_group.count(use.user);
-        if (external) {
-          outputs.push_back(m->outputs[i]);
-          body_outputs.push_back(c->outputs[i]);
-        }
-      }
-    }
-    body->set_outputs(body_outputs);
-    std::vector<Arg> args;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      args.push_back(Arg::tensor(static_cast<int64_t>(i)));
-    Node* node = g_.create_node(
-        "torch_plugin::fused",
-        "default",
-        inputs,
-        args,
-        outputs.size(),
-        members.back());
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const Value* o = outputs[i];
-      Graph::set_type(
-          node->outputs[i], o->dtype, o->sizes, o->strides, o->device);
-    }
-    node->body = body;
-    node->attrs["name"] = std::string("fused_") + std::to_string(index);
-    if (!grp.domain.reduce.empty()) {
-      node->attrs["domain"] = grp.domain.sizes;
-      node->attrs["reduce_dims"] = grp.domain.reduce;
-    }
-    for (size_t i = 0; i < outputs.size(); ++i)
-      g_.replace_all_uses(outputs[i], node->outputs[i]);
-    for (auto it = members.rbegin(); it != members.rend(); ++it)
-      g_.erase_node(*it);
-    return node;
+    std::vector<std::string> levels;
+    for (const Node* m : grp.members)
+      levels.emplace_back(level_name(level_.at(m->outputs[0])));
+    return make_fused_node(
+        g_, grp.members, levels, grp.domain.sizes, grp.domain.reduce, index);
   }
 
   Graph& g_;
@@ -546,48 +557,11 @@ bool run(Graph& g, const PassOptions& options) {
     }
   Fusion f(g, options.fallback_random);
   f.group_nodes();
+  f.share_producers();
   return f.build();
 }
 
 } // namespace
-
-void unfuse_group(Graph& g, Node* group) {
-  TORCH_CHECK(
-      group && group->owner == &g && group->op == "torch_plugin::fused" &&
-          group->body,
-      "unfuse_group: not a fusion group of this graph");
-  const Graph& body = *group->body;
-  TORCH_CHECK(
-      body.inputs().size() == group->inputs.size() &&
-          body.outputs().size() == group->outputs.size(),
-      "unfuse_group: ",
-      group->str_attr("name", "fused"),
-      ": body and node disagree on inputs or outputs");
-  std::unordered_map<const Value*, Value*> outer; // body value -> graph value
-  for (size_t i = 0; i < body.inputs().size(); ++i)
-    outer[body.inputs()[i]] = group->inputs[i];
-  for (const auto& owned : body.node_list()) {
-    const Node& b = *owned;
-    std::vector<Value*> ins;
-    for (const Value* in : b.inputs)
-      ins.push_back(outer.at(in));
-    Node* n = g.create_node(
-        b.op, b.overload, std::move(ins), b.args, b.outputs.size(), group);
-    n->may_alias = b.may_alias;
-    for (const auto& [name, value] : b.attrs) {
-      if (name != "level")
-        n->attrs[name] = value;
-    }
-    for (size_t i = 0; i < b.outputs.size(); ++i) {
-      const Value* o = b.outputs[i];
-      Graph::set_type(n->outputs[i], o->dtype, o->sizes, o->strides, o->device);
-      outer[o] = n->outputs[i];
-    }
-  }
-  for (size_t i = 0; i < group->outputs.size(); ++i)
-    g.replace_all_uses(group->outputs[i], outer.at(body.outputs()[i]));
-  g.erase_node(group);
-}
 
 const PassInfo kFusion = {
     "fusion",

@@ -405,5 +405,61 @@ TEST(OpHelpers, FallbackReasons) {
   EXPECT_FALSE(pointwise_fallback_reason(*sin).has_value());
 }
 
+// The expression of `op.overload`(x, consts...) with a `dtype` result on
+// `device`: scalars ATen rounds to a bf16/fp16 dtype (op_semantics.cpp,
+// narrowed_scalar_args; measured against eager on both devices).
+std::string narrow_expr(
+    const char* op,
+    const char* overload,
+    std::vector<AttrValue> consts,
+    c10::ScalarType dtype,
+    const c10::Device& device) {
+  Builder b;
+  Value* x = b.input({4});
+  std::vector<Arg> args = {Arg::tensor(0)};
+  std::vector<std::string> operands = {"x"};
+  for (const AttrValue& c : consts) {
+    args.push_back(Arg::constant(c));
+    operands.push_back(float_literal(c));
+  }
+  Node* n = b.g.create_node(op, overload, {x}, args, 1);
+  Graph::set_type(n->outputs[0], dtype, {4}, {1}, device);
+  return pointwise_expression(*n, operands).value_or("<none>");
+}
+
+TEST(OpHelpers, ScalarsRoundedAsATen) {
+  using ST = c10::ScalarType;
+  const c10::Device cpu(c10::kCPU);
+  const std::string bf16_tenth = "1.000976562e-01f",
+                    f32_tenth = "1.000000000e-01f";
+  auto has = [](const std::string& e, const std::string& s) {
+    return e.find(s) != std::string::npos;
+  };
+  for (const c10::Device& d : {cpu, kCuda}) {
+    // pow's exponent, fmod's divisor: rounded on both devices.
+    auto e = narrow_expr("aten::pow", "Tensor_Scalar", {1.7}, ST::BFloat16, d);
+    EXPECT_TRUE(has(e, "1.703125000e+00f")) << e;
+    e = narrow_expr("aten::pow", "Tensor_Scalar", {2.001}, ST::BFloat16, d);
+    EXPECT_EQ(e, "(x * x)"); // bf16(2.001) == 2: ATen's x * x
+    e = narrow_expr("aten::fmod", "Scalar", {0.1}, ST::Half, d);
+    EXPECT_TRUE(has(e, "9.997558594e-02f")) << e;
+    e = narrow_expr("aten::fmod", "Scalar", {0.1}, ST::Float, d);
+    EXPECT_TRUE(has(e, f32_tenth)) << e;
+    // add's scalar and alpha: rounded on the CPU, float on CUDA.
+    e = narrow_expr("aten::add", "Tensor", {0.1, int64_t{1}}, ST::BFloat16, d);
+    EXPECT_EQ(has(e, bf16_tenth), d.is_cpu()) << e;
+    // threshold's bound: float on the CPU, rounded on CUDA.
+    e = narrow_expr("aten::threshold", "default", {0.1, 2.0}, ST::BFloat16, d);
+    EXPECT_EQ(has(e, bf16_tenth), d.is_cuda()) << e;
+    // round.decimals: CUDA computes bf16/fp16 in scalar_t.
+    e = narrow_expr("aten::round", "decimals", {int64_t{4}}, ST::BFloat16, d);
+    EXPECT_EQ(has(e, "tp_round_bf16("), d.is_cuda()) << e;
+    EXPECT_EQ(has(e, "9.984000000e+03f"), d.is_cuda()) << e; // bf16(10^4)
+    // mul's scalar stays float (ATen's opmath: the original scalar).
+    e = narrow_expr("aten::mul", "Tensor", {0.1}, ST::BFloat16, d);
+    EXPECT_TRUE(has(e, f32_tenth)) << e;
+  }
+}
+
 } // namespace
 } // namespace torch_plugin::compiler

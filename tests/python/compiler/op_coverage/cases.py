@@ -133,7 +133,14 @@ def _case(shape, dtype, gen):
     return _small_int(shape, dtype, gen)
 
 
+def _tenths(shape, dtype, gen):
+    """Random values and 0.1, 0.2, 0.3 in the case dtype: a bf16/fp16 0.1 is not float32's."""
+    t = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3).to(_float_dtype(dtype))
+    return _with_specials(t, (0.1, -0.1, 0.2, 0.3, 1.0, float("nan"), float("inf"), -0.0))
+
+
 DOMAINS: dict[str, Callable[[tuple[int, ...], torch.dtype, torch.Generator], torch.Tensor]] = {
+    "tenths": _tenths,
     "any": _any,
     "pos": _pos,
     "unit": _unit,
@@ -175,8 +182,29 @@ FLOAT_CASES: list[OpCase] = [
     _u("floor", torch.floor, "aten::floor"),
     _u("ceil", torch.ceil, "aten::ceil"),
     _u("round", torch.round, "aten::round"),
-    _u("round_decimals", lambda x: torch.round(x, decimals=2), "aten::round.decimals"),
-    _u("round_decimals_neg", lambda x: torch.round(x, decimals=-1), "aten::round.decimals"),
+    # ATen's CUDA kernel computes bf16/fp16 in that dtype (10^d and the product rounded), its
+    # CPU kernel in float32: compared with eager itself, alone; float32 also in a chain.
+    _u(
+        "round_decimals",
+        lambda x: torch.round(x, decimals=2),
+        "aten::round.decimals",
+        chain=False,
+        reference_in_float=False,
+    ),
+    _u(
+        "round_decimals_neg",
+        lambda x: torch.round(x, decimals=-1),
+        "aten::round.decimals",
+        chain=False,
+        reference_in_float=False,
+    ),
+    OpCase(
+        "round_decimals_f32",
+        lambda x: torch.round(x, decimals=3),
+        ("any",),
+        (F32,),
+        "aten::round.decimals",
+    ),
     _u("trunc", torch.trunc, "aten::trunc"),
     _u("frac", torch.frac, "aten::frac"),
     _u("sign", torch.sign, "aten::sign"),
@@ -231,8 +259,11 @@ FLOAT_CASES: list[OpCase] = [
         lambda x: F.softshrink(x, 0.5),
         ("aten::abs", "aten::gt", "aten::sign", "aten::where"),
     ),
-    _u("threshold", lambda x: F.threshold(x, 0.1, 2.0), "aten::threshold"),
+    # 0.125: the same bound in every dtype (threshold_at_bound checks 0.1, where ATen's CPU
+    # and CUDA kernels differ in bf16/fp16).
+    _u("threshold", lambda x: F.threshold(x, 0.125, 2.0), "aten::threshold"),
     _u("silu", F.silu, "aten::silu"),
+    _u("hardswish", F.hardswish, "aten::hardswish"),
     _u("gelu", F.gelu, "aten::gelu"),
     _u("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), "aten::gelu"),
     _u("tanhshrink", F.tanhshrink, "aten::tanh"),
@@ -241,7 +272,9 @@ FLOAT_CASES: list[OpCase] = [
     _u("hardsigmoid", F.hardsigmoid, "aten::hardsigmoid"),
     _b("pow_tensor", lambda x, y: torch.pow(x, y), "aten::pow.Tensor_Tensor", ("pos", "any")),
     _u("pow_scalar_base", lambda x: torch.pow(2.0, x), "aten::pow.Scalar"),
-    _u("pow_tensor_scalar", lambda x: torch.pow(x, 1.7), "aten::pow.Tensor_Scalar", "pos"),
+    # 1.75: the same exponent in every dtype (a chain's float32 reference keeps a scalar
+    # unrounded; pow_exponent_rounded checks the bf16/fp16 exponent).
+    _u("pow_tensor_scalar", lambda x: torch.pow(x, 1.75), "aten::pow.Tensor_Scalar", "pos"),
     _b("atan2", torch.atan2, "aten::atan2"),
     _b("hypot", torch.hypot, "aten::hypot"),
     _b("copysign", torch.copysign, "aten::copysign"),
@@ -304,6 +337,41 @@ FLOAT_CASES: list[OpCase] = [
     ),
 ]
 """The floating-point pointwise ops of issue #27."""
+
+
+def _rounded(name, fn, aten, domains=("tenths",), **kw) -> OpCase:
+    """A scalar that ATen's bf16/fp16 kernels read in that dtype (codegen/op_semantics.cpp,
+    ``narrowed_scalar_args``): bf16(0.1) is 0.10009765625, bf16(1.7) 1.703125. Compared with
+    eager itself (a float32 reference keeps the scalar unrounded), alone (a chain's reference
+    is float32)."""
+    return OpCase(name, fn, domains, FLOATS, aten, chain=False, reference_in_float=False, **kw)
+
+
+_EXACT = {BF16: (0.0, 0.0), F16: (0.0, 0.0)}  # one op in float32, rounded once, as eager
+
+FLOAT_CASES += [
+    _rounded("add_scalar_rounded", lambda x: x + 0.1, "aten::add", tol=_EXACT),
+    _rounded("rsub_scalar_rounded", lambda x: 0.1 - x, "aten::sub", tol=_EXACT),
+    _rounded(
+        "sub_alpha_rounded",
+        lambda x, y: torch.sub(x, y, alpha=0.1),
+        "aten::sub",
+        ("tenths", "tenths"),
+        # x - alpha y: ATen's CPU kernel rounds the product or fuses it (1 ulp either way).
+        tol={BF16: (8e-3, 0.0), F16: (1e-3, 0.0)},
+    ),
+    _rounded("fmod_scalar_rounded", lambda x: torch.fmod(x, 0.1), "aten::fmod", tol=_EXACT),
+    _rounded(
+        "remainder_scalar_rounded", lambda x: torch.remainder(x, 0.1), "aten::remainder", tol=_EXACT
+    ),
+    _rounded("pow_exponent_rounded", lambda x: torch.pow(x, 1.7), "aten::pow", ("pos",)),
+    _rounded("pow_base_rounded", lambda x: torch.pow(2.7, x), "aten::pow"),
+    # ATen's CUDA kernel compares with the bound in the dtype, its CPU kernel in float32.
+    _rounded("threshold_at_bound", lambda x: F.threshold(x, 0.1, 2.0), "aten::threshold"),
+    # ATen's opmath: these scalars stay float32 in every dtype.
+    _rounded("mul_scalar_float", lambda x: x * 0.1, "aten::mul", tol=_EXACT),
+    _rounded("leaky_relu_float", lambda x: F.leaky_relu(x, 0.1), "aten::leaky_relu", tol=_EXACT),
+]
 
 KNOWN_DIFFERENCES: dict[str, tuple[str, str]] = {
     "softshrink": (
