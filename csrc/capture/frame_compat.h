@@ -42,6 +42,15 @@
     "torch_plugin's eval-frame hook supports CPython 3.11, 3.12 and 3.13 only; audit frame_compat.h for a new version"
 #endif
 
+// A free-threaded CPython (PEP 703, 3.13t: pyconfig.h defines Py_GIL_DISABLED)
+// is another ABI, and the hook, the code extras and the guards rely on the GIL
+// serializing the frames they see. CMakeLists.txt refuses such an interpreter
+// before compiling; torch_plugin/python_versions.py refuses it at import.
+#ifdef Py_GIL_DISABLED
+#error \
+    "torch_plugin does not support free-threaded CPython (Py_GIL_DISABLED, e.g. python3.13t): build it with a default (GIL) CPython 3.11, 3.12 or 3.13"
+#endif
+
 #define Py_BUILD_CORE
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE

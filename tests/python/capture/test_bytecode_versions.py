@@ -14,8 +14,10 @@ from __future__ import annotations
 import dis
 import glob
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,11 @@ from differential import check
 
 import torch_plugin
 from torch_plugin.capture.bytecode_compat import local_accesses
-from torch_plugin.python_versions import SUPPORTED_VERSIONS, check_supported
+from torch_plugin.python_versions import (
+    SUPPORTED_VERSIONS,
+    check_supported,
+    is_free_threaded_build,
+)
 
 pytestmark = pytest.mark.usefixtures("fresh_capture")
 PY313 = sys.version_info >= (3, 13)
@@ -251,3 +257,39 @@ def test_intrinsics_of_generics_and_except_star(name):
         torch.testing.assert_close(opt(x), fn(x))
     s = torch_plugin.stats
     assert (s.graphs_compiled, s.recompiles, list(s.graph_breaks)) == (1, 0, [])
+
+
+def test_free_threaded_python_is_a_clear_import_error():
+    """A free-threaded build (PEP 703, 3.13t) is refused at import, naming the supported
+    builds; the interpreter running this test is not one (the extension was built for it)."""
+    assert not is_free_threaded_build()
+    check_supported(sys.version_info, free_threaded=False)
+    for version in SUPPORTED_VERSIONS:
+        with pytest.raises(ImportError, match=r"default build, with the GIL;.* free-threaded"):
+            check_supported(version, free_threaded=True)
+    # An unsupported version is named as such first, free-threaded or not.
+    with pytest.raises(ImportError, match=r"this is cpython 3\.14\."):
+        check_supported((3, 14), free_threaded=True)
+
+
+def test_frame_compat_refuses_a_free_threaded_build(tmp_path):
+    """frame_compat.h stops a free-threaded build (pyconfig.h defines Py_GIL_DISABLED there;
+    defined on the command line here) with an #error naming the supported builds, for a
+    build that does not go through CMakeLists.txt's own check."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on PATH")
+    header = Path(__file__).resolve().parents[3] / "csrc" / "capture" / "frame_compat.h"
+    if not header.is_file():
+        pytest.skip("frame_compat.h is not in this checkout (an installed package's tests)")
+    source = tmp_path / "tu.cpp"
+    source.write_text(f'#include "{header}"\n')
+    include = sysconfig.get_paths()["include"]
+    command = [cxx, "-std=c++17", "-fsyntax-only", f"-I{include}", str(source)]
+    plain = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert plain.returncode == 0, plain.stderr
+    freethreaded = subprocess.run(
+        [*command, "-DPy_GIL_DISABLED=1"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert freethreaded.returncode != 0
+    assert "does not support free-threaded CPython" in freethreaded.stderr, freethreaded.stderr
