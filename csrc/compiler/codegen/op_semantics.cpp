@@ -112,21 +112,6 @@ std::vector<size_t> narrowed_scalar_args(const Node& n) {
   return {};
 }
 
-// The float literal of `v` rounded to `t` (bfloat16 or float16).
-std::string narrow_literal(double v, c10::ScalarType t) {
-  const float f = t == c10::ScalarType::BFloat16
-      ? static_cast<float>(c10::BFloat16(static_cast<float>(v)))
-      : static_cast<float>(c10::Half(static_cast<float>(v)));
-  if (std::isnan(f))
-    return "TP_NAN";
-  if (std::isinf(f))
-    return f > 0 ? "TP_INF" : "(-TP_INF)";
-  std::ostringstream os;
-  os.precision(9);
-  os << std::scientific << f << "f";
-  return std::signbit(f) ? "(" + os.str() + ")" : os.str();
-}
-
 // The floating-point ops whose expression depends on more than the template
 // (issue #27): the expression, "" when this use has none (the op falls back),
 // or nullopt when the template applies.
@@ -193,12 +178,8 @@ std::optional<std::string> special_case(
     const bool narrow = n.outputs.size() == 1 &&
         n.outputs[0]->device.is_cuda() &&
         (t == c10::ScalarType::BFloat16 || t == c10::ScalarType::Half);
-    const std::string p = narrow ? narrow_literal(ten_pow, t) : [&] {
-      std::ostringstream os;
-      os.precision(9);
-      os << std::scientific << ten_pow << "f";
-      return os.str();
-    }();
+    const std::string p = float_literal(
+        ten_pow, narrow ? std::optional<c10::ScalarType>(t) : std::nullopt);
     const std::string round_fn = !narrow ? ""
         : t == c10::ScalarType::BFloat16 ? "tp_round_bf16"
                                          : "tp_round_f16";
@@ -376,7 +357,7 @@ std::optional<std::string> pointwise_expression(
   for (size_t i : narrowed_scalar_args(n))
     if (i < operands.size() && n.args[i].kind == Arg::Kind::kConst)
       if (const auto v = const_number(n, i))
-        operands[i] = narrow_literal(*v, n.outputs[0]->dtype);
+        operands[i] = float_literal(*v, n.outputs[0]->dtype);
   if (n.qualified_name() == "aten::pow.Tensor_Scalar") {
     // tp_pow is a scalar libm call on the CPU (20-40 ns) that keeps the loop
     // from vectorizing; these exponents are exact as products/roots (as ATen's

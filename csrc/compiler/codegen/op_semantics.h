@@ -100,6 +100,11 @@ struct TypedExpr {
   c10::ScalarType type;
 };
 
+// The C++ float literal of `v` as a kernel writes it (`1.000000000e-01f`,
+// TP_NAN, TP_INF, negatives in parentheses), rounded first to `dtype` when that
+// is bfloat16 or float16 (as ATen rounds a scalar to a narrow tensor's type).
+std::string float_literal(double v, std::optional<c10::ScalarType> dtype);
+
 // The compute type of values stored as `dtype` (Float for Float, BFloat16 and
 // Half); nullopt for dtypes kernels do not compute (complex, unsigned 16-64
 // bit, float8, ...).

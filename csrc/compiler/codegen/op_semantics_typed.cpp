@@ -244,6 +244,10 @@ std::optional<TypedExpr> float_expression(
 
 } // namespace
 
+std::string float_literal(double v, std::optional<c10::ScalarType> dtype) {
+  return float_lit(round_to(v, dtype));
+}
+
 std::optional<ST> compute_type_of(ST dtype) {
   switch (dtype) {
     case ST::Float:
