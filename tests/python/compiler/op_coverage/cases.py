@@ -83,6 +83,16 @@ def _any(shape, dtype, gen):
     return _with_specials(t, _SPECIAL_ANY)
 
 
+def _any_but_nan(shape, dtype, gen):
+    """``any`` without NaN: the sign source of copysign. The sign bit of a NaN is not
+    portable across CUDA kernels (PTX leaves the NaN that ``neg.f32`` and arithmetic return
+    unspecified, ATen's bf16/fp16 rounding returns the canonical positive NaN, NVRTC folds
+    ``-(-x)`` to ``x``), and copysign turns that bit into the sign of a finite result (seen
+    on an H100: a negative NaN source, 0xFFFF in bf16, gave -0.94 where eager gave 0.94)."""
+    t = _any(shape, dtype, gen)
+    return torch.where(t.isnan(), torch.ones_like(t), t)
+
+
 def _pos(shape, dtype, gen):
     d = _float_dtype(dtype)
     t = (torch.rand(shape, generator=gen, dtype=torch.float64) * 5 + 1e-3).to(d)
@@ -142,6 +152,7 @@ def _tenths(shape, dtype, gen):
 DOMAINS: dict[str, Callable[[tuple[int, ...], torch.dtype, torch.Generator], torch.Tensor]] = {
     "tenths": _tenths,
     "any": _any,
+    "any_but_nan": _any_but_nan,
     "pos": _pos,
     "unit": _unit,
     "nonzero": _nonzero,
@@ -277,7 +288,7 @@ FLOAT_CASES: list[OpCase] = [
     _u("pow_tensor_scalar", lambda x: torch.pow(x, 1.75), "aten::pow.Tensor_Scalar", "pos"),
     _b("atan2", torch.atan2, "aten::atan2"),
     _b("hypot", torch.hypot, "aten::hypot"),
-    _b("copysign", torch.copysign, "aten::copysign"),
+    _b("copysign", torch.copysign, "aten::copysign", ("any", "any_but_nan")),
     OpCase("nextafter", torch.nextafter, ("any", "any"), (F32,), "aten::nextafter"),
     OpCase(
         "nextafter_narrow",
