@@ -9,7 +9,9 @@ Set a flag by assigning the module attribute, before or between calls::
     torch_plugin.config.suppress_errors = True
 
 Flags are read when they are needed (at capture or backend-compile time), so a change takes
-effect from the next frame that is captured. Each flag below states its default, what reads
+effect from the next frame that is captured. An assignment is checked at once: an unknown name
+raises AttributeError (naming the closest flag and listing them all), a value of the wrong type
+TypeError, an integer below a flag's minimum ValueError. Each flag below states its default, what reads
 it, and the test that covers it.
 
 Flags:
@@ -181,14 +183,54 @@ def install_logs_setter(setter) -> None:
     _logs_setter = setter
 
 
+# The smallest value of each integer flag.
+_MINIMUM = {"cache_size_limit": 0, "size_variant_limit": 1}
+
+
+def _flags() -> dict[str, type]:
+    """The flags a user may assign: the annotated public names of this module."""
+    return {k: t for k, t in __annotations__.items() if not k.startswith("_") and k != "logs"}
+
+
+def _checked_flag(name: str, value, kind: type):
+    """``value`` if it suits flag ``name`` of type ``kind`` (bool: True or False only; int:
+    an int that is not a bool, at least the flag's minimum), else TypeError or ValueError
+    naming the flag, its type and the value given."""
+    if kind is bool and not isinstance(value, bool):
+        raise TypeError(f"torch_plugin.config.{name} takes True or False, not {value!r}")
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"torch_plugin.config.{name} takes an int, not {value!r}")
+        low = _MINIMUM.get(name, 0)
+        if value < low:
+            raise ValueError(f"torch_plugin.config.{name} must be at least {low}, not {value}")
+    return value
+
+
 class _ConfigModule(types.ModuleType):
-    """This module's class: assigning ``logs`` goes through the installed setter
-    (:func:`torch_plugin.set_logs`)."""
+    """This module's class: a flag is checked when it is assigned (an unknown name is an
+    AttributeError that lists the flags, a value of the wrong type a TypeError), so that a
+    typo such as ``config.cach_size_limit = 2`` fails where it is written instead of having
+    no effect; assigning ``logs`` goes through the installed setter
+    (:func:`torch_plugin.set_logs`). Other names the module defines (its functions) may be
+    reassigned, as test harnesses do."""
 
     def __setattr__(self, name: str, value) -> None:
         if name == "logs" and _logs_setter is not None:
             _logs_setter(value)  # validates, switches handlers, stores the tuple in this module
             return
+        flags = _flags()
+        if name in flags:
+            value = _checked_flag(name, value, flags[name])
+        elif not name.startswith("_") and name not in vars(self):
+            import difflib
+
+            close = difflib.get_close_matches(name, [*flags, "logs"], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise AttributeError(
+                f"torch_plugin.config has no flag {name!r}{hint} "
+                f"(flags: {', '.join(sorted([*flags, 'logs']))})"
+            )
         super().__setattr__(name, value)
 
 

@@ -66,3 +66,37 @@ def test_compiler_options_come_from_config(bare_env, tmp_path):
     opts = options.current()
     assert opts == options.Options(**env)
     assert opts.cache_dir == str(tmp_path / "cache")
+
+
+def test_flag_typo_is_an_error_naming_the_flag(monkeypatch):
+    with pytest.raises(AttributeError, match="'cach_size_limit'; did you mean 'cache_size_limit'"):
+        config.cach_size_limit = 2
+    assert not hasattr(config, "cach_size_limit")
+
+
+@pytest.mark.parametrize(
+    ("name", "bad", "error"),
+    [
+        ("cache_size_limit", "3", TypeError),
+        ("cache_size_limit", True, TypeError),
+        ("cache_size_limit", -1, ValueError),
+        ("size_variant_limit", 0, ValueError),
+        ("suppress_errors", 1, TypeError),
+        ("graph_breaks", "no", TypeError),
+    ],
+)
+def test_flag_of_the_wrong_type_fails_at_assignment(name, bad, error):
+    before = getattr(config, name)
+    with pytest.raises(error, match=f"torch_plugin.config.{name}"):
+        setattr(config, name, bad)
+    assert getattr(config, name) == before
+
+
+def test_flags_take_values_of_their_type(monkeypatch):
+    monkeypatch.setattr(config, "cache_size_limit", 3)
+    assert config.cache_size_limit == 3
+    monkeypatch.setattr(config, "suppress_errors", True)
+    assert config.suppress_errors is True
+    # the module's functions may still be replaced (test harnesses do)
+    monkeypatch.setattr(config, "cache_root", lambda: "/elsewhere")
+    assert config.cache_root() == "/elsewhere"
