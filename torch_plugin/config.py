@@ -46,6 +46,7 @@ Environment variables (read when needed, by the functions at the end of this mod
 | environment variable | default | read by | effect |
 |---|---|---|---|
 | ``TORCH_PLUGIN_LOGS`` | unset | :func:`logs_spec` (at import), :func:`compiler_environment` | log channels (``torch_plugin.logs``); ``kernels`` in it prints each generated kernel, ``patterns`` each library-pattern rule that fires or is rejected (rule name, source line, failed constraint) |
+| ``TORCH_LOGS`` | unset | :func:`logs_spec` | torch.compile's log components; those in :data:`TORCH_LOGS_COMPONENTS` switch on the channel they mean here (``graph_code``: ``graph``, ``output_code``: ``kernels``) |
 | ``TORCH_PLUGIN_FREEZE`` | ``1`` | :func:`compiler_environment` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding (views of weights stay views), prepacked convolution weights |
 | ``TORCH_PLUGIN_LIBRARY_PATTERNS`` | ``1`` | :func:`compiler_environment` | convolutions and matrix products (+epilogue) go to oneDNN / cuBLASLt |
 | ``TORCH_PLUGIN_FUSION`` | ``1`` | :func:`compiler_environment` | pointwise/reduction/norm groups become generated kernels |
@@ -253,10 +254,48 @@ def env_flag(name: str, default: bool) -> bool:
 LOGS_ENV_VAR = "TORCH_PLUGIN_LOGS"
 
 
+# torch.compile's TORCH_LOGS components that mean something here, and the channel each
+# switches on (torch/_logging/_registrations.py names them; the others are torch's own).
+TORCH_LOGS_COMPONENTS = {
+    "graph_breaks": "graph_breaks",
+    "recompiles": "recompiles",
+    "recompiles_verbose": "recompiles",
+    "guards": "guards",
+    "verbose_guards": "guards",
+    "bytecode": "bytecode",
+    "graph": "graph",
+    "graph_code": "graph",
+    "output_code": "kernels",
+    "kernel_code": "kernels",
+}
+
+
 def logs_spec() -> str:
-    """``TORCH_PLUGIN_LOGS`` as set ("" when unset): the log channels to switch on at import
-    (``torch_plugin.logs``)."""
-    return os.environ.get(LOGS_ENV_VAR, "")
+    """The log channels the environment asks for, as a comma-separated spec (``""`` when
+    none): ``TORCH_PLUGIN_LOGS`` as set, followed by the channels that torch.compile's
+    ``TORCH_LOGS`` components mean here (:data:`TORCH_LOGS_COMPONENTS`: ``TORCH_LOGS=
+    graph_breaks,recompiles,output_code`` switches on ``graph_breaks``, ``recompiles`` and
+    ``kernels``; its other components are torch's own and left to torch). Read at import
+    (``torch_plugin.logs``) and by :func:`compiler_environment`."""
+    names = [os.environ.get(LOGS_ENV_VAR, "")]
+    for item in os.environ.get("TORCH_LOGS", "").split(","):
+        name = item.strip().lstrip("+-").strip()
+        if name in TORCH_LOGS_COMPONENTS and not item.strip().startswith("-"):
+            names.append(TORCH_LOGS_COMPONENTS[name])
+    return ",".join(n for n in names if n.strip())
+
+
+def _spec_has(spec: str, channel: str) -> bool:
+    """Whether a log spec switches ``channel`` on (``all`` does; a later ``-channel``
+    removes it; ``+`` and spaces are ignored), as ``torch_plugin.logs.parse_spec`` reads it."""
+    on = False
+    for item in spec.split(","):
+        name = item.strip()
+        remove = name.startswith("-")
+        name = name.lstrip("+-").strip()
+        if name in (channel, "all"):
+            on = not remove
+    return on
 
 
 def cache_root() -> str:
@@ -309,8 +348,8 @@ def compiler_environment() -> dict[str, bool | str]:
         "memory_planning": env_flag("TORCH_PLUGIN_MEMORY_PLANNING", True),
         "verify": env_flag("TORCH_PLUGIN_VERIFY", False),
         "dump_dir": os.environ.get("TORCH_PLUGIN_DUMP_DIR", ""),
-        "log_kernels": "kernels" in logs_spec().split(","),
-        "log_patterns": "patterns" in logs_spec().split(","),
+        "log_kernels": _spec_has(logs_spec(), "kernels"),
+        "log_patterns": _spec_has(logs_spec(), "patterns"),
         "cache_dir": cache_root(),
         "graph_cache": env_flag("TORCH_PLUGIN_GRAPH_CACHE", True),
         "cuda_graphs": env_flag("TORCH_PLUGIN_CUDA_GRAPHS", True),

@@ -195,13 +195,25 @@ def log_record(record: Any) -> None:
 
 
 def _set_logs_from_env() -> None:
+    """Switch on the channels the environment names (``config.logs_spec``); an unknown name
+    is warned about, with the known ones, and the others are kept."""
     spec = config.logs_spec()
     if not spec.strip():
         return
-    try:
-        set_logs(spec)
-    except ValueError as e:
-        warnings.warn(f"{ENV_VAR}={spec!r} ignored: {e}", stacklevel=2)
+    known, unknown = [], []
+    for item in spec.split(","):
+        try:
+            parse_spec(item)
+            known.append(item)
+        except ValueError:
+            unknown.append(item.strip())
+    if unknown:
+        warnings.warn(
+            f"{ENV_VAR}: unknown log channel(s) {', '.join(map(repr, unknown))} ignored; "
+            f"known: {', '.join((*CHANNELS, *COMPILER_CHANNELS))}, all",
+            stacklevel=2,
+        )
+    set_logs(",".join(known))
 
 
 config.install_logs_setter(set_logs)

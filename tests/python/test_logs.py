@@ -186,10 +186,15 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run_script(tmp_path, env_value: str) -> subprocess.CompletedProcess:
+def run_script(
+    tmp_path, env_value: str, torch_logs: str | None = None
+) -> subprocess.CompletedProcess:
     script = tmp_path / "script.py"  # a file, so the logs can show source lines
     script.write_text(SCRIPT)
     env = dict(os.environ, TORCH_PLUGIN_LOGS=env_value)
+    env.pop("TORCH_LOGS", None)
+    if torch_logs is not None:
+        env["TORCH_LOGS"] = torch_logs
     root = os.path.dirname(os.path.dirname(torch_plugin.__file__))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     return subprocess.run(
@@ -212,8 +217,29 @@ def test_environment_variable_read_at_import(tmp_path):
     assert "[torch_plugin.guards]" not in proc.stderr
 
 
-def test_bad_environment_variable_warns_and_imports(tmp_path):
+def test_bad_environment_variable_warns_and_keeps_the_known_channels(tmp_path):
     proc = run_script(tmp_path, "graph_breaks,nonsense")
     assert proc.returncode == 0, proc.stderr
-    assert "logs: \n" in proc.stdout
-    assert "TORCH_PLUGIN_LOGS='graph_breaks,nonsense' ignored" in proc.stderr
+    assert "logs: graph_breaks\n" in proc.stdout
+    assert "unknown log channel(s) 'nonsense' ignored; known: graph_breaks," in proc.stderr
+    assert "[torch_plugin.graph_breaks] graph break in f" in proc.stderr
+
+
+def test_compiler_channels_beside_python_channels(tmp_path):
+    # "kernels" is the compiler's channel: accepted beside the others, not a Python logger
+    proc = run_script(tmp_path, "graph_breaks, +kernels")
+    assert proc.returncode == 0, proc.stderr
+    assert "logs: graph_breaks\n" in proc.stdout
+    assert "ignored" not in proc.stderr
+    from torch_plugin import config
+
+    for spec, want in [("kernels", True), ("+kernels", True), (" all", True),
+                       ("all,-kernels", False), ("graph_breaks", False)]:  # fmt: skip
+        assert config._spec_has(spec, "kernels") is want, spec
+
+
+def test_torch_logs_components_that_mean_something_here(tmp_path):
+    proc = run_script(tmp_path, "", torch_logs="+graph_breaks,recompiles,dynamo")
+    assert proc.returncode == 0, proc.stderr
+    assert "logs: graph_breaks,recompiles\n" in proc.stdout
+    assert "[torch_plugin.graph_breaks] graph break in f" in proc.stderr
