@@ -334,10 +334,7 @@ def _run(cmd: list[str], env: dict, timeout: float) -> tuple[list[dict], dict | 
     metas = [json.loads(x[5:]) for x in lines if x.startswith("META ")]
     if p.returncode and not timed_out:
         tail = " | ".join((err or "").strip().splitlines()[-3:])
-        for r in recs:
-            r.setdefault("stderr", tail)
-        if not recs:
-            recs = [{"crash": tail or f"exit status {p.returncode}"}]
+        recs.append({"crash": tail or f"exit status {p.returncode}"})
     return recs, (metas[0] if metas else None), timed_out
 
 

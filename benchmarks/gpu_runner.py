@@ -58,16 +58,18 @@ class Worker:
 
 
 def make_jobs(rows: list[tuple[str, int, str]], backends: list[str], args) -> list[Job]:
-    """The jobs of the planned rows, longest first (estimate, then row order). ``tiny`` takes
-    no CUDA-graph backends (it measures the per-call cost)."""
+    """The jobs of the planned rows, longest first (estimate, then row order): a ``main`` job
+    per row for the backends other than ``compile_ma`` (none if there are none), an ``ma`` job
+    per model row when ``compile_ma`` is asked for. ``tiny`` takes no CUDA-graph backends (it
+    measures the per-call cost)."""
     jobs = []
     for row, batch, dtype in rows:
         main = [b for b in backends if b != "compile_ma"]
         if row == "tiny":
             main = [b for b in main if not b.endswith("_ro")]
-        jobs.append(
-            Job(row, batch, dtype, "main", main, estimate_s(row, batch, dtype, main, args.runs))
-        )
+        if main:
+            est = estimate_s(row, batch, dtype, main, args.runs)
+            jobs.append(Job(row, batch, dtype, "main", main, est))
         if "compile_ma" in backends and row not in MICRO_ROWS:
             ma = ["eager", "compile_ma"]
             est = estimate_s(row, batch, dtype, ma, args.runs, args.ma_cap_s)
@@ -234,13 +236,8 @@ class Runner:
                     return
                 job = self.queue.pop(i)
                 self.running[job.key] = job
-            timeout = a.timeout if job.kind == "main" else a.ma_cap_s + MA_STARTUP_S
-            by_hard = bool(a.hard_deadline_s) and a.hard_deadline_s - self.elapsed() < timeout
-            if by_hard:
-                timeout = a.hard_deadline_s - self.elapsed()
             start = self.elapsed()
-            recs, meta, timed_out = self.launch(job, w, timeout, a)
-            recs = self.complete(job, recs, timed_out, by_hard, timeout)
+            recs, meta = self.attempt(job, w)
             with self.lock:
                 del self.running[job.key]
                 self.records += recs
@@ -253,14 +250,38 @@ class Runner:
                 if a.out:
                     write(a.out, *self.result())
 
+    def attempt(self, job: Job, w: Worker) -> tuple[list[dict], dict | None]:
+        """Runs ``job``'s child; returns its records, one per reported backend, and its meta.
+        A child that crashes after printing some records (a backend-specific crash: a
+        segfault, an illegal address) marks the backend it was measuring as failed, and a
+        follow-up child measures the backends after it (at most twice)."""
+        a, out, meta, todo = self.args, [], None, job
+        for _ in range(3):
+            timeout = a.timeout if job.kind == "main" else a.ma_cap_s + MA_STARTUP_S
+            by_hard = bool(a.hard_deadline_s) and a.hard_deadline_s - self.elapsed() < timeout
+            if by_hard:
+                timeout = a.hard_deadline_s - self.elapsed()
+            recs, m, timed_out = self.launch(todo, w, timeout, a)
+            meta = meta or m
+            if timed_out and by_hard:
+                why = "killed at --hard-deadline-s"
+                return [_rec(job, b, not_run=why) for b in job.reported()], meta
+            crash = next((r["crash"] for r in recs if "crash" in r), None)
+            recs = [r for r in recs if "crash" not in r]
+            got = {r["backend"] for r in recs}
+            missing = [b for b in todo.reported() if b not in got]
+            if crash and recs and len(missing) > 1 and job.kind == "main":
+                out += recs + [_rec(job, missing[0], error=f"child crashed: {crash}")]
+                todo = dataclasses.replace(job, backends=missing[1:])
+                continue
+            return out + self.complete(todo, recs, timed_out, crash, timeout), meta
+        return out + [_rec(job, b, error="not measured: crashes") for b in todo.reported()], meta
+
     @staticmethod
-    def complete(job: Job, recs: list[dict], timed_out: bool, by_hard: bool, timeout: float):
-        """The job's records: one per reported backend, those missing filled with why."""
-        crash = next((r["crash"] for r in recs if "crash" in r), None)
-        recs = [r for r in recs if "crash" not in r]
-        if timed_out and by_hard:
-            return [_rec(job, b, not_run="killed at --hard-deadline-s") for b in job.reported()]
+    def complete(job: Job, recs: list[dict], timed_out: bool, crash, timeout: float):
+        """``recs`` and one record for each reported backend missing from them, with why."""
         got = {r["backend"] for r in recs}
+        recs = list(recs)
         for b in job.reported():
             if b in got:
                 continue
