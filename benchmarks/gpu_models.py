@@ -188,7 +188,8 @@ def measure(backend, fn, inputs, ref, args, model_bytes: int, autocast) -> dict:
     cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     f = compiled(backend, fn)
-    eg0 = _eager_graphs()
+    plugin = backend.startswith("plugin")
+    eg0 = _eager_graphs() if plugin else 0
     rec: dict = {}
     with torch.no_grad(), autocast:
         sync()
@@ -224,7 +225,7 @@ def measure(backend, fn, inputs, ref, args, model_bytes: int, autocast) -> dict:
     rec.update(ms=ms, compile_s=max(first - ms * 1e-3, 0.0))
     if notes.msgs:
         rec["notes"] = notes.msgs
-    if backend.startswith("plugin") and _eager_graphs() > eg0:
+    if plugin and _eager_graphs() > eg0:
         rec["eager_graphs"] = _eager_graphs() - eg0
     if args.row == "pointwise" and cuda:
         rec["gbps"] = 2 * inputs[0].numel() * inputs[0].element_size() / (ms * 1e-3) / 1e9
@@ -235,6 +236,7 @@ def child(args: argparse.Namespace) -> None:
     """Measures one row, every backend of ``--backends`` in this process, in order; prints a
     ``META`` line, then one ``ROW`` JSON line per backend (the ``ma`` job folds its eager
     milliseconds into the compile_ma record)."""
+    t_start = time.perf_counter()
     if args.cpus:
         os.sched_setaffinity(0, gpu_runner.parse_cpus(args.cpus))
     import torch
@@ -266,8 +268,14 @@ def child(args: argparse.Namespace) -> None:
         x, y = inputs[0], torch.empty_like(inputs[0])
         ms = _time_burst(lambda: y.copy_(x), 50)
         copy_gbps = 2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
+    if any(b in ("inductor", "plugin", "plugin_ro") for b in args.backends.split(",")):
+        # Its import (the extension, AOTAutograd) is startup, not the plugin column's compile.
+        import torch_plugin
+
     eager_ms = None
+    startup_s = time.perf_counter() - t_start
     for backend in args.backends.split(","):
+        t_backend = time.perf_counter()
         rec = {"row": args.row, "batch": args.batch, "dtype": args.dtype, "backend": backend}
         rec.update(job=args.job, gpu=gpu)
         try:
@@ -276,6 +284,7 @@ def child(args: argparse.Namespace) -> None:
                 rec["copy_gbps"] = copy_gbps
         except Exception as e:  # noqa: BLE001 - a backend's failure is reported, not fatal
             rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rec.update(startup_s=round(startup_s, 1), wall_s=round(time.perf_counter() - t_backend, 1))
         if args.job == "ma" and backend == "eager":
             eager_ms = rec.get("ms")
         else:

@@ -119,16 +119,34 @@ def pending(jobs: list[Job], prior: list[dict], retry_errors: bool = False) -> l
     return [j for j in jobs if not complete(j)]
 
 
-def pick(queue: list[Job], elapsed: float, deadline_s: float, hard_s: float) -> int | None:
+def pick(
+    queue: list[Job], elapsed: float, deadline_s: float, hard_s: float, scale: float = 1.0
+) -> int | None:
     """Index in ``queue`` (longest first) of the job to start at ``elapsed`` seconds, or None:
-    nothing starts at or after ``deadline_s``, nor a job whose estimate ends after
-    ``hard_s`` (0 disables either)."""
+    nothing starts at or after ``deadline_s``, nor a job whose estimate times ``scale`` ends
+    after ``hard_s`` (0 disables either)."""
     if deadline_s and elapsed >= deadline_s:
         return None
     for i, j in enumerate(queue):
-        if not hard_s or elapsed + j.est_s <= hard_s:
+        if not hard_s or elapsed + j.est_s * scale <= hard_s:
             return i
     return None
+
+
+def calibrate(records: list[dict]) -> float | None:
+    """Measured over estimated seconds of the jobs in ``records`` (their ``job_s`` and
+    ``est_s``, one per job), clamped to [0.5, 3]; None without any."""
+    jobs = {}
+    for r in records:
+        if r.get("job_s") and r.get("est_s"):
+            jobs[(r["row"], r["batch"], r["dtype"], r.get("job", "main"))] = (
+                r["job_s"],
+                r["est_s"],
+            )
+    if not jobs:
+        return None
+    took, est = (sum(v) for v in zip(*jobs.values(), strict=True))
+    return min(max(took / est, 0.5), 3.0)
 
 
 def simulate(jobs: list[Job], n: int, deadline_s: float = 0.0, hard_s: float = 0.0):
@@ -213,6 +231,9 @@ class Runner:
         self.records: list[dict] = []
         self.running: dict[tuple, Job] = {}
         self.lock = threading.Lock()
+        # The estimates' correction: measured over estimated seconds of the jobs done (here,
+        # else in the prior files), used by the deadline's fit test.
+        self.scale = calibrate(self.prior) or 1.0
         self.t0 = clock()
 
     def elapsed(self) -> float:
@@ -231,16 +252,21 @@ class Runner:
         a = self.args
         while True:
             with self.lock:
-                i = pick(self.queue, self.elapsed(), a.deadline_s, a.hard_deadline_s)
+                i = pick(self.queue, self.elapsed(), a.deadline_s, a.hard_deadline_s, self.scale)
                 if i is None:
                     return
                 job = self.queue.pop(i)
                 self.running[job.key] = job
             start = self.elapsed()
             recs, meta = self.attempt(job, w)
+            took = self.elapsed() - start
+            for r in recs:
+                if "not_run" not in r:
+                    r.update(job_s=round(took, 1), est_s=round(job.est_s, 1))
             with self.lock:
                 del self.running[job.key]
                 self.records += recs
+                self.scale = calibrate(self.records) or self.scale
                 if meta:
                     for k in ("gpus", "versions", "matmul_precision"):
                         v = meta.get("gpu") if k == "gpus" else meta.get(k)
@@ -316,7 +342,8 @@ class Runner:
         m = gpu_table.metrics(by) if job.kind == "main" else {"ratio": None}
         ratio = f" ratio {m['ratio']:.2f}" if m["ratio"] else ""
         took = self.elapsed() - start
-        return f"[gpu{w.index} {self.elapsed():5.0f}s +{took:3.0f}s est {job.est_s:3.0f}] {job.label}: {cells}{ratio}"
+        head = f"[gpu{w.index} {self.elapsed():4.0f}s +{took:3.0f}s est {job.est_s:3.0f}"
+        return f"{head} x{self.scale:.2f}] {job.label}: {cells}{ratio}"
 
 
 def _rec(job: Job, backend: str, **kw) -> dict:

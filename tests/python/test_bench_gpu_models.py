@@ -274,6 +274,14 @@ def test_pick_and_simulate(gm):
     assert gm.runner.pick(q, 100.0, 100.0, 0.0) is None  # at the deadline nothing starts
     assert gm.runner.pick(q, 50.0, 100.0, 80.0) == 1  # only the short one ends in time
     assert gm.runner.pick(q, 70.0, 100.0, 80.0) is None
+    assert gm.runner.pick(q, 50.0, 100.0, 80.0, scale=2.0) is None  # 2 x 20 s passes 80
+    assert gm.runner.pick(q, 50.0, 100.0, 80.0, scale=0.5) == 0
+    # the scale: measured over estimated seconds, per job, clamped
+    recs = [rec("a", 1, "fp32", b, job_s=30.0, est_s=20.0) for b in ("eager", "plugin")]
+    recs += [rec("b", 1, "fp32", "eager", job_s=50.0, est_s=40.0)]
+    assert gm.runner.calibrate(recs) == pytest.approx(80.0 / 60.0)
+    assert gm.runner.calibrate([rec("a", 1, "fp32", "eager", job_s=500.0, est_s=1.0)]) == 3.0
+    assert gm.runner.calibrate([rec("a", 1, "fp32", "eager", not_run="x")]) is None
     rng = random.Random(5)
     jobs = sorted(
         (J(f"r{i}", 1, "fp32", "main", [], rng.uniform(10, 70)) for i in range(25)),
