@@ -248,7 +248,8 @@ def child(args: argparse.Namespace) -> None:
     if cuda:
         versions += f", cuDNN {torch.backends.cudnn.version()}"
     versions += f", Python {sys.version.split()[0]}"
-    tf32 = f"matmul TF32 {torch.backends.cuda.matmul.allow_tf32}, cuDNN TF32 {torch.backends.cudnn.allow_tf32}"
+    tf32 = f"matmul TF32 {torch.backends.cuda.matmul.allow_tf32}, "
+    tf32 += f"cuDNN TF32 {torch.backends.cudnn.allow_tf32}"
     meta = {
         "gpu": gpu,
         "versions": versions,
@@ -306,8 +307,8 @@ def launch_child(job, worker, timeout: float, args) -> tuple[list[dict], dict | 
     """Runs ``job`` in a child process on ``worker``'s GPU and CPUs, with empty caches; kills
     its process group after ``timeout`` seconds. Returns (records, meta, timed_out)."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
-                   TRITON_CACHE_DIR=f"{tmp}/triton", TORCH_PLUGIN_CACHE_DIR=f"{tmp}/plugin")  # fmt: skip
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor")
+        env.update(TRITON_CACHE_DIR=f"{tmp}/triton", TORCH_PLUGIN_CACHE_DIR=f"{tmp}/plugin")
         if worker.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = worker.gpu
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--row", job.row,
@@ -318,8 +319,8 @@ def launch_child(job, worker, timeout: float, args) -> tuple[list[dict], dict | 
             cmd += ["--cpus", worker.cpus]
         recs, meta, timed_out = _run(cmd, env, timeout)
         if args.warm and job.kind == "main" and not timed_out:
-            warm, _, _ = _run(cmd[: cmd.index("--runs") + 1] + ["5"] + cmd[cmd.index("--runs") + 2 :],
-                              env, timeout)  # fmt: skip
+            i = cmd.index("--runs") + 1
+            warm, _, _ = _run(cmd[:i] + ["5"] + cmd[i + 1 :], env, timeout)
             by = {r["backend"]: r for r in warm}
             for r in recs:
                 if "compile_s" in by.get(r["backend"], {}):
@@ -359,8 +360,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--matmul-precision", default="high", choices=["highest", "high", "medium"])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--gpus", type=int, default=1)
-    ap.add_argument("--pin-cpus", action=argparse.BooleanOptionalAction, default=None,
-                    help="give each GPU's child 1/N of the CPU cores (default: with --gpus > 1)")  # fmt: skip
+    pin_help = "each GPU's child gets 1/N of the cores (default: if --gpus > 1)"
+    ap.add_argument("--pin-cpus", action=argparse.BooleanOptionalAction, help=pin_help)
     ap.add_argument("--deadline-s", type=float, default=0.0, help="no row starts after (0: none)")
     ap.add_argument("--hard-deadline-s", type=float, default=0.0,
                     help="running children are killed, their rows not run (0: none)")  # fmt: skip

@@ -12,7 +12,8 @@ compile seconds, the first call minus one steady call; ``peak_mb``: peak
 ``eager_ms`` (the ``ma`` job's own eager), ``warm_compile_s``, ``gbps``/``copy_gbps``), or
 ``error`` (a failure: the message), or ``not_run`` (why the runner did not measure it: the
 deadline, a shard; a resumed run measures it). A results file is ``{"meta": {...},
-"records": [...]}``; a bare list of records (the files before issue #29) also loads.
+"records": [...]}``; a bare list of records (the files before issue #29) also loads, its
+``gpt2`` rows (GPT2Model then) renamed ``gpt2_body``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 
-from gpu_rows import MICRO_ROWS, TITLES
+from gpu_rows import MICRO_ROWS, MODEL_ROWS, TITLES
 
 BACKENDS = ["eager", "compile", "compile_ro", "compile_ma", "inductor", "plugin", "plugin_ro"]
 # The issue's ratio: the plugin against the best of these (lower milliseconds).
@@ -38,8 +39,11 @@ def load(path: str) -> tuple[dict, list[dict]]:
     """``(meta, records)`` of a results JSON file (either format)."""
     with open(path) as f:
         data = json.load(f)
-    if isinstance(data, list):
-        return {"sources": [path]}, [dict(r, job=r.get("job", "main")) for r in data]
+    if isinstance(data, list):  # before issue #29, "gpt2" was GPT2Model (now "gpt2_body")
+        old = [dict(r, job=r.get("job", "main")) for r in data]
+        for r in old:
+            r["row"] = "gpt2_body" if r["row"] == "gpt2" else r["row"]
+        return {"sources": [path]}, old
     return data.get("meta", {}), list(data.get("records", []))
 
 
@@ -84,12 +88,49 @@ def merge(runs: list[tuple[dict, list[dict]]]) -> tuple[dict, list[dict]]:
     return meta, records
 
 
+ROW_ORDER = MODEL_ROWS + MICRO_ROWS
+DTYPE_ORDER = ("fp32", "bf16")
+
+
+def _row_key(k: tuple) -> tuple:
+    row, batch, dtype = k
+    ri = ROW_ORDER.index(row) if row in ROW_ORDER else len(ROW_ORDER)
+    di = DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER)
+    return (ri, row, di, batch)
+
+
 def index(records: list[dict]) -> dict[tuple, dict[str, dict]]:
-    """{(row, batch, dtype): {backend: record}} in first-seen order."""
+    """{(row, batch, dtype): {backend: record}}, rows in the issue's order (the rows of
+    gpu_rows, then fp32 before bf16, then batch)."""
     rows: dict[tuple, dict[str, dict]] = {}
     for r in records:
         rows.setdefault((r["row"], r["batch"], r["dtype"]), {})[r["backend"]] = r
-    return rows
+    return {k: rows[k] for k in sorted(rows, key=_row_key)}
+
+
+def pivot(records: list[dict]) -> str:
+    """Issue #29's layout: one line per model, a column per (dtype, batch), each cell the
+    plugin over the best of compile and compile_ro (``not run``, ``ERR`` where it has none)."""
+    rows = {k: v for k, v in index(records).items() if k[0] not in MICRO_ROWS}
+    cols = sorted({(d, b) for _, b, d in rows}, key=lambda c: _row_key(("", c[1], c[0])))
+    models = list(dict.fromkeys(k[0] for k in rows))
+    lines = ["| row | " + " | ".join(f"{d} b{b}" for d, b in cols) + " |"]
+    lines.append("|---|" + "---|" * len(cols))
+    for m in models:
+        cells = []
+        for d, b in cols:
+            c = rows.get((m, b, d))
+            ratio = metrics(c)["ratio"] if c else None
+            if ratio is not None:
+                cells.append(f"{ratio:.2f}")
+            elif c and any("not_run" in r for r in c.values()):
+                cells.append("not run")
+            elif c:
+                cells.append("ERR")
+            else:
+                cells.append("")
+        lines.append(f"| {TITLES.get(m, m)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _ok(c: dict | None, key: str = "ms"):
@@ -258,7 +299,8 @@ def notes(records: list[dict]) -> list[str]:
         if r.get("eager_graphs"):
             lines.append(f"- {label}: {r['eager_graphs']} graph(s) ran as the eager graph")
         for n in r.get("notes", []):
-            lines.append(f"- {label}: {n}")
+            if "running the compiled graph" not in n:  # the graphs the plugin gave up on
+                lines.append(f"- {label}: {n}")
         if r.get("gbps") and r.get("copy_gbps"):
             lines.append(
                 f"- {label}: {r['gbps']:.0f} GB/s ({100 * r['gbps'] / r['copy_gbps']:.0f}% of "
@@ -295,7 +337,11 @@ def report(meta: dict, records: list[dict], backends: list[str] | None = None) -
     """Header, table and summary: the whole markdown file."""
     titles = sorted({r["row"] for r in records if r["row"] in TITLES})
     legend = "Rows: " + "; ".join(f"`{t}` = {TITLES[t]}" for t in titles) if titles else ""
-    parts = [header(meta), "", table(records, backends), ""]
+    parts = [header(meta), ""]
+    if any(r["row"] not in MICRO_ROWS for r in records):
+        parts += ["Plugin over the best of compile and compile_ro (above 1.0: faster):", ""]
+        parts += [pivot(records), ""]
+    parts += [table(records, backends), ""]
     if legend:
         parts += [legend, ""]
     parts.append(summary(records))

@@ -144,6 +144,27 @@ def test_table_cells(gm):
         assert line.count("|") == lines[0].count("|")
 
 
+def test_pivot_and_row_order(gm):
+    rng = random.Random(10)
+    g32, r18, g1 = (measured_row(rng, *k) for k in
+                    (("gpt2", 32, "bf16"), ("resnet18", 1, "fp32"), ("gpt2", 1, "fp32")))  # fmt: skip
+    recs = g32 + r18 + g1 + [rec("gpt2", 1, "bf16", b, not_run="d") for b in ("eager", "plugin")]
+    assert list(gm.table.index(recs)) == [
+        ("resnet18", 1, "fp32"), ("gpt2", 1, "fp32"), ("gpt2", 1, "bf16"), ("gpt2", 32, "bf16")
+    ]  # fmt: skip
+    lines = gm.table.pivot(recs).splitlines()
+    assert lines[0] == "| row | fp32 b1 | bf16 b1 | bf16 b32 |"
+
+    def ratio(r):
+        c = by_backend(r)
+        return f"{min(c['compile']['ms'], c['compile_ro']['ms']) / c['plugin']['ms']:.2f}"
+
+    assert lines[2] == f"| {gm.rows.TITLES['resnet18']} | {ratio(r18)} |  |  |"
+    assert lines[3] == f"| {gm.rows.TITLES['gpt2']} | {ratio(g1)} | not run | {ratio(g32)} |"
+    report = gm.table.report({"gpus": ["H100"]}, recs)
+    assert lines[3] in report and "## Against issue #29's targets" in report
+
+
 def _summary_table(text):
     out = {}
     for line in text.splitlines():
@@ -219,11 +240,16 @@ def test_merge_takes_whole_jobs(gm, tmp_path):
     pa.write_text(json.dumps({"meta": {"gpus": ["H100"], "runs": [30]}, "records": a_bert + a_vit}))
     pb.write_text(json.dumps(b_bert + b_vit))  # the old format: a bare list
     meta, recs = gm.table.merge([gm.table.load(str(pa)), gm.table.load(str(pb))])
+    assert gm.table.load(str(pb))[1][0]["job"] == "main"
     bert = [r for r in recs if r["row"] == "bert"]
     vit = [r for r in recs if r["row"] == "vit"]
     assert bert == a_bert
     assert [r["ms"] for r in vit] == [r["ms"] for r in b_vit]
     assert meta["gpus"] == ["H100"]
+    # an old file's gpt2 (GPT2Model) is the gpt2_body row now
+    po = tmp_path / "old.json"
+    po.write_text(json.dumps(measured_row(rng, "gpt2", 1, "fp32", ("eager", "plugin"))))
+    assert {r["row"] for r in gm.table.load(str(po))[1]} == {"gpt2_body"}
     # a later complete job replaces an earlier complete one
     c_bert = measured_row(rng, "bert", 1, "fp32")
     _, recs2 = gm.table.merge([(meta, recs), ({}, c_bert)])
@@ -312,7 +338,7 @@ def test_workers_split_gpus_and_cpus(gm, monkeypatch):
     assert gm.runner.parse_cpus("0-2,7") == {0, 1, 2, 7}
 
 
-# --- the runner with a fake child and clock --------------------------------------------------------
+# --- the runner with a fake child and clock ---------------------------------------------------
 class FakeChild:
     """Launches nothing: advances a shared fake clock by each job's estimate (or ``took``),
     then returns measured records, or times out / crashes as told."""
