@@ -237,6 +237,10 @@ def child(args: argparse.Namespace) -> None:
     ``META`` line, then one ``ROW`` JSON line per backend (the ``ma`` job folds its eager
     milliseconds into the compile_ma record)."""
     t_start = time.perf_counter()
+    with contextlib.suppress(Exception):  # die with the runner (Linux PR_SET_PDEATHSIG = 1)
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     if args.cpus:
         os.sched_setaffinity(0, gpu_runner.parse_cpus(args.cpus))
     import torch
@@ -328,9 +332,23 @@ def launch_child(job, worker, timeout: float, args) -> tuple[list[dict], dict | 
     return recs, meta, timed_out
 
 
+# The children running now (their process groups are killed if the runner is stopped).
+_LIVE: set[subprocess.Popen] = set()
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM/SIGINT in the runner: kill the children's process groups and exit. The results
+    files hold every row finished before (the rows running then: not run, resumable)."""
+    for p in list(_LIVE):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    os._exit(128 + signum)
+
+
 def _run(cmd: list[str], env: dict, timeout: float) -> tuple[list[dict], dict | None, bool]:
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=True)  # fmt: skip
+    _LIVE.add(p)
     timed_out = False
     try:
         out, err = p.communicate(timeout=max(timeout, 1.0))
@@ -339,6 +357,8 @@ def _run(cmd: list[str], env: dict, timeout: float) -> tuple[list[dict], dict | 
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
+    finally:
+        _LIVE.discard(p)
     lines = out.splitlines()
     recs = [json.loads(x[4:]) for x in lines if x.startswith("ROW ")]
     metas = [json.loads(x[5:]) for x in lines if x.startswith("META ")]
@@ -403,6 +423,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.plan:
         print(gpu_runner.describe_plan(todo, len(jobs), args))
         return
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     runner = gpu_runner.Runner(todo, args, command, prior, launch_child)
     meta, recs = runner.run()
     gpu_runner.write(args.out, meta, recs, backends, echo=True)

@@ -241,6 +241,8 @@ class Runner:
 
     def run(self) -> tuple[dict, list[dict]]:
         ws = workers(self.args.gpus, self.args.pin_cpus, self.args.device)
+        if self.args.out:  # the plan, all not run yet: a call killed early still says what
+            write(self.args.out, *self.result())
         threads = [threading.Thread(target=self._work, args=(w,)) for w in ws]
         for t in threads:
             t.start()
@@ -324,7 +326,7 @@ class Runner:
         """(meta, records) of the prior files and this run, queued and running jobs as not
         run."""
         waiting = [
-            (j, "not started: --deadline-s passed or no time left before --hard-deadline-s")
+            (j, "not started: the deadline passed, no time was left or the run stopped")
             for j in self.queue
         ]
         waiting += [(j, "still running when written") for j in self.running.values()]
