@@ -18,7 +18,8 @@ options); optional ``inductor`` (``optimize("inductor")``) and ``plugin_ro``
 (``mode="max-autotune"``) in a child of its own per row (eager measured again there), killed
 after ``--ma-cap-s`` (plus 60 s to start) and shown as ``cap``. The plugin is measured before
 torch.compile, so that it pays the process's first imports of AOTAutograd and friends (its
-cold compile is the conservative one).
+cold compile is the conservative one); ``import torch_plugin`` itself is part of the child's
+startup, as ``import torch`` is.
 
 Method. ``torch.set_float32_matmul_precision("high")`` for every implementation (TF32
 products; ``--matmul-precision highest`` for none). Each row is a child process (``--child``)
@@ -40,9 +41,12 @@ and ``--merge A.json B.json --out table.md`` joins calls into one table (no GPU 
 ``--shard K/N`` runs the K-th of N balanced parts; ``--plan`` prints the schedule.
 
     python3 benchmarks/gpu_models.py --out r.md                     # the whole table, 1 GPU
-    python3 benchmarks/gpu_models.py --gpus 2 --deadline-s 420 --hard-deadline-s 530 --out r.md
+    python3 benchmarks/gpu_models.py --gpus 2 --deadline-s 470 --hard-deadline-s 540 --out r.md
     python3 benchmarks/gpu_models.py --resume r.json --out r2.md    # the rows r.json lacks
     python3 benchmarks/gpu_models.py --merge r.json r2.json --out table.md
+    python3 benchmarks/gpu_models.py --device cpu --rows tiny --backends eager,plugin  # smoke
+
+benchmarks/README.md has the commands that fit the device tool's 10-minute calls.
 """
 
 from __future__ import annotations

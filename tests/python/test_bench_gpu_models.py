@@ -146,8 +146,8 @@ def test_table_cells(gm):
 
 def test_pivot_and_row_order(gm):
     rng = random.Random(10)
-    g32, r18, g1 = (measured_row(rng, *k) for k in
-                    (("gpt2", 32, "bf16"), ("resnet18", 1, "fp32"), ("gpt2", 1, "fp32")))  # fmt: skip
+    keys = [("gpt2", 32, "bf16"), ("resnet18", 1, "fp32"), ("gpt2", 1, "fp32")]
+    g32, r18, g1 = (measured_row(rng, *k) for k in keys)
     recs = g32 + r18 + g1 + [rec("gpt2", 1, "bf16", b, not_run="d") for b in ("eager", "plugin")]
     assert list(gm.table.index(recs)) == [
         ("resnet18", 1, "fp32"), ("gpt2", 1, "fp32"), ("gpt2", 1, "bf16"), ("gpt2", 32, "bf16")
