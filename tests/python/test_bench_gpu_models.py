@@ -78,6 +78,15 @@ def test_plan_follows_issue_table(gm):
         gm.rows.plan("bert:1:fp8", None, None)
 
 
+def test_build_tiny_rows_on_cpu(gm):
+    import torch
+
+    fn, (x,) = gm.rows.build("tiny", 1, "cpu")
+    assert torch.equal(fn(x), x + 1)
+    fn, (x, r) = gm.rows.build("ln_gelu_res", 1, "cpu")
+    assert fn(x, r).shape == (8192, 4096)
+
+
 def test_estimates_order_and_cap(gm):
     est = gm.rows.estimate_s
     bs = ["eager", "plugin", "compile", "compile_ro"]
