@@ -1,117 +1,80 @@
-"""Benchmark: eager vs torch.compile vs torch_plugin on CUDA, side by side, one process per row.
+"""Benchmark: eager vs torch.compile vs torch_plugin on CUDA, issue #29's table, one process
+per row.
 
-Rows (random weights, ``--rows``; default: all):
+Rows (``benchmarks/gpu_rows.py``; ``--rows``, default issue #29's): ``resnet18``,
+``resnet50``, ``mobilenet_v3_large``, ``efficientnet_b0``, ``vit`` (torchvision, 224x224;
+ViT-B/16), ``bert`` (BERT-base), ``gpt2`` (GPT-2 small WITH its LM head, returning the
+logits), ``llama`` (a Llama-style decoder from a config), all text rows at 128 tokens; at
+batch 1 and 32, fp32 and bf16 (``torch.autocast("cuda", torch.bfloat16)``) as in the issue's
+table: fp32 only for ResNet-18, MobileNetV3-Large and EfficientNet-B0. Also available:
+``gpt2_body`` (GPT2Model, the old ``gpt2`` row) and the micro rows ``pointwise``,
+``ln_gelu_res``, ``tiny``. ``--rows name:batch:dtype`` names one row exactly.
 
-- models at each ``--batches`` size and ``--dtypes`` (``fp32``; ``bf16``: the call runs under
-  ``torch.autocast("cuda", torch.bfloat16)``): ``bert`` (HF BERT-base, 128 tokens), ``gpt2``
-  (HF GPT-2 small, 128 tokens, ``use_cache=False``), ``vit`` (torchvision ViT-B/16, 224x224),
-  ``llama`` (HF Llama-style decoder from a config: 8 layers, hidden 1024, 16 heads, MLP 2816,
-  128 tokens, ``use_cache=False``), ``resnet50`` (torchvision, 224x224);
-- micro rows: ``pointwise`` (a 6-op pointwise chain over 2^26 fp32 elements; GB/s counting
-  one read and one write, beside a device-to-device copy measured in the same process, both
-  from the GPU time of ``--runs`` back-to-back calls between two CUDA events, so that the
-  host's per-call work, which the ``tiny`` row measures, overlaps the kernels as it does in a
-  program that queues work: a bandwidth, not a latency),
-  ``ln_gelu_res`` (``gelu(layer_norm(x)) + r`` on [8192, 4096] fp32), ``tiny`` (``x + 1`` on a
-  one-element tensor: microseconds per call, no CUDA graph for the plugin column).
+Columns (``--backends``, in the order measured; default ``eager,plugin,compile,compile_ro``):
+``eager``; ``compile`` (``torch.compile``, default mode); ``compile_ro``
+(``mode="reduce-overhead"``); ``plugin`` (``torch_plugin.optimize("plugin")``, default
+options); optional ``inductor`` (``optimize("inductor")``) and ``plugin_ro``
+(``optimize("plugin", mode="reduce-overhead")``). ``--ma`` adds ``compile_ma``
+(``mode="max-autotune"``) in a child of its own per row (eager measured again there), killed
+after ``--ma-cap-s`` (plus 60 s to start) and shown as ``cap``. The plugin is measured before
+torch.compile, so that it pays the process's first imports of AOTAutograd and friends (its
+cold compile is the conservative one); ``import torch_plugin`` itself is part of the child's
+startup, as ``import torch`` is.
 
-Columns (``--backends``): ``eager``; ``compile`` (``torch.compile``, default mode); ``compile_ro``
-(``torch.compile(mode="reduce-overhead")``); ``inductor`` (``torch_plugin.optimize("inductor")``);
-``plugin`` (``torch_plugin.optimize("plugin")``, the default backend, default options);
-``plugin_ro`` (``optimize("plugin", mode="reduce-overhead")``).
+Method. ``torch.set_float32_matmul_precision("high")`` for every implementation (TF32
+products; ``--matmul-precision highest`` for none). Each row is a child process (``--child``)
+with empty Inductor, Triton and plugin cache directories, which builds the model once, runs
+eager once for the reference output, and measures each backend in turn: the first call (cold
+compile = its time minus one steady call), 3 untimed calls, then the median of ``--runs``
+calls each between two CUDA events (after 3 more untimed calls); the peak of
+``torch.cuda.max_memory_allocated`` from before the first call (compile included) plus the
+weights and inputs; the error against eager (max |out - eager| / max |eager|). The plugin's
+decisions to run a graph as its eager graph are logged in the row's notes.
 
-Every row runs in a child process (``--child``) that builds the model once and measures each
-backend in turn in that process: the first call's time minus one steady-state call is the cold
-compile time (the row's Inductor and plugin cache directories start empty); the median of
-``--runs`` calls timed with CUDA events after warm-up is the latency; the peak of
-``torch.cuda.max_memory_allocated`` over the timed calls (after compiling) is the peak memory;
-the output is compared with eager's (max abs error over the max abs eager value). With
-``--warm`` a second child per row reuses the first one's cache directories and reports the
-warm compile time. The table is printed as markdown with the GPU's name and versions and the
-command line, and written to ``--out`` (and JSON beside it).
+The runner (parent process) fits a GPU budget: ``--gpus N`` runs N children at once, each on
+its own GPU (``CUDA_VISIBLE_DEVICES``) and, by default, its own 1/N of the CPU cores; rows go
+longest first (estimated); no row starts after ``--deadline-s`` or when its estimate would
+pass ``--hard-deadline-s``, where running children are killed (their rows: not run). The JSON
+(``--out`` with .json) is rewritten after every row, so a killed call leaves its rows; a
+later call with ``--resume FILE...`` (or ``--append``) runs only the rows those files lack,
+and ``--merge A.json B.json --out table.md`` joins calls into one table (no GPU needed).
+``--shard K/N`` runs the K-th of N balanced parts; ``--plan`` prints the schedule.
 
-    python3 benchmarks/gpu_models.py [--rows bert,resnet50,pointwise] [--batches 1,32]
-        [--dtypes fp32,bf16] [--backends eager,compile,inductor,plugin] [--runs 50]
-        [--warm] [--out results.md]
+    python3 benchmarks/gpu_models.py --out r.md                     # the whole table, 1 GPU
+    python3 benchmarks/gpu_models.py --gpus 2 --deadline-s 470 --hard-deadline-s 540 --out r.md
+    python3 benchmarks/gpu_models.py --resume r.json --out r2.md    # the rows r.json lacks
+    python3 benchmarks/gpu_models.py --merge r.json r2.json --out table.md
+    python3 benchmarks/gpu_models.py --device cpu --rows tiny --backends eager,plugin  # smoke
+
+benchmarks/README.md has the commands that fit the device tool's 10-minute calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-MODEL_ROWS = ["bert", "gpt2", "vit", "llama", "resnet50"]
-MICRO_ROWS = ["pointwise", "ln_gelu_res", "tiny"]
-BACKENDS = ["eager", "compile", "compile_ro", "inductor", "plugin", "plugin_ro"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import gpu_runner
+import gpu_table
+from gpu_rows import ISSUE_PLAN, build, plan
+
+DEFAULT_BACKENDS = "eager,plugin,compile,compile_ro"
 
 
-# --- models and inputs -----------------------------------------------------------------------
-def build(name: str, batch: int):
-    """(callable taking *inputs, inputs) on CUDA for row ``name``."""
-    import torch
-
-    torch.manual_seed(0)
-    dev = "cuda"
-    if name in ("bert", "gpt2", "llama"):
-        import transformers
-
-        if name == "bert":
-            model = transformers.BertModel(transformers.BertConfig())
-        elif name == "gpt2":
-            model = transformers.GPT2Model(transformers.GPT2Config(use_cache=False))
-        else:
-            cfg = transformers.LlamaConfig(
-                hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
-                num_key_value_heads=16, intermediate_size=2816, vocab_size=32000,
-                use_cache=False,
-            )  # fmt: skip
-            model = transformers.LlamaModel(cfg)
-        model = model.to(dev).eval()
-        ids = torch.randint(0, 1000, (batch, 128), device=dev)
-
-        def run(ids):
-            return model(input_ids=ids).last_hidden_state
-
-        return run, (ids,), model
-    if name in ("vit", "resnet50"):
-        import torchvision
-
-        ctor = torchvision.models.vit_b_16 if name == "vit" else torchvision.models.resnet50
-        model = ctor(weights=None).to(dev).eval()
-        return model, (torch.randn(batch, 3, 224, 224, device=dev),), model
-    if name == "pointwise":
-
-        def chain(x):
-            y = x * 1.5 + 0.25
-            y = torch.relu(y) - x * 0.5
-            return torch.sigmoid(y) * x + 1.0
-
-        return chain, (torch.randn(1 << 26, device=dev),), None
-    if name == "ln_gelu_res":
-        w = torch.randn(4096, device=dev)
-        b = torch.randn(4096, device=dev)
-
-        def ln(x, r):
-            return torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (4096,), w, b)) + r
-
-        return ln, (torch.randn(8192, 4096, device=dev), torch.randn(8192, 4096, device=dev)), None
-    if name == "tiny":
-
-        def tiny(x):
-            return x + 1
-
-        return tiny, (torch.randn(1, device=dev),), None
-    raise SystemExit(f"unknown row {name}")
-
-
+# --- the child: one row, every backend ---------------------------------------------------------
 def compiled(backend: str, fn):
+    """``fn`` compiled by ``backend`` (a column name). Raises SystemExit for another name."""
     import torch
 
     if backend == "eager":
@@ -120,6 +83,8 @@ def compiled(backend: str, fn):
         return torch.compile(fn)
     if backend == "compile_ro":
         return torch.compile(fn, mode="reduce-overhead")
+    if backend == "compile_ma":
+        return torch.compile(fn, mode="max-autotune")
     import torch_plugin
 
     if backend == "inductor":
@@ -138,93 +103,33 @@ def _first_tensor(out):
         return out
     if isinstance(out, (tuple, list)):
         return _first_tensor(out[0])
-    if hasattr(out, "last_hidden_state"):
-        return out.last_hidden_state
-    if hasattr(out, "logits"):
-        return out.logits
+    for attr in ("logits", "last_hidden_state"):
+        if hasattr(out, attr):
+            return getattr(out, attr)
     raise TypeError(type(out))
 
 
-def child(args: argparse.Namespace) -> None:
-    """Measures one row, every backend in this process; prints one JSON line per backend."""
-    import contextlib
-
-    import torch
-
-    fn, inputs, _ = build(args.row, args.batch)
-    autocast = (
-        torch.autocast("cuda", torch.bfloat16) if args.dtype == "bf16" else contextlib.nullcontext()
-    )
-    with torch.no_grad(), autocast:
-        ref = _first_tensor(fn(*inputs)).float().clone()
-    torch.cuda.synchronize()
-    copy_gbps = None
-    if args.row == "pointwise":
-        x = inputs[0]
-        y = torch.empty_like(x)
-        ms = _time_burst(lambda: y.copy_(x), 50)
-        copy_gbps = 2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
-    for backend in args.backends.split(","):
-        rec = {"row": args.row, "batch": args.batch, "dtype": args.dtype, "backend": backend}
-        try:
-            f = compiled(backend, fn)
-            with torch.no_grad(), autocast:
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                out = f(*inputs)
-                torch.cuda.synchronize()
-                first = time.perf_counter() - t0
-                for _ in range(3):
-                    out = f(*inputs)
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-                if args.row == "tiny":
-                    n = 2000
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    for _ in range(n):
-                        f(*inputs)
-                    torch.cuda.synchronize()
-                    ms = (time.perf_counter() - t0) * 1e3 / n
-                elif args.row == "pointwise":
-                    ms = _time_burst(lambda f=f: f(*inputs), args.runs)
-                else:
-                    ms = _time(lambda f=f: f(*inputs), args.runs)
-                peak = torch.cuda.max_memory_allocated() - base
-                out = _first_tensor(f(*inputs)).float()
-            err = ((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-            rec.update(ms=ms, compile_s=max(first - ms * 1e-3, 0.0), peak_mb=peak / 2**20, err=err)
-            if args.row == "pointwise":
-                x = inputs[0]
-                rec["gbps"] = 2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
-                rec["copy_gbps"] = copy_gbps
-        except Exception as e:  # noqa: BLE001 - a row's failure is reported, not fatal
-            rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        print("ROW " + json.dumps(rec), flush=True)
-        torch._dynamo.reset()
-        try:
-            import torch_plugin
-
-            torch_plugin.reset()
-        except ImportError:
-            pass
-
-
-def _time(call, runs: int) -> float:
-    """Median milliseconds of ``call()`` over ``runs`` calls, CUDA events around each."""
+def _time(call, runs: int, cuda: bool) -> float:
+    """Median milliseconds of ``call()`` over ``runs`` calls after 3 untimed ones: CUDA events
+    around each call on CUDA (the host's work included: the next call starts after the
+    previous one ended), ``perf_counter`` on the CPU."""
     import torch
 
     for _ in range(3):
         call()
     times = []
     for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
 
@@ -245,134 +150,288 @@ def _time_burst(call, runs: int) -> float:
     return start.elapsed_time(end) / runs
 
 
-# --- driver ----------------------------------------------------------------------------------
-def run_child(row, batch, dtype, backends, runs, env, timeout):
-    cmd = [sys.executable, __file__, "--child", "--row", row, "--batch", str(batch),
-           "--dtype", dtype, "--backends", backends, "--runs", str(runs)]  # fmt: skip
+class _Notes:
+    """Collects the plugin's INFO messages about eager graphs while active (compile time)."""
+
+    def __enter__(self):
+        import logging
+
+        self.msgs: list[str] = []
+        outer = self
+
+        class H(logging.Handler):
+            def emit(self, record):
+                msg = record.getMessage()
+                if "eager graph" in msg and len(outer.msgs) < 6:
+                    outer.msgs.append(msg[:240])
+
+        self.log = logging.getLogger("torch_plugin.backends.plugin")
+        self.level, self.h = self.log.level, H()
+        self.log.addHandler(self.h)
+        self.log.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc):
+        self.log.removeHandler(self.h)
+        self.log.setLevel(self.level)
+
+
+def _eager_graphs() -> int:
     try:
-        p = subprocess.run(
-            cmd, check=False, capture_output=True, text=True, env=env, timeout=timeout
-        )
+        from torch_plugin.compiler.pipeline import counters
+    except ImportError:
+        return 0
+    return counters.get("eager_graphs", 0)
+
+
+def measure(backend, fn, inputs, ref, args, model_bytes: int, autocast) -> dict:
+    """One backend on one row: the record of ``gpu_table`` (``ms``, ``compile_s``,
+    ``peak_mb``, ``err``, plugin notes)."""
+    import torch
+
+    cuda = args.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    f = compiled(backend, fn)
+    plugin = backend.startswith("plugin")
+    eg0 = _eager_graphs() if plugin else 0
+    rec: dict = {}
+    with torch.no_grad(), autocast:
+        sync()
+        base = torch.cuda.memory_allocated() if cuda else 0
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        with _Notes() as notes:
+            t0 = time.perf_counter()
+            out = f(*inputs)
+            sync()
+            first = time.perf_counter() - t0
+            del out
+            for _ in range(3):
+                f(*inputs)
+            sync()
+        if args.row == "tiny":
+            n = 2000
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f(*inputs)
+            sync()
+            ms = (time.perf_counter() - t0) * 1e3 / n
+        elif args.row == "pointwise" and cuda:
+            ms = _time_burst(lambda: f(*inputs), args.runs)
+        else:
+            ms = _time(lambda: f(*inputs), args.runs, cuda)
+        if cuda:
+            peak = torch.cuda.max_memory_allocated() - base
+            rec["peak_mb"] = (model_bytes + peak) / 2**20
+        out = _first_tensor(f(*inputs)).float().clone()
+    rec["err"] = ((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+    rec.update(ms=ms, compile_s=max(first - ms * 1e-3, 0.0))
+    if notes.msgs:
+        rec["notes"] = notes.msgs
+    if plugin and _eager_graphs() > eg0:
+        rec["eager_graphs"] = _eager_graphs() - eg0
+    if args.row == "pointwise" and cuda:
+        rec["gbps"] = 2 * inputs[0].numel() * inputs[0].element_size() / (ms * 1e-3) / 1e9
+    return rec
+
+
+def child(args: argparse.Namespace) -> None:
+    """Measures one row, every backend of ``--backends`` in this process, in order; prints a
+    ``META`` line, then one ``ROW`` JSON line per backend (the ``ma`` job folds its eager
+    milliseconds into the compile_ma record)."""
+    t_start = time.perf_counter()
+    with contextlib.suppress(Exception):  # die with the runner (Linux PR_SET_PDEATHSIG = 1)
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    if args.cpus:
+        os.sched_setaffinity(0, gpu_runner.parse_cpus(args.cpus))
+    import torch
+
+    torch.set_float32_matmul_precision(args.matmul_precision)
+    cuda = args.device == "cuda"
+    gpu = torch.cuda.get_device_name() if cuda else "cpu"
+    versions = f"torch {torch.__version__}, CUDA {torch.version.cuda}"
+    if cuda:
+        versions += f", cuDNN {torch.backends.cudnn.version()}"
+    versions += f", Python {sys.version.split()[0]}"
+    tf32 = f"matmul TF32 {torch.backends.cuda.matmul.allow_tf32}, "
+    tf32 += f"cuDNN TF32 {torch.backends.cudnn.allow_tf32}"
+    meta = {
+        "gpu": gpu,
+        "versions": versions,
+        "matmul_precision": f"{args.matmul_precision} ({tf32})",
+    }
+    print("META " + json.dumps(meta), flush=True)
+    fn, inputs = build(args.row, args.batch, args.device)
+    if cuda:
+        torch.cuda.synchronize()
+    model_bytes = torch.cuda.memory_allocated() if cuda else 0
+    bf16 = args.dtype == "bf16"
+    autocast = torch.autocast(args.device, torch.bfloat16) if bf16 else contextlib.nullcontext()
+    with torch.no_grad(), autocast:
+        ref = _first_tensor(fn(*inputs)).float().clone()
+    copy_gbps = None
+    if args.row == "pointwise" and cuda:
+        x, y = inputs[0], torch.empty_like(inputs[0])
+        ms = _time_burst(lambda: y.copy_(x), 50)
+        copy_gbps = 2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
+    if any(b in ("inductor", "plugin", "plugin_ro") for b in args.backends.split(",")):
+        # Its import (the extension, AOTAutograd) is startup, not the plugin column's compile.
+        import torch_plugin
+
+    eager_ms = None
+    startup_s = time.perf_counter() - t_start
+    for backend in args.backends.split(","):
+        t_backend = time.perf_counter()
+        rec = {"row": args.row, "batch": args.batch, "dtype": args.dtype, "backend": backend}
+        rec.update(job=args.job, gpu=gpu)
+        try:
+            rec.update(measure(backend, fn, inputs, ref, args, model_bytes, autocast))
+            if copy_gbps:
+                rec["copy_gbps"] = copy_gbps
+        except Exception as e:  # noqa: BLE001 - a backend's failure is reported, not fatal
+            rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rec.update(startup_s=round(startup_s, 1), wall_s=round(time.perf_counter() - t_backend, 1))
+        if args.job == "ma" and backend == "eager":
+            eager_ms = rec.get("ms")
+        else:
+            if args.job == "ma":
+                rec["eager_ms"] = eager_ms
+            print("ROW " + json.dumps(rec), flush=True)
+        torch._dynamo.reset()
+        with contextlib.suppress(Exception):  # eager-only runs need no torch_plugin
+            import torch_plugin
+
+            torch_plugin.reset()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+
+# --- the parent: launching children ------------------------------------------------------------
+def launch_child(job, worker, timeout: float, args) -> tuple[list[dict], dict | None, bool]:
+    """Runs ``job`` in a child process on ``worker``'s GPU and CPUs, with empty caches; kills
+    its process group after ``timeout`` seconds. Returns (records, meta, timed_out)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor")
+        env.update(TRITON_CACHE_DIR=f"{tmp}/triton", TORCH_PLUGIN_CACHE_DIR=f"{tmp}/plugin")
+        if worker.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = worker.gpu
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--row", job.row,
+               "--batch", str(job.batch), "--dtype", job.dtype, "--backends",
+               ",".join(job.backends), "--runs", str(args.runs), "--job", job.kind,
+               "--matmul-precision", args.matmul_precision, "--device", args.device]  # fmt: skip
+        if worker.cpus:
+            cmd += ["--cpus", worker.cpus]
+        recs, meta, timed_out = _run(cmd, env, timeout)
+        if args.warm and job.kind == "main" and not timed_out:
+            i = cmd.index("--runs") + 1
+            warm, _, _ = _run(cmd[:i] + ["5"] + cmd[i + 1 :], env, timeout)
+            by = {r["backend"]: r for r in warm}
+            for r in recs:
+                if "compile_s" in by.get(r["backend"], {}):
+                    r["warm_compile_s"] = by[r["backend"]]["compile_s"]
+    return recs, meta, timed_out
+
+
+# The children running now (their process groups are killed if the runner is stopped).
+_LIVE: set[subprocess.Popen] = set()
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM/SIGINT in the runner: kill the children's process groups and exit. The results
+    files hold every row finished before (the rows running then: not run, resumable)."""
+    for p in list(_LIVE):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    os._exit(128 + signum)
+
+
+def _run(cmd: list[str], env: dict, timeout: float) -> tuple[list[dict], dict | None, bool]:
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)  # fmt: skip
+    _LIVE.add(p)
+    timed_out = False
+    try:
+        out, err = p.communicate(timeout=max(timeout, 1.0))
     except subprocess.TimeoutExpired:
-        return [{"row": row, "batch": batch, "dtype": dtype, "backend": "*", "error": "timeout"}]
-    recs = [json.loads(l[4:]) for l in p.stdout.splitlines() if l.startswith("ROW ")]
-    if p.returncode != 0 and not recs:
-        tail = (p.stderr or "").strip().splitlines()[-3:]
-        recs = [
-            {"row": row, "batch": batch, "dtype": dtype, "backend": "*", "error": " | ".join(tail)}
-        ]
-    return recs
+        timed_out = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+    finally:
+        _LIVE.discard(p)
+    lines = out.splitlines()
+    recs = [json.loads(x[4:]) for x in lines if x.startswith("ROW ")]
+    metas = [json.loads(x[5:]) for x in lines if x.startswith("META ")]
+    if p.returncode and not timed_out:
+        tail = " | ".join((err or "").strip().splitlines()[-3:])
+        recs.append({"crash": tail or f"exit status {p.returncode}"})
+    return recs, (metas[0] if metas else None), timed_out
 
 
-def _cell(cells: dict, backend: str, key: str, fmt: str) -> str:
-    c = cells.get(backend, {})
-    if "error" in c:
-        return "ERR"
-    return fmt.format(c[key]) if key in c else "-"
-
-
-def table(recs: list[dict], backends: list[str]) -> str:
-    rows: dict[tuple, dict] = {}
-    for r in recs:
-        rows.setdefault((r["row"], r["batch"], r["dtype"]), {})[r["backend"]] = r
-    head = (
-        "| row | batch | dtype | "
-        + " | ".join(f"{b} ms" for b in backends)
-        + " | "
-        + " | ".join(f"{b} x eager" for b in backends if b != "eager")
-    )
-    head += " | " + " | ".join(f"{b} cold s" for b in backends if b != "eager")
-    head += " | " + " | ".join(f"{b} peak MB" for b in backends) + " | max rel err |"
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for (row, batch, dtype), cells in rows.items():
-        eager = cells.get("eager", {}).get("ms")
-        ms = [_cell(cells, b, "ms", "{:.3f}") for b in backends]
-        speed = [
-            f"{eager / cells[b]['ms']:.2f}" if eager and cells.get(b, {}).get("ms") else "-"
-            for b in backends
-            if b != "eager"
-        ]
-        cold = [_cell(cells, b, "compile_s", "{:.1f}") for b in backends if b != "eager"]
-        peak = [_cell(cells, b, "peak_mb", "{:.0f}") for b in backends]
-        errs = [f"{b}:{c['err']:.1e}" for b, c in cells.items() if "err" in c and b != "eager"]
-        line = f"| {row} | {batch} | {dtype} | " + " | ".join(ms + speed + cold + peak)
-        line += " | " + " ".join(errs) + " |"
-        lines.append(line)
-    extra = []
-    for r in recs:
-        if "gbps" in r:
-            extra.append(
-                f"- pointwise {r['backend']}: {r['gbps']:.0f} GB/s "
-                f"({100 * r['gbps'] / r['copy_gbps']:.0f}% of the {r['copy_gbps']:.0f} GB/s copy)"
-            )
-        if "error" in r:
-            extra.append(f"- {r['row']} b{r['batch']} {r['dtype']} {r['backend']}: {r['error']}")
-    return "\n".join(lines + [""] + extra)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", default=",".join(MODEL_ROWS + MICRO_ROWS))
-    ap.add_argument("--batches", default="1,32")
-    ap.add_argument("--dtypes", default="fp32,bf16")
-    ap.add_argument("--backends", default=",".join(BACKENDS))
-    ap.add_argument("--runs", type=int, default=50)
-    ap.add_argument("--warm", action="store_true")
-    ap.add_argument("--timeout", type=float, default=900)
-    ap.add_argument("--out", default="")
-    ap.add_argument("--child", action="store_true")
-    ap.add_argument("--row")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--dtype", default="fp32")
-    args = ap.parse_args()
+    ap.add_argument("--rows", default=",".join(ISSUE_PLAN))
+    ap.add_argument("--batches", default=None, help="default: 1,32")
+    ap.add_argument("--dtypes", default=None, help="default: issue #29's dtypes of each row")
+    ap.add_argument("--backends", default=DEFAULT_BACKENDS)
+    ap.add_argument("--ma", action="store_true", help="add compile_ma (max-autotune), capped")
+    ap.add_argument("--ma-cap-s", type=float, default=240.0)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--matmul-precision", default="high", choices=["highest", "high", "medium"])
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--gpus", type=int, default=1)
+    pin_help = "each GPU's child gets 1/N of the cores (default: if --gpus > 1)"
+    ap.add_argument("--pin-cpus", action=argparse.BooleanOptionalAction, help=pin_help)
+    ap.add_argument("--deadline-s", type=float, default=0.0, help="no row starts after (0: none)")
+    ap.add_argument("--hard-deadline-s", type=float, default=0.0,
+                    help="running children are killed, their rows not run (0: none)")  # fmt: skip
+    ap.add_argument("--timeout", type=float, default=420.0, help="per child, seconds")
+    ap.add_argument("--shard", default="", help="K/N: the K-th of N balanced parts of the rows")
+    ap.add_argument("--resume", nargs="+", default=[], help="results JSON: skip their rows")
+    ap.add_argument("--append", action="store_true", help="--resume from --out's JSON if any")
+    ap.add_argument("--retry-errors", action="store_true", help="with --resume: rerun failures")
+    ap.add_argument("--merge", nargs="+", default=[], help="join results JSON files; no GPU")
+    ap.add_argument("--plan", action="store_true", help="print the schedule and exit")
+    ap.add_argument("--warm", action="store_true", help="second child per row: warm compile")
+    ap.add_argument("--out", default="", help="markdown path; the JSON goes beside it")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--row", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--dtype", default="fp32", help=argparse.SUPPRESS)
+    ap.add_argument("--job", default="main", help=argparse.SUPPRESS)
+    ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
     if args.child:
         child(args)
         return
-    import torch
-
-    recs: list[dict] = []
-    for row in args.rows.split(","):
-        micro = row in MICRO_ROWS
-        for batch in [1] if micro else [int(b) for b in args.batches.split(",")]:
-            for dtype in ["fp32"] if micro else args.dtypes.split(","):
-                backends = args.backends
-                if row == "tiny":  # per-call overhead without CUDA graphs
-                    backends = ",".join(b for b in backends.split(",") if not b.endswith("_ro"))
-                with tempfile.TemporaryDirectory() as tmp:
-                    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor",
-                               TORCH_PLUGIN_CACHE_DIR=f"{tmp}/plugin")  # fmt: skip
-                    got = run_child(row, batch, dtype, backends, args.runs, env, args.timeout)
-                    if args.warm:
-                        warm = run_child(row, batch, dtype, backends, 5, env, args.timeout)
-                        by = {r["backend"]: r for r in warm}
-                        for r in got:
-                            w = by.get(r["backend"], {})
-                            if "compile_s" in w:
-                                r["warm_compile_s"] = w["compile_s"]
-                recs += got
-                print(table(got, backends.split(",")).split("\n")[2], flush=True)
-    import torch_plugin  # noqa: F401  (version line)
-
-    head = (
-        f"# gpu_models\n\nCommand: `python3 {' '.join(shlex.quote(a) for a in sys.argv)}`\n\n"
-        f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; "
-        f"Python {sys.version.split()[0]}; TF32 matmul {torch.backends.cuda.matmul.allow_tf32}, "
-        f"cudnn {torch.backends.cudnn.allow_tf32}\n"
-        f"- latency: median of {args.runs} calls (CUDA events); cold s: first call minus one call\n\n"
-    )
-    text = head + table(recs, args.backends.split(","))
-    if any("warm_compile_s" in r for r in recs):
-        text += "\n\nwarm compile s: " + ", ".join(
-            f"{r['row']}/b{r['batch']}/{r['dtype']}/{r['backend']}={r['warm_compile_s']:.2f}"
-            for r in recs
-            if "warm_compile_s" in r
-        )
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump(recs, f, indent=1)
+    command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0]] + (argv or sys.argv[1:]))
+    if args.merge:
+        meta, recs = gpu_table.merge([gpu_table.load(p) for p in args.merge])
+        gpu_runner.write(args.out, meta, recs)
+        return
+    backends = [b for b in args.backends.split(",") if b]
+    if args.ma and "compile_ma" not in backends:
+        backends.append("compile_ma")
+    jobs = gpu_runner.make_jobs(plan(args.rows, args.batches, args.dtypes), backends, args)
+    jobs = gpu_runner.shard(jobs, args.shard)
+    resume = list(args.resume)
+    out_json = os.path.splitext(args.out)[0] + ".json" if args.out else ""
+    if args.append and out_json and os.path.exists(out_json):
+        resume.append(out_json)
+    prior = gpu_table.merge([gpu_table.load(p) for p in resume]) if resume else ({}, [])
+    todo = gpu_runner.pending(jobs, prior[1], args.retry_errors)
+    if args.plan:
+        print(gpu_runner.describe_plan(todo, len(jobs), args))
+        return
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    runner = gpu_runner.Runner(todo, args, command, prior, launch_child)
+    meta, recs = runner.run()
+    gpu_runner.write(args.out, meta, recs, backends, echo=True)
 
 
 if __name__ == "__main__":

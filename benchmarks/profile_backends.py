@@ -33,7 +33,7 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    fn, inputs, _ = build(args.row, args.batch)
+    fn, inputs = build(args.row, args.batch, "cuda")
     autocast = (
         torch.autocast("cuda", torch.bfloat16) if args.dtype == "bf16" else contextlib.nullcontext()
     )
