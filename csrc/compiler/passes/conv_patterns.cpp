@@ -11,7 +11,9 @@
 // cudnn-frontend's headers):
 //   cuda_conv_to_library   convolution(x, w, b?) [2-d, not transposed, x, w, b
 //                          and the output of one dtype: fp32, bf16 or fp16; any
-//                          weight, constant or not (no freezing needed)]
+//                          weight, constant or not (no freezing needed); not
+//                          grouped and input channels a multiple of 8: where
+//                          cuDNN's fused engines were measured faster]
 //                          => conv_pointwise(x, w, b), channels-last output
 //   cuda_conv_scale_shift  add(mul(conv, s), t) [s, t per-channel constants
 //                          of the output's dtype], or
@@ -341,6 +343,14 @@ std::vector<Rule> make_rules() {
            const Value* w = m.root->tensor_arg(conv::kWeight);
            return cudnn_dtype(t) && x && w && x->dtype == t && w->dtype == t &&
                (!b || (b->dtype == t && b->sizes.size() == 1));
+         }},
+        {"not grouped, input channels a multiple of 8 (measured on H100: cuDNN's "
+         "fused NHWC engines for depthwise convolutions and for the 3-channel stem ran "
+         "slower than ATen's convolution, which keeps them)",
+         [](const Graph&, const Match& m) {
+           const auto* groups = std::get_if<int64_t>(&m.root->const_arg(conv::kGroups));
+           return groups && *groups == 1 &&
+               m.root->tensor_arg(conv::kInput)->sizes[1] % 8 == 0;
          }},
         {"stride, padding and dilation of 2 entries, groups an integer",
          [](const Graph&, const Match& m) {
