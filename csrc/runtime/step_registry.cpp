@@ -11,9 +11,13 @@ namespace torch_plugin::runtime {
 namespace {
 
 // Function-local statics: registrations run from other files' static
-// constructors, in any order relative to this file's.
-std::map<std::pair<c10::DeviceType, StepKind>, StepFactory>& factories() {
-  static std::map<std::pair<c10::DeviceType, StepKind>, StepFactory> m;
+// constructors, in any order relative to this file's. Several factories may
+// share a key (CUDA library steps: cuBLASLt's and cuDNN's, each taking only
+// its own op): they are tried in registration order until one takes the node.
+using Factories =
+    std::map<std::pair<c10::DeviceType, StepKind>, std::vector<StepFactory>>;
+Factories& factories() {
+  static Factories m;
   return m;
 }
 
@@ -27,9 +31,19 @@ std::map<std::string, LibraryProbe>& libraries() {
   return m;
 }
 
-StepFactory find_factory(c10::DeviceType device, StepKind kind) {
+std::unique_ptr<Step> make_step(
+    c10::DeviceType device,
+    StepKind kind,
+    const ir::Node& node,
+    const SlotMap& slots) {
   auto it = factories().find({device, kind});
-  return it == factories().end() ? nullptr : it->second;
+  if (it == factories().end())
+    return nullptr;
+  for (StepFactory make : it->second) {
+    if (std::unique_ptr<Step> step = make(node, slots))
+      return step;
+  }
+  return nullptr;
 }
 
 } // namespace
@@ -38,7 +52,7 @@ StepRegistration::StepRegistration(
     c10::DeviceType device,
     StepKind kind,
     StepFactory factory) {
-  factories()[{device, kind}] = factory;
+  factories()[{device, kind}].push_back(factory);
 }
 
 KernelPreloaderRegistration::KernelPreloaderRegistration(
@@ -72,8 +86,7 @@ std::unique_ptr<Step> make_library_step(
     const SlotMap& slots) {
   if (node.outputs.empty())
     return nullptr;
-  StepFactory make = find_factory(step_device(node), StepKind::kLibrary);
-  return make ? make(node, slots) : nullptr;
+  return make_step(step_device(node), StepKind::kLibrary, node, slots);
 }
 
 std::unique_ptr<Step> make_kernel_step(
@@ -82,8 +95,8 @@ std::unique_ptr<Step> make_kernel_step(
   if (node.op != "torch_plugin::fused")
     return nullptr;
   const c10::DeviceType device = step_device(node);
-  StepFactory make = find_factory(device, StepKind::kKernel);
-  std::unique_ptr<Step> step = make ? make(node, slots) : nullptr;
+  std::unique_ptr<Step> step =
+      make_step(device, StepKind::kKernel, node, slots);
   TORCH_CHECK(
       step,
       "torch_plugin: fusion group ",

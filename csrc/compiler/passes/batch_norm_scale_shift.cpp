@@ -20,10 +20,16 @@
 // convolution then reads the module's own weight (runtime/cpu/onednn_step.cpp)
 // and the relu and residual add run in that generated kernel rather than as
 // oneDNN post-ops.
+// On CUDA, a bf16/fp16 y with float32 parameters (a batch norm under
+// autocast, which ATen computes in float32 and rounds to y's dtype) becomes
+// _to_copy(add(mul(y, s), t), y's dtype) with s and t float32: one generated
+// kernel, or the float32 scale and shift of a cuDNN convolution's epilogue
+// (conv_patterns.cpp, cuda_conv_scale_shift_autocast).
 // Numerics: s and t are computed in float64 and rounded once to y's dtype; the
 // kernel computes y * s + t (ATen computes (y - mean) * invstd * g + beta in
 // y's accumulation type): the same up to a few ulps, as folding is.
 #include "compiler/passes/pass.h"
+#include "ir/op_schema.h"
 
 #include <ATen/ATen.h>
 
@@ -55,16 +61,22 @@ bool run(Graph& g, const PassOptions& options) {
       continue;
     }
     Value* y = bn->tensor_arg(0);
-    if (!y || y->sizes.size() < 2 ||
-        (y->dtype != at::kFloat && y->dtype != at::kDouble))
+    if (!y || y->sizes.size() < 2)
       continue;
+    // A bf16/fp16 y with float32 statistics (autocast) on CUDA: computed in
+    // float32 and converted back (see the file comment).
+    const bool narrow = y->device.is_cuda() &&
+        (y->dtype == at::kBFloat16 || y->dtype == at::kHalf);
+    if (y->dtype != at::kFloat && y->dtype != at::kDouble && !narrow)
+      continue;
+    const c10::ScalarType param = narrow ? at::kFloat : y->dtype;
     Value* gamma = bn->tensor_arg(1);
     Value* beta = bn->tensor_arg(2);
     Value* mean = bn->tensor_arg(3);
     Value* var = bn->tensor_arg(4);
-    if (!is_const_of(mean, y->dtype) || !is_const_of(var, y->dtype) ||
-        (gamma && !is_const_of(gamma, y->dtype)) ||
-        (beta && !is_const_of(beta, y->dtype)))
+    if (!is_const_of(mean, param) || !is_const_of(var, param) ||
+        (gamma && !is_const_of(gamma, param)) ||
+        (beta && !is_const_of(beta, param)))
       continue;
     if (!bn->outputs[1]->uses.empty() || !bn->outputs[2]->uses.empty() ||
         g.is_output(bn->outputs[1]) || g.is_output(bn->outputs[2]))
@@ -84,7 +96,7 @@ bool run(Graph& g, const PassOptions& options) {
     std::vector<int64_t> shape(y->sizes.size() - 1, 1);
     shape[0] = -1;
     auto as_constant = [&](const at::Tensor& t) {
-      return g.add_constant(t.to(y->dtype).reshape(shape).contiguous());
+      return g.add_constant(t.to(param).reshape(shape).contiguous());
     };
     Value* out = bn->outputs[0];
     Node* mul = g.create_node(
@@ -95,7 +107,7 @@ bool run(Graph& g, const PassOptions& options) {
         1,
         bn);
     Graph::set_type(
-        mul->outputs[0], out->dtype, out->sizes, out->strides, out->device);
+        mul->outputs[0], param, out->sizes, out->strides, out->device);
     Node* add = g.create_node(
         "aten::add",
         "Tensor",
@@ -104,8 +116,22 @@ bool run(Graph& g, const PassOptions& options) {
         1,
         bn);
     Graph::set_type(
-        add->outputs[0], out->dtype, out->sizes, out->strides, out->device);
-    g.replace_all_uses(out, add->outputs[0]);
+        add->outputs[0], param, out->sizes, out->strides, out->device);
+    Value* result = add->outputs[0];
+    if (narrow) {
+      namespace to_copy = schema::to_copy;
+      std::vector<Arg> args(to_copy::kCount, Arg::constant(std::monostate{}));
+      args[to_copy::kSelf] = Arg::tensor(0);
+      args[to_copy::kDtype] =
+          Arg::constant(static_cast<int64_t>(out->dtype));
+      args[to_copy::kNonBlocking] = Arg::constant(false);
+      Node* back = g.create_node(
+          "aten::_to_copy", "default", {result}, std::move(args), 1, bn);
+      Graph::set_type(
+          back->outputs[0], out->dtype, out->sizes, out->strides, out->device);
+      result = back->outputs[0];
+    }
+    g.replace_all_uses(out, result);
     g.erase_node(bn);
     changed = true;
   }

@@ -21,7 +21,11 @@
 // CPU rows (oneDNN): convolutions and matrix products with constant weights
 // (freezing), then a bias add, a residual add and any activation. Their
 // outputs: conv_pointwise writes channels_last (oneDNN's fast layout); the
-// propagate_strides pass then updates the strides downstream.
+// propagate_strides pass then updates the strides downstream. The convolution
+// rows, CPU (oneDNN) and CUDA (cuDNN), are conv_patterns.cpp's; after the
+// rows, a CUDA graph's outputs get eager's strides back (conv_patterns.h,
+// restore_output_strides).
+#include "compiler/passes/conv_patterns.h"
 #include "compiler/passes/pattern_rules.h"
 #include "ir/op_schema.h"
 
@@ -30,7 +34,6 @@
 namespace torch_plugin::compiler {
 namespace {
 
-namespace conv = schema::convolution;
 namespace addmm = schema::addmm;
 namespace mm = schema::mm;
 namespace add = schema::add;
@@ -157,30 +160,6 @@ void replace_root(Graph& g, const Match& m, Node* lib) {
 
 // ---- CPU (oneDNN) ---------------------------------------------------------
 
-// convolution(x, W, b) [2-d, fp32, W and b constant, not transposed] =>
-// conv_pointwise(x, W, b)
-void conv_to_library(Graph& g, const Match& m) {
-  Node* n = m.root;
-  Value* y = n->outputs[0];
-  Node* lib = make_library_node(
-      g,
-      kConv,
-      n,
-      n->tensor_arg(conv::kInput),
-      n->tensor_arg(conv::kWeight),
-      n->tensor_arg(conv::kBias),
-      {Arg::constant(n->const_arg(conv::kStride)),
-       Arg::constant(n->const_arg(conv::kPadding)),
-       Arg::constant(n->const_arg(conv::kDilation)),
-       Arg::constant(n->const_arg(conv::kGroups))},
-      y);
-  Value* out = lib->outputs[0];
-  const auto& s = out->sizes; // channels_last strides
-  out->strides = {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
-  g.replace_all_uses(y, out);
-  g.erase_node(n);
-}
-
 // addmm(b, x, Wt) [Wt constant [K, N], fp32] => linear_pointwise(x, Wt^T, b)
 // mm(x, Wt)       [Wt constant [K, N], fp32] => linear_pointwise(x, Wt^T, None)
 void matmul_to_library(Graph& g, const Match& m) {
@@ -246,74 +225,6 @@ void fuse_activation(Graph& g, const Match& m) {
   m.lib->args[act + 1] = Arg::constant(e.alpha);
   m.lib->args[act + 2] = Arg::constant(e.beta);
   replace_root(g, m, m.lib);
-}
-
-// add(mul(conv(...), s), t) [conv a conv_pointwise without residual,
-// activation, scale or shift, its output used once (by the mul, whose output
-// the add alone uses); s and t float32 constants [C, 1, 1] or [1, C, 1, 1]
-// with C the output channels; alpha 1] => conv(..., scale=s, shift=t) as [C].
-// An inference batch norm after a convolution is such a mul and add
-// (batch_norm_scale_shift); here it becomes two per-channel binary post-ops of
-// the oneDNN convolution (libs/onednn.h), so the relu and residual add behind
-// it join the convolution too: no pass of a generated kernel over the output,
-// no scaled copy of the weight. Either operand order of the mul and the add.
-std::vector<Match> bind_scale_shift(const Graph& g, Node* root) {
-  std::vector<Match> out;
-  for (size_t side : {add::kSelf, add::kOther}) {
-    Value* product = root->tensor_arg(side);
-    Value* t = root->tensor_arg(side == add::kSelf ? add::kOther : add::kSelf);
-    Node* mul = product ? product->producer : nullptr;
-    if (!t || !mul || mul->op != "aten::mul" || mul->overload != "Tensor" ||
-        mul->outputs.size() != 1)
-      continue;
-    for (size_t mside : {size_t{0}, size_t{1}}) {
-      Value* y = mul->tensor_arg(mside);
-      Value* s = mul->tensor_arg(1 - mside);
-      if (!y || !s || !y->producer)
-        continue;
-      Match m;
-      m.root = root;
-      m.mid = mul;
-      m.y = y;
-      m.lib = y->producer;
-      m.mid_other = s;
-      m.other = t;
-      out.push_back(m);
-    }
-  }
-  (void)g;
-  return out;
-}
-bool is_channel_constant(const Value* c, const Value* y) {
-  if (!is_const(c) || !c->constant.defined() || c->dtype != at::kFloat ||
-      y->sizes.size() != 4)
-    return false;
-  const int64_t channels = y->sizes[1];
-  return c->sizes == std::vector<int64_t>{channels, 1, 1} ||
-      c->sizes == std::vector<int64_t>{1, channels, 1, 1};
-}
-void fuse_scale_shift(Graph& g, const Match& m) {
-  namespace cp = schema::conv_pointwise;
-  const int64_t channels = m.y->sizes[1];
-  auto as_channels = [&](const Value* c) {
-    return g.add_constant(c->constant.reshape({channels}).contiguous());
-  };
-  const Node* lib = m.lib;
-  std::vector<Value*> inputs = lib->inputs;
-  std::vector<Arg> args = lib->args;
-  args.resize(cp::kShift + 1, Arg::constant(std::monostate{}));
-  inputs.push_back(as_channels(m.mid_other));
-  args[cp::kScale] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-  inputs.push_back(as_channels(m.other));
-  args[cp::kShift] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-  Node* fused = g.create_node(lib->op, lib->overload, inputs, args, 1, m.lib);
-  const Value* out = lib->outputs[0];
-  Graph::set_type(
-      fused->outputs[0], out->dtype, out->sizes, out->strides, out->device);
-  g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
-  g.erase_node(m.root);
-  g.erase_node(m.mid);
-  g.erase_node(m.lib);
 }
 
 // ---- CUDA (cuBLASLt) ------------------------------------------------------
@@ -414,9 +325,11 @@ std::vector<std::string> epilogue_ops(bool cublaslt) {
   return out;
 }
 
-// The rows, tried in this order on every node until none applies.
+// The rows, tried in this order on every node until none applies: this
+// file's, with conv_patterns.cpp's rows after the two CUDA matmul rows.
 const std::vector<Rule>& rules() {
-  static const std::vector<Rule> rows = {
+  static const std::vector<Rule> rows = [] {
+    std::vector<Rule> own = {
       {TP_RULE_SOURCE,
        "cuda_matmul_to_library",
        kCuda,
@@ -474,67 +387,8 @@ const std::vector<Rule>& rules() {
            return m.root->outputs[0]->dtype == m.y->dtype;
          }}},
        fuse_activation},
-      {TP_RULE_SOURCE,
-       "conv_to_library",
-       kCpu,
-       kConv,
-       {"aten::convolution"},
-       bind_root,
-       {{"a constant weight",
-         [](const Graph&, const Match& m) {
-           return is_const(m.root->tensor_arg(conv::kWeight));
-         }},
-        {"a constant bias or none",
-         [](const Graph&, const Match& m) {
-           const Value* b = m.root->tensor_arg(conv::kBias);
-           return !b || is_const(b);
-         }},
-        {"2-d (a 4-d weight)",
-         [](const Graph&, const Match& m) {
-           return m.root->tensor_arg(conv::kWeight)->sizes.size() == 4;
-         }},
-        {"transposed",
-         [](const Graph&, const Match& m) {
-           return !std::get<bool>(m.root->const_arg(conv::kTransposed));
-         }},
-        {"of a float32 input",
-         [](const Graph&, const Match& m) {
-           return m.root->tensor_arg(conv::kInput)->dtype == at::kFloat;
-         }}},
-       conv_to_library},
-      {TP_RULE_SOURCE,
-       "fuse_scale_shift",
-       kCpu,
-       kConv,
-       {"aten::add.Tensor"},
-       bind_scale_shift,
-       {{"alpha = 1", alpha_one},
-        {"after a conv_pointwise without residual, activation, scale or shift",
-         [](const Graph&, const Match& m) {
-           return m.lib->op == kConv &&
-               !m.lib->tensor_arg(lib_args::kResidual) &&
-               !has_activation(m.lib) &&
-               !m.lib->tensor_arg(schema::conv_pointwise::kScale) &&
-               !m.lib->tensor_arg(schema::conv_pointwise::kShift);
-         }},
-        {"the convolution's output used once, by the mul, used once",
-         [](const Graph& g, const Match& m) {
-           return single_use(m.y, g) && single_use(m.mid->outputs[0], g) &&
-               m.mid->outputs[0]->sizes == m.y->sizes &&
-               m.root->outputs[0]->sizes == m.y->sizes;
-         }},
-        {"a float32 output",
-         [](const Graph&, const Match& m) {
-           return m.y->dtype == at::kFloat &&
-               m.mid->outputs[0]->dtype == at::kFloat &&
-               m.root->outputs[0]->dtype == at::kFloat;
-         }},
-        {"per-channel constants [C, 1, 1] or [1, C, 1, 1]",
-         [](const Graph&, const Match& m) {
-           return is_channel_constant(m.mid_other, m.y) &&
-               is_channel_constant(m.other, m.y);
-         }}},
-       fuse_scale_shift},
+      // conv_to_library, fuse_scale_shift (CPU) and the CUDA convolution
+      // rows are conv_patterns.cpp's: inserted here (make_rules).
       {TP_RULE_SOURCE,
        "matmul_to_library",
        kCpu,
@@ -625,14 +479,22 @@ const std::vector<Rule>& rules() {
            return epilogue_of(*m.root).has_value();
          }}},
        fuse_activation},
-  };
+    };
+    const std::vector<Rule>& conv = conv_rules();
+    own.insert(own.begin() + 2, conv.begin(), conv.end());
+    return own;
+  }();
   return rows;
 }
 
 bool run(Graph& g, const PassOptions& options) {
   if (!options.library_patterns)
     return false;
-  return run_rules("library_patterns", rules(), g, options);
+  std::vector<std::vector<int64_t>> strides;
+  for (const Value* v : g.outputs())
+    strides.push_back(v->strides);
+  bool changed = run_rules("library_patterns", rules(), g, options);
+  return restore_output_strides(g, strides, options) || changed;
 }
 
 } // namespace
