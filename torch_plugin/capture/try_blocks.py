@@ -41,12 +41,12 @@ import torch.fx
 from . import graph_break_types as gbt
 from .exc import Unsupported
 
-_Entry = dis._ExceptionTableEntry  # noqa: SLF001 - the documented table, parsed
+_Entry = dis._ExceptionTableEntry  # the documented table, parsed
 
 
 def covering_entry(code: types.CodeType, offset: int) -> _Entry | None:
     """The exception-table range covering instruction ``offset`` (None: no handler)."""
-    for e in dis._parse_exception_table(code):  # noqa: SLF001
+    for e in dis._parse_exception_table(code):
         if e.start <= offset < e.end:
             return e
     return None
