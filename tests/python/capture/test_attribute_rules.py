@@ -102,7 +102,7 @@ def isinstance_checks(x, s, h):
     import collections.abc
     import typing
 
-    n = isinstance(s, (int, Slotted)) + isinstance(h, Holder) + isinstance([1], typing.List)
+    n = isinstance(s, (int, Slotted)) + isinstance(h, Holder) + isinstance([1], typing.List)  # noqa: UP006
     n += isinstance((), collections.abc.Sequence) + isinstance(x, (torch.Tensor, int))
     return x * n
 
