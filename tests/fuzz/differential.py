@@ -239,13 +239,11 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
     return ("other", n, type(obj).__qualname__, repr(obj)[:200])
 
 
-# Classes named in a case's ``observe``: their data attributes (class counters a program
-# may write: ``Cls.count += 1``) are compared, and put back before every run.
+# Classes in a case's ``observe``: data attributes compared and put back before every run.
 _OBSERVED_CLASSES: set = set()
 
 
 def _class_data(cls: type) -> dict:
-    """The plain data attributes in ``cls.__dict__`` (no functions, descriptors, dunders)."""
     return {
         k: v
         for k, v in vars(cls).items()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from . import attribute_rules
+from .variables import attribute_rules
 from . import graph_break_types as gbt
 from .bytecode_compat import PY312
 from .exc import unimplemented

@@ -36,7 +36,7 @@ from .reconstruct import (
     symbolic_outputs,
     tensors_in,
 )
-from .resume_execution import ResumeSpec, live_locals, resume_code
+from .resume_execution import ResumeSpec, live_locals, push_function, resume_code
 from .variables.base import VariableTracker
 from .variables.lists import ListIteratorVariable
 from .variables.tensor import TensorVariable
@@ -438,28 +438,6 @@ def _call_resume(
         nargs += 1
     gen.call(nargs)
     gen._emit("RETURN_VALUE")
-
-
-def push_function(gen: CodeGen, rcode: types.CodeType) -> None:
-    """Push a function of ``rcode`` (a code object with the frame's free variables) with
-    the NULL a CALL expects, its closure the transformed frame's cells."""
-    code = gen.code
-    if code.co_freevars:
-        if not PY313:
-            gen.push_null()
-        for name in code.co_freevars:
-            gen.load_closure(name)
-        gen._emit("BUILD_TUPLE", len(code.co_freevars))
-        gen.load_const(rcode)
-        if PY313:  # callable, NULL: bytecode_compat.NULL_AFTER_CALLABLE
-            gen._emit("MAKE_FUNCTION")
-            gen._emit("SET_FUNCTION_ATTRIBUTE", 0x08)
-            gen.push_null()
-        else:
-            gen._emit("MAKE_FUNCTION", 0x08)
-    else:
-        fn = types.FunctionType(rcode, gen.f_globals, rcode.co_name)
-        gen.load_global(gen.install_global(fn, "resume"), push_null=True)
 
 
 def _has_ops(output) -> bool:

@@ -38,7 +38,7 @@ def flatten_output(
 
         refuse_forced_leaf(var)
         if var.source is None:
-            from .attribute_rules import check_tensor_escapes
+            from .variables.attribute_rules import check_tensor_escapes
 
             check_tensor_escapes(var)
         if var.source is not None and var.node.op == "placeholder" and output_graph is not None:

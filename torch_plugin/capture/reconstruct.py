@@ -429,7 +429,7 @@ def check_rebuildable(var: VariableTracker, seen: set | None = None) -> None:
     ):
         unimplemented(gbt.ESCAPING_VALUE, f"cannot rebuild {var} after a graph break")
     if isinstance(var, TensorVariable) and var.source is None:
-        from .attribute_rules import check_tensor_escapes
+        from .variables.attribute_rules import check_tensor_escapes
 
         check_tensor_escapes(var)
     seen = set() if seen is None else seen

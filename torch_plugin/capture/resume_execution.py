@@ -21,7 +21,7 @@ import types
 import bytecode as bc
 
 from . import graph_break_types as gbt
-from .bytecode_compat import local_accesses
+from .bytecode_compat import PY313, local_accesses
 from .exc import unimplemented
 
 _UNCONDITIONAL = {
@@ -255,3 +255,25 @@ def _line_of(code: types.CodeType, offset: int) -> int:
         if lineno is not None:
             line = lineno
     return line
+
+
+def push_function(gen, rcode: types.CodeType) -> None:
+    """Push a function of ``rcode`` (a code object with the frame's free variables) with
+    the NULL a CALL expects, its closure the transformed frame's cells."""
+    code = gen.code
+    if code.co_freevars:
+        if not PY313:
+            gen.push_null()
+        for name in code.co_freevars:
+            gen.load_closure(name)
+        gen._emit("BUILD_TUPLE", len(code.co_freevars))
+        gen.load_const(rcode)
+        if PY313:  # callable, NULL: bytecode_compat.NULL_AFTER_CALLABLE
+            gen._emit("MAKE_FUNCTION")
+            gen._emit("SET_FUNCTION_ATTRIBUTE", 0x08)
+            gen.push_null()
+        else:
+            gen._emit("MAKE_FUNCTION", 0x08)
+    else:
+        fn = types.FunctionType(rcode, gen.f_globals, rcode.co_name)
+        gen.load_global(gen.install_global(fn, "resume"), push_null=True)

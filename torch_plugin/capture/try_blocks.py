@@ -178,12 +178,11 @@ def rerun_code(code: types.CodeType) -> types.CodeType:
 
 def emit_rerun(gen, code: types.CodeType) -> None:
     """Emit ``return rerun(*argument slots)`` (the exception on the stack dropped first)."""
-    from .graph_break import push_function
+    from .bytecode_emission import nargs_of
+    from .resume_execution import push_function
 
     gen._emit("POP_TOP")
     push_function(gen, rerun_code(code))
-    from .bytecode_emission import nargs_of
-
     n = nargs_of(code)
     for name in code.co_varnames[:n]:
         gen.load_fast(name)

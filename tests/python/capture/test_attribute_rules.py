@@ -1,4 +1,4 @@
-"""Attributes through Python's lookup rules (capture/attribute_rules.py, issue #31).
+"""Attributes through Python's lookup rules (capture/variables/attribute_rules.py, issue #31).
 
 Each case runs through the differential harness (eager vs the "eager", "aot_eager" and
 "plugin" backends, three calls, outputs, arguments, observed objects, class attributes and

@@ -173,7 +173,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             return ConstantVariable(getattr(self.fn, name))
         if name == "__code__":
             return ConstantVariable(self.fn.__code__)
-        from ..attribute_rules import function_attribute
+        from .attribute_rules import function_attribute
 
         value = function_attribute(tx, self, name)
         if value is not None:

@@ -95,7 +95,7 @@ class TensorVariable(VariableTracker):
         if name in _TENSOR_ATTRS:
             return tx.output.call_function(tx, getattr, [self, ConstantVariable(name)], {})
         if name == "grad":
-            from ..attribute_rules import tensor_grad
+            from .attribute_rules import tensor_grad
 
             return tensor_grad(tx, self)
         if name == "data":

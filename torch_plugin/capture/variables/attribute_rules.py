@@ -33,15 +33,15 @@ import types
 
 import torch
 
-from . import graph_break_types as gbt
-from .exc import unimplemented
-from .sources import AttrSource
-from .variables.base import VariableTracker
-from .variables.constant import ConstantVariable
+from .. import graph_break_types as gbt
+from ..exc import unimplemented
+from ..sources import AttrSource
+from .base import VariableTracker
+from .constant import ConstantVariable
 
 
 def _class_defines(cls: type, name: str) -> bool:
-    from .variables.user_defined import class_lookup
+    from .user_defined import class_lookup
 
     return class_lookup(cls, name) is not None
 
@@ -86,7 +86,7 @@ def check_tensor_escapes(var: VariableTracker) -> None:
 
 def tensor_grad(tx, obj) -> VariableTracker:
     """``t.grad`` (see the module docstring)."""
-    from .variables.builder import wrap_value
+    from .builder import wrap_value
 
     if obj.source is not None:
         real = tx.output.real_tensor(obj)
@@ -100,7 +100,7 @@ def tensor_grad(tx, obj) -> VariableTracker:
 
 def delete_object_attr(tx, obj, name: str) -> None:
     """``del obj.name`` on a user object variable with a source."""
-    from .variables.user_defined import UserDefinedObjectVariable
+    from .user_defined import UserDefinedObjectVariable
 
     if not isinstance(obj, UserDefinedObjectVariable) or obj.source is None:
         unimplemented(gbt.SIDE_EFFECT, f"deletion of attribute {name!r} (side effect)")
@@ -153,7 +153,7 @@ def check_instance_read(tx, obj_type: type, name: str) -> None:
 
 def descriptor_attribute(tx, obj_var, static, name: str) -> VariableTracker | None:
     """A ``__slots__`` member or a user descriptor on an instance, or None (not handled)."""
-    from .variables.builder import wrap_value
+    from .builder import wrap_value
 
     if isinstance(static, types.MemberDescriptorType):
         source = getattr(obj_var, "source", None)
@@ -167,8 +167,8 @@ def descriptor_attribute(tx, obj_var, static, name: str) -> VariableTracker | No
         return wrap_value(tx, value, AttrSource(source, name))
     getter = getattr(type(static), "__get__", None)
     if isinstance(getter, types.FunctionType) and not isinstance(static, torch.nn.Module):
-        from .sources import ObjectSource
-        from .variables.user_defined import UserDefinedClassVariable
+        from ..sources import ObjectSource
+        from .user_defined import UserDefinedClassVariable
 
         cls = obj_var.python_type()
         # the descriptor's own state is read through a source, so it is guarded
@@ -181,7 +181,7 @@ def descriptor_attribute(tx, obj_var, static, name: str) -> VariableTracker | No
 def function_attribute(tx, fn_var, name: str) -> VariableTracker | None:
     """``fn.name`` for a function attribute in ``fn.__dict__`` (needs the function's
     source for the guard), or None."""
-    from .variables.builder import wrap_value
+    from .builder import wrap_value
 
     fn = getattr(fn_var, "fn", None)
     source = getattr(fn_var, "source", None)
