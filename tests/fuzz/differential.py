@@ -212,6 +212,13 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
                 continue
             cells.append((name, snapshot(value, ids, depth + 1)))
         return ("function", n, obj.__qualname__, cells)
+    if isinstance(obj, type) and obj in _OBSERVED_CLASSES:
+        return (
+            "class",
+            n,
+            obj.__qualname__,
+            [(k, snapshot(v, ids, depth + 1)) for k, v in _class_data(obj).items()],
+        )
     if isinstance(obj, (types.ModuleType, type, types.BuiltinFunctionType, types.MethodType)):
         return ("opaque", type(obj).__name__)
     if isinstance(obj, types.GeneratorType):
@@ -223,7 +230,25 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
             if not isinstance(v, (types.FunctionType, types.ModuleType, type))
         ]
         return ("object", n, type(obj).__qualname__, attrs)
+    slots = [
+        s for c in type(obj).__mro__ for s in getattr(c, "__slots__", ()) if s != "__weakref__"
+    ]
+    if slots:  # a __slots__ object: its slot values (unset ones named so)
+        values = [(s, snapshot(getattr(obj, s, "<unset>"), ids, depth + 1)) for s in slots]
+        return ("slots", n, type(obj).__qualname__, values)
     return ("other", n, type(obj).__qualname__, repr(obj)[:200])
+
+
+# Classes in a case's ``observe``: data attributes compared and put back before every run.
+_OBSERVED_CLASSES: set = set()
+
+
+def _class_data(cls: type) -> dict:
+    return {
+        k: v
+        for k, v in vars(cls).items()
+        if not k.startswith("__") and not callable(v) and not hasattr(type(v), "__get__")
+    }
 
 
 def _attrs(obj: Any, ids: dict, depth: int) -> list:
@@ -357,7 +382,7 @@ def _compare(want: Any, got: Any, path: str, rtol: float, atol: float) -> str | 
         return _compare_named(want[3], got[3], path, "closure ", rtol, atol)
     if kind == "generator":
         return None if want[2] == got[2] else f"{path}: generator exhausted {want[2]} vs {got[2]}"
-    if kind == "object":
+    if kind in ("object", "slots", "class"):
         if want[2] != got[2]:
             return f"{path}: type eager {want[2]}, compiled {got[2]}"
         return _compare_named(want[3], got[3], path, ".", rtol, atol)
@@ -536,6 +561,9 @@ def _copying_factory(
     Globals are restored in place: the namespace dicts in ``observe`` get their original
     entries back (deep-copied) before each run, since the function reads its real globals."""
     namespaces = {k: v for k, v in (observe or {}).items() if isinstance(v, dict)}
+    classes = [v for v in (observe or {}).values() if isinstance(v, type)]
+    _OBSERVED_CLASSES.update(classes)
+    class_state = [(c, copy.deepcopy(_class_data(c))) for c in classes]
     original_ns = {
         k: {n: v for n, v in d.items() if not _skip_global(n, v)} for k, d in namespaces.items()
     }
@@ -556,6 +584,11 @@ def _copying_factory(
                 if name not in ns_c[k]:
                     del d[name]
             d.update(ns_c[k])
+        for cls, state in class_state:  # class attributes as they were at the start
+            for name in set(_class_data(cls)) - set(state):
+                delattr(cls, name)
+            for name, value in copy.deepcopy(state).items():
+                setattr(cls, name, value)
         return World(fn_c, calls_c, observe_c, kwargs_c)
 
     return build

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .variables import attribute_rules
 from . import graph_break_types as gbt
 from .bytecode_compat import PY312
 from .exc import unimplemented
@@ -21,7 +22,11 @@ from .variables.builder import wrap_constant_or_object
 from .variables.new_object import NewObjectVariable
 from .variables.nn_module import NNModuleVariable
 from .variables.tensor import TensorVariable
-from .variables.user_defined import SuperVariable, UserDefinedObjectVariable
+from .variables.user_defined import (
+    SuperVariable,
+    UserDefinedClassVariable,
+    UserDefinedObjectVariable,
+)
 
 
 class AttributeInstructions:
@@ -38,6 +43,9 @@ class AttributeInstructions:
             pending = self.output.side_effects.pending_attr(_object_seen(obj), name)
             if pending is not None:
                 return pending
+        pending = _rule_read(self, obj, name)  # attribute_rules.py
+        if pending is not None:
+            return pending
         return obj.var_getattr(self, name)
 
     def LOAD_ATTR(self, inst):
@@ -90,6 +98,12 @@ class AttributeInstructions:
         if is_private(obj):
             private_setattr(self, obj, name, value)
             return
+        if isinstance(obj, TensorVariable):
+            attribute_rules.tensor_store_attr(self, obj, name, value)
+            return
+        if isinstance(obj, UserDefinedClassVariable):
+            attribute_rules.class_store_attr(self, obj, name, value)
+            return
         if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
             real = _object_seen(obj)
             refuse_code_running_write(real, name)
@@ -126,7 +140,19 @@ class AttributeInstructions:
         if is_private(obj):
             private_setattr(self, obj, name, None)
             return
-        unimplemented(gbt.SIDE_EFFECT, f"deletion of attribute {name!r} (side effect)")
+        attribute_rules.delete_object_attr(self, obj, name)
+
+
+def _rule_read(tx, obj: VariableTracker, name: str) -> VariableTracker | None:
+    """A read answered by attribute_rules.py: a tensor attribute written in the frame, a
+    class attribute written in the frame (read through the class), or None."""
+    if isinstance(obj, TensorVariable):
+        return attribute_rules.tensor_pending_attr(tx, obj, name)
+    if isinstance(obj, UserDefinedClassVariable):
+        return attribute_rules.class_pending(tx, obj.value, name)
+    if isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
+        attribute_rules.check_instance_read(tx, obj.python_type(), name)
+    return None
 
 
 def _object_seen(obj: VariableTracker):

@@ -314,13 +314,20 @@ class ConvertFrame:
             # A graph break inside a ``with`` block is not possible: break at its ``with``
             # statement instead (the block then runs in the resume function).
             break_at = first.root_index if first.with_index is None else first.with_index
-            try:
-                result = self._convert(frame, break_at=break_at, break_reason=first)
-            except Unsupported as e:
-                graph_breaks_log.info(
-                    "no graph break possible in %s: %s", code.co_qualname, e.reason
-                )
-            else:
+            result = None
+            while result is None:
+                try:
+                    result = self._convert(frame, break_at=break_at, break_reason=first)
+                except Unsupported as e:
+                    retry = getattr(e, "retry_index", None)  # try_blocks.retry_before
+                    if retry is not None and retry < break_at:
+                        break_at, first.resume_only = retry, True
+                        continue
+                    graph_breaks_log.info(
+                        "no graph break possible in %s: %s", code.co_qualname, e.reason
+                    )
+                    break
+            if result is not None:
                 stats.graph_breaks.append(
                     (
                         code.co_qualname,
@@ -416,6 +423,7 @@ class ConvertFrame:
                     lambda tensors: self._compile_partial(
                         output, code, compiler, tensors, t0, partial
                     ),
+                    resume_only=getattr(break_reason, "resume_only", False),
                 )
                 stats.frames_captured += 1
                 output.add_distinct_guards()

@@ -25,6 +25,7 @@ import types
 import bytecode as bc
 
 from . import graph_break_types as gbt
+from . import try_blocks
 from .bytecode_compat import PY312, PY313, compare_arg
 from .bytecode_emission import CodeGen, assemble
 from .exc import Unsupported, unimplemented
@@ -35,7 +36,7 @@ from .reconstruct import (
     symbolic_outputs,
     tensors_in,
 )
-from .resume_execution import ResumeSpec, live_locals, resume_code
+from .resume_execution import ResumeSpec, live_locals, push_function, resume_code
 from .variables.base import VariableTracker
 from .variables.lists import ListIteratorVariable
 from .variables.tensor import TensorVariable
@@ -92,18 +93,11 @@ _NOT_BREAKABLE = {
 }
 
 
-def _covered_by_exception_table(code: types.CodeType, offset: int) -> bool:
-    return any(e.start <= offset < e.end for e in dis._parse_exception_table(code))  # noqa: SLF001
-
-
 def check_breakable(code: types.CodeType, inst: dis.Instruction) -> None:
-    """Raise Unsupported when a graph break at ``inst`` cannot keep Python semantics."""
+    """Raise Unsupported when a graph break at ``inst`` cannot keep Python semantics. (One
+    inside a try/with block keeps its handler: try_blocks.py.)"""
     if inst.opname in _NOT_BREAKABLE:
         unimplemented(gbt.NO_BREAK_HERE, f"cannot graph-break at {inst.opname}")
-    if _covered_by_exception_table(code, inst.offset):
-        unimplemented(
-            gbt.NO_BREAK_HERE, "graph break inside a try/with block (the frame runs unmodified)"
-        )
 
 
 class _ReplayCall:
@@ -118,24 +112,33 @@ class _ReplayCall:
         return memo
 
 
-def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.CodeType:
+def compile_graph_break(
+    tx, output, inst_index: int, compile_graph, resume_only: bool = False
+) -> types.CodeType:
     """The transformed code for a frame that breaks before instruction ``inst_index``.
 
     ``compile_graph(tensors) -> callable | None`` compiles the graph with those outputs
-    (None when the graph has no operation). Raises Unsupported when the break cannot keep
-    Python semantics; the caller then runs the frame unmodified.
+    (None when the graph has no operation). ``resume_only``: run no instruction natively,
+    resume *at* ``inst_index`` (a break moved to the start of a try block). Raises
+    Unsupported when the break cannot keep Python semantics; the caller then runs the frame
+    unmodified (or, when the error has a ``retry_index``, breaks there instead).
     """
     code = tx.code
     inst = tx.instructions[inst_index]
-    check_breakable(code, inst)
+    if not resume_only:
+        check_breakable(code, inst)
+    entry = try_blocks.entry_at_break(tx, inst_index, resume_only)
     stack = list(tx.stack)
     from .variables.base import NullVariable
 
     for v in stack:
         if not isinstance(v, NullVariable):
             check_rebuildable(v)
-    jump_kind = _COND_JUMPS.get(inst.opname)
-    if jump_kind is not None:
+    jump_kind = None if resume_only else _COND_JUMPS.get(inst.opname)
+    if resume_only:
+        targets = [inst.offset]
+        n_after = len(stack)
+    elif jump_kind is not None:
         targets = [tx.instructions[inst_index + 1].offset, inst.argval]
         n_after = len(stack) - 1
     else:
@@ -155,6 +158,8 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
     live: set[str] = set()
     for t in targets:
         live |= live_locals(code, t)
+    if entry is not None and not resume_only:
+        live |= live_locals(code, entry.target)  # the handler resume function's
     local_values: dict[str, VariableTracker] = {}
     first_arg = code.co_varnames[0] if code.co_argcount else None
     for name in list(code.co_varnames) + [n for n in code.co_cellvars if n not in code.co_varnames]:
@@ -191,11 +196,21 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
         for key, sym_out in symbolic_outputs(output, values):
             index[key] = len(unique)
             unique.append(sym_out)
+    if resume_only and not output.side_effects and not _has_ops(output):
+        unimplemented(  # resuming where the frame is: the same code again, forever
+            gbt.NOTHING_TO_CAPTURE, "nothing to run before the try block (runs unmodified)"
+        )
     if not output.input_sources and not output.side_effects and not _has_ops(output):
         unimplemented(
             gbt.NOTHING_TO_CAPTURE,
             "no tensor operation or tensor input before the break (runs unmodified)",
         )
+    if entry is not None and _has_ops(output):
+        why = try_blocks.rerun_blocker(output.graph)
+        if why is not None:
+            raise try_blocks.retry_before(
+                tx, entry, f"graph break inside a try block: the graph before it {why}"
+            )
     compiled = compile_graph(unique)
     if compiled is None and replay_tensors:
         unimplemented(
@@ -205,13 +220,20 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
     gen = CodeGen(code, tx.f_globals, tx.lineno)
     preloaded = preload_sourced_values(gen, [*stack, *local_values.values()], replay)
     graph_out = None
+    graph_handler = None
     if compiled is not None:
         graph_out = "__tp_graph_out"
+        if entry is not None:  # the graph raised: run the frame again in plain Python
+            graph_handler = bc.Label()
+            begin = bc.TryBegin(graph_handler, push_lasti=False)
+            gen.instrs.append(begin)
         gen.load_global(gen.install_global(compiled, "compiled_fn"), push_null=True)
         for source in output.input_sources:
             source.reconstruct(gen)
         gen.call(len(output.input_sources))
         gen.store_fast(graph_out)
+        if entry is not None:
+            gen.instrs.append(bc.TryEnd(begin))
     rebuild = Reconstructor(gen, graph_out, index if compiled is not None else {})
     rebuild.temps.update(preloaded)
     if replay is not None:
@@ -229,6 +251,11 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
     for v in [*stack, *local_values.values()]:
         if not isinstance(v, NullVariable):
             rebuild.prepare(v)
+    inst_handler = None
+    if entry is not None and not resume_only:  # the instruction raised: into its handler
+        inst_handler = bc.Label()
+        inst_begin = bc.TryBegin(inst_handler, push_lasti=False)
+        gen.instrs.append(inst_begin)
     stack_kinds: list[str] = []
     for v in stack:
         if isinstance(v, NullVariable):
@@ -238,12 +265,16 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
             rebuild(v)
             stack_kinds.append("iter" if isinstance(v, ListIteratorVariable) else "value")
     # the instruction itself
-    if jump_kind is not None:
+    if resume_only:
+        _call_resume(gen, code, rebuild, targets[0], stack_kinds, local_values)
+    elif jump_kind is not None:
         other = bc.Label()
         name = f"POP_JUMP_{jump_kind}" if PY312 else f"POP_JUMP_FORWARD_{jump_kind}"
         if PY313 and jump_kind in ("IF_TRUE", "IF_FALSE"):
             gen._emit("TO_BOOL")  # 3.13's jump takes an exact bool (a no-op on one)
         gen._emit(name, other)
+        if inst_handler is not None:
+            gen.instrs.append(bc.TryEnd(inst_begin))
         post_kinds = stack_kinds[:-1]
         _call_resume(gen, code, rebuild, targets[0], post_kinds, local_values)
         gen.instrs.append(other)
@@ -259,11 +290,28 @@ def compile_graph_break(tx, output, inst_index: int, compile_graph) -> types.Cod
             gen._emit("CALL_FUNCTION_EX", inst.arg)
         else:
             gen.instrs.append(_native_instr(inst, tx.lineno))
+        if inst_handler is not None:
+            gen.instrs.append(bc.TryEnd(inst_begin))
         consumed = _popped(inst)
         post_kinds = stack_kinds[: len(stack) - consumed] + ["value"] * (
             n_after - (len(stack) - consumed)
         )
         _call_resume(gen, code, rebuild, targets[0], post_kinds, local_values)
+    if graph_handler is not None:
+        gen.instrs.append(graph_handler)
+        try_blocks.emit_rerun(gen, code)
+    if inst_handler is not None:
+        gen.instrs.append(inst_handler)
+        gen.store_fast("__tp_exc")
+        for v in stack[: entry.depth]:
+            if isinstance(v, NullVariable):
+                gen.push_null()
+            else:
+                rebuild(v)
+        gen.load_fast("__tp_exc")
+        kinds = [*stack_kinds[: entry.depth], "value"]
+        raise_into = (entry.target, entry.lasti)
+        _call_resume(gen, code, rebuild, inst.offset, kinds, local_values, raise_into)
     return _assemble(code, gen)
 
 
@@ -359,31 +407,22 @@ def _native_instr(inst: dis.Instruction, lineno: int) -> bc.Instr:
 
 
 def _call_resume(
-    gen: CodeGen, code, rebuild: Reconstructor, target: int, kinds: list[str], local_values: dict
+    gen: CodeGen,
+    code,
+    rebuild: Reconstructor,
+    target: int,
+    kinds: list[str],
+    local_values: dict,
+    raise_into: tuple[int, bool] | None = None,
 ) -> None:
     names = tuple(local_values)
     lead = bool(names) and code.co_argcount > 0 and names[0] == code.co_varnames[0]
-    spec = ResumeSpec(target, tuple(kinds), names, lead)
+    spec = ResumeSpec(target, tuple(kinds), names, lead, raise_into)
     rcode = resume_code(code, spec)
     temps = [f"__tp_s{k}" for k in range(len(kinds))]
     for name in reversed(temps):
         gen.store_fast(name)
-    if code.co_freevars:
-        if not PY313:
-            gen.push_null()
-        for name in code.co_freevars:
-            gen.load_closure(name)
-        gen._emit("BUILD_TUPLE", len(code.co_freevars))
-        gen.load_const(rcode)
-        if PY313:  # callable, NULL: bytecode_compat.NULL_AFTER_CALLABLE
-            gen._emit("MAKE_FUNCTION")
-            gen._emit("SET_FUNCTION_ATTRIBUTE", 0x08)
-            gen.push_null()
-        else:
-            gen._emit("MAKE_FUNCTION", 0x08)
-    else:
-        fn = types.FunctionType(rcode, gen.f_globals, rcode.co_name)
-        gen.load_global(gen.install_global(fn, "resume"), push_null=True)
+    push_function(gen, rcode)
     nargs = 0
     values = list(local_values.values())
     if lead:

@@ -37,6 +37,10 @@ def flatten_output(
         from .variables.tensor import refuse_forced_leaf
 
         refuse_forced_leaf(var)
+        if var.source is None:
+            from .variables.attribute_rules import check_tensor_escapes
+
+            check_tensor_escapes(var)
         if var.source is not None and var.node.op == "placeholder" and output_graph is not None:
             # A graph input returned or stored as is: the very object found at its source
             # (a backend's output for it is another tensor object, e.g. AOTAutograd's, so

@@ -428,6 +428,10 @@ def check_rebuildable(var: VariableTracker, seen: set | None = None) -> None:
         var, (NestedUserFunctionVariable, CellVariable, GradModeVariable, AutocastVariable)
     ):
         unimplemented(gbt.ESCAPING_VALUE, f"cannot rebuild {var} after a graph break")
+    if isinstance(var, TensorVariable) and var.source is None:
+        from .variables.attribute_rules import check_tensor_escapes
+
+        check_tensor_escapes(var)
     seen = set() if seen is None else seen
     if id(var) in seen:
         return

@@ -21,7 +21,7 @@ import types
 import bytecode as bc
 
 from . import graph_break_types as gbt
-from .bytecode_compat import local_accesses
+from .bytecode_compat import PY313, local_accesses
 from .exc import unimplemented
 
 _UNCONDITIONAL = {
@@ -102,6 +102,10 @@ class ResumeSpec:
     # True when locals[0] is the original first argument: it then comes first, because
     # zero-argument super() reads the frame's first local.
     lead: bool = False
+    # A handler resume function (try_blocks.py): (handler offset, lasti). The last ``stack``
+    # entry is then an exception, raised again inside a range pointing at that handler
+    # instead of being pushed.
+    raise_into: tuple[int, bool] | None = None
 
     @property
     def stack_argnames(self) -> tuple[str, ...]:
@@ -164,16 +168,29 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
         prologue.append(instr("MAKE_CELL", bc.CellVar(name)))
     prologue.append(instr("RESUME", 0))
     stack_args = iter(spec.stack_argnames)
-    for kind in spec.stack:
+    kinds = spec.stack[:-1] if spec.raise_into is not None else spec.stack
+    for kind in kinds:
         if kind == "null":
             prologue.append(instr("PUSH_NULL"))
         else:
             prologue.append(instr("LOAD_FAST", next(stack_args)))
             if kind == "iter":
                 prologue.append(instr("GET_ITER"))
-    prologue.append(instr("JUMP_FORWARD", target_label))
-    body = list(abstract)
-    body.insert(target_pos, target_label)
+    if spec.raise_into is not None:
+        # `raise exc` inside a range whose handler is the original one: the handler sees
+        # the stack it unwinds to and the exception, as when the instruction raised there.
+        handler, lasti = spec.raise_into
+        handler_label = _label_at(abstract, real, instructions, handler)
+        begin = bc.TryBegin(handler_label, push_lasti=lasti)
+        prologue += [
+            begin,
+            instr("LOAD_FAST", next(stack_args)),
+            instr("RAISE_VARARGS", 1),
+            bc.TryEnd(begin),
+        ]
+    else:
+        prologue.append(instr("JUMP_FORWARD", target_label))
+    body = _enter_region_at(list(abstract), target_pos, target_label)
     # The original prologue (MAKE_CELL/COPY_FREE_VARS/RESUME) stays in the body, unreachable.
     out = bc.Bytecode(prologue + body)
     out.argcount = len(spec.argnames)
@@ -196,6 +213,40 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
     return result
 
 
+def _enter_region_at(body: list, target_pos: int, target_label: bc.Label) -> list:
+    """``body`` with ``target_label`` inserted at ``target_pos``. A target in the middle of
+    an exception-table range (a break inside a ``try`` block) splits the range there, so the
+    jump enters a range through its TryBegin: ``bytecode`` computes a range's stack depth
+    from the flow entering its TryBegin (a range entered in the middle got a negative one)."""
+    open_begin = None
+    for item in body[:target_pos]:
+        if isinstance(item, bc.TryBegin):
+            open_begin = item
+        elif isinstance(item, bc.TryEnd) and item.entry is open_begin:
+            open_begin = None
+    if open_begin is None:
+        return body[:target_pos] + [target_label] + body[target_pos:]
+    begin = bc.TryBegin(open_begin.target, open_begin.push_lasti)
+    rest = [
+        bc.TryEnd(begin) if isinstance(x, bc.TryEnd) and x.entry is open_begin else x
+        for x in body[target_pos:]
+    ]
+    return body[:target_pos] + [bc.TryEnd(open_begin), target_label, begin] + rest
+
+
+def _label_at(abstract, real, instructions, offset: int) -> bc.Label:
+    """The label of the instruction at ``offset`` in ``abstract`` (a handler: always
+    labelled, since a TryBegin targets it)."""
+    for (pos, _), dis_ins in zip(real, instructions):
+        if dis_ins.offset == offset:
+            k = pos - 1
+            while k >= 0 and not isinstance(abstract[k], bc.Instr):
+                if isinstance(abstract[k], bc.Label):
+                    return abstract[k]
+                k -= 1
+    unimplemented(gbt.NO_BREAK_HERE, f"no handler label at offset {offset}")
+
+
 def _line_of(code: types.CodeType, offset: int) -> int:
     line = code.co_firstlineno
     for start, _, lineno in code.co_lines():
@@ -204,3 +255,25 @@ def _line_of(code: types.CodeType, offset: int) -> int:
         if lineno is not None:
             line = lineno
     return line
+
+
+def push_function(gen, rcode: types.CodeType) -> None:
+    """Push a function of ``rcode`` (a code object with the frame's free variables) with
+    the NULL a CALL expects, its closure the transformed frame's cells."""
+    code = gen.code
+    if code.co_freevars:
+        if not PY313:
+            gen.push_null()
+        for name in code.co_freevars:
+            gen.load_closure(name)
+        gen._emit("BUILD_TUPLE", len(code.co_freevars))
+        gen.load_const(rcode)
+        if PY313:  # callable, NULL: bytecode_compat.NULL_AFTER_CALLABLE
+            gen._emit("MAKE_FUNCTION")
+            gen._emit("SET_FUNCTION_ATTRIBUTE", 0x08)
+            gen.push_null()
+        else:
+            gen._emit("MAKE_FUNCTION", 0x08)
+    else:
+        fn = types.FunctionType(rcode, gen.f_globals, rcode.co_name)
+        gen.load_global(gen.install_global(fn, "resume"), push_null=True)

@@ -54,7 +54,22 @@ class SideEffects:
 
     def pending_attr(self, obj: Any, name: str) -> VariableTracker | None:
         entry = self._effects.get(("setattr", id(obj), name))
+        if entry is not None and entry[0] == "delattr":
+            from . import graph_break_types as gbt
+            from .exc import unimplemented
+
+            unimplemented(gbt.EXCEPTION, f"attribute {name!r} was deleted in the frame")
         return entry[3] if entry is not None else None
+
+    def delete_attr(self, obj: Any, name: str, source: Source | None = None) -> None:
+        """``del obj.name`` (attribute_rules.delete_object_attr checked it can succeed)."""
+        from .variables.constant import ConstantVariable
+
+        target = source if source is not None else obj
+        key = ("setattr", id(obj), name)
+        self._effects.pop(key, None)  # a write before the deletion is not replayed
+        self._effects[key] = ("delattr", target, name, ConstantVariable(None))
+        self._written[id(obj)] = obj
 
     def store_global(self, f_globals: dict, name: str, value: VariableTracker) -> None:
         self._effects[("global", id(f_globals), name)] = ("global", f_globals, name, value)
@@ -142,6 +157,8 @@ class SideEffects:
                 value = rebuild(spec, graph_outputs, memo, args)
                 if kind == "setattr":
                     setattr(target, name, value)
+                elif kind == "delattr":
+                    delattr(target, name)
                 elif kind == "global":
                     target[name] = value
                 elif kind == "cell":

@@ -112,9 +112,12 @@ def test_graph_break_inside_a_user_with_block():
         x = torch.randn(4)
         torch.testing.assert_close(opt(cm_a, x), f(cm_b, x))
         assert cm_a.events == cm_b.events
-    assert [name.split(".")[-1] for name, _, _ in torch_plugin.stats.graph_breaks] == ["f"]
+    # the resume function starts inside the block: its own break there keeps the block's
+    # exit handler (capture/try_blocks.py), so the code after the print is compiled too
+    breaks = [name.split(".")[-1] for name, _, _ in torch_plugin.stats.graph_breaks]
+    assert breaks == ["f", "<resume at line 105>"], breaks
     assert not any(name.endswith(".f") for name, _, _ in torch_plugin.stats.failures)
-    assert torch_plugin.stats.graphs_compiled == 1
+    assert torch_plugin.stats.graphs_compiled == 4  # f, then the resume: two shapes each
 
 
 def test_graph_break_inside_no_grad_compiles_the_code_before_it():

@@ -173,6 +173,11 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             return ConstantVariable(getattr(self.fn, name))
         if name == "__code__":
             return ConstantVariable(self.fn.__code__)
+        from .attribute_rules import function_attribute
+
+        value = function_attribute(tx, self, name)
+        if value is not None:
+            return value
         unimplemented(
             gbt.UNMODELLED_VALUE, f"attribute {name!r} of function {self.fn.__qualname__}"
         )

@@ -482,6 +482,11 @@ def class_attribute(tx, obj_var: VariableTracker, static, name: str) -> Variable
             unimplemented(gbt.EXCEPTION, f"property {name!r} has no getter")
         return tx.inline_user_function_obj(static.fget, [obj_var], {})
     if isinstance(static, types.MemberDescriptorType) or hasattr(type(static), "__get__"):
+        from .attribute_rules import descriptor_attribute
+
+        described = descriptor_attribute(tx, obj_var, static, name)
+        if described is not None:
+            return described
         if isinstance(
             static,
             (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType),

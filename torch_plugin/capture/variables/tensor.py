@@ -95,7 +95,9 @@ class TensorVariable(VariableTracker):
         if name in _TENSOR_ATTRS:
             return tx.output.call_function(tx, getattr, [self, ConstantVariable(name)], {})
         if name == "grad":
-            unimplemented(gbt.UNMODELLED_VALUE, "reading tensor.grad")
+            from .attribute_rules import tensor_grad
+
+            return tensor_grad(tx, self)
         if name == "data":
             return tx.output.call_method(tx, "detach", [self], {})
         if hasattr(torch.Tensor, name) and callable(getattr(torch.Tensor, name)):

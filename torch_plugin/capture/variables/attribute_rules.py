@@ -1,0 +1,190 @@
+"""Attribute reads and writes that follow Python's lookup rules beyond plain data (issue #31).
+
+Each rule answers one attribute operation exactly as CPython would, or raises Unsupported
+(a graph break) where the answer is not known at capture time:
+
+- **custom attributes on tensors** (``t.foo = 1``): on a graph input (a tensor with a
+  source) the write is a recorded side effect, replayed on the tensor found at the source
+  after the graph; later reads in the frame see it. On a tensor the graph computes, the
+  attributes live on its variable (``TensorVariable.py_attrs``): such a tensor leaving the
+  frame (returned, live at a graph break) is a graph break, since the graph's output is a
+  new tensor object. Names the tensor's class defines (``data``, ``shape``, properties) are
+  never shadowed.
+- **``.grad``**: a graph input's ``.grad`` is read for real and guarded at ``x.grad``
+  (None, or a tensor input); a tensor the graph computes that does not require grad has
+  ``.grad`` None (eager warns only for non-leaves that require grad: those still break).
+- **``del obj.name``** on a user object seen through a source: a recorded deletion
+  (replayed by ``delattr``), when the instance ``__dict__`` holds the name (guarded by its
+  keys) and the class has no ``__delattr__`` nor a descriptor of that name.
+- **class attributes written in the frame** (``Cls.count += 1``): a recorded ``setattr``
+  on the class (classes are guarded by identity), replayed after the graph; reads of the
+  class attribute see the new value, and an instance read that would find it through the
+  MRO is a graph break (capture never writes the real class before the graph runs).
+- **slots and descriptors**: a ``__slots__`` member of an object with a source is read for
+  real and guarded at its source; a user descriptor whose ``__get__`` is a Python function
+  is inlined as ``type(d).__get__(d, obj, type(obj))``.
+- **function attributes** (``fn.scale``): read from the function's ``__dict__``, guarded at
+  ``fn.scale`` through the function's source.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from .. import graph_break_types as gbt
+from ..exc import unimplemented
+from ..sources import AttrSource
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+
+def _class_defines(cls: type, name: str) -> bool:
+    from .user_defined import class_lookup
+
+    return class_lookup(cls, name) is not None
+
+
+def tensor_store_attr(tx, obj, name: str, value: VariableTracker) -> None:
+    """``t.name = value`` on a tensor variable (not ``requires_grad``)."""
+    cls = obj.python_type()
+    if _class_defines(cls, name) or type(cls).__setattr__ is not type.__setattr__:
+        unimplemented(gbt.SIDE_EFFECT, f"assignment to tensor attribute {name!r}")
+    if getattr(cls, "__setattr__", object.__setattr__) is not object.__setattr__:
+        unimplemented(gbt.SIDE_EFFECT, f"assignment to attribute {name!r} of a {cls.__name__}")
+    if obj.source is not None:
+        real = tx.output.real_tensor(obj)
+        if real is None:
+            unimplemented(gbt.SIDE_EFFECT, f"assignment to attribute {name!r} of a tensor")
+        tx.output.side_effects.store_attr(real, name, value, obj.source)
+        return
+    attrs = obj.__dict__.setdefault("py_attrs", {})
+    attrs[name] = value
+
+
+def tensor_pending_attr(tx, obj, name: str) -> VariableTracker | None:
+    """The value ``obj.name`` was given earlier in the frame, or None."""
+    attrs = obj.__dict__.get("py_attrs")
+    if attrs and name in attrs:
+        return attrs[name]
+    if obj.source is not None and tx.output.side_effects:
+        real = tx.output.real_tensor(obj)
+        if real is not None:
+            return tx.output.side_effects.pending_attr(real, name)
+    return None
+
+
+def check_tensor_escapes(var: VariableTracker) -> None:
+    """A graph-computed tensor carrying Python attributes cannot leave the frame: the
+    graph's output is another tensor object."""
+    if var.__dict__.get("py_attrs"):
+        unimplemented(
+            gbt.ESCAPING_VALUE, "a tensor with attributes set in the frame leaves the frame"
+        )
+
+
+def tensor_grad(tx, obj) -> VariableTracker:
+    """``t.grad`` (see the module docstring)."""
+    from .builder import wrap_value
+
+    if obj.source is not None:
+        real = tx.output.real_tensor(obj)
+        if real is not None and obj.node.op == "placeholder":
+            return wrap_value(tx, real.grad, AttrSource(obj.source, "grad"))
+        unimplemented(gbt.UNMODELLED_VALUE, "reading tensor.grad")
+    if obj.example.requires_grad:
+        unimplemented(gbt.UNMODELLED_VALUE, "reading .grad of a tensor that requires grad")
+    return ConstantVariable(None)
+
+
+def delete_object_attr(tx, obj, name: str) -> None:
+    """``del obj.name`` on a user object variable with a source."""
+    from .user_defined import UserDefinedObjectVariable
+
+    if not isinstance(obj, UserDefinedObjectVariable) or obj.source is None:
+        unimplemented(gbt.SIDE_EFFECT, f"deletion of attribute {name!r} (side effect)")
+    real = obj.value
+    cls = type(real)
+    if cls.__delattr__ is not object.__delattr__ or _class_defines(cls, name):
+        unimplemented(gbt.SIDE_EFFECT, f"deletion of attribute {name!r} of a {cls.__name__}")
+    effects = tx.output.side_effects
+    pending = effects.pending_attr(real, name)
+    if pending is None:
+        inst_dict = getattr(real, "__dict__", None)
+        if inst_dict is None or name not in inst_dict:
+            unimplemented(gbt.EXCEPTION, f"{cls.__name__} object has no attribute {name!r}")
+        tx.output.guards.dict_keys_match(AttrSource(obj.source, "__dict__"), inst_dict)
+    effects.delete_attr(real, name, obj.source)
+
+
+def class_store_attr(tx, cls_var, name: str, value: VariableTracker) -> None:
+    """``Cls.name = value`` on a class variable: a side effect replayed after the graph."""
+    cls = cls_var.value
+    if type(cls) is not type:  # a metaclass may intercept the write
+        unimplemented(gbt.SIDE_EFFECT, f"assignment to attribute {name!r} of class {cls}")
+    static = cls.__dict__.get(name)
+    if static is not None and hasattr(type(static), "__set__"):
+        unimplemented(gbt.SIDE_EFFECT, f"assignment to descriptor {name!r} of class {cls}")
+    tx.output.side_effects.store_attr(cls, name, value)
+
+
+def class_pending(tx, cls: type, name: str) -> VariableTracker | None:
+    """The value a class attribute was given earlier in the frame (``Cls.name = v``) when
+    reading it through ``cls`` finds that write first in the MRO, else None."""
+    effects = tx.output.side_effects
+    if not effects:
+        return None
+    for klass in cls.__mro__:
+        pending = effects.pending_attr(klass, name)
+        if pending is not None:
+            return pending
+        if name in klass.__dict__:
+            return None
+    return None
+
+
+def check_instance_read(tx, obj_type: type, name: str) -> None:
+    """An instance read that reaches a class attribute written earlier in the frame: a
+    graph break (the instance may shadow it; see the module docstring)."""
+    if class_pending(tx, obj_type, name) is not None:
+        unimplemented(gbt.SIDE_EFFECT, f"reading {name!r} through an instance after a class write")
+
+
+def descriptor_attribute(tx, obj_var, static, name: str) -> VariableTracker | None:
+    """A ``__slots__`` member or a user descriptor on an instance, or None (not handled)."""
+    from .builder import wrap_value
+
+    if isinstance(static, types.MemberDescriptorType):
+        source = getattr(obj_var, "source", None)
+        real = getattr(obj_var, "value", None)
+        if source is None or real is None or static.__objclass__ not in type(real).__mro__:
+            return None
+        try:
+            value = getattr(real, name)
+        except AttributeError:
+            unimplemented(gbt.EXCEPTION, f"slot {name!r} of {type(real).__name__} is unset")
+        return wrap_value(tx, value, AttrSource(source, name))
+    getter = getattr(type(static), "__get__", None)
+    if isinstance(getter, types.FunctionType) and not isinstance(static, torch.nn.Module):
+        from ..sources import ObjectSource
+        from .user_defined import UserDefinedClassVariable
+
+        cls = obj_var.python_type()
+        # the descriptor's own state is read through a source, so it is guarded
+        desc = wrap_value(tx, static, ObjectSource(static, f"{cls.__name__}.{name}"))
+        args = [desc, obj_var, UserDefinedClassVariable(cls)]
+        return tx.inline_user_function_obj(getter, args, {})
+    return None
+
+
+def function_attribute(tx, fn_var, name: str) -> VariableTracker | None:
+    """``fn.name`` for a function attribute in ``fn.__dict__`` (needs the function's
+    source for the guard), or None."""
+    from .builder import wrap_value
+
+    fn = getattr(fn_var, "fn", None)
+    source = getattr(fn_var, "source", None)
+    if fn is None or source is None or name not in getattr(fn, "__dict__", {}):
+        return None
+    return wrap_value(tx, fn.__dict__[name], AttrSource(source, name))
