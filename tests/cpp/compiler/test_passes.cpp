@@ -351,7 +351,7 @@ TEST_F(Passes, LibraryPatternsLogRuleFiringsAndRejections) {
   std::string log = testing::internal::GetCapturedStderr();
   EXPECT_NE(
       log.find(
-          "rule conv_to_library (csrc/compiler/passes/library_patterns.cpp:"),
+          "rule conv_to_library (csrc/compiler/passes/conv_patterns.cpp:"),
       std::string::npos)
       << log;
   EXPECT_NE(log.find("rejected at aten::convolution (%"), std::string::npos)
