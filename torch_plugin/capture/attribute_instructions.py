@@ -79,7 +79,11 @@ class AttributeInstructions:
             refuse_mutated_private,
         )
 
-        if isinstance(obj, (NewObjectVariable, FunctionCtxVariable, ModelOutputVariable)):
+        from .variables.partials import PartialVariable
+
+        if isinstance(
+            obj, (NewObjectVariable, FunctionCtxVariable, ModelOutputVariable, PartialVariable)
+        ):
             obj.store_attr(self, name, value)  # not visible outside the frame yet
             return
         if isinstance(obj, TensorVariable) and name == "requires_grad":

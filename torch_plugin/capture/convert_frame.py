@@ -301,7 +301,9 @@ class ConvertFrame:
         except (BackendCompilerFailed, CaptureError, InternalCaptureError):
             raise
         except Unsupported as e:
-            if self.nopython:
+            # A frame with no tensor operation runs as plain Python, under nopython too
+            # (torch.compile(fullgraph=True) runs it without a graph, issue #31).
+            if self.nopython and e.gb_type is not gbt.NOTHING_TO_CAPTURE:
                 stats.frames_failed += 1
                 stats.failures.append(
                     (code.co_qualname, e.reason, str(e.location) if e.location else None)

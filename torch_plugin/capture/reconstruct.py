@@ -159,6 +159,8 @@ class Reconstructor:
                     TupleVariable(list(var.args)),
                     TupleVariable([ConstantVariable(k) for k in var.keywords]),
                     TupleVariable(list(var.keywords.values())),
+                    TupleVariable([ConstantVariable(k) for k in var.attrs]),
+                    TupleVariable(list(var.attrs.values())),
                 ],
             )
             return
@@ -304,7 +306,7 @@ def _children(var: VariableTracker) -> list[VariableTracker]:
     from .variables.functions import PartialVariable
 
     if isinstance(var, PartialVariable) and var.source is None:
-        return [var.func, *var.args, *var.keywords.values()]
+        return [var.func, *var.args, *var.keywords.values(), *var.attrs.values()]
     from .variables.model_output import ModelOutputVariable
 
     if isinstance(var, ModelOutputVariable):
@@ -352,8 +354,11 @@ def _make_model_output(cls, keys, values):
     return cls(**dict(zip(keys, values)))
 
 
-def _make_partial(func, args, keys, values):
-    return functools.partial(func, *args, **dict(zip(keys, values)))
+def _make_partial(func, args, keys, values, attr_names=(), attr_values=()):
+    out = functools.partial(func, *args, **dict(zip(keys, values)))
+    for name, value in zip(attr_names, attr_values):
+        setattr(out, name, value)
+    return out
 
 
 def _dict_view(d, kind):

@@ -24,7 +24,7 @@ from ..sources import AttrSource, ItemSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable, is_immutable
 from .dicts import ConstDictVariable
-from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
 from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
@@ -228,16 +228,12 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
         guards.id_match(source, value)
         return PythonModuleVariable(value, source)
     if isinstance(value, functools.partial):
+        from .partials import wrap_partial
+
         guards.id_match(source, value)
-        func = wrap_value(tx, value.func, None)
-        return PartialVariable(
-            func,
-            [wrap_value(tx, a, None) for a in value.args],
-            {k: wrap_value(tx, v, None) for k, v in value.keywords.items()},
-            # a partial of checkpoint (HF's _gradient_checkpointing_func) is rebuilt at the
-            # graph break around the capture-off checkpoint, not loaded from its source
-            None if _is_checkpoint_var(func) else source,
-        )
+        # a partial of checkpoint (HF's _gradient_checkpointing_func) is rebuilt at the
+        # graph break around the capture-off checkpoint, not loaded from its source
+        return wrap_partial(tx, value, source, _is_checkpoint_var)
     if callable(value) and _is_torch_callable(value):
         guards.id_match(source, value)
         return TorchFunctionVariable(value, source)

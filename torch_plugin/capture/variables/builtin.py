@@ -355,7 +355,9 @@ class BuiltinVariable(CallableVariable):
 
         if isinstance(obj, TensorVariable):
             return ConstantVariable(False)
-        if isinstance(obj, BaseUserFunctionVariable):
+        from .partials import PartialVariable
+
+        if isinstance(obj, (BaseUserFunctionVariable, PartialVariable)):
             return ConstantVariable(True)
         return None
 
@@ -385,6 +387,10 @@ def _hasattr(tx, obj, name):
     from .tensor import TensorVariable
     from .user_defined import UserDefinedObjectVariable, class_lookup
 
+    from .partials import PartialVariable
+
+    if isinstance(obj, PartialVariable):
+        return obj.has_attr(tx, name)
     if isinstance(obj, NewObjectVariable):
         if isinstance(class_lookup(obj.cls, name), property):
             # True when its getter runs (inlined); an exception, AttributeError included,

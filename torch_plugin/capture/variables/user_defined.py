@@ -266,9 +266,9 @@ class UserDefinedClassVariable(VariableTracker):
         if cls in itertools_calls.SUPPORTED:
             return itertools_calls.call(tx, cls, list(args), dict(kwargs))
         if cls is __import__("functools").partial and args:
-            from .functions import PartialVariable
+            from .partials import make_partial
 
-            return PartialVariable(args[0], args[1:], kwargs)
+            return make_partial(tx, args[0], args[1:], kwargs)
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
             return NamedTupleVariable(self._namedtuple_items(tx, args, kwargs), cls)
         model_output = _model_output_base()
