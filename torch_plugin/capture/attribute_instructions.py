@@ -78,7 +78,6 @@ class AttributeInstructions:
             refuse_code_running_write,
             refuse_mutated_private,
         )
-
         from .variables.partials import PartialVariable
 
         if isinstance(

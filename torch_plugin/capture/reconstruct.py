@@ -53,6 +53,8 @@ class Reconstructor:
         side-effect replay's own objects when it built them)."""
         from .variables.model_output import ModelOutputVariable
         from .variables.new_object import NewObjectVariable
+        from .variables.partials import PartialVariable
+        from .variables.sets import SetVariable
 
         if isinstance(var, NewObjectVariable):
             if id(var) in self._preparing:
@@ -73,6 +75,8 @@ class Reconstructor:
                     ConstDictVariable,
                     ModelOutputVariable,
                     NewObjectVariable,
+                    SetVariable,
+                    PartialVariable,
                 ),
             )
             or var.source is not None
@@ -148,6 +152,13 @@ class Reconstructor:
             return
         if isinstance(var, DictViewVariable):
             self.call_helper(_dict_view, [var.dict_var, ConstantVariable(var.kind)])
+            return
+        from .variables.sets import SetVariable, make_set
+
+        if isinstance(var, SetVariable):
+            self.call_helper(
+                make_set, [ConstantVariable(var.python_type()), TupleVariable(var.items)]
+            )
             return
         from .variables.functions import PartialVariable
 
@@ -303,6 +314,10 @@ def _children(var: VariableTracker) -> list[VariableTracker]:
         return [var.obj]
     if isinstance(var, DictViewVariable):
         return [var.dict_var]
+    from .variables.sets import SetVariable
+
+    if isinstance(var, SetVariable):
+        return var.items
     from .variables.functions import PartialVariable
 
     if isinstance(var, PartialVariable) and var.source is None:

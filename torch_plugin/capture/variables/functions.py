@@ -258,4 +258,4 @@ class DisabledFunctionVariable(CallableVariable):
         )
 
 
-from .partials import PartialVariable  # noqa: E402 - re-exported (kept importable here)
+from .partials import PartialVariable  # noqa: F401 - re-exported

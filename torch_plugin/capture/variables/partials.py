@@ -26,7 +26,6 @@ import functools
 from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
-from .constant import ConstantVariable
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
 

@@ -157,7 +157,9 @@ class UserDefinedObjectVariable(VariableTracker):
                 return [wrap_constant_or_object(v) for v in list(self.value)]
             except TypeError:
                 pass
-        unimplemented(gbt.UNMODELLED_VALUE, f"iteration over {type(self.value).__name__} object")
+        from .builtin_table import user_iter
+
+        return user_iter(tx, self)
 
     def call_function(self, tx, args, kwargs):
         call = getattr(type(self.value), "__call__", None)
