@@ -186,6 +186,8 @@ SETS = {
     "sorted_set": lambda x: sorted({3, 1, 2}) and x * sorted({"b", "a"}).index("b"),
     "global_set": lambda x: x * len(G_SET) + (2 in G_SET),
     "global_set_mutation": _global_set_mutation,
+    # each call changes G_SET: the guard must not compare the live set with itself
+    "global_set_grows": lambda x: (G_SET.add(len(G_SET) + 10), x * len(G_SET))[1],
     "set_equality": lambda x: x * ({1, 2} == {2, 1}) + ({1} != frozenset([1])),
     "keys_or_keys": lambda x: x * len({"a": 1}.keys() | {"b": 2}.keys()),
     "keys_and_set": lambda x: ({"a": 1, "b": 2}.keys() & {"a"}, x + 1),

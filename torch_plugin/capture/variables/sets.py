@@ -343,7 +343,10 @@ def wrap_input_set(tx, value, source) -> VariableTracker | None:
     opaque objects)."""
     if type(value) not in (set, frozenset) or not all(is_immutable(v) for v in value):
         return None
-    tx.output.guards.equals_match(source, value)
+    # a frozen copy: the guard must not hold the live set (mutated later, it would always
+    # compare equal to itself); the type is guarded apart (a set equals a frozenset)
+    tx.output.guards.type_match(source, value)
+    tx.output.guards.equals_match(source, frozenset(value))
     frozen = type(value) is frozenset
     var = SetVariable(
         frozenset(value) if frozen else set(value),
