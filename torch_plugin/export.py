@@ -102,6 +102,16 @@ def export(
         convert_frame.listeners.remove(records.append)
     captured = [r for r in records if r.graph is not None]
     name = getattr(fn, "__qualname__", type(fn).__name__)
+    if not captured and any(
+        f[1] == "no tensor operations to capture" for f in convert_frame.stats.failures[-1:]
+    ):
+        # Chosen for issue #31: the call ran (as plain Python, as torch.compile with
+        # fullgraph=True runs it) but there is no graph to return; torch.export would
+        # return a graph of placeholders and constants, which here is the function itself.
+        raise ExportError(
+            f"export of {name}: the call has no tensor operation, so there is no graph to "
+            "export (it ran as plain Python; call the function itself)"
+        )
     if not captured:
         raise ExportError(
             f"export of {name}: nothing was captured (the code may be skipped, e.g. standard "

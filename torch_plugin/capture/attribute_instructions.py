@@ -86,8 +86,11 @@ class AttributeInstructions:
             refuse_code_running_write,
             refuse_mutated_private,
         )
+        from .variables.partials import PartialVariable
 
-        if isinstance(obj, (NewObjectVariable, FunctionCtxVariable, ModelOutputVariable)):
+        if isinstance(
+            obj, (NewObjectVariable, FunctionCtxVariable, ModelOutputVariable, PartialVariable)
+        ):
             obj.store_attr(self, name, value)  # not visible outside the frame yet
             return
         if isinstance(obj, TensorVariable) and name == "requires_grad":

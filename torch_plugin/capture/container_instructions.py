@@ -114,11 +114,10 @@ class ContainerInstructions:
 
     def BUILD_SET(self, inst):
         # A set display builds a mutable ``set`` (``x in {1, 2}`` is a frozenset constant,
-        # LOAD_CONST, not BUILD_SET). No variable models a mutable set: a frozenset stood in
-        # for it, which changed its type (type(s) is set, {1} | {2} gave a frozenset) and
-        # its identity under in-place operators (t = s; s |= {2} left t unchanged).
-        self.popn(inst.arg)
-        unimplemented(gbt.UNSUPPORTED_BYTECODE, "set display (a mutable set is not modelled)")
+        # LOAD_CONST, not BUILD_SET): variables/sets.py
+        from .variables.sets import SetVariable
+
+        self.push(SetVariable.build(self, self.popn(inst.arg)))
 
     def BUILD_MAP(self, inst):
         flat = self.popn(2 * inst.arg)
@@ -170,8 +169,13 @@ class ContainerInstructions:
     def LIST_TO_TUPLE(self, inst):
         self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
 
-    def SET_ADD(self, inst):
-        unimplemented(gbt.UNSUPPORTED_BYTECODE, "set comprehension")
+    def SET_ADD(self, inst):  # a set comprehension
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "add", [v], {})
+
+    def SET_UPDATE(self, inst):  # {*a, *b}
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [v], {})
 
     def MAP_ADD(self, inst):
         v = self.pop()

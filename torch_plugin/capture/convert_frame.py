@@ -301,6 +301,16 @@ class ConvertFrame:
         except (BackendCompilerFailed, CaptureError, InternalCaptureError):
             raise
         except Unsupported as e:
+            if self.nopython and e.gb_type is gbt.NOTHING_TO_CAPTURE:
+                # A frame with no tensor operation runs as plain Python, as under
+                # torch.compile(fullgraph=True) (issue #31). Its callees were traced as
+                # part of it (no graph either): they run uncaptured, not as frames of their
+                # own that nopython would refuse (a namedtuple's generated __new__).
+                stats.frames_failed += 1
+                stats.failures.append(
+                    (code.co_qualname, e.reason, str(e.location) if e.location else None)
+                )
+                return _C.RUN_UNCAPTURED
             if self.nopython:
                 stats.frames_failed += 1
                 stats.failures.append(

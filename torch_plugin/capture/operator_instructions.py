@@ -24,7 +24,9 @@ from .variables.constant import BINARY_OPS, COMPARE_OPS, INPLACE_OPS, ConstantVa
 from .variables.dicts import ConstDictVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable, contains
 from .variables.new_object import NewObjectVariable
+from .variables import container_ops, sets
 from .variables.nn_module import NNModuleVariable
+from .variables.sets import SetVariable
 from .variables.tensor import TensorVariable
 from .variables.user_defined import UserDefinedObjectVariable
 
@@ -36,6 +38,11 @@ class OperatorInstructions:
         fn = BINARY_OPS.get(op) or INPLACE_OPS.get(op)
         if fn is None:
             unimplemented(gbt.UNSUPPORTED_BYTECODE, f"binary operator {op}")
+        if isinstance(a, SetVariable) or isinstance(b, SetVariable):
+            return sets.binary_op(self, op, a, b)
+        modelled = container_ops.binary_op(self, op, a, b)
+        if modelled is not None:
+            return modelled
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             if op.endswith("=") and isinstance(a, TensorVariable):
                 return self.output.call_function(self, fn, [a, b], {})
@@ -124,6 +131,11 @@ class OperatorInstructions:
     def compare(self, op: str, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             return self.output.call_function(self, COMPARE_OPS[op], [a, b], {})
+        if isinstance(a, SetVariable) or isinstance(b, SetVariable):
+            return sets.compare(self, op, a, b)
+        modelled = container_ops.compare(self, op, a, b)
+        if modelled is not None:
+            return modelled
         if a.is_python_constant() and b.is_python_constant():
             return ConstantVariable(COMPARE_OPS[op](a.as_python_constant(), b.as_python_constant()))
         if op in ("==", "!=") and a is b:
@@ -192,7 +204,7 @@ class OperatorInstructions:
         if isinstance(container, (BaseListVariable,)):
             result = contains(self, container.items, item).value
         elif (
-            isinstance(container, (ConstDictVariable, NNModuleVariable))
+            isinstance(container, (ConstDictVariable, NNModuleVariable, SetVariable))
             or not container.is_python_constant()
         ):
             result = container.call_method(self, "__contains__", [item], {}).as_python_constant()
@@ -204,7 +216,10 @@ class OperatorInstructions:
 
     def _unary(self, fn):
         v = self.pop()
-        if isinstance(v, TensorVariable):
+        modelled = container_ops.unary(self, fn.__name__, v)
+        if modelled is not None:
+            self.push(modelled)
+        elif isinstance(v, TensorVariable):
             self.push(self.output.call_function(self, fn, [v], {}))
         elif v.is_python_constant():
             value = v.as_python_constant()

@@ -126,6 +126,11 @@ def flatten_output(
             ],
             id(var),
         )
+    from .variables.sets import SetVariable
+
+    if isinstance(var, SetVariable):  # rebuilt from its elements, once per variable
+        items = [flatten_output(v, outputs, output_graph, visiting) for v in var.items]
+        return ("set", var.python_type(), items, id(var))
     refuse_mutated_private(var)
     if var.source is not None or _is_stable_object(var):
         try:
@@ -210,6 +215,10 @@ def rebuild(spec: tuple, tensors, memo: dict | None = None, args: tuple = ()) ->
         return out
     if kind == "object_ref":
         return memo[spec[1]]
+    if kind == "set":
+        if spec[3] not in memo:
+            memo[spec[3]] = spec[1](rebuild(s, tensors, memo, args) for s in spec[2])
+        return memo[spec[3]]
     if kind == "model_output":
         # built once per variable, like lists and dicts: a ModelOutput reached twice (a local
         # and a return value, a replayed attribute) is one object, so a later attribute
@@ -227,7 +236,7 @@ def spec_has(spec: tuple, kind: str) -> bool:
         return True
     if spec[0] in ("tuple", "list"):
         parts = spec[1]
-    elif spec[0] == "namedtuple":
+    elif spec[0] in ("namedtuple", "set"):
         parts = spec[2]
     elif spec[0] in ("dict", "model_output", "object"):
         parts = [s for _key, s in spec[2]]

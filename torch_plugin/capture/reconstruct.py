@@ -53,6 +53,8 @@ class Reconstructor:
         side-effect replay's own objects when it built them)."""
         from .variables.model_output import ModelOutputVariable
         from .variables.new_object import NewObjectVariable
+        from .variables.partials import PartialVariable
+        from .variables.sets import SetVariable
 
         if isinstance(var, NewObjectVariable):
             if id(var) in self._preparing:
@@ -73,6 +75,8 @@ class Reconstructor:
                     ConstDictVariable,
                     ModelOutputVariable,
                     NewObjectVariable,
+                    SetVariable,
+                    PartialVariable,
                 ),
             )
             or var.source is not None
@@ -149,6 +153,13 @@ class Reconstructor:
         if isinstance(var, DictViewVariable):
             self.call_helper(_dict_view, [var.dict_var, ConstantVariable(var.kind)])
             return
+        from .variables.sets import SetVariable, make_set
+
+        if isinstance(var, SetVariable):
+            self.call_helper(
+                make_set, [ConstantVariable(var.python_type()), TupleVariable(var.items)]
+            )
+            return
         from .variables.functions import PartialVariable
 
         if isinstance(var, PartialVariable):
@@ -159,6 +170,8 @@ class Reconstructor:
                     TupleVariable(list(var.args)),
                     TupleVariable([ConstantVariable(k) for k in var.keywords]),
                     TupleVariable(list(var.keywords.values())),
+                    TupleVariable([ConstantVariable(k) for k in var.attrs]),
+                    TupleVariable(list(var.attrs.values())),
                 ],
             )
             return
@@ -301,10 +314,14 @@ def _children(var: VariableTracker) -> list[VariableTracker]:
         return [var.obj]
     if isinstance(var, DictViewVariable):
         return [var.dict_var]
+    from .variables.sets import SetVariable
+
+    if isinstance(var, SetVariable):
+        return var.items
     from .variables.functions import PartialVariable
 
     if isinstance(var, PartialVariable) and var.source is None:
-        return [var.func, *var.args, *var.keywords.values()]
+        return [var.func, *var.args, *var.keywords.values(), *var.attrs.values()]
     from .variables.model_output import ModelOutputVariable
 
     if isinstance(var, ModelOutputVariable):
@@ -352,8 +369,11 @@ def _make_model_output(cls, keys, values):
     return cls(**dict(zip(keys, values)))
 
 
-def _make_partial(func, args, keys, values):
-    return functools.partial(func, *args, **dict(zip(keys, values)))
+def _make_partial(func, args, keys, values, attr_names=(), attr_values=()):
+    out = functools.partial(func, *args, **dict(zip(keys, values)))
+    for name, value in zip(attr_names, attr_values):
+        setattr(out, name, value)
+    return out
 
 
 def _dict_view(d, kind):

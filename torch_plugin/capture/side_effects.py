@@ -204,6 +204,10 @@ def _collect_ids(spec: tuple, out: set) -> None:
         out.add(spec[3])
         for _key, s in spec[2]:
             _collect_ids(s, out)
+    elif kind == "set":
+        out.add(spec[3])
+        for s in spec[2]:
+            _collect_ids(s, out)
     elif kind == "namedtuple":
         if len(spec) > 3:
             out.add(spec[3])

@@ -15,6 +15,9 @@ NEW_FAMILIES = (
     "tensor-attrs",  # x.tag set by the caller; hasattr / getattr(x, "tag", default) inside
     "object-attrs",  # o.extra = tensor on Box / namedtuple / NamedTuple subclasses built inside
     "numpy-scalars",  # np.float64 / np.float32 / np.int64 args and constants with tensors
+    "python-builtins",  # sets (of ints, of tensors), set algebra, functools.reduce,
+    # dict.fromkeys, itertools.combinations/chain.from_iterable, sorted(key=), partial
+    # attributes, user-class operators (issue #31)
 )
 
 
@@ -311,6 +314,56 @@ class NewerFamilies:
             ]
         return [f'G_DICT["np"] = {npc} * 2']
 
+    def s_python_builtins(self, top, depth):
+        """Issue #31's constructs: sets (of ints from ``n``, of tensors by identity), set
+        algebra and membership, a global set mutated, functools.reduce, dict.fromkeys,
+        itertools.combinations / chain.from_iterable, sorted with a key function,
+        functools.partial attributes, and a user class's operators and ``__iter__``."""
+        self.features.add("python-builtins")
+        self.uses.add("python-builtins")
+        kind = self.pick(["C", "RC"])
+        e1, e2, e3 = self.expr(kind), self.expr(kind), self.expr(kind)
+        v = self.assign_target(top, kind)
+        c = self.r()
+        if c < 0.12:
+            s = self.new("st")
+            lines = [f"{s} = {{{e1}, {e2}, {e1}}}"]
+            if v:
+                self.vars[v] = kind
+                lines.append(f"{v} = {e3} * len({s})")
+            lines.append(self.pick([f"count = count + ({e1} in {s})", f"G_SET.add(len({s}))"]))
+            return lines
+        if c < 0.24:
+            s = self.pick(["{n, n + 1, 2}", "set([n, 1, 1])", "{i % 3 for i in range(n + 2)}"])
+            t = self.pick(["{1, 2}", "frozenset([2, n])", "G_SET"])
+            op = self.pick(["|", "&", "-", "^"])
+            w = self.new("sv")
+            out = [f"{w} = {s} {op} {t}"]
+            out.append(
+                self.pick([f"G_SET.update({w})", "G_SET.discard(n)", f"count = count + len({w})"])
+            )
+            if top:
+                self.extra_rets += [w, "G_SET", f"sorted({w})"]
+            return out
+        if not v:
+            return [self.pick(["G_SET.add(n)", "G_SET.update(range(n))", "G_SET.discard(1)"])]
+        self.vars[v] = kind
+        body = self.pick(
+            [
+                f"functools.reduce(operator.add, [{e1}, {e2}, {e3}])",
+                f"functools.reduce(lambda a, b: a * 0.5 + b, [{e1}, {e2}], {e3})",
+                f'dict.fromkeys(["a", "b"], {e1})["b"] + {e2}',
+                f"sum(a * b for a, b in itertools.combinations([{e1}, {e2}, {e3}], 2))",
+                f"sum(itertools.chain.from_iterable([[{e1}], [{e2}, {e3}]]))",
+                f"sorted([{e1}, {e2} * 2], key=lambda t: t.shape[0])[0]",
+                f"G_PART({e1}) + G_PART.func({e2}, G_PART.keywords['k'])",
+                f"functools.partial(scale, {e1})(k=len(G_PART.args) + 1)",
+                f"(Vec({e1}, n) + Vec({e2}, 1)).v * (Vec({e1}, n) == Vec({e3}, n))",
+                f"sum(Vec({e1}, n)) + {e2}",
+            ]
+        )
+        return [f"{v} = {body}"]
+
     def _extras(self, globals_src, params, inputs_src, rets, args, R0):
         """Globals, parameters and argument values that the newer families used; some of
         their values returned. Draws from the RNG only when one of them was used."""
@@ -321,6 +374,8 @@ class NewerFamilies:
         if "npv" in uses:
             uses.add("numpy-scalars")
         preludes = [k for k in PRELUDE_EXTRA if k in uses]
+        if "python-builtins" in uses:
+            globals_src.append(f"G_SET = {{{rng.choice([1, 2, 3])}, 5}}")
         if "descriptors" in uses:
             globals_src.append(f"G_DOBJ = DObj(torch.randn({C}), 1)")
         if "dob" in uses:

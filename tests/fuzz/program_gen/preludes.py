@@ -50,6 +50,33 @@ def helper_obj(o, t):
 # Extra module-level code, emitted only when a program uses the family (so a program without
 # the new families is the same text as before they existed).
 PRELUDE_EXTRA = {
+    "python-builtins": """\
+import functools
+import itertools
+import operator
+
+
+class Vec:
+    def __init__(self, v, k):
+        self.v = v
+        self.k = k
+
+    def __add__(self, other):
+        return Vec(self.v + other.v, self.k + other.k)
+
+    def __eq__(self, other):
+        return isinstance(other, Vec) and self.k == other.k
+
+    def __iter__(self):
+        return iter([self.v, self.k])
+
+
+def scale(t, k=2):
+    return t * k
+
+
+G_PART = functools.partial(scale, k=3)
+""",
     "numpy-scalars": """\
 import numpy as np
 """,

@@ -24,7 +24,7 @@ from ..sources import AttrSource, ItemSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable, is_immutable
 from .dicts import ConstDictVariable
-from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
 from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
@@ -119,9 +119,13 @@ def wrap_value(tx, value: Any, source: Source | None) -> VariableTracker:
         if known is not None:
             return known
     var = _wrap_new_value(tx, value, source)
-    if isinstance(
-        var, (TensorVariable, ListVariable, ConstDictVariable, UserDefinedObjectVariable)
-    ) and not is_immutable(value):
+    if (
+        isinstance(
+            var, (TensorVariable, ListVariable, ConstDictVariable, UserDefinedObjectVariable)
+        )
+        and not is_immutable(value)
+        or type(value) is set
+    ):
         tx.output.remember_variable(value, var)
     return var
 
@@ -146,6 +150,12 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
 
         guards.id_match(source, value)
         return EnvironVariable(source)
+    from .builtin_table import PureBuiltinVariable, bound_to_builtin_type, lookup
+
+    if lookup(value) is not None:  # a C builtin modelled by builtin_table.py
+        if not bound_to_builtin_type(value):
+            guards.id_match(source, value)
+        return PureBuiltinVariable(value, source)
     if isinstance(
         value,
         (
@@ -181,6 +191,12 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
         else:
             guards.equals_match(source, value)
         return ConstantVariable(value, source)
+    if type(value) in (set, frozenset):
+        from .sets import wrap_input_set
+
+        var = wrap_input_set(tx, value, source)
+        if var is not None:
+            return var
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):
         guards.len_match(source, value)
         items = [
@@ -228,16 +244,12 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
         guards.id_match(source, value)
         return PythonModuleVariable(value, source)
     if isinstance(value, functools.partial):
+        from .partials import wrap_partial
+
         guards.id_match(source, value)
-        func = wrap_value(tx, value.func, None)
-        return PartialVariable(
-            func,
-            [wrap_value(tx, a, None) for a in value.args],
-            {k: wrap_value(tx, v, None) for k, v in value.keywords.items()},
-            # a partial of checkpoint (HF's _gradient_checkpointing_func) is rebuilt at the
-            # graph break around the capture-off checkpoint, not loaded from its source
-            None if _is_checkpoint_var(func) else source,
-        )
+        # a partial of checkpoint (HF's _gradient_checkpointing_func) is rebuilt at the
+        # graph break around the capture-off checkpoint, not loaded from its source
+        return wrap_partial(tx, value, source, _is_checkpoint_var)
     if callable(value) and _is_torch_callable(value):
         guards.id_match(source, value)
         return TorchFunctionVariable(value, source)

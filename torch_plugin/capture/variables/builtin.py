@@ -19,6 +19,7 @@ import torch
 from .. import graph_break_types as gbt
 from ..dynamic_shapes import has_symbolic, specialize_deep
 from ..exc import unimplemented
+from . import builtin_table
 from .base import CallableVariable
 from .constant import ConstantVariable, is_immutable
 from .dicts import ConstDictVariable
@@ -128,6 +129,10 @@ class BuiltinVariable(CallableVariable):
             result = handler(tx, *args, **kwargs)
             if result is not None:
                 return result
+        if fn in _PURE_CONSTANT_FNS:  # never run a user object's methods at capture time
+            items = builtin_table.user_code_args(tx, fn, list(args))
+            if any(n is not o for n, o in zip(items, args)):
+                return self.call_function(tx, items, kwargs)
         if getattr(operator, name, None) is fn or getattr(math, name, None) is fn:
             if any(isinstance(a, TensorVariable) for a in args):
                 return tx.output.call_function(tx, fn, list(args), dict(kwargs))
@@ -330,8 +335,8 @@ class BuiltinVariable(CallableVariable):
     def _minmax(self, tx, fn, args, kwargs):
         from .tensor import TensorVariable
 
-        if kwargs:  # a key function may be user code: not run at capture time
-            unimplemented(gbt.UNSUPPORTED_BUILTIN, f"{fn.__name__}() with {', '.join(kwargs)}=")
+        if kwargs:  # a key function may be user code: inlined, never run at capture time
+            return builtin_table.call_minmax(tx, fn, args, kwargs)
 
         items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
         if all(i.is_python_constant() for i in items):
@@ -355,14 +360,45 @@ class BuiltinVariable(CallableVariable):
 
         if isinstance(obj, TensorVariable):
             return ConstantVariable(False)
-        if isinstance(obj, BaseUserFunctionVariable):
+        from .partials import PartialVariable
+
+        if isinstance(obj, (BaseUserFunctionVariable, PartialVariable)):
             return ConstantVariable(True)
         return None
 
     def call_object(self, tx, *args):
         unimplemented(gbt.OBJECT_CONSTRUCTION, "object() inside captured code")
 
+    def var_getattr(self, tx, name):
+        # ``dict.fromkeys``, ``set.add``, ``str.join``: attributes of a builtin type
+        if isinstance(self.fn, type):
+            attr = builtin_table.class_attr(self.fn, name)
+            if attr is not None:
+                return attr
+        return super().var_getattr(tx, name)
+
+    def call_sorted(self, tx, *args, **kwargs):
+        if kwargs or not (args and args[0].is_python_constant()):
+            return builtin_table.call_sorted(tx, list(args), kwargs)
+        return None
+
+    def call_set(self, tx, *args, **kwargs):
+        return builtin_table.make_set(tx, set, list(args), kwargs)
+
+    def call_frozenset(self, tx, *args, **kwargs):
+        return builtin_table.make_set(tx, frozenset, list(args), kwargs)
+
+    def call_abs(self, tx, *args):
+        return builtin_table.abs_of(tx, args[0]) if len(args) == 1 else None
+
+    def call_repr(self, tx, *args):
+        return builtin_table.call_text(tx, repr, args[0]) if len(args) == 1 else None
+
     def call_str(self, tx, *args):
+        if len(args) == 1:
+            text = builtin_table.call_text(tx, str, args[0])
+            if text is not None:
+                return text
         if args and not args[0].is_python_constant():
             unimplemented(gbt.UNSUPPORTED_BUILTIN, f"str() of {args[0]}")
 
@@ -382,9 +418,12 @@ def _hasattr(tx, obj, name):
     """True/False when hasattr can be decided without running user code, else None."""
     from .new_object import NewObjectVariable
     from .nn_module import NNModuleVariable
+    from .partials import PartialVariable
     from .tensor import TensorVariable
     from .user_defined import UserDefinedObjectVariable, class_lookup
 
+    if isinstance(obj, PartialVariable):
+        return obj.has_attr(tx, name)
     if isinstance(obj, NewObjectVariable):
         if isinstance(class_lookup(obj.cls, name), property):
             # True when its getter runs (inlined); an exception, AttributeError included,

@@ -245,19 +245,6 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return f"NestedUserFunctionVariable({self.qualname})"
 
 
-class PartialVariable(VariableTracker):
-    """``functools.partial(func, *args, **keywords)`` with symbolic parts."""
-
-    def __init__(self, func: VariableTracker, args, keywords, source=None) -> None:
-        super().__init__(source)
-        self.func = func
-        self.args = list(args)
-        self.keywords = dict(keywords)
-
-    def call_function(self, tx, args, kwargs):
-        return self.func.call_function(tx, [*self.args, *args], {**self.keywords, **kwargs})
-
-
 class DisabledFunctionVariable(CallableVariable):
     """A function wrapped by ``torch_plugin.disable``, marked by ``torch.compiler.disable``, or
     compiled by ``torch.compile``: calling it is a graph break (it runs in CPython, outside
@@ -274,3 +261,6 @@ class DisabledFunctionVariable(CallableVariable):
             or f"call to {getattr(self.fn, '__qualname__', self.fn)}, run with capture off"
             " (torch_plugin.disable, torch.utils.checkpoint)",
         )
+
+
+from .partials import PartialVariable  # noqa: F401 - re-exported

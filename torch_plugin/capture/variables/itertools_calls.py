@@ -1,5 +1,7 @@
 """``itertools`` iterators built in captured code: ``chain``, ``islice``, ``product``,
-``zip_longest``, ``repeat``, ``count``, ``accumulate``, ``pairwise``.
+``zip_longest``, ``repeat``, ``count``, ``accumulate``, ``pairwise``, ``combinations``,
+``combinations_with_replacement``, ``permutations`` (``chain.from_iterable`` is in
+builtin_table.py).
 
 Key function: :func:`call`. Each becomes an iterator variable over the argument variables
 (:class:`~.iterators.LazyIteratorVariable` when it must pull its inputs one item at a time,
@@ -29,7 +31,18 @@ SUPPORTED = frozenset(
         itertools.count,
         itertools.accumulate,
         itertools.pairwise,
+        itertools.combinations,
+        itertools.combinations_with_replacement,
+        itertools.permutations,
     }
+)
+# Consume their iterable whole when built (as the C code does: ``tuple(iterable)``) and
+# produce tuples of its items by index; the index tuples come from the real function on
+# ``range(n)``, so their order is CPython's.
+_BY_INDEX = (
+    itertools.combinations,
+    itertools.combinations_with_replacement,
+    itertools.permutations,
 )
 
 
@@ -80,6 +93,16 @@ def call(tx, cls: type, args: list, kwargs: dict) -> VariableTracker:
         return _accumulate(tx, as_iterator(tx, args[0]), func, kwargs.get("initial"))
     if cls is itertools.pairwise and len(args) == 1 and not kwargs:
         return _pairwise(as_iterator(tx, args[0]))
+    if cls in _BY_INDEX and 1 <= len(args) + len(kwargs) <= 2 and set(kwargs) <= {"r"}:
+        pool = as_iterator(tx, args[0] if args else kwargs["iterable"]).unpack_var_sequence(tx)
+        r = args[1] if len(args) > 1 else kwargs.get("r")
+        if r is None and cls is not itertools.permutations:
+            unimplemented(gbt.EXCEPTION, f"itertools.{name} without r (TypeError in eager)")
+        r_value = None if r is None else _const(r, name)
+        if r_value is not None and (not isinstance(r_value, int) or r_value < 0):
+            unimplemented(gbt.EXCEPTION, f"itertools.{name} with r={r_value!r}")
+        index_tuples = cls(range(len(pool)), r_value) if r is not None else cls(range(len(pool)))
+        return ListIteratorVariable([TupleVariable([pool[i] for i in t]) for t in index_tuples])
     unimplemented(gbt.UNSUPPORTED_BUILTIN, f"itertools.{name} with these arguments")
 
 

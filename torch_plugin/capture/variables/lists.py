@@ -98,6 +98,8 @@ class BaseListVariable(VariableTracker):
             return items.pop(idx)
         elif name == "clear":
             items.clear()
+        elif name == "reverse" and not args and not kwargs:
+            items.reverse()
         elif name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
             # constants only, no key function: the order is known at capture time
             key = kwargs.get("key")
@@ -205,7 +207,31 @@ class NamedTupleVariable(TupleVariable):
         )
         if name in fields:
             return self.items[list(fields).index(name)]
+        if name in ("_fields", "_field_defaults") and hasattr(self.tuple_cls, name):
+            from .builder import wrap_constant_or_object
+
+            return wrap_constant_or_object(getattr(self.tuple_cls, name))
         return method_getattr(self, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        fields = list(getattr(self.tuple_cls, "_fields", ()))
+        method = getattr(self.tuple_cls, name, None)
+        if getattr(getattr(method, "__code__", None), "co_filename", None) != _COLLECTIONS_FILE:
+            fields = []  # overridden by the class: inlined as any method (not here)
+        if name == "_replace" and fields and not args:
+            # namedtuple._replace: a new instance with the named fields replaced
+            if any(k not in fields for k in kwargs):
+                unimplemented(gbt.EXCEPTION, f"_replace() got unexpected field names {kwargs}")
+            items = [kwargs.get(f, v) for f, v in zip(fields, self.items)]
+            return NamedTupleVariable(items, self.tuple_cls)
+        if name == "_asdict" and fields and not args and not kwargs:
+            from .dicts import ConstDictVariable
+
+            return ConstDictVariable(dict(zip(fields, self.items)), mutable_local=True)
+        return super().call_method(tx, name, args, kwargs)
+
+
+_COLLECTIONS_FILE = __import__("collections").__file__
 
 
 class ListIteratorVariable(IteratorVariable):

@@ -157,7 +157,9 @@ class UserDefinedObjectVariable(VariableTracker):
                 return [wrap_constant_or_object(v) for v in list(self.value)]
             except TypeError:
                 pass
-        unimplemented(gbt.UNMODELLED_VALUE, f"iteration over {type(self.value).__name__} object")
+        from .builtin_table import user_iter
+
+        return user_iter(tx, self)
 
     def call_function(self, tx, args, kwargs):
         call = getattr(type(self.value), "__call__", None)
@@ -266,9 +268,9 @@ class UserDefinedClassVariable(VariableTracker):
         if cls in itertools_calls.SUPPORTED:
             return itertools_calls.call(tx, cls, list(args), dict(kwargs))
         if cls is __import__("functools").partial and args:
-            from .functions import PartialVariable
+            from .partials import make_partial
 
-            return PartialVariable(args[0], args[1:], kwargs)
+            return make_partial(tx, args[0], args[1:], kwargs)
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
             return NamedTupleVariable(self._namedtuple_items(tx, args, kwargs), cls)
         model_output = _model_output_base()
