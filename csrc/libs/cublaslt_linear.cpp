@@ -9,6 +9,7 @@
 // allowFP16/BF16ReductionCuBLAS).
 #include "libs/cublaslt.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContextLight.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -16,8 +17,59 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 
 namespace torch_plugin::libs::cublaslt {
+
+namespace {
+
+std::atomic<int64_t> padded_scratch_limit{int64_t{32} << 20};
+std::atomic<int64_t> padded_count{0};
+
+bool row_aligned(int64_t ld, int64_t elem) {
+  return (ld * elem) % 16 == 0;
+}
+
+} // namespace
+
+int64_t element_size(DType d) {
+  return d == DType::kFloat32 ? 4 : 2;
+}
+
+int64_t padded_scratch_bytes() {
+  return padded_scratch_limit.load();
+}
+
+void set_padded_scratch_bytes(int64_t bytes) {
+  padded_scratch_limit.store(std::max<int64_t>(bytes, 0));
+}
+
+int64_t padded_products() {
+  return padded_count.load();
+}
+
+std::optional<MatmulDesc> padded_chunk_desc(const MatmulDesc& d) {
+  const int64_t elem = element_size(d.dtype);
+  const int64_t limit = padded_scratch_bytes();
+  if (limit <= 0 || d.batch != 1 || d.m <= 1 || d.n * elem < 16 ||
+      row_aligned(d.ldd, elem) || !row_aligned(d.lda, elem) ||
+      !row_aligned(d.ldb, elem) || d.align_a < 16 || d.align_b < 16)
+    return std::nullopt;
+  MatmulDesc chunk = d;
+  const int64_t per_element = 16 / elem;
+  chunk.ldd = (d.n + per_element - 1) / per_element * per_element;
+  if (d.has_c)
+    chunk.ldc = chunk.ldd;
+  chunk.align_c = chunk.align_d = 256;
+  // Rows per chunk: what the scratch limit holds, a power of two when more
+  // than one chunk is needed (equal chunks: one plan).
+  const int64_t fit = std::max<int64_t>(limit / (chunk.ldd * elem), 1);
+  int64_t rows = 1;
+  while (rows * 2 <= fit)
+    rows *= 2;
+  chunk.m = fit >= d.m ? d.m : rows;
+  return chunk;
+}
 
 std::optional<DType> dtype_of(c10::ScalarType t) {
   switch (t) {
@@ -163,6 +215,120 @@ std::shared_ptr<const MatmulPlan> plan_on_torch_handle(
       tune ? &resources : nullptr);
 }
 
+namespace {
+
+void copy_rows(
+    void* dst,
+    int64_t dst_ld,
+    const void* src,
+    int64_t src_ld,
+    int64_t cols,
+    int64_t rows,
+    int64_t elem,
+    cudaStream_t stream) {
+  TORCH_CHECK(
+      cudaMemcpy2DAsync(
+          dst,
+          dst_ld * elem,
+          src,
+          src_ld * elem,
+          cols * elem,
+          rows,
+          cudaMemcpyDeviceToDevice,
+          stream) == cudaSuccess,
+      "cuBLASLt linear (padded): cudaMemcpy2DAsync failed: ",
+      cudaGetErrorString(cudaGetLastError()));
+}
+
+// The padded product of padded_chunk_desc (see cublaslt.h): chunks of
+// chunk.m rows of x (the last one shorter) into one scratch of leading
+// dimension chunk.ldd, each copied into y2d's rows. Every chunk's plan is
+// found before anything is written: false (nothing written) when cuBLASLt has
+// none for one of them.
+bool run_padded(
+    const MatmulDesc& full,
+    const MatmulDesc& chunk,
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const at::Tensor& c,
+    const at::Tensor& bias,
+    const at::Tensor& y2d,
+    const MatmulPlan* hint) {
+  const int64_t elem = element_size(full.dtype);
+  at::Tensor scratch = at::empty({chunk.m, chunk.ldd}, y2d.options());
+  struct Piece {
+    int64_t row0;
+    const MatmulPlan* plan;
+  };
+  std::vector<Piece> pieces;
+  std::vector<std::shared_ptr<const MatmulPlan>> held;
+  const char* a0 = static_cast<const char*>(x.const_data_ptr());
+  auto a_of = [&](int64_t row0) {
+    return a0 + (full.trans_a ? row0 : row0 * full.lda) * elem;
+  };
+  for (int64_t row0 = 0; row0 < full.m; row0 += chunk.m) {
+    MatmulDesc d = chunk;
+    d.m = std::min(chunk.m, full.m - row0);
+    d.align_a = std::min(full.align_a, alignment_of(a_of(row0)));
+    d.align_c = d.align_d = alignment_of(scratch.data_ptr());
+    const MatmulPlan* plan = nullptr;
+    if (hint && hint->desc() == d)
+      plan = hint;
+    for (size_t i = 0; !plan && i < held.size(); ++i)
+      if (held[i]->desc() == d)
+        plan = held[i].get();
+    if (!plan) {
+      held.push_back(plan_on_torch_handle(d, w.const_data_ptr()));
+      plan = held.back().get();
+    }
+    if (!plan)
+      return false;
+    pieces.push_back({row0, plan});
+  }
+  const cudaStream_t stream =
+      at::cuda::getCurrentCUDAStream(y2d.device().index()).stream();
+  char* y0 = static_cast<char*>(y2d.data_ptr());
+  const char* c0 = c.defined() ? static_cast<const char*>(c.const_data_ptr())
+                               : nullptr;
+  for (const Piece& p : pieces) {
+    const int64_t rows = p.plan->desc().m;
+    if (c0) // C joins the product in the scratch (D = C there: beta = 1)
+      copy_rows(
+          scratch.data_ptr(),
+          chunk.ldd,
+          c0 + p.row0 * full.ldc * elem,
+          full.ldc,
+          full.n,
+          rows,
+          elem,
+          stream);
+    p.plan->run(
+        at::cuda::getCurrentCUDABlasLtHandle(),
+        a_of(p.row0),
+        w.const_data_ptr(),
+        c0 ? scratch.const_data_ptr() : nullptr,
+        bias.defined() ? bias.const_data_ptr() : nullptr,
+        scratch.data_ptr(),
+        at::cuda::getCUDABlasLtWorkspace(),
+        at::cuda::getCUDABlasLtWorkspaceSize(),
+        stream,
+        p.plan->uses_gemm() ? at::cuda::getCurrentCUDABlasHandle() : nullptr);
+    copy_rows(
+        y0 + p.row0 * full.ldd * elem,
+        full.ldd,
+        scratch.const_data_ptr(),
+        chunk.ldd,
+        full.n,
+        rows,
+        elem,
+        stream);
+  }
+  padded_count.fetch_add(1);
+  return true;
+}
+
+} // namespace
+
 bool run_linear(
     const at::Tensor& x2d,
     const at::Tensor& w_in,
@@ -253,6 +419,9 @@ bool run_linear(
   desc->align_b = alignment_of(w.data_ptr());
   desc->align_c = c.defined() ? alignment_of(c.data_ptr()) : 256;
   desc->align_d = alignment_of(y2d.data_ptr());
+
+  if (std::optional<MatmulDesc> chunk = padded_chunk_desc(*desc))
+    return run_padded(*desc, *chunk, x, w, c, bias, y2d, hint);
 
   std::shared_ptr<const MatmulPlan> found;
   const MatmulPlan* plan = hint;
