@@ -258,32 +258,42 @@ std::optional<MatmulDesc> linear_desc(
     int device);
 
 // ---------------------------------------------------------------------------
-// Products whose output rows are not 16-byte aligned. cuBLASLt's fast kernels
-// (sm90 TMA and wgmma ones, cuBLAS's nvjet) load and store C and D by 16
-// bytes: each row must start on a 16-byte boundary, ldd * element size a
-// multiple of 16. When it is not (GPT-2's LM head: N = 50257, 100514 bytes
-// per bf16 row), the heuristic can only offer align1 kernels (on an H100,
-// cutlass_75 ... align1 3.37 ms for [4096, 768] x [768, 50257] bf16, against
-// 0.45 ms for the aligned product). Such a product is computed instead in
-// chunks of rows into a scratch matrix whose leading dimension is n rounded up
-// to 16 bytes (C, the residual, copied into it first), each chunk copied into
-// the output with one cudaMemcpy2DAsync (PyTorch's Inductor pads such strides
-// for the same reason: torch/_inductor/fx_passes/pad_mm.py).
+// Products whose output rows are not 16-byte aligned. cuBLASLt's and cuBLAS's
+// fast kernels (sm90 TMA and wgmma ones, nvjet) load and store C and D by 16
+// bytes and want n a multiple of 16 bytes too. GPT-2's LM head (N = 50257:
+// 100514 bytes per bf16 row) gets only align1 kernels: on an H100, cutlass_75
+// ... align1 3.37 ms for [4096, 768] x [768, 50257] bf16, and still 3.32 ms
+// into an output whose rows are padded to 50264 (n itself odd). Such a
+// product is computed instead in chunks of rows into a scratch matrix whose
+// leading dimension is n rounded up to 16 bytes: its first n rounded down to
+// 16 bytes columns by one aligned product (the fast kernel), the remaining
+// 1-7 columns by a second, tiny one (C, the residual, copied into the scratch
+// first), then each chunk copied into the output's rows. PyTorch's Inductor
+// pads such products too (torch/_inductor/fx_passes/pad_mm.py pads the
+// operands; here no operand is copied).
 
 // Bytes of one element of the dtype.
 int64_t element_size(DType d);
-// The descriptor of one chunk of d's padded product (see above): m the chunk's
-// rows (at most padded_scratch_bytes() of scratch, at least one row), ldd (and
-// ldc when d.has_c) n rounded up to 16 bytes, align_c/align_d 256; or nullopt
-// when d does not need it: a batch, one row, an output row that is already
-// aligned, an n under 16 bytes of a row, an A or B whose rows or pointers are
-// not 16-byte aligned themselves (no aligned kernel either way), or the
-// padding turned off (set_padded_scratch_bytes(0)).
+// The descriptor of the aligned part of one chunk of d's padded product (see
+// above): m the chunk's rows (at most padded_scratch_bytes() of scratch, at
+// least one row; a power of two when there are several chunks), n d.n rounded
+// down to 16 bytes, ldd (and ldc when d.has_c) d.n rounded up to 16 bytes,
+// align_c/align_d 256; or nullopt when d does not need it: a batch, one row,
+// an output row that is already aligned, an n under 16 bytes, an A or B whose
+// rows or pointers are not 16-byte aligned themselves (no aligned kernel
+// either way), or the padding turned off (set_padded_scratch_bytes(0)).
 std::optional<MatmulDesc> padded_chunk_desc(const MatmulDesc& d);
+// The descriptor of the tail of a chunk of `rows` rows: the columns
+// [chunk.n, full.n), B and D (and C) starting chunk.n elements on.
+MatmulDesc padded_tail_desc(
+    const MatmulDesc& full,
+    const MatmulDesc& chunk,
+    int64_t rows);
 // Scratch bytes a padded product may use per call (the chunk's rows x the
-// padded leading dimension; default 32 MiB: under the H100's 50 MB L2, so that
-// the copy reads the chunk the product has just written from the L2). 0 turns
-// padded products off (benchmarks, tests). Process-wide.
+// padded leading dimension; default 32 MiB: measured as fast as one chunk of
+// all 4096 rows for GPT-2's LM head, which would hold another 412 MB of bf16
+// logits beside the output). 0 turns padded products off (benchmarks,
+// tests). Process-wide.
 int64_t padded_scratch_bytes();
 void set_padded_scratch_bytes(int64_t bytes);
 // Products run_linear has computed padded in this process (tests).

@@ -89,8 +89,8 @@ class CublasLtLinearStep final : public Step {
     std::string s = "cublaslt linear_pointwise " + plan_->describe();
     if (padded_) // the plan is one chunk's (libs/cublaslt.h)
       s += " padded rows=" + std::to_string(plan_->desc().m) +
-          " ld=" + std::to_string(plan_->desc().ldd) + " of m=" +
-          std::to_string(m_);
+          " ld=" + std::to_string(plan_->desc().ldd) +
+          " of m=" + std::to_string(m_);
     return s;
   }
 
@@ -198,10 +198,23 @@ std::unique_ptr<Step> make_cublaslt_step(
   // 50257): the plan is the padded product's chunk (run_linear computes it
   // so; libs/cublaslt.h, padded_chunk_desc).
   const std::optional<lt::MatmulDesc> chunk = lt::padded_chunk_desc(*desc);
-  std::shared_ptr<const lt::MatmulPlan> plan = lt::plan_on_torch_handle(
-      chunk ? *chunk : *desc, w_ptr, std::move(flush_from));
+  std::shared_ptr<const lt::MatmulPlan> plan =
+      lt::plan_on_torch_handle(chunk ? *chunk : *desc, w_ptr, flush_from);
   if (!plan)
     return nullptr;
+  if (chunk) { // the tail's plan, tuned now too (run_linear finds it cached)
+    const int64_t rows_left = m % chunk->m;
+    for (int64_t rows : {chunk->m, rows_left}) {
+      if (rows == 0)
+        continue;
+      lt::MatmulDesc head = *chunk;
+      head.m = rows;
+      if (!lt::plan_on_torch_handle(head, w_ptr, flush_from) ||
+          !lt::plan_on_torch_handle(
+              lt::padded_tail_desc(*desc, head, rows), nullptr, flush_from))
+        return nullptr;
+    }
+  }
   return std::make_unique<CublasLtLinearStep>(
       node, slots, epilogue, std::move(plan), m, chunk.has_value());
 }
