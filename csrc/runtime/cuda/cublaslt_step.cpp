@@ -45,8 +45,8 @@ class CublasLtLinearStep final : public Step {
         r_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
         out_(slots.slot(n.outputs[0])),
         m_(m),
-        n_(plan->desc().n),
-        k_(plan->desc().k),
+        n_(n.tensor_arg(1)->sizes[0]),
+        k_(n.tensor_arg(1)->sizes[1]),
         activation_(std::get<std::string>(
             n.const_arg(ir::schema::linear_pointwise::kActivation))),
         epilogue_(epilogue),
