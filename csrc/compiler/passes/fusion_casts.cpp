@@ -3,6 +3,7 @@
 #include "compiler/passes/fusion_casts.h"
 
 #include "compiler/codegen/op_semantics.h"
+#include "ir/op_table.h"
 
 #include <array>
 #include <iterator>
@@ -33,13 +34,65 @@ bool rearranging_view(const Node& n) {
   return false;
 }
 
+// A node the fusion pass may put into a group: a pointwise op of the table,
+// a reduction or row-wise op (layer norm, softmax).
+bool may_fuse(const Node* n) {
+  if (!n)
+    return false;
+  if (is_fusible_pointwise(*n))
+    return true;
+  const OpInfo* op = find_op(*n);
+  return op && op->category == OpCategory::kReduction;
+}
+
+bool is_cast(const Node& n) {
+  return n.op == "aten::_to_copy" && n.inputs.size() == 1 &&
+      n.outputs.size() == 1 && is_fusible_pointwise(n);
+}
+
+// view(cast(y)) => cast(view(y)) where the cast's one use is a rearranging
+// view and y has the cast output's layout: the cast moves next to the
+// consumers behind the views, whose group it can join as a prologue.
+bool cast_after_view(Graph& g, Node* cast) {
+  Value* out = cast->outputs[0];
+  Value* y = cast->inputs[0];
+  if (out->uses.size() != 1 || g.is_output(out) || y->strides != out->strides)
+    return false;
+  Node* view = out->uses[0].user;
+  if (!view || !rearranging_view(*view) || view->inputs.size() != 1 ||
+      view->outputs.size() != 1)
+    return false;
+  Value* viewed = view->outputs[0];
+  Node* reviewed =
+      g.create_node(view->op, view->overload, {y}, view->args, 1, view);
+  reviewed->may_alias = view->may_alias;
+  reviewed->attrs = view->attrs;
+  Graph::set_type(
+      reviewed->outputs[0],
+      y->dtype,
+      viewed->sizes,
+      viewed->strides,
+      y->device);
+  Node* converted = g.create_node(
+      cast->op, cast->overload, {reviewed->outputs[0]}, cast->args, 1, view);
+  Graph::set_type(
+      converted->outputs[0],
+      out->dtype,
+      viewed->sizes,
+      viewed->strides,
+      out->device);
+  g.replace_all_uses(viewed, converted->outputs[0]);
+  g.erase_node(view);
+  g.erase_node(cast);
+  return true;
+}
+
 } // namespace
 
 int sink_casts_below_views(Graph& g) {
   int moved = 0;
   for (Node* cast : g.nodes()) {
-    if (cast->op != "aten::_to_copy" || cast->inputs.size() != 1 ||
-        cast->outputs.size() != 1 || !is_fusible_pointwise(*cast))
+    if (!is_cast(*cast))
       continue;
     Value* viewed = cast->inputs[0];
     Node* view = viewed->producer;
@@ -48,8 +101,9 @@ int sink_casts_below_views(Graph& g) {
       continue;
     Value* x = view->inputs[0];
     Value* out = cast->outputs[0];
-    if (!x->producer || !x->is_contiguous() || x->device != out->device ||
-        out->strides != viewed->strides || out->sizes != viewed->sizes)
+    if (!may_fuse(x->producer) || !x->is_contiguous() ||
+        x->device != out->device || out->strides != viewed->strides ||
+        out->sizes != viewed->sizes)
       continue;
     // Right after x's producer: a node between them that reads x (the old
     // view, still read elsewhere) would otherwise keep the cast out of the
@@ -75,6 +129,23 @@ int sink_casts_below_views(Graph& g) {
     if (viewed->uses.empty() && !g.is_output(viewed))
       g.erase_node(view);
     ++moved;
+  }
+  // Casts whose input no kernel computes (a library product's output, a graph
+  // input) move past the views behind them instead, to their consumers.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Node* cast : g.nodes()) {
+      if (!is_cast(*cast))
+        continue;
+      const Node* p = cast->inputs[0]->producer;
+      while (p && rearranging_view(*p) && p->inputs.size() == 1)
+        p = p->inputs[0]->producer;
+      if (may_fuse(p) || !cast_after_view(g, cast))
+        continue;
+      changed = true;
+      ++moved;
+      break; // the node list changed
+    }
   }
   return moved;
 }

@@ -18,10 +18,15 @@ namespace torch_plugin::compiler {
 // (codegen/op_semantics.h, is_fusible_pointwise), the view one of
 // aten::view, _unsafe_view, reshape, unsqueeze, squeeze, permute, t,
 // transpose with x as its one tensor input, x contiguous and produced by a
-// node (a cast of a graph input or constant gains nothing), and the cast's
-// output strides those of the view's output (so the new view of the
-// contiguous converted x has exactly the old cast's layout). The old view
-// stays where something else reads it. Returns the number of casts moved.
+// node fusion may group (a pointwise, reduction or row-wise op), and the
+// cast's output strides those of the view's output (so the new view of the
+// contiguous converted x has exactly the old cast's layout); the new cast is
+// placed right after x's producer. The old view stays where something else
+// reads it. A cast whose input comes (through views) from a node fusion does
+// not group (a cuBLASLt product's bf16 output upcast for GPT-2's fp32 GELU,
+// a graph input) instead moves past the views that are its one use,
+// view(cast(y)) => cast(view(y)), next to the consumer kernel it can join.
+// Returns the number of casts moved.
 int sink_casts_below_views(ir::Graph& g);
 
 } // namespace torch_plugin::compiler
