@@ -36,7 +36,7 @@ class Block(torch.nn.Module):
         self.norm = torch.nn.LayerNorm(c)
         self.weight = torch.nn.Parameter(torch.randn(c, 2 * c) / c**0.5)
         self.bias = torch.nn.Parameter(torch.randn(2 * c))
-        self.proj = torch.nn.Linear(2 * c, c)
+        self.proj = torch.nn.Linear(c, c)
         self.reuse = reuse
         self.permute = permute
 
@@ -45,7 +45,7 @@ class Block(torch.nn.Module):
         flat = h.view(-1, h.size(-1))
         y = torch.addmm(self.bias, flat, self.weight)  # GPT-2's Conv1D
         y = torch.relu(y).view(*x.shape[:-1], -1)
-        out = self.proj(torch.sigmoid(self.norm(y[..., : x.size(-1)]) + 1).repeat(1, 1, 2))
+        out = self.proj(torch.sigmoid(self.norm(y[..., : x.size(-1)]) + 1))
         # GPT-2's gelu_new after a product: autocast runs pow in fp32, so the product's
         # bf16 output is cast up after the view (no kernel before it to join: the cast
         # moves to the GELU's kernel instead).
