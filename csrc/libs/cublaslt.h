@@ -257,13 +257,59 @@ std::optional<MatmulDesc> linear_desc(
     Epilogue epilogue,
     int device);
 
+// ---------------------------------------------------------------------------
+// Products whose output rows are not 16-byte aligned. cuBLASLt's and cuBLAS's
+// fast kernels (sm90 TMA and wgmma ones, nvjet) load and store C and D by 16
+// bytes and want n a multiple of 16 bytes too. GPT-2's LM head (N = 50257:
+// 100514 bytes per bf16 row) gets only align1 kernels: on an H100, cutlass_75
+// ... align1 3.37 ms for [4096, 768] x [768, 50257] bf16, and still 3.32 ms
+// into an output whose rows are padded to 50264 (n itself odd). Such a
+// product is computed instead in chunks of rows into a scratch matrix whose
+// leading dimension is n rounded up to 16 bytes: its first n rounded down to
+// 16 bytes columns by one aligned product (the fast kernel), the remaining
+// 1-7 columns by a second, tiny one (C, the residual, copied into the scratch
+// first), then each chunk copied into the output's rows. PyTorch's Inductor
+// pads such products too (torch/_inductor/fx_passes/pad_mm.py pads the
+// operands; here no operand is copied).
+
+// Bytes of one element of the dtype.
+int64_t element_size(DType d);
+// The descriptor of the aligned part of one chunk of d's padded product (see
+// above): m the chunk's rows (at most padded_scratch_bytes() of scratch, at
+// least one row; a power of two when there are several chunks), n d.n rounded
+// down to 16 bytes, ldd (and ldc when d.has_c) d.n rounded up to 16 bytes,
+// align_c/align_d 256; or nullopt when d does not need it: a batch, one row,
+// an output row that is already aligned, an n under 16 bytes, an A or B whose
+// rows or pointers are not 16-byte aligned themselves (no aligned kernel
+// either way), or the padding turned off (set_padded_scratch_bytes(0)).
+std::optional<MatmulDesc> padded_chunk_desc(const MatmulDesc& d);
+// The descriptor of the tail of a chunk of `rows` rows: the columns
+// [chunk.n, full.n), B and D (and C) starting chunk.n elements on.
+MatmulDesc padded_tail_desc(
+    const MatmulDesc& full,
+    const MatmulDesc& chunk,
+    int64_t rows);
+// Scratch bytes a padded product may use per call (the chunk's rows x the
+// padded leading dimension; default 256 MiB: GPT-2's LM head at batch 32 in
+// 2 chunks of 2048 rows (bf16) or 4 of 1024 (fp32) rather than one scratch of
+// another 412 / 823 MB of logits beside the output; on an H100 chunks of 256
+// rows (32 MiB) took 1.24 against 0.89 ms for one chunk, bf16, and 3.26
+// against 1.65 ms, fp32). 0 turns padded products off (benchmarks, tests).
+// Process-wide.
+int64_t padded_scratch_bytes();
+void set_padded_scratch_bytes(int64_t bytes);
+// Products run_linear has computed padded in this process (tests).
+int64_t padded_products();
+
 // Runs y2d = act(x2d @ w^T + bias + c2d) on torch's current CUDA stream of
 // y2d's device with torch's cuBLASLt handle and workspace. x2d [M, K] and w
 // [N, K] any strides (made contiguous when neither row- nor column-major),
 // bias [N] or undefined, c2d [M, N] or undefined, y2d [M, N] row-major
 // (stride(1) == 1); all CUDA tensors of one device and one dtype. `hint`
-// (may be null) is used when its descriptor is this call's, else the plan
-// comes from the cache. Returns false, having written nothing, when cuBLASLt
+// (may be null) is used when its descriptor is this call's (or, for a padded
+// product, its chunk's: padded_chunk_desc), else the plan comes from the
+// cache. A product whose output rows are misaligned runs padded (see
+// padded_chunk_desc). Returns false, having written nothing, when cuBLASLt
 // cannot take the call (see linear_desc; no algorithm); the caller then
 // computes the reference. Throws c10::Error on a cuBLASLt failure.
 bool run_linear(

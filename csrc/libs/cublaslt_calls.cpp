@@ -157,7 +157,9 @@ void run_gemm(
   float beta = 0.0f;
   const int m = static_cast<int>(d.m), n = static_cast<int>(d.n),
             k = static_cast<int>(d.k);
-  if (d.has_c) {
+  // C may be D itself (same layout: the padded products of
+  // cublaslt_linear.cpp accumulate into their scratch): nothing to copy.
+  if (d.has_c && (c != out || d.ldc != d.ldd)) {
     TORCH_CHECK(
         cudaMemcpy2DAsync(
             out,
@@ -173,8 +175,9 @@ void run_gemm(
         " (",
         d.str(),
         ")");
-    beta = 1.0f;
   }
+  if (d.has_c)
+    beta = 1.0f;
   if (bias) {
     check_gemm(
         cublasGemmEx(

@@ -8,6 +8,7 @@
 #include "python/device_bindings.h"
 #include "python/gil_release.h"
 
+#include "libs/cublaslt.h"
 #include "runtime/cuda/cuda_kernels.h"
 
 #include <pybind11/stl.h>
@@ -96,6 +97,24 @@ void init_cuda(py::module_& parent) {
       "cache_dir",
       &rc::cuda_kernel_cache_dir,
       "The folder of cached CUDA kernels (<kernel cache dir>/cuda).");
+  m.def(
+      "cublaslt_padding",
+      [](std::optional<int64_t> scratch_bytes) {
+        namespace lt = libs::cublaslt;
+        const int64_t before = lt::padded_scratch_bytes();
+        if (scratch_bytes)
+          lt::set_padded_scratch_bytes(*scratch_bytes);
+        py::dict d;
+        d["scratch_bytes"] = before;
+        d["products"] = lt::padded_products();
+        return d;
+      },
+      py::arg("scratch_bytes") = py::none(),
+      "cuBLASLt products whose output rows are not 16-byte aligned, computed "
+      "padded (libs/cublaslt.h, padded_chunk_desc): {'scratch_bytes': the "
+      "scratch limit before this call, 'products': padded products run in "
+      "this process}; `scratch_bytes` sets the limit (0: off) for plans and "
+      "runs from now on.");
 }
 
 namespace {

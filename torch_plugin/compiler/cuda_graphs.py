@@ -6,12 +6,29 @@ with one launch. :class:`CudaGraphRunner` wraps a compiled graph's boxed runner
 (``run(list_of_inputs) -> list_of_outputs``, e.g. the C++ executor's ``run``):
 
 - the first call runs the graph normally (warm-up: cuBLAS/cuDNN handles, workspaces, lazily
-  loaded kernels), then captures it on a side stream into a ``torch.cuda.CUDAGraph`` reading
-  *static input buffers* (copies of the inputs, allocated outside the capture);
-- later calls copy their inputs into the static buffers, replay the graph on the caller's
-  current stream and return *copies* of the static outputs, so an output the caller keeps is
-  never overwritten by the next replay (a copy per output: correct first; Inductor's cudagraph
-  trees return the static buffers instead and warn on reuse);
+  loaded kernels); the second captures it on a side stream into a ``torch.cuda.CUDAGraph``.
+  An input whose address was the same on both calls (a parameter or buffer of a graph that
+  is not frozen, a persistent buffer, the output of an earlier compiled graph that the caller
+  keeps) is read *in place*: the graph is captured on the caller's tensor itself. Every other
+  input is read from a *static input buffer* (a copy, allocated outside the capture);
+- later calls check every input's device, dtype, sizes and strides, and an in-place input's
+  address too; they copy the other inputs into their static buffers with one batched launch
+  (``torch._foreach_copy_``), replay the graph on the caller's current stream and return
+  *copies* of the static outputs, so an output the caller keeps is never overwritten by the
+  next replay (a copy per output: correct first; Inductor's cudagraph trees return the static
+  buffers instead and warn on reuse);
+- an in-place input whose address moved is re-recorded: the graph is captured again on the
+  new address. An input that moves more than :data:`RERECORD_LIMIT` times is demoted to a
+  static buffer (copied on every call from then on, never re-recorded for again). Inductor's
+  cudagraph trees have the same policy for their static inputs (parameters, buffers, outputs
+  of earlier cudagraph-managed graphs): a changed static address re-records, at most
+  ``torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit`` (128) times per
+  function, after which the function runs without CUDA graphs; here the limit is per input
+  and much smaller (a capture costs a warm-up run and the capture itself), and only the input
+  that keeps moving loses its in-place read. A replay never reads a stale address: the graph
+  reads an in-place input only while the call that passed it runs, and only when its address,
+  device, dtype, sizes and strides are the captured ones (checked on every call); the graph
+  never writes its inputs (graphs with an in-place op on an input are not captured);
 - in the default mode, a graph whose static buffers (the input copies and the outputs, which
   a captured graph holds for as long as it lives, and which every replay copies out) would
   exceed :data:`STATIC_BYTES_LIMIT` or the executor's arena of activations (none on CUDA
@@ -40,7 +57,8 @@ advances it once, as an uncaptured call does. A capture that fails anyway (an op
 turns out not to be capturable) is logged with the reason and the graph runs uncaptured.
 
 Key parts: :class:`CudaGraphRunner`, :func:`why_not_capturable`, :data:`counters` (graphs
-captured, replays, failed captures in this process; for tests and logs).
+captured, replays, failed captures, re-records, demoted inputs, inputs read in place in this
+process; for tests and logs), :data:`RERECORD_LIMIT`.
 """
 
 from __future__ import annotations
@@ -132,7 +150,20 @@ class _Pool:
         self.device = device
 
 
-counters = {"captured": 0, "replays": 0, "failed": 0, "dropped": 0}
+counters = {
+    "captured": 0,  # captures, re-records included
+    "replays": 0,
+    "failed": 0,
+    "dropped": 0,
+    "rerecords": 0,  # captures again because an in-place input moved
+    "demoted": 0,  # in-place inputs demoted to static buffers (RERECORD_LIMIT)
+    "inplace_inputs": 0,  # inputs captured in place (per capture)
+    "copied_inputs": 0,  # inputs captured through a static buffer (per capture)
+}
+
+# Times an input read in place may move (each move re-records the graph) before it is
+# demoted to a static buffer copied on every call (see the module docstring).
+RERECORD_LIMIT = 3
 
 # Bytes of static buffers (input copies and outputs) a graph may hold in the default mode
 # whatever its activations (see the module docstring); above it, no more than its arena.
@@ -196,7 +227,10 @@ class CudaGraphRunner:
 
     The inputs of every call must have the sizes, strides and dtypes of the first (the
     compiled graph's own checks and guards ensure that); a call whose inputs differ runs
-    ``run`` uncaptured. Thread-safe: replays of one pool are serialized.
+    ``run`` uncaptured. Inputs whose address stays put are read in place, the others copied
+    into static buffers; an in-place input that moves re-records the graph, at most
+    :data:`RERECORD_LIMIT` times before it is copied instead. Thread-safe: replays of one
+    pool are serialized.
     """
 
     def __init__(
@@ -210,22 +244,37 @@ class CudaGraphRunner:
         """``keep``: "faster" (default mode) times the replay, with its input and output
         copies, against running ``run`` directly (timed just before capturing), and keeps the CUDA
         graph only when it is faster (a graph of a few large kernels gains nothing from one
-        launch and pays the copies), and captures only when the static buffers fit
-        ``max(STATIC_BYTES_LIMIT, activation_bytes)`` (the executor's arena); "always"
-        (``mode="reduce-overhead"``) captures and keeps it. ``random``: ``run`` draws random
-        numbers from the device's default generator (generated random kernels); the runner
-        then restores the generator after its warm-up, timing and capture runs."""
+        launch and pays the copies), and captures only when the static buffers (the copied
+        inputs and the outputs) fit ``max(STATIC_BYTES_LIMIT, activation_bytes)`` (the
+        executor's arena); "always" (``mode="reduce-overhead"``) captures and keeps it.
+        ``random``: ``run`` draws random numbers from the device's default generator
+        (generated random kernels); the runner then restores the generator after its
+        warm-up, timing and capture runs."""
         self.run = run
         self.random = random
         self.static_budget = max(STATIC_BYTES_LIMIT, activation_bytes)
         self.name = name
         self.keep = keep
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.static_inputs: list[torch.Tensor] = []
+        # Per input: its static buffer, or None when the graph reads the caller's tensor in
+        # place (at the address in self.addresses).
+        self.static_inputs: list[torch.Tensor | None] = []
+        self.addresses: list[int] = []
+        # Per input: (device, dtype, sizes, strides) at capture; the inputs copied on each
+        # replay (their positions, and their static buffers).
+        self.metas: list[tuple] = []
+        self.copy_from: list[int] = []
+        self.copy_to: list[torch.Tensor] = []
         self.static_outputs: list[torch.Tensor] = []
         self.failed: str | None = None
         self.calls = 0
         self.pool: _Pool | None = None
+        self.first_addresses: list[int] = []
+        self.output_bytes = 0
+        # Per input: how often it moved while read in place; inputs demoted to copies.
+        self.moves: list[int] = []
+        self.demoted: set[int] = set()
+        self.rerecords = 0
 
     def __call__(self, args: list[torch.Tensor]) -> list[Any]:
         self.calls += 1
@@ -233,16 +282,15 @@ class CudaGraphRunner:
             return self.run(args)
         if self.calls == 1:  # the first call warms up
             outputs = self.run(args)
-            if self.keep == "faster":
-                static = _bytes(args) + _bytes(outputs)
-                if static > self.static_budget:
-                    self.failed = (
-                        f"its static inputs and outputs ({static / 2**20:.0f} MB) would be "
-                        f"held beyond its activations ({self.static_budget / 2**20:.0f} MB)"
-                    )
-                    log.info("plugin: %s runs without a CUDA graph: %s", self.name, self.failed)
+            self.first_addresses = [_address(a) for a in args]
+            self.output_bytes = _bytes(outputs)
+            # The outputs alone decide now; the inputs to copy are known on the next call.
+            self._over_budget([])
             return outputs
         if self.graph is None:
+            inplace = self._inplace(args, self.first_addresses)
+            if self._over_budget([a for a, keep in zip(args, inplace) if not keep]):
+                return self.run(args)
             # The generator's state before the extra runs below, put back after them: this
             # call then draws (and advances the generator by) what an uncaptured call would.
             device = args[0].device
@@ -250,7 +298,7 @@ class CudaGraphRunner:
             # The uncaptured run is timed before the capture, while no graph holds its
             # static buffers: never two sets of activations at once.
             direct = median_cuda_ms(lambda: self.run(args)) if self.keep == "faster" else None
-            self._capture(args)
+            self._capture(args, inplace)
             kept = self.graph is not None and (
                 direct is None or self._replay_is_faster(args, direct)
             )
@@ -260,7 +308,64 @@ class CudaGraphRunner:
                 return self.run(args)
         if not self._matches(args):
             return self.run(args)
+        moved = [
+            i
+            for i, (static, a) in enumerate(zip(self.static_inputs, args))
+            if static is None and _address(a) != self.addresses[i]
+        ]
+        if moved and not self._rerecord(args, moved):
+            return self.run(args)
         return self._replay(args)
+
+    def _over_budget(self, copied: list[torch.Tensor]) -> bool:
+        """In the default mode: whether the static buffers, the outputs and the ``copied``
+        inputs, exceed the budget (``self.failed`` then says so)."""
+        static = _bytes(copied) + self.output_bytes
+        if self.keep != "faster" or static <= self.static_budget:
+            return False
+        self.failed = (
+            f"its static inputs and outputs ({static / 2**20:.0f} MB) would be "
+            f"held beyond its activations ({self.static_budget / 2**20:.0f} MB)"
+        )
+        log.info("plugin: %s runs without a CUDA graph: %s", self.name, self.failed)
+        return True
+
+    def _inplace(self, args: list[torch.Tensor], before: Sequence[int]) -> list[bool]:
+        """Which inputs to read in place: those at the address they had in ``before`` (the
+        previous call), unless demoted."""
+        return [
+            i not in self.demoted and i < len(before) and _address(a) == before[i]
+            for i, a in enumerate(args)
+        ]
+
+    def _rerecord(self, args: list[torch.Tensor], moved: list[int]) -> bool:
+        """Captures the graph again for inputs read in place that moved (``moved``): each
+        stays in place until it has moved :data:`RERECORD_LIMIT` times, then is demoted to a
+        static buffer. False (``self.failed`` set) when the capture failed."""
+        for i in moved:
+            self.moves[i] += 1
+            if self.moves[i] > RERECORD_LIMIT:
+                self.demoted.add(i)
+                counters["demoted"] += 1
+                log.info(
+                    "plugin: %s: input %d moved %d times; copied into a static buffer from now",
+                    self.name,
+                    i,
+                    self.moves[i],
+                )
+        inplace = [s is None and i not in self.demoted for i, s in enumerate(self.static_inputs)]
+        rng = torch.cuda.get_rng_state(args[0].device) if self.random else None
+        # The old graph goes first: its pool memory is free for the new capture.
+        self.graph = None
+        self.static_inputs, self.static_outputs = [], []
+        self._capture(args, inplace)
+        if rng is not None:
+            torch.cuda.set_rng_state(rng, args[0].device)
+        if self.graph is None:
+            return False
+        self.rerecords += 1
+        counters["rerecords"] += 1
+        return True
 
     def _replay(self, args: list[torch.Tensor]) -> list[Any]:
         pool = self.pool
@@ -269,9 +374,9 @@ class CudaGraphRunner:
             stream = torch.cuda.current_stream(pool.device)
             if pool.last_replay is not None:
                 stream.wait_event(pool.last_replay)
-            for static, a in zip(self.static_inputs, args):
-                if static.data_ptr() != a.data_ptr():
-                    static.copy_(a)
+            if self.copy_to:
+                sources = [args[i] for i in self.copy_from]
+                torch._foreach_copy_(self.copy_to, sources)
             self.graph.replay()
             outputs = [o.clone(memory_format=torch.preserve_format) for o in self.static_outputs]
             event = torch.cuda.Event()
@@ -301,27 +406,28 @@ class CudaGraphRunner:
         return False
 
     def _matches(self, args: list[torch.Tensor]) -> bool:
-        if len(args) != len(self.static_inputs):
+        if len(args) != len(self.metas):
             return False
-        for s, a in zip(self.static_inputs, args):
-            if (
-                not isinstance(a, torch.Tensor)
-                or a.device != s.device
-                or a.dtype != s.dtype
-                or a.shape != s.shape
-                or a.stride() != s.stride()
-            ):
+        for meta, a in zip(self.metas, args):
+            if not isinstance(a, torch.Tensor) or _meta(a) != meta:
                 return False
         return True
 
-    def _capture(self, args: list[torch.Tensor]) -> None:
+    def _capture(self, args: list[torch.Tensor], inplace: list[bool]) -> None:
+        """Captures ``run`` on the caller's tensors where ``inplace`` says so, on static
+        buffers (copies of ``args``) elsewhere."""
         device = args[0].device
         pool = _pool_for(device)
         try:
             static = [
-                torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
-                for a in args
+                None
+                if keep
+                else torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(
+                    a
+                )
+                for a, keep in zip(args, inplace)
             ]
+            read = [a if s is None else s for a, s in zip(args, static)]
             graph = torch.cuda.CUDAGraph()
             with pool.lock:
                 side = pool.stream
@@ -331,14 +437,14 @@ class CudaGraphRunner:
                     # stream's workspace, which must not sit beside the caller's stream's
                     # (two 32 MiB workspaces at once raised the peak above eager's).
                     _clear_cublas_workspaces()
-                    self.run(static)  # warm-up on the capture stream, as PyTorch advises
+                    self.run(read)  # warm-up on the capture stream, as PyTorch advises
                     # cuBLAS's workspaces (one per handle and stream, held by torch for the
                     # process's life) are dropped around the capture, as Inductor's
                     # cudagraph trees do: the one the capture uses is allocated in the
                     # graph's pool and stays there, not beside it in the caching allocator.
                     _clear_cublas_workspaces()
                     with torch.cuda.graph(graph, pool=pool.handle, stream=side):
-                        outputs = self.run(static)
+                        outputs = self.run(read)
                     _clear_cublas_workspaces()
                 torch.cuda.current_stream(device).wait_stream(side)
         except Exception as e:  # noqa: BLE001 - any capture failure falls back, logged
@@ -358,5 +464,28 @@ class CudaGraphRunner:
             outputs,
             pool,
         )
+        self.metas = [_meta(a) for a in args]
+        self.addresses = [_address(a) for a in args]
+        if len(self.moves) != len(args):
+            self.moves = [0] * len(args)
+        self.copy_from = [i for i, s in enumerate(static) if s is not None]
+        self.copy_to = [static[i] for i in self.copy_from]
         counters["captured"] += 1
-        log.info("plugin: %s captured into a CUDA graph (%d inputs)", self.name, len(static))
+        counters["inplace_inputs"] += len(args) - len(self.copy_from)
+        counters["copied_inputs"] += len(self.copy_from)
+        log.info(
+            "plugin: %s captured into a CUDA graph (%d inputs read in place, %d copied)",
+            self.name,
+            len(args) - len(self.copy_from),
+            len(self.copy_from),
+        )
+
+
+def _address(t: Any) -> int:
+    """The address a graph reading tensor ``t`` in place reads (-1 for a non-tensor)."""
+    return t.data_ptr() if isinstance(t, torch.Tensor) else -1
+
+
+def _meta(t: torch.Tensor) -> tuple:
+    """What a captured graph depends on besides an in-place input's address."""
+    return (t.device, t.dtype, tuple(t.shape), t.stride())

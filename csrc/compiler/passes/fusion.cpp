@@ -45,10 +45,14 @@
 // call (already vectorized; nothing to save). A random op
 // (codegen/random_ops.h, unless PassOptions::fallback_random) starts a group of
 // its own, a kernel even alone, which never joins a reduction nor is computed
-// at a broadcast consumer's sizes (each element's number is its own).
+// at a broadcast consumer's sizes (each element's number is its own). Before
+// grouping, a dtype conversion of a view becomes the view of a conversion
+// (fusion_casts.h), so that autocast's casts of flattened activations join the
+// kernel that computed them.
 // After grouping, a cheap producer that one pointwise group hands out to
 // other pointwise groups (a mask) is cloned into each of them
 // (fusion_share.h): each kernel recomputes it instead of loading it.
+#include "compiler/passes/fusion_casts.h"
 #include "compiler/passes/fusion_group.h"
 #include "compiler/passes/fusion_reduction.h"
 #include "compiler/passes/fusion_share.h"
@@ -555,6 +559,8 @@ bool run(Graph& g, const PassOptions& options) {
         std::cerr << "[torch_plugin kernels] " << n->qualified_name()
                   << " stays an ATen call: " << *why << std::endl;
     }
+  // A cast after a view joins the kernel before the view (fusion_casts.h).
+  sink_casts_below_views(g);
   Fusion f(g, options.fallback_random);
   f.group_nodes();
   f.share_producers();

@@ -36,18 +36,21 @@ class CublasLtLinearStep final : public Step {
       const Node& n,
       const SlotMap& slots,
       lt::Epilogue epilogue,
-      std::shared_ptr<const lt::MatmulPlan> plan)
+      std::shared_ptr<const lt::MatmulPlan> plan,
+      int64_t m,
+      bool padded)
       : x_(slots.slot(n.tensor_arg(0))),
         w_(slots.slot(n.tensor_arg(1))),
         b_(n.tensor_arg(2) ? slots.slot(n.tensor_arg(2)) : -1),
         r_(n.tensor_arg(3) ? slots.slot(n.tensor_arg(3)) : -1),
         out_(slots.slot(n.outputs[0])),
-        m_(plan->desc().m),
-        n_(plan->desc().n),
-        k_(plan->desc().k),
+        m_(m),
+        n_(n.tensor_arg(1)->sizes[0]),
+        k_(n.tensor_arg(1)->sizes[1]),
         activation_(std::get<std::string>(
             n.const_arg(ir::schema::linear_pointwise::kActivation))),
         epilogue_(epilogue),
+        padded_(padded),
         plan_(std::move(plan)),
         buffer_(*n.outputs[0], slots),
         sizes_(n.outputs[0]->sizes),
@@ -83,7 +86,12 @@ class CublasLtLinearStep final : public Step {
   }
 
   std::string describe() const override {
-    return "cublaslt linear_pointwise " + plan_->describe();
+    std::string s = "cublaslt linear_pointwise " + plan_->describe();
+    if (padded_) // the plan is one chunk's (libs/cublaslt.h)
+      s += " padded rows=" + std::to_string(plan_->desc().m) +
+          " ld=" + std::to_string(plan_->desc().ldd) +
+          " of m=" + std::to_string(m_);
+    return s;
   }
 
  private:
@@ -91,6 +99,7 @@ class CublasLtLinearStep final : public Step {
   int64_t m_, n_, k_;
   std::string activation_;
   lt::Epilogue epilogue_;
+  bool padded_;
   std::shared_ptr<const lt::MatmulPlan> plan_;
   OutputBuffer buffer_;
   std::vector<int64_t> sizes_, strides_;
@@ -185,12 +194,29 @@ std::unique_ptr<Step> make_cublaslt_step(
         flush_from.emplace_back(t.const_data_ptr(), t.nbytes());
     }
   }
+  // An output whose rows are not 16-byte aligned (GPT-2's LM head, N =
+  // 50257): the plan is the padded product's chunk (run_linear computes it
+  // so; libs/cublaslt.h, padded_chunk_desc).
+  const std::optional<lt::MatmulDesc> chunk = lt::padded_chunk_desc(*desc);
   std::shared_ptr<const lt::MatmulPlan> plan =
-      lt::plan_on_torch_handle(*desc, w_ptr, std::move(flush_from));
+      lt::plan_on_torch_handle(chunk ? *chunk : *desc, w_ptr, flush_from);
   if (!plan)
     return nullptr;
+  if (chunk) { // the tail's plan, tuned now too (run_linear finds it cached)
+    const int64_t rows_left = m % chunk->m;
+    for (int64_t rows : {chunk->m, rows_left}) {
+      if (rows == 0)
+        continue;
+      lt::MatmulDesc head = *chunk;
+      head.m = rows;
+      if (!lt::plan_on_torch_handle(head, w_ptr, flush_from) ||
+          !lt::plan_on_torch_handle(
+              lt::padded_tail_desc(*desc, head, rows), nullptr, flush_from))
+        return nullptr;
+    }
+  }
   return std::make_unique<CublasLtLinearStep>(
-      node, slots, epilogue, std::move(plan));
+      node, slots, epilogue, std::move(plan), m, chunk.has_value());
 }
 
 namespace {

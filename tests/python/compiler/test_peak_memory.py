@@ -257,7 +257,7 @@ def test_gpu_unread_outputs_die_at_once() -> None:
     ],
 )
 def test_cuda_graph_static_buffer_budget(out_bytes, activation_bytes, keep, captures) -> None:
-    """The decision on the first (warm-up) call, from the bytes of the inputs and outputs a
+    """The decision on the first (warm-up) call, from the bytes of the outputs a
     captured graph would hold; the runner only runs ``run`` here (no GPU needed)."""
     from torch_plugin.compiler.cuda_graphs import STATIC_BYTES_LIMIT, CudaGraphRunner
 

@@ -1,0 +1,156 @@
+"""cuBLASLt products whose output rows are not 16-byte aligned (an odd N: GPT-2's LM head,
+N = 50257) run padded: in chunks of rows into a scratch of aligned leading dimension, each
+copied into the contiguous output (csrc/libs/cublaslt_linear.cpp, padded_chunk_desc).
+Against eager on fresh random inputs over several calls, for the op called directly and
+through the "plugin" backend, asserting the path through the padded-product counter and the
+executor's step descriptions. GPU tests; they skip without a GPU."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+
+
+def _padding(scratch_bytes=None):
+    from torch_plugin._C import _cuda
+
+    return _cuda.cublaslt_padding(scratch_bytes)
+
+
+@pytest.fixture
+def padding():
+    """Sets the padded products' scratch limit for one test (None: unchanged) and restores
+    it; returns a function giving the padded-product counter."""
+    before = _padding()["scratch_bytes"]
+    yield lambda limit=None: _padding(limit)["products"]
+    _padding(before)
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _expect_padded(m, k, n, dtype):
+    es = torch.tensor([], dtype=dtype).element_size()
+    return m > 1 and (n * es) % 16 != 0 and n * es >= 16 and (k * es) % 16 == 0
+
+
+def _close(got, want, dtype):
+    tol = TOL[dtype]
+    scale = max(want.abs().max().item(), 1e-3)
+    torch.testing.assert_close(got.double(), want.double(), rtol=tol, atol=tol * scale)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize(
+    "m,k,n", [(37, 64, 1001), (300, 96, 2049), (4, 32, 50257), (37, 33, 1001), (5, 64, 3)]
+)
+@pytest.mark.parametrize("epilogue", ["none", "bias_relu", "residual", "bias_residual_gelu"])
+@pytest.mark.parametrize("limit", [None, "rows8"])
+def test_linear_pointwise_padded(dtype, m, k, n, epilogue, limit, padding):
+    es = torch.tensor([], dtype=dtype).element_size()
+    if limit == "rows8":  # chunks of 8 rows (the last one shorter when m % 8)
+        ld = (n * es + 15) // 16 * 16
+        padding(8 * ld + ld // 2)
+    bias = "bias" in epilogue
+    res = "residual" in epilogue
+    act = {"none": "", "bias_relu": "relu", "residual": "", "bias_residual_gelu": "gelu_tanh"}[
+        epilogue
+    ]
+    for call in range(3):
+        torch.manual_seed(call)
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
+        w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+        b = torch.randn(n, device="cuda", dtype=dtype) if bias else None
+        r = torch.randn(m, n, device="cuda", dtype=dtype) if res else None
+        before = padding()
+        got = torch.ops.torch_plugin.linear_pointwise(x, w, b, r, act, 0.0, 0.0)
+        ran = padding() - before
+        want = x.double() @ w.double().T
+        if b is not None:
+            want = want + b.double()
+        if r is not None:
+            want = want + r.double()
+        if act == "relu":
+            want = want.relu()
+        elif act == "gelu_tanh":
+            want = F.gelu(want, approximate="tanh")
+        assert got.is_contiguous() and got.shape == (m, n) and got.dtype == dtype
+        _close(got, want, dtype)
+        assert ran == int(_expect_padded(m, k, n, dtype)), (m, k, n, dtype, ran)
+
+
+@needs_gpu
+def test_padding_off_runs_unpadded(padding):
+    padding(0)
+    x = torch.randn(64, 64, device="cuda")
+    w = torch.randn(1001, 64, device="cuda")
+    before = padding()
+    got = torch.ops.torch_plugin.linear_pointwise(x, w, None, None, "", 0.0, 0.0)
+    assert padding() == before
+    _close(got, x.double() @ w.double().T, torch.float32)
+
+
+def _record_compiled_graphs(monkeypatch):
+    from torch_plugin.compiler import stages as compile_mod
+
+    built = []
+    init = compile_mod.CompiledGraph.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(compile_mod.CompiledGraph, "__init__", record)
+    return built
+
+
+class _Head(torch.nn.Module):
+    """A norm, a projection with a bias and an LM head without one (odd N, as GPT-2's)."""
+
+    def __init__(self, k, n):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(k)
+        self.proj = torch.nn.Linear(k, k)
+        self.head = torch.nn.Linear(k, n, bias=False)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.proj(self.norm(x))))
+
+
+@needs_gpu
+@pytest.mark.parametrize("mode", ["fp32", "bf16", "fp16", "autocast_bf16"])
+@pytest.mark.parametrize("k,n", [(64, 1001), (96, 50257)])
+def test_model_head_runs_padded(mode, k, n, monkeypatch, padding):
+    import torch_plugin
+
+    torch_plugin.reset()
+    built = _record_compiled_graphs(monkeypatch)
+    dtype = DTYPES.get(mode, torch.float32)
+    torch.manual_seed(0)
+    model = _Head(k, n).to("cuda", dtype).eval()
+    compiled = torch_plugin.optimize("plugin")(model)
+    out_dtype = torch.bfloat16 if mode == "autocast_bf16" else dtype
+    before = padding()
+    for call in range(3):
+        x = torch.randn(3, 41, k, device="cuda", dtype=dtype)
+        with (
+            torch.no_grad(),
+            torch.autocast("cuda", torch.bfloat16, enabled=mode == "autocast_bf16"),
+        ):
+            want = model(x)
+            got = compiled(x)
+        assert got.dtype == out_dtype and got.is_contiguous() and got.shape == want.shape
+        _close(got, want, out_dtype)
+    assert padding() - before >= 3
+    steps = "\n".join(g.describe() for g in built)
+    assert "padded rows=" in steps and f"of m={3 * 41}" in steps, steps
