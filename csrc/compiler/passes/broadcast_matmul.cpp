@@ -8,7 +8,12 @@
 //        bias [N] or [1, .., N] of Y's dtype, alpha 1, every value single-use)
 //     => P = addmm(c as [N], view(R', [Bt*M, K]), Wt)   (mm without the add)
 //        Z (or Y) = view(P, [Bt, M, N])
-// where R' = R when R is contiguous, else clone(R) (contiguous).
+// where R' = R when R is contiguous, else clone(R) (contiguous); and
+//   Z = add(row views of mm(x, Wt), c)    (c, alpha and uses as above)
+//     => Z = view(addmm(c as [N], x, Wt), Z.sizes)
+// (the same F.linear where ATen's matmul folds the leading dims with a copy:
+// clone, view, mm, view, add; the in-projection at batch > 1 in fp32, whose
+// parameters require a gradient).
 // This is F.linear on a 3-d input whose leading dims do not flatten without
 // a copy, as ATen's matmul (aten/src/ATen/native/LinearAlgebra.cpp,
 // should_fold; torch/_decomp matmul) writes it when no operand requires a
@@ -87,11 +92,31 @@ Value* broadcast_weight(Value* b) {
   return w;
 }
 
-// The add of a bias to `y` (through same-size views of single-use values):
-// the add node, its bias operand in *bias; else nullptr.
+// A view of a contiguous value to contiguous sizes with the same last dim
+// (view/_unsafe_view/reshape: [M, N] -> [L, B, N] and back), or a same-size
+// view.
+bool row_view(const Node* n) {
+  if (same_size_view(n))
+    return true;
+  if (!n || n->inputs.size() != 1 || n->outputs.size() != 1 ||
+      (n->op != "aten::view" && n->op != "aten::_unsafe_view" &&
+       n->op != "aten::reshape"))
+    return false;
+  const Value* in = n->inputs[0];
+  const Value* out = n->outputs[0];
+  return in->is_contiguous() && out->is_contiguous() && !in->sizes.empty() &&
+      !out->sizes.empty() && in->sizes.back() == out->sizes.back() &&
+      in->numel() == out->numel();
+}
+
+// The add of a bias to `y` [.., N] (contiguous; through row views of
+// single-use values), whose output is contiguous: the add node, its bias
+// operand in *bias; else nullptr.
 Node* bias_add(const Graph& g, Value* y, Value** bias) {
   Value* v = y;
-  while (single_use(v, g) && same_size_view(v->uses[0].user))
+  if (!y->is_contiguous() || y->sizes.empty())
+    return nullptr;
+  while (single_use(v, g) && row_view(v->uses[0].user))
     v = v->uses[0].user->outputs[0];
   if (!single_use(v, g))
     return nullptr;
@@ -106,11 +131,12 @@ Node* bias_add(const Graph& g, Value* y, Value** bias) {
   Value* self = a->tensor_arg(add::kSelf);
   Value* other = a->tensor_arg(add::kOther);
   Value* c = self == v ? other : other == v ? self : nullptr;
+  const Value* z = a->outputs[0];
   if (!one || !c || c == v || !is_const(c) || !c->constant.defined() ||
       c->dtype != y->dtype || c->device != y->device || c->sizes.empty() ||
       c->sizes.back() != y->sizes.back() || c->numel() != y->sizes.back() ||
-      c->sizes.size() > y->sizes.size() || a->outputs[0]->sizes != y->sizes ||
-      a->outputs[0]->dtype != y->dtype || a->outputs[0]->strides != y->strides)
+      c->sizes.size() > v->sizes.size() || z->sizes != v->sizes ||
+      z->dtype != y->dtype || !z->is_contiguous())
     return nullptr;
   *bias = c;
   return a;
@@ -156,6 +182,53 @@ void erase_dead(Graph& g, Node* n) {
   }
 }
 
+// addmm(bias, x2d, wt) (mm(x2d, wt) without `adder`) before `n`, viewed as
+// the value it replaces: the add's output, else n's output `y`; then the
+// replaced nodes (the add, views, n and its dead operands) are erased.
+void replace_with_product(
+    Graph& g,
+    Node* n,
+    Value* x2d,
+    Value* wt,
+    const Value* y,
+    Node* adder,
+    Value* bias) {
+  const int64_t nn = wt->sizes[1];
+  Node* product = nullptr;
+  if (adder) {
+    Value* b1d = bias->sizes.size() == 1
+        ? bias
+        : g.add_constant(bias->constant.reshape({nn}).contiguous());
+    b1d->device = bias->device;
+    product = g.create_node(
+        "aten::addmm",
+        "default",
+        {b1d, x2d, wt},
+        {Arg::tensor(0),
+         Arg::tensor(1),
+         Arg::tensor(2),
+         Arg::constant(int64_t{1}),
+         Arg::constant(int64_t{1})},
+        1,
+        n);
+  } else {
+    product = g.create_node(
+        "aten::mm",
+        "default",
+        {x2d, wt},
+        {Arg::tensor(0), Arg::tensor(1)},
+        1,
+        n);
+  }
+  Graph::set_type(
+      product->outputs[0], y->dtype, {x2d->sizes[0], nn}, {nn, 1}, y->device);
+  Value* replaced = adder ? adder->outputs[0] : n->outputs[0];
+  Value* out =
+      make_view(g, product->outputs[0], replaced->sizes, n)->outputs[0];
+  g.replace_all_uses(replaced, out);
+  erase_dead(g, adder ? adder : n); // the add, views, n, expands
+}
+
 bool run(Graph& g, const PassOptions&) {
   // The bmm nodes first: a rewrite erases nodes around its bmm (its views
   // and bias add, never another bmm).
@@ -178,7 +251,6 @@ bool run(Graph& g, const PassOptions&) {
     if (!wt || wt->dtype != y->dtype || r->sizes != a->sizes)
       continue;
     const int64_t bt = a->sizes[0], m = a->sizes[1], k = a->sizes[2];
-    const int64_t nn = wt->sizes[1];
     Value* bias = nullptr;
     Node* adder = bias_add(g, y, &bias);
     // The rows of A as one [Bt*M, K] matrix: R itself when contiguous, else
@@ -201,38 +273,29 @@ bool run(Graph& g, const PassOptions&) {
       rows = copy->outputs[0];
     }
     Value* x2d = make_view(g, rows, {bt * m, k}, n)->outputs[0];
-    Node* product = nullptr;
-    if (adder) {
-      Value* b1d = bias->sizes.size() == 1
-          ? bias
-          : g.add_constant(bias->constant.reshape({nn}).contiguous());
-      b1d->device = bias->device;
-      product = g.create_node(
-          "aten::addmm",
-          "default",
-          {b1d, x2d, wt},
-          {Arg::tensor(0),
-           Arg::tensor(1),
-           Arg::tensor(2),
-           Arg::constant(int64_t{1}),
-           Arg::constant(int64_t{1})},
-          1,
-          n);
-    } else {
-      product = g.create_node(
-          "aten::mm",
-          "default",
-          {x2d, wt},
-          {Arg::tensor(0), Arg::tensor(1)},
-          1,
-          n);
-    }
-    Graph::set_type(
-        product->outputs[0], y->dtype, {bt * m, nn}, {nn, 1}, y->device);
-    Value* out = make_view(g, product->outputs[0], y->sizes, n)->outputs[0];
-    Value* replaced = adder ? adder->outputs[0] : y;
-    g.replace_all_uses(replaced, out);
-    erase_dead(g, adder ? adder : n); // the add, views, bmm, expands
+    replace_with_product(g, n, x2d, wt, y, adder, bias);
+    changed = true;
+  }
+  // mm(x, Wt) [M, N], then a bias add behind row views (F.linear on a 3-d
+  // input that ATen's matmul folded with a copy: clone, view, mm, view, add;
+  // nn.MultiheadAttention's in-projection at batch > 1 in fp32) => addmm.
+  std::vector<Node*> mms;
+  for (Node* n : g.nodes())
+    if (n->qualified_name() == "aten::mm" && n->inputs.size() == 2 &&
+        n->outputs.size() == 1 && n->args.size() == 2)
+      mms.push_back(n);
+  for (Node* n : mms) {
+    Value* y = n->outputs[0];
+    Value* x = n->tensor_arg(0);
+    Value* wt = n->tensor_arg(1);
+    Value* bias = nullptr;
+    if (!x || !wt || y->sizes.size() != 2 || g.is_output(y) ||
+        x->dtype != y->dtype || wt->dtype != y->dtype)
+      continue;
+    Node* adder = bias_add(g, y, &bias);
+    if (!adder)
+      continue;
+    replace_with_product(g, n, x, wt, y, adder, bias);
     changed = true;
   }
   return changed;
@@ -245,7 +308,8 @@ const PassInfo kBroadcastMatmul = {
     "bmm(A [B, M, K], expand(Wt [K, N])) (+ a bias add) becomes one product "
     "addmm(b, A as [B*M, K], Wt) writing the bmm's layout (A copied contiguous "
     "first when its rows do not flatten): F.linear on a transposed 3-d input "
-    "(nn.MultiheadAttention's in-projection under autocast).",
+    "(nn.MultiheadAttention's in-projection under autocast); a bias add "
+    "behind an mm's views joins it as addmm.",
     run};
 
 } // namespace torch_plugin::compiler

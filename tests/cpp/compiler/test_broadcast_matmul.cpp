@@ -236,7 +236,110 @@ TEST(BroadcastMatmul, BmmOfTwoActivationsIsLeftAlone) {
   EXPECT_EQ(count(g, "aten::bmm"), 1);
 }
 
+// The fp32 form (parameters requiring a gradient: ATen's matmul folds the
+// transposed query with a copy): clone, view, mm, view, add of the bias, then
+// the heads' views, clone and selects.
+void fp32_in_projection(Graph& g, int64_t b, int64_t l, int64_t e) {
+  const int64_t n = 3 * e;
+  const auto f32 = at::kFloat;
+  Value* x = g.add_input(f32, {b, l, e}, {l * e, e, 1}, kCuda);
+  Value* xp = view_like(
+      g,
+      "aten::permute",
+      x,
+      {std::vector<int64_t>{1, 0, 2}},
+      {l, b, e},
+      {e, l * e, 1});
+  Value* xc =
+      node(g, "aten::clone", "default", {xp}, {int64_t{0}}, {l, b, e}, {}, f32);
+  Value* x2 = view_like(
+      g, "aten::view", xc, {std::vector<int64_t>{l * b, e}}, {l * b, e}, {});
+  Value* wt = constant(g, at::randn({n, e}).t());
+  Value* y = node(g, "aten::mm", "default", {x2, wt}, {}, {l * b, n}, {}, f32);
+  Value* y3 = view_like(
+      g, "aten::view", y, {std::vector<int64_t>{l, b, n}}, {l, b, n}, {});
+  Value* c = constant(g, at::randn({n}));
+  Value* z =
+      node(g, "aten::add", "Tensor", {y3, c}, {int64_t{1}}, {l, b, n}, {}, f32);
+  Value* z4 = view_like(
+      g, "aten::view", z, {std::vector<int64_t>{l, b, 3, e}}, {l, b, 3, e}, {});
+  Value* z5 =
+      view_like(g, "aten::unsqueeze", z4, {int64_t{0}}, {1, l, b, 3, e}, {});
+  Value* z6 = view_like(
+      g,
+      "aten::permute",
+      z5,
+      {std::vector<int64_t>{3, 1, 2, 0, 4}},
+      {3, l, b, 1, e},
+      {e, b * n, n, l * b * n, 1});
+  Value* z7 = node(
+      g,
+      "aten::squeeze",
+      "dims",
+      {z6},
+      {std::vector<int64_t>{-2}},
+      {3, l, b, e},
+      {e, b * n, n, 1},
+      f32,
+      true);
+  Value* heads = node(
+      g, "aten::clone", "default", {z7}, {int64_t{0}}, {3, l, b, e}, {}, f32);
+  Value* s = nullptr;
+  for (int64_t j = 0; j < 3; ++j) {
+    Value* q = node(
+        g,
+        "aten::select",
+        "int",
+        {heads},
+        {int64_t{0}, j},
+        {l, b, e},
+        {},
+        f32,
+        true);
+    s = s ? node(
+                g,
+                "aten::add",
+                "Tensor",
+                {s, q},
+                {int64_t{1}},
+                {l, b, e},
+                {},
+                f32)
+          : q;
+  }
+  g.set_outputs({s});
+  verify(g);
+}
+
+TEST(BroadcastMatmul, BiasAddBehindViewsOfMmBecomesAddmm) {
+  Graph g;
+  fp32_in_projection(g, 3, 5, 8);
+  run(g, "broadcast_matmul");
+  EXPECT_EQ(count(g, "aten::mm"), 0);
+  EXPECT_EQ(count(g, "aten::addmm"), 1);
+  EXPECT_EQ(count(g, "aten::add.Tensor"), 2); // q + k + v only
+  const Node* mm = first(g, "aten::addmm");
+  EXPECT_EQ(mm->tensor_arg(0)->sizes, (std::vector<int64_t>{24}));
+}
+
 #ifdef TORCH_PLUGIN_HAVE_CUDA // library_patterns' cuBLASLt rows
+
+TEST(BroadcastMatmul, Fp32InProjectionSplitsIntoHeadsOnCuda) {
+  Graph g;
+  fp32_in_projection(g, 3, 5, 8);
+  for (const char* pass :
+       {"broadcast_matmul",
+        "library_patterns",
+        "split_projection",
+        "propagate_strides",
+        "fusion"})
+    run(g, pass);
+  EXPECT_EQ(count(g, "torch_plugin::linear_pointwise"), 3);
+  EXPECT_EQ(count(g, "aten::select.int"), 0);
+  EXPECT_EQ(
+      count(g, "aten::add.Tensor"), 0); // bias in the products, q+k+v fused
+  EXPECT_EQ(count(g, "aten::clone"), 0); // the query's copy: a kernel
+}
 
 // The CUDA pipeline's passes after folding, on the whole in-projection: one
 // product per head, no copy of the product, the query's copy in the cast's
