@@ -326,7 +326,7 @@ TEST(BroadcastMatmul, BiasAddBehindViewsOfMmBecomesAddmm) {
 
 TEST(BroadcastMatmul, Fp32InProjectionSplitsIntoHeadsOnCuda) {
   Graph g;
-  fp32_in_projection(g, 3, 5, 8);
+  fp32_in_projection(g, 8, 350, 256);
   for (const char* pass :
        {"broadcast_matmul",
         "library_patterns",
@@ -345,7 +345,9 @@ TEST(BroadcastMatmul, Fp32InProjectionSplitsIntoHeadsOnCuda) {
 // product per head, no copy of the product, the query's copy in the cast's
 // kernel.
 TEST(BroadcastMatmul, InProjectionSplitsIntoHeadsOnCuda) {
-  InProjection p(4, 9, 16);
+  // [2800, 768]: a packed product of at least 2^21 elements (split_projection
+  // leaves smaller ones whole on CUDA).
+  InProjection p(8, 350, 256);
   for (const char* pass :
        {"broadcast_matmul",
         "library_patterns",
@@ -385,10 +387,26 @@ TEST(BroadcastMatmul, InProjectionSplitsIntoHeadsOnCuda) {
   }
 }
 
-// Row blocks of W that would start off 16 bytes (E = 10 bf16: 200-byte
-// blocks) keep the one product and the heads' copy, a generated kernel.
+// A small packed product stays one product on CUDA (three latency-bound
+// products cost more than one and the copy); the copy is a kernel.
+TEST(BroadcastMatmul, SmallInProjectionIsNotSplitOnCuda) {
+  InProjection p(4, 9, 16);
+  for (const char* pass :
+       {"broadcast_matmul",
+        "library_patterns",
+        "split_projection",
+        "propagate_strides",
+        "fusion"})
+    run(p.g, pass);
+  EXPECT_EQ(count(p.g, "torch_plugin::linear_pointwise"), 1);
+  EXPECT_EQ(count(p.g, "aten::clone"), 0); // in kernels
+}
+
+// Row blocks of W that would start off 16 bytes (E = 250 bf16: 125000-byte
+// blocks) keep
+// the one product and the heads' copy, a generated kernel.
 TEST(BroadcastMatmul, MisalignedRowBlocksAreNotSplit) {
-  InProjection p(3, 7, 10);
+  InProjection p(16, 700, 250);
   for (const char* pass :
        {"broadcast_matmul",
         "library_patterns",
