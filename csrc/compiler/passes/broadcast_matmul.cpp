@@ -196,7 +196,8 @@ void replace_with_product(
   const int64_t nn = wt->sizes[1];
   Node* product = nullptr;
   if (adder) {
-    Value* b1d = bias->sizes.size() == 1
+    // cuBLASLt reads the bias as N contiguous elements.
+    Value* b1d = bias->sizes.size() == 1 && bias->constant.is_contiguous()
         ? bias
         : g.add_constant(bias->constant.reshape({nn}).contiguous());
     b1d->device = bias->device;

@@ -7,6 +7,7 @@
 // the heads' copy, and fusion puts the query's copy (a clone: a pointwise
 // identity) into the kernel of its producer, the autocast _to_copy.
 #include "compiler/passes/pipeline.h"
+#include "cuda_emulation.h"
 #include "ir/ir.h"
 #include "ir/verifier.h"
 
@@ -454,6 +455,39 @@ TEST(BroadcastMatmul, LoneLayoutCopyIsAKernelOnCuda) {
   h.set_outputs({cn->outputs[0]});
   run(h, "fusion");
   EXPECT_EQ(count(h, "aten::clone"), 1);
+}
+
+// The lone layout copy's kernel, run on the CPU (cuda_emulation.h): the
+// heads' copy [L, B, 3, E] -> [3, L, B, E] (bf16, 16-byte vectors along E)
+// and an fp32 one whose inner dim is not contiguous in the input (scalar
+// path).
+TEST(BroadcastMatmul, LoneLayoutCopyKernelCopiesExactly) {
+  using namespace emulation;
+  for (int d : {0, 1}) {
+    const ScalarType dt = dt_of(d);
+    check(
+        std::string("heads_copy_") + dt_name(d),
+        [&](Builder& b) {
+          Value* x = b.input({3, 5, 2, 16}, dt, {16, 96, 48, 1});
+          b.g.set_outputs({b.op(
+              "aten::clone", "default", {x}, {int64_t{0}}, x->sizes, dt)});
+        },
+        [&](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{in[0].clone()};
+        },
+        0.0);
+    check(
+        std::string("transposed_copy_") + dt_name(d),
+        [&](Builder& b) {
+          Value* x = b.input({6, 5}, dt, {1, 6});
+          b.g.set_outputs({b.op(
+              "aten::clone", "default", {x}, {int64_t{0}}, x->sizes, dt)});
+        },
+        [&](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{in[0].clone()};
+        },
+        0.0);
+  }
 }
 
 } // namespace
