@@ -2,7 +2,8 @@
 //
 // Rule:
 //   A  = same-size views of R                       [Bt, M, K] (any strides)
-//   Wb = same-size views of expand(Wt, [Bt, K, N])  (Wt [K, N], batch stride 0)
+//   Wb = same-size views of expand(Wt, [Bt, K, N])  (Wt [K, N], batch stride 0;
+//        or a constant whose batch slices all equal Wt: a folded expand)
 //   Y  = bmm(A, Wb)                                 [Bt, M, N] (contiguous)
 //   Z  = add(same-size views of Y, c)               (optional: c a constant
 //        bias [N] or [1, .., N] of Y's dtype, alpha 1, every value single-use)
@@ -72,10 +73,25 @@ Value* through_views(Value* v) {
   return v;
 }
 
-// The [K, N] operand that `b` ([Bt, K, N], batch stride 0) broadcasts, or
-// nullptr.
-Value* broadcast_weight(Value* b) {
-  if (b->sizes.size() != 3 || b->strides[0] != 0)
+// The [K, N] operand that `b` ([Bt, K, N]) broadcasts over the batch, or
+// nullptr: the input of expand(Wt, [Bt, K, N]) behind same-size views of b
+// (batch stride 0), or, for a constant b whose batch slices are all equal
+// (constant_folding materializes an expand of at most 64 KiB), a constant
+// view of its first slice.
+Value* broadcast_weight(Graph& g, Value* b) {
+  if (b->sizes.size() != 3)
+    return nullptr;
+  if (is_const(b) && b->constant.defined() && b->constant.dim() == 3 &&
+      b->sizes[0] > 0 && b->constant.nbytes() <= (size_t{1} << 20)) {
+    const at::Tensor& c = b->constant;
+    const at::Tensor first = c.select(0, 0);
+    if (!at::equal(c, first.unsqueeze(0).expand_as(c)))
+      return nullptr;
+    Value* w = g.add_constant(first);
+    w->device = b->device;
+    return w;
+  }
+  if (b->strides[0] != 0)
     return nullptr;
   Value* v = b;
   while (v->producer && v->producer->op != "aten::expand" &&
@@ -247,9 +263,11 @@ bool run(Graph& g, const PassOptions&) {
         g.is_output(y) || !y->is_contiguous() || a->dtype != y->dtype ||
         b->dtype != y->dtype || y->numel() == 0)
       continue;
-    Value* wt = broadcast_weight(b);
     Value* r = through_views(a);
-    if (!wt || wt->dtype != y->dtype || r->sizes != a->sizes)
+    if (r->sizes != a->sizes)
+      continue;
+    Value* wt = broadcast_weight(g, b);
+    if (!wt || wt->dtype != y->dtype)
       continue;
     const int64_t bt = a->sizes[0], m = a->sizes[1], k = a->sizes[2];
     Value* bias = nullptr;

@@ -92,7 +92,14 @@ struct InProjection {
   Value* query_cast = nullptr; // the autocast _to_copy
   int64_t b, l, e;
 
-  InProjection(int64_t b_, int64_t l_, int64_t e_, bool bias = true)
+  // `folded`: the expanded weight is a constant (constant_folding
+  // materializes expands of at most 64 KiB).
+  InProjection(
+      int64_t b_,
+      int64_t l_,
+      int64_t e_,
+      bool bias = true,
+      bool folded = false)
       : b(b_), l(l_), e(e_) {
     const int64_t n = 3 * e;
     Value* x = g.add_input(at::kFloat, {b, l, e}, {l * e, e, 1}, kCuda);
@@ -132,13 +139,15 @@ struct InProjection {
         {e, l * e, 1});
     at::Tensor w = at::randn({n, e}).to(at::kBFloat16);
     Value* wt = constant(g, w.t());
-    Value* we = view_like(
-        g,
-        "aten::expand",
-        wt,
-        {std::vector<int64_t>{l, e, n}, false},
-        {l, e, n},
-        {0, 1, e});
+    Value* we = folded
+        ? constant(g, w.t().unsqueeze(0).expand({l, e, n}).contiguous())
+        : view_like(
+              g,
+              "aten::expand",
+              wt,
+              {std::vector<int64_t>{l, e, n}, false},
+              {l, e, n},
+              {0, 1, e});
     Value* y = node(g, "aten::bmm", "default", {xv, we}, {}, {l, b, n});
     Value* yv = view_like(
         g, "aten::view", y, {std::vector<int64_t>{l, b, n}}, {l, b, n}, {});
@@ -216,6 +225,27 @@ TEST(BroadcastMatmul, BmmWithBroadcastWeightAndBiasBecomesOneAddmm) {
   EXPECT_EQ(
       mm_view->outputs[0]->sizes, (std::vector<int64_t>{p.l, p.b, 3 * p.e}));
   EXPECT_TRUE(mm_view->outputs[0]->is_contiguous());
+}
+
+TEST(BroadcastMatmul, FoldedBroadcastWeightIsItsFirstSlice) {
+  InProjection p(2, 5, 8, true, /*folded=*/true);
+  run(p.g, "broadcast_matmul");
+  EXPECT_EQ(count(p.g, "aten::bmm"), 0);
+  const Node* mm = first(p.g, "aten::addmm");
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(mm->tensor_arg(2)->sizes, (std::vector<int64_t>{8, 24}));
+}
+
+// A constant batch operand with different slices is a real batched product.
+TEST(BroadcastMatmul, ConstantWithDifferentSlicesStaysBmm) {
+  Graph g;
+  Value* a = g.add_input(at::kFloat, {3, 4, 5}, {20, 5, 1}, kCuda);
+  Value* b = constant(g, at::randn({3, 5, 6}));
+  Value* y =
+      node(g, "aten::bmm", "default", {a, b}, {}, {3, 4, 6}, {}, at::kFloat);
+  g.set_outputs({y});
+  run(g, "broadcast_matmul");
+  EXPECT_EQ(count(g, "aten::bmm"), 1);
 }
 
 TEST(BroadcastMatmul, WithoutBiasBecomesMm) {
