@@ -81,6 +81,9 @@ std::vector<OpInfo> make_table() {
       pointwise("aten::neg", "(-$0)"),
       // The identity (functionalization's alias after a view; typed too).
       pointwise("aten::alias", "$0"),
+      // A copy into the layout the IR gives its output (memory_format: the
+      // traced strides; typed too): a layout change inside a kernel.
+      pointwise("aten::clone", "$0"),
       pointwise("aten::relu", "tp_max($0, 0.0f)", K::kRelu),
       pointwise("aten::sigmoid", "tp_sigmoid($0)", K::kSigmoid),
       // x / (1 + exp(-x)): ATen's CUDA silu_kernel and CPU vectorized kernel

@@ -143,6 +143,7 @@ const std::vector<TypedRow>& typed_rows() {
       // identity: functionalization puts one after each view).
       {"aten::view.dtype", R::kResult, all, "$0"},
       {"aten::alias", R::kResult, all, "$0"},
+      {"aten::clone", R::kResult, all, "$0"}, // a copy: op_table.cpp
       // ---- end of ops-typed block
   };
   return rows;

@@ -1,5 +1,5 @@
 // view_step.cpp: native steps for the view ops of the IR (aten::view,
-// permute, transpose, unsqueeze, select, slice, split, ...) and for a
+// permute, transpose, unsqueeze, squeeze, select, slice, split, ...) and for a
 // concatenation all of whose inputs but one are empty (a key/value cache's
 // first step: cat([past, k]) with an empty past).
 //
@@ -125,6 +125,20 @@ std::optional<ViewFn> view_fn(const Node& n) {
       return one(t.squeeze(d));
     };
   }
+  // squeeze.dims (F.multi_head_attention_forward's `.squeeze(-2)` after a
+  // transpose traces as squeeze.dims([-2])) and squeeze of every size-1 dim.
+  if (op == "aten::squeeze.dims") {
+    auto dims = ints_arg(n, 1);
+    if (!dims)
+      return std::nullopt;
+    return [d = *dims, one](const at::Tensor& t) {
+      return one(t.squeeze(d));
+    };
+  }
+  if (op == "aten::squeeze" && n.args.size() == 1)
+    return [one](const at::Tensor& t) {
+      return one(t.squeeze());
+    };
   if (op == "aten::select.int") {
     auto d = int_arg(n, 1), i = int_arg(n, 2);
     if (!d || !i)
@@ -146,10 +160,21 @@ std::optional<ViewFn> view_fn(const Node& n) {
   }
   if (op == "aten::expand") {
     auto size = ints_arg(n, 1);
-    if (!size || n.args.size() > 2)
-      return std::nullopt; // `implicit` given: rare, left to the fallback
-    return [s = *size, one](const at::Tensor& t) {
-      return one(t.expand(s));
+    if (!size || n.args.size() > 3)
+      return std::nullopt;
+    // `implicit` (AOTAutograd's matmul decomposition gives False) only marks
+    // the view for autograd's error messages.
+    bool implicit = false;
+    if (n.args.size() == 3) {
+      const auto* b = n.args[2].kind == ir::Arg::Kind::kConst
+          ? std::get_if<bool>(&n.args[2].value)
+          : nullptr;
+      if (!b)
+        return std::nullopt;
+      implicit = *b;
+    }
+    return [s = *size, implicit, one](const at::Tensor& t) {
+      return one(t.expand(s, implicit));
     };
   }
   if (op == "aten::split_with_sizes" || op == "aten::split.Tensor") {

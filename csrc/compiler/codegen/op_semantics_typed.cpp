@@ -391,8 +391,8 @@ std::optional<TypedExpr> typed_pointwise_expression(
     }
   }
 
-  if (n.op == "aten::view" || n.op == "aten::alias") {
-    if (n.op == "aten::alias")
+  if (n.op == "aten::view" || n.op == "aten::alias" || n.op == "aten::clone") {
+    if (n.op == "aten::alias" || n.op == "aten::clone")
       return inputs.at(0);
     // aten::view.dtype only (other overloads are not pointwise rows).
     return bitcast_expr(inputs.at(0), n.inputs[0]->dtype, out_dtype);

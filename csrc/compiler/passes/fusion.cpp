@@ -42,13 +42,14 @@
 // when their domains agree. A member output used outside the group, or by the
 // graph, becomes an output of the group. Groups with a reduction, and pointwise
 // groups of two or more ops, become kernels; a lone pointwise op stays an ATen
-// call (already vectorized; nothing to save). A random op
-// (codegen/random_ops.h, unless PassOptions::fallback_random) starts a group of
-// its own, a kernel even alone, which never joins a reduction nor is computed
-// at a broadcast consumer's sizes (each element's number is its own). Before
-// grouping, a dtype conversion of a view becomes the view of a conversion
-// (fusion_casts.h), so that autocast's casts of flattened activations join the
-// kernel that computed them.
+// call (already vectorized; nothing to save), except a lone layout-changing
+// clone on CUDA (lone_layout_copy: ATen's strided copy is not vectorized). A
+// random op (codegen/random_ops.h, unless PassOptions::fallback_random) starts
+// a group of its own, a kernel even alone, which never joins a reduction nor is
+// computed at a broadcast consumer's sizes (each element's number is its own).
+// Before grouping, a dtype conversion of a view becomes the view of a
+// conversion (fusion_casts.h), so that autocast's casts of flattened
+// activations join the kernel that computed them.
 // After grouping, a cheap producer that one pointwise group hands out to
 // other pointwise groups (a mask) is cloned into each of them
 // (fusion_share.h): each kernel recomputes it instead of loading it.
@@ -77,6 +78,21 @@ namespace torch_plugin::compiler {
 namespace {
 
 using namespace fusion_detail;
+
+// A lone aten::clone on CUDA that changes the layout (its input's strides
+// are not its output's): ATen copies it with its non-vectorized strided
+// elementwise kernel (about 0.8 TB/s on an H100; the attention output's
+// [L, B, H, D] copy in nn.MultiheadAttention), where the generated kernel
+// moves 16-byte vectors along the innermost dim both share: a kernel alone.
+bool lone_layout_copy(const std::vector<Node*>& members) {
+  if (members.size() != 1)
+    return false;
+  const Node* n = members[0];
+  return n->op == "aten::clone" && n->inputs.size() == 1 &&
+      n->outputs.size() == 1 && n->outputs[0]->device.is_cuda() &&
+      n->outputs[0]->numel() > 0 &&
+      n->inputs[0]->strides != n->outputs[0]->strides;
+}
 
 // Node positions are multiples of this, so that the clones of a shared
 // producer (at most kMaxSharedOps) sort just before their consumer.
@@ -267,7 +283,8 @@ class Fusion {
     for (Group& grp : groups_) {
       if (!grp.alive || grp.members.empty())
         continue;
-      if (grp.domain.reduce.empty() && grp.members.size() < 2 && !grp.random)
+      if (grp.domain.reduce.empty() && grp.members.size() < 2 && !grp.random &&
+          !lone_layout_copy(grp.members))
         continue;
       std::sort(
           grp.members.begin(),

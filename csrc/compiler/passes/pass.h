@@ -52,6 +52,7 @@ extern const PassInfo kBatchNormScaleShift;
 extern const PassInfo kAttentionPatterns;
 extern const PassInfo kLibraryPatterns;
 extern const PassInfo kSplitProjection;
+extern const PassInfo kBroadcastMatmul;
 extern const PassInfo kPropagateStrides;
 extern const PassInfo kFusion;
 extern const PassInfo kCodegen;

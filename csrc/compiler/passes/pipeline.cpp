@@ -51,13 +51,17 @@ const std::vector<const PassInfo*>& pipeline(c10::DeviceType device) {
   // memory plan: outputs come from the caching allocator at their step and go
   // back to it after their last use, as eager's do, where a per-run arena
   // holds every planned value's bytes for the whole run and between calls.
+  // broadcast_matmul before library_patterns (its addmm becomes a cuBLASLt
+  // linear), split_projection after (it splits linear nodes).
   static const std::vector<const PassInfo*> cuda = {
       &kDeadCodeElimination,
       &kRemoveClones,
       &kBatchNormScaleShift,
       &kConstantFolding,
+      &kBroadcastMatmul,
       &kAttentionPatterns,
       &kLibraryPatterns,
+      &kSplitProjection,
       &kPropagateStrides,
       &kFusion,
       &kCodegen,

@@ -1,4 +1,4 @@
-// split_projection.cpp: pass "split_projection" (CPU pipeline).
+// split_projection.cpp: pass "split_projection" (CPU and CUDA pipelines).
 //
 // Rule:
 //   L = linear_pointwise(x, W [N, K], b?, None, act...)        [M, N]
@@ -18,6 +18,17 @@
 // k and v where the clone would have put them. W's row blocks are views of W
 // (no copy of a weight: W must be contiguous), b's are copied (as a bias always
 // is by the oneDNN step).
+//
+// On CUDA the linear nodes are cuBLASLt's (runtime/cuda/cublaslt_step.cpp),
+// fp32, bf16 or fp16: a row block j*w of W [N, K] (contiguous) is a valid
+// cuBLASLt operand at any offset (the step derives the pointer alignment at
+// each run), and is taken only where every block starts 16-byte aligned
+// (w * K * element size a multiple of 16), the alignment cuBLASLt's fast
+// kernels want; the bias blocks are fresh copies; and only for a packed
+// product of at least 2^21 elements (measured below: smaller products are
+// latency-bound, and G of them cost more than one and the copy). At batch > 1
+// under autocast the product comes from broadcast_matmul (a bmm over the
+// transposed query made one product).
 //
 // Why it is exact: each output element is the same dot product of a row of x
 // and a row of W (plus the same bias element and activation); only which
@@ -85,7 +96,9 @@ Node* projection(const Graph& g, Node* clone, std::vector<Node*>& views) {
   if (views.empty() || !lin || lin->op != "torch_plugin::linear_pointwise" ||
       !single_use(v, g) || lin->tensor_arg(linear::kResidual) ||
       v->sizes.size() != 2 || v->strides != contiguous(v->sizes) ||
-      v->dtype != at::kFloat)
+      !(v->dtype == at::kFloat ||
+        (v->device.is_cuda() &&
+         (v->dtype == at::kBFloat16 || v->dtype == at::kHalf))))
     return nullptr;
   const Value* x = lin->tensor_arg(linear::kX);
   const Value* w = lin->tensor_arg(linear::kW);
@@ -95,6 +108,21 @@ Node* projection(const Graph& g, Node* clone, std::vector<Node*>& views) {
       (b && (b->kind != ValueKind::kConstant || !b->constant.defined())))
     return nullptr;
   const int64_t m = v->sizes[0], n = v->sizes[1];
+  // cuBLASLt: each row block of W must start 16 bytes aligned, as W does
+  // (else the part products run an align1/align2 kernel: slower than one
+  // product and the copy).
+  if (v->device.is_cuda() &&
+      c->sizes.back() * w->sizes[1] *
+              static_cast<int64_t>(c10::elementSize(w->dtype)) % 16 !=
+          0)
+    return nullptr;
+  // cuBLASLt: G products are faster than one product and the copy only when
+  // the packed product fills about one wave of 128x128 tiles on an H100 (132
+  // SMs: 2^21 output elements); below, each part is latency-bound (H100,
+  // ViT-B/16 bf16: batch 32, M = 6304, three products 52 us against one 38
+  // us + the copy 40 us; batch 1, M = 197, 51 us against 17 + 18 us).
+  if (v->device.is_cuda() && m * n < (int64_t{1} << 21))
+    return nullptr;
   const std::vector<int64_t>& s = c->sizes;
   const std::vector<int64_t>& t = c->strides;
   const size_t r = s.size();

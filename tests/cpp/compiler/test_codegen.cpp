@@ -335,10 +335,11 @@ TEST(Pipeline, PassListsPerDevice) {
   // a batch norm becomes a scale and shift in the next kernel on both devices
   // (no folded copy of a convolution weight); no memory plan on CUDA (the
   // caching allocator serves each step's output, freed after its last use).
-  // split_projection is CPU only (it splits oneDNN linear nodes).
+  // broadcast_matmul makes the autocast bmm of a transposed query one addmm
+  // before library_patterns; split_projection splits cuBLASLt linear nodes.
   std::vector<std::string> cuda = expected;
-  cuda.erase(cuda.begin() + 5); // split_projection
   cuda.insert(cuda.begin() + 4, "attention_patterns");
+  cuda.insert(cuda.begin() + 4, "broadcast_matmul");
   cuda.pop_back();
   EXPECT_EQ(pass_names(c10::kCUDA), cuda);
   for (const std::string& name : pass_names(c10::kMeta))

@@ -28,12 +28,11 @@ def test_pass_names_per_device():
     names = _C._compiler.pass_names("cuda")
     cpu = _C._compiler.pass_names("cpu")
     assert cpu == _C._compiler.pass_names()
-    # CUDA runs attention_patterns (op-by-op attention to one fused call) before the rest,
-    # no split_projection (CPU oneDNN linears; attention is a leaf op there) and no
+    # CUDA runs broadcast_matmul (the autocast bmm of a transposed query as one product) and
+    # attention_patterns (op-by-op attention to one fused call) before the rest, and no
     # memory_planning (the caching allocator serves each step).
     assert cpu[-1] == "memory_planning"
-    rest = [p for p in cpu[4:-1] if p != "split_projection"]
-    assert names == [*cpu[:4], "attention_patterns", *rest]
+    assert names == [*cpu[:4], "broadcast_matmul", "attention_patterns", *cpu[4:-1]]
     assert names.index("codegen") == names.index("fusion") + 1
     assert "fusion" not in _C._compiler.pass_names("meta")
 

@@ -55,6 +55,18 @@ CASES = [
         ["aten::unsqueeze"],
     ),
     ("view_output", lambda x: (x * 2).view(-1), lambda: torch.randn(3, 4), ["aten::view"]),
+    (
+        "squeeze_dims",  # nn.MultiheadAttention's `.squeeze(-2)` after a transpose
+        lambda x: (x * 2).view(3, 1, 4, 1, 5).transpose(0, -2).squeeze((-2, 1)) + 1,
+        lambda: torch.randn(12, 5),
+        ["aten::squeeze.dims"],
+    ),
+    (
+        "squeeze_all",
+        lambda x: (x - 1).view(1, 12, 1, 5).squeeze() * 3,
+        lambda: torch.randn(12, 5),
+        ["aten::squeeze"],
+    ),
 ]
 
 
@@ -122,3 +134,20 @@ def test_cat_of_two_inputs_stays_aten(graphs, compile_plugin, assert_close):
     assert not any("view aten::cat" in line for line in view_lines(graphs)[0])
     x = torch.randn(3, 4)
     assert_close(c(x), fn(x))
+
+
+def test_expand_with_implicit_is_a_view_step(graphs, compile_plugin, assert_close):
+    """ATen's matmul of a transposed 3-d input by a weight that needs no gradient expands the
+    weight over the batch (expand(w, sizes, implicit=False)) and calls bmm."""
+
+    def fn(x, w):
+        return torch.matmul((x * 2).transpose(0, 1), w)
+
+    c = compile_plugin(fn, torch.randn(3, 5, 4), torch.randn(4, 6))
+    views, _ = view_lines(graphs)
+    described = "\n".join(g.describe() for g in graphs)
+    assert "view aten::expand" in "\n".join(views), described
+    assert "fallback aten::expand" not in described, described
+    for _ in range(3):
+        x, w = torch.randn(3, 5, 4), torch.randn(4, 6)
+        assert_close(c(x, w), fn(x, w))
