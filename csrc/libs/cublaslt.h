@@ -290,11 +290,14 @@ MatmulDesc padded_tail_desc(
     const MatmulDesc& chunk,
     int64_t rows);
 // Scratch bytes a padded product may use per call (the chunk's rows x the
-// padded leading dimension; default 256 MiB: GPT-2's LM head at batch 32 in
-// 2 chunks of 2048 rows (bf16) or 4 of 1024 (fp32) rather than one scratch of
-// another 412 / 823 MB of logits beside the output; on an H100 chunks of 256
-// rows (32 MiB) took 1.24 against 0.89 ms for one chunk, bf16, and 3.26
-// against 1.65 ms, fp32). 0 turns padded products off (benchmarks, tests).
+// padded leading dimension; default 64 MiB: GPT-2's LM head at batch 32 in
+// 8 chunks of 512 rows (bf16) or 16 of 256 (fp32) rather than one scratch of
+// another 412 / 823 MB of logits beside the output. The scratch lives while
+// the product runs, beside its output, so it adds to the peak memory at the
+// LM head, which is eager's peak too. On an H100, bf16: 0.89 ms for one chunk,
+// 0.97 at 256 MiB, 1.04 at 64 MiB, 1.24 at 32 MiB (unpadded 3.33); fp32: 1.65,
+// 1.70, 2.33, 3.26 (unpadded 2.43). 0 turns padded products off (benchmarks,
+// tests); `_C._cuda.cublaslt_padding(bytes)` sets it.
 // Process-wide.
 int64_t padded_scratch_bytes();
 void set_padded_scratch_bytes(int64_t bytes);

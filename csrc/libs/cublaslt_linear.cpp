@@ -23,7 +23,7 @@ namespace torch_plugin::libs::cublaslt {
 
 namespace {
 
-std::atomic<int64_t> padded_scratch_limit{int64_t{256} << 20};
+std::atomic<int64_t> padded_scratch_limit{int64_t{64} << 20};
 std::atomic<int64_t> padded_count{0};
 
 bool row_aligned(int64_t ld, int64_t elem) {
