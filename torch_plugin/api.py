@@ -243,6 +243,8 @@ class BackendOrFunction(OptimizeContext):
       optimized function from then on.
 
     It carries ``f``'s name, docstring and signature (``functools.update_wrapper``).
+    Captured code that calls it has a graph break at the call (the translator inlines only
+    the plain function ``optimize`` returns otherwise), where it runs as above.
     """
 
     def __init__(

@@ -35,6 +35,8 @@ _BACKENDS: dict[str, CompilerFn] = {}
 _MODES: dict[str, dict[str, CompilerFn]] = {}
 # Backend name -> its options checker (options -> checked options; raises on a bad one).
 _OPTIONS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {}
+# (id of a backend or mode function, options) -> (that function, it with the options).
+_WITH_OPTIONS: dict[tuple, tuple[CompilerFn, CompilerFn]] = {}
 _first_use: list[Callable[[], None]] = []
 
 DEFAULT_MODE = "default"
@@ -181,7 +183,13 @@ def backend_with_mode(
             f"{', '.join(takers) or 'none'}; an unregistered callable takes them through an "
             "'options' parameter)"
         )
-    return functools.partial(moded, options=checked)
+    # The same function for equal options, so optimize() calls with equal arguments share
+    # their capture callback and compiled entries (torch_plugin.capture.eval_frame).
+    memo_key = (id(moded), tuple(sorted((str(k), repr(v)) for k, v in checked.items())))
+    memo = _WITH_OPTIONS.get(memo_key)
+    if memo is None or memo[0] is not moded:
+        memo = _WITH_OPTIONS[memo_key] = (moded, functools.partial(moded, options=checked))
+    return memo[1]
 
 
 def _with_mode(fn: CompilerFn, backend: str | CompilerFn, mode: str | None) -> CompilerFn:
