@@ -280,10 +280,12 @@ class BackendOrFunction(OptimizeContext):
         return self._resolve("backend").callback
 
     @property
-    def _torchplugin_original(self) -> Callable | None:
-        """The function the translator inlines when captured code calls this object (as for
-        the optimized function), unless ``f`` was taken as a backend."""
-        return None if self._reading == "backend" else self._candidate
+    def _torchplugin_original(self) -> Callable:
+        """``f``, the user's function behind this object (``explain()`` unwraps it), unless
+        ``f`` was taken as a backend (AttributeError then)."""
+        if self._reading == "backend":
+            raise AttributeError("_torchplugin_original")
+        return self._candidate
 
     def __enter__(self):
         self._resolve("backend").__enter__()

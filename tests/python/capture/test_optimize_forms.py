@@ -419,3 +419,8 @@ def test_backend_returning_non_callable_raises_type_error_through_optimize(monke
     opt = torch_plugin.optimize(broken)(two_args)
     with pytest.raises(TypeError, match=r"backend 'broken' returned int for graph two_args"):
         opt(torch.randn(3), torch.randn(3))
+
+
+def test_explain_unwraps_an_undecided_optimized_function():
+    report = torch_plugin.explain(torch_plugin.optimize(two_args), torch.randn(3), torch.randn(3))
+    assert report.graph_count == 1 and report.graph_break_count == 0
