@@ -173,7 +173,8 @@ _warned_cache_limit: set = set()
 
 
 class CaptureError(RuntimeError):
-    """Raised under ``nopython=True`` when a frame cannot be captured as one graph."""
+    """Raised under ``fullgraph=True`` (``nopython=True``) when a frame cannot be captured as
+    one graph."""
 
 
 class RecompileError(RuntimeError):
