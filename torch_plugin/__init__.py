@@ -44,7 +44,7 @@ if _onednn_error:
 from . import config
 from .api import optimize
 from .backends.registry import list_backends, lookup_backend, register_backend
-from .capture import CaptureError, stats
+from .capture import CaptureError, RecompileError, stats
 from .capture.dynamic_shapes import mark_dynamic
 from .capture.eval_frame import OptimizeContext, OptimizedModule, disable, reset, run
 from .contract import BackendCompilerFailed
@@ -62,6 +62,7 @@ __all__ = [
     "ExportError",
     "OptimizeContext",
     "OptimizedModule",
+    "RecompileError",
     "config",
     "disable",
     "explain",

@@ -38,6 +38,8 @@ Flags:
   being generated in kernels.
 - :data:`always_run_compiled` (False): the "plugin" compiler always runs the graph it
   compiled, never the eager graph it would have picked for speed (test harnesses).
+- :data:`error_on_recompile` (False): a recompile raises ``torch_plugin.RecompileError``
+  naming the guard that failed, instead of compiling the frame again.
 - :data:`logs` (``()``, or what ``TORCH_PLUGIN_LOGS`` says): the log channels printed to
   stderr; assigning it switches them at once.
 
@@ -47,6 +49,7 @@ Environment variables (read when needed, by the functions at the end of this mod
 |---|---|---|---|
 | ``TORCH_PLUGIN_LOGS`` | unset | :func:`logs_spec` (at import), :func:`compiler_environment` | log channels (``torch_plugin.logs``); ``kernels`` in it prints each generated kernel, ``patterns`` each library-pattern rule that fires or is rejected (rule name, source line, failed constraint) |
 | ``TORCH_LOGS`` | unset | :func:`logs_spec` | torch.compile's log components; those in :data:`TORCH_LOGS_COMPONENTS` switch on the channel they mean here (``graph_code``: ``graph``, ``output_code``: ``kernels``) |
+| ``TORCH_PLUGIN_DISABLE`` | ``0`` | :func:`optimization_disabled` (at each ``torch_plugin.optimize()`` call) | ``1`` turns all optimization off: ``optimize`` returns the model or function unchanged (a context manager that captures nothing), as ``optimize(..., disable=True)`` does |
 | ``TORCH_PLUGIN_FREEZE`` | ``1`` | :func:`compiler_environment` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding (views of weights stay views), prepacked convolution weights |
 | ``TORCH_PLUGIN_LIBRARY_PATTERNS`` | ``1`` | :func:`compiler_environment` | convolutions and matrix products (+epilogue) go to oneDNN / cuBLASLt |
 | ``TORCH_PLUGIN_FUSION`` | ``1`` | :func:`compiler_environment` | pointwise/reduction/norm groups become generated kernels |
@@ -154,6 +157,15 @@ logs: tuple = ()
 assigning it acts at once: ``config.logs = "graph_breaks,guards"`` (a comma-separated string
 or a list of names) calls :func:`torch_plugin.set_logs`, which stores the normalized tuple
 here. Tested in ``tests/python/test_logs.py``."""
+
+error_on_recompile: bool = False
+"""A frame whose compiled entries all fail their guards raises
+``torch_plugin.RecompileError`` (its message names the code, its file and line, and the guard
+that failed) instead of compiling the frame again, as ``torch._dynamo.config.
+error_on_recompile`` does for torch.compile: for tests and serving, where a recompile is a
+bug. The first compile of a frame is not a recompile. Read by
+``torch_plugin.capture.convert_frame`` at each guard failure.
+Tested in ``tests/python/capture/test_optimize_forms.py``."""
 
 debug_check_pure: bool = False
 """Debug mode for capture: every torch call folded to a constant at capture time (because
@@ -329,6 +341,13 @@ def cache_limit_gb() -> str:
     """``TORCH_PLUGIN_CACHE_LIMIT_GB`` as set (default ``"4.0"``); ``torch_plugin.cache``
     parses and checks it."""
     return os.environ.get("TORCH_PLUGIN_CACHE_LIMIT_GB", str(DEFAULT_CACHE_LIMIT_GB))
+
+
+def optimization_disabled() -> bool:
+    """``TORCH_PLUGIN_DISABLE`` set to a true value: every ``torch_plugin.optimize()`` call
+    returns its model or function unchanged (or a context that captures nothing). Read at
+    each ``optimize()`` call."""
+    return env_flag("TORCH_PLUGIN_DISABLE", False)
 
 
 def run_compiled_always() -> bool:

@@ -26,7 +26,9 @@ Key parts:
 - :func:`call_backend`: runs one compiler function on one captured graph; failures become
   :class:`BackendCompilerFailed` (or, with ``config.suppress_errors``, a warning and an eager
   fallback).
-- :class:`BackendCompilerFailed`: names the backend and the graph, chains the backend's error.
+- :class:`BackendCompilerFailed`: names the backend and the graph, chains the backend's error;
+  :class:`BackendReturnedNonCallable` (also a ``TypeError``): the backend returned a
+  non-callable.
 
 Imports nothing of the project but ``config``.
 """
@@ -85,6 +87,26 @@ class BackendCompilerFailed(RuntimeError):
         )
 
 
+class BackendReturnedNonCallable(BackendCompilerFailed, TypeError):
+    """A backend returned something that is not callable for a captured graph: a bug of the
+    backend, raised as a ``TypeError`` (also with ``config.suppress_errors``) that names the
+    backend, the graph and the type returned. It is a :class:`BackendCompilerFailed` too, so
+    capture lets it reach the caller instead of running the frame unmodified.
+    ``inner_exception`` is None; ``returned`` is the value the backend returned."""
+
+    def __init__(self, backend_name: str, graph_name: str, num_nodes: int, returned: Any):
+        self.backend_name = backend_name
+        self.graph_name = graph_name
+        self.num_nodes = num_nodes
+        self.inner_exception = None
+        self.returned = returned
+        Exception.__init__(
+            self,
+            f"backend {backend_name!r} returned {type(returned).__name__} for graph "
+            f"{graph_name} ({num_nodes} nodes); a backend must return a callable",
+        )
+
+
 def _describe_failure(
     backend_name: str, graph_name: str, num_nodes: int, error: BaseException
 ) -> str:
@@ -137,10 +159,7 @@ def call_backend(
         )
         return fallback
     if not callable(compiled):
-        raise TypeError(
-            f"backend {backend_name!r} returned {type(compiled).__name__} for graph "
-            f"{graph_name}; a backend must return a callable"
-        )
+        raise BackendReturnedNonCallable(backend_name, graph_name, num_nodes, compiled)
     if config.verbose:
         log.info(
             "backend %r compiled graph %s (%d nodes) in %.3f s",

@@ -100,3 +100,30 @@ def test_flags_take_values_of_their_type(monkeypatch):
     # the module's functions may still be replaced (test harnesses do)
     monkeypatch.setattr(config, "cache_root", lambda: "/elsewhere")
     assert config.cache_root() == "/elsewhere"
+
+
+@pytest.mark.parametrize(
+    ("value", "disabled"),
+    [(None, False), ("0", False), ("", False), ("off", False), ("1", True), ("yes", True)],
+)
+def test_torch_plugin_disable_is_read_at_each_call(monkeypatch, value, disabled):
+    if value is None:
+        monkeypatch.delenv("TORCH_PLUGIN_DISABLE", raising=False)
+    else:
+        monkeypatch.setenv("TORCH_PLUGIN_DISABLE", value)
+    assert config.optimization_disabled() is disabled
+    assert "TORCH_PLUGIN_DISABLE" in config.__doc__
+
+
+def test_options_override_the_environment_in_their_block_only(bare_env, tmp_path):
+    """optimize(options=...)'s overrides (torch_plugin.compiler.options.overridden): over the
+    environment's values inside the block, the runtime ones as the strings C++ reads."""
+    bare_env.setenv("TORCH_PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
+    bare_env.setenv("TORCH_PLUGIN_FUSION", "0")
+    with options.overridden(options.check({"fusion": True, "cublaslt_candidates": 32})):
+        assert options.current().fusion is True
+        assert options.runtime_overrides() == {"cublaslt_candidates": "32"}
+        runs_later = options.bound(lambda: (options.current().fusion, options.runtime_overrides()))
+    assert options.current().fusion is False and options.runtime_overrides() == {}
+    assert runs_later() == (True, {"cublaslt_candidates": "32"})
+    assert options.current().fusion is False

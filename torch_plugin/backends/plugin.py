@@ -3,47 +3,107 @@
 The compiler is :mod:`torch_plugin.compiler` (its driver,
 :func:`torch_plugin.compiler.pipeline.compile_captured`, and the stages it runs:
 captured → lowered → compiled, inference and training side by side) and ``csrc/``; this
-module only exposes it as a backend.
+module only exposes it as a backend, with its modes and options.
+
+Modes (``optimize(mode=...)``, ``torch.compile(backend="plugin", mode=...)``), each the
+pipeline's mode plus option overrides (:data:`MODE_PLANS`):
+
+- ``"default"``: on CUDA the compiled graph is timed against the eager graph and the faster
+  runs; a CUDA graph is kept where it is safe and measured faster.
+- ``"reduce-overhead"``: the CUDA graph is kept wherever it can be captured, untimed.
+- ``"max-autotune"``: as ``"default"``, and each CUDA matrix product times 64 of cuBLASLt's
+  candidates (instead of 8) with cuBLAS's gemm. That is all it tunes today: generated
+  kernels are not timed against library calls, and on the CPU it is ``"default"``.
+- ``"max-autotune-no-cudagraphs"``: ``"max-autotune"`` without CUDA graphs.
+
+Options (``options={...}``): :data:`torch_plugin.compiler.options.USER_OPTIONS`, checked by
+:func:`check_options`; they override the environment for the graphs compiled with them
+(:func:`torch_plugin.compiler.options.overridden`), including work done at a later call.
 
 Key parts:
 - :func:`plugin`: the backend, registered as ``"plugin"`` and exposed to ``torch.compile``
-  through the ``torch_dynamo_backends`` entry-point group (pyproject.toml).
-- :func:`plugin_reduce_overhead`: the backend with ``mode="reduce-overhead"``.
+  through the ``torch_dynamo_backends`` entry-point group (pyproject.toml), which passes
+  ``mode`` and ``options`` as keyword arguments.
+- :func:`plugin_reduce_overhead` and the other mode functions; :data:`MODES`.
 - :func:`register`: called by :mod:`torch_plugin.backends` on first use of the registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from torch_plugin.backends.registry import register_backend
-from torch_plugin.compiler.pipeline import MODES, compile_captured
+from torch_plugin.compiler import options as options_mod
+from torch_plugin.compiler.pipeline import compile_captured
 
-__all__ = ["MODES", "plugin", "plugin_reduce_overhead", "register"]
+__all__ = ["MODES", "MODE_PLANS", "check_options", "plugin", "plugin_reduce_overhead", "register"]
+
+# mode -> (the pipeline's mode, option overrides).
+MODE_PLANS: dict[str, tuple[str, dict[str, Any]]] = {
+    "default": ("default", {}),
+    "reduce-overhead": ("reduce-overhead", {}),
+    "max-autotune": ("default", {"cublaslt_candidates": 64}),
+    "max-autotune-no-cudagraphs": ("default", {"cublaslt_candidates": 64, "cuda_graphs": False}),
+}
+MODES = tuple(MODE_PLANS)
+
+
+def check_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The "plugin" compiler's options checked (:func:`torch_plugin.compiler.options.check`:
+    an unknown name is a ValueError listing the valid ones, a wrong type a TypeError)."""
+    return options_mod.check(options, "plugin")
 
 
 def plugin(
-    gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor], *, mode: str = "default"
+    gm: torch.fx.GraphModule,
+    example_inputs: list[torch.Tensor],
+    *,
+    mode: str | None = "default",
+    options: Mapping[str, Any] | None = None,
 ) -> Callable[..., Any]:
     """Compile ``gm`` with the "plugin" compiler.
 
-    ``mode``: "default", or "reduce-overhead" (CUDA graphs wherever they can be captured; see
-    :mod:`torch_plugin.compiler.pipeline`). Raises ValueError for another mode.
+    ``mode``: one of :data:`MODES` (None is "default"); ``options``: see
+    :func:`check_options`. Raises ValueError for another mode or an unknown option, TypeError
+    for an option of the wrong type (``torch.compile`` calls this at the first compile).
     """
-    return compile_captured(gm, example_inputs, mode)
+    mode = mode or "default"
+    if mode not in MODE_PLANS:
+        raise ValueError(f"plugin: unknown mode {mode!r}; modes: {', '.join(MODES)}")
+    pipeline_mode, overrides = MODE_PLANS[mode]
+    overrides = {**overrides, **check_options(options)}
+    if not overrides:
+        return compile_captured(gm, example_inputs, pipeline_mode)
+    with options_mod.overridden(overrides):
+        compiled = compile_captured(gm, example_inputs, pipeline_mode)
+        # Later calls may compile too (a new size, a graph lowered again): same options.
+        return options_mod.bound(compiled)
 
 
 def plugin_reduce_overhead(
-    gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]
+    gm: torch.fx.GraphModule,
+    example_inputs: list[torch.Tensor],
+    *,
+    options: Mapping[str, Any] | None = None,
 ) -> Callable[..., Any]:
     """:func:`plugin` with ``mode="reduce-overhead"``."""
-    return plugin(gm, example_inputs, mode="reduce-overhead")
+    return plugin(gm, example_inputs, mode="reduce-overhead", options=options)
+
+
+def _mode_function(mode: str) -> Callable[..., Any]:
+    """:func:`plugin` in ``mode``, as a function the registry returns for that mode."""
+    moded = functools.partial(plugin, mode=mode)
+    functools.update_wrapper(moded, plugin)
+    moded.__name__ = moded.__qualname__ = "plugin_" + mode.replace("-", "_")
+    return moded
 
 
 def register() -> None:
-    """Register :func:`plugin` as the backend ``"plugin"``, with the mode "reduce-overhead"
-    (:func:`plugin_reduce_overhead`)."""
-    register_backend(plugin, "plugin", modes={"reduce-overhead": plugin_reduce_overhead})
+    """Register :func:`plugin` as the backend ``"plugin"``, with its modes and options."""
+    modes = {m: _mode_function(m) for m in MODES if m != "default"}
+    modes["reduce-overhead"] = plugin_reduce_overhead
+    register_backend(plugin, "plugin", modes=modes, options=check_options)

@@ -18,7 +18,7 @@ Layout, in data-flow order:
 - ``bytecode_emission``: the transformed code object.
 """
 
-from .convert_frame import CaptureError, CaptureStats, stats
+from .convert_frame import CaptureError, CaptureStats, RecompileError, stats
 from .exc import Unsupported
 
-__all__ = ["CaptureError", "CaptureStats", "Unsupported", "stats"]
+__all__ = ["CaptureError", "CaptureStats", "RecompileError", "Unsupported", "stats"]

@@ -173,7 +173,13 @@ _warned_cache_limit: set = set()
 
 
 class CaptureError(RuntimeError):
-    """Raised under ``nopython=True`` when a frame cannot be captured as one graph."""
+    """Raised under ``fullgraph=True`` (``nopython=True``) when a frame cannot be captured as
+    one graph."""
+
+
+class RecompileError(RuntimeError):
+    """Raised under ``config.error_on_recompile`` when a frame would be compiled again; the
+    message names the code and the guard that failed."""
 
 
 class InternalCaptureError(RuntimeError):
@@ -286,15 +292,21 @@ class ConvertFrame:
                     )
                 return _C.RUN_ONLY  # keep using the entries; never compile this code again
             stats.recompiles += 1
+            failed = entries[0][1].failure_reason(
+                frame.arg_values, frame.f_globals, frame.f_builtins, frame.closure
+            )
             recompiles_log.info(
                 "recompiling %s: %s (%d compiled entries, config.cache_size_limit=%d)",
                 code.co_qualname,
-                entries[0][1].failure_reason(
-                    frame.arg_values, frame.f_globals, frame.f_builtins, frame.closure
-                ),
+                failed,
                 len(entries),
                 config.cache_size_limit,
             )
+            if config.error_on_recompile:
+                raise RecompileError(
+                    f"torch_plugin: recompiling {code.co_qualname} ({code.co_filename}:"
+                    f"{code.co_firstlineno}): {failed} (config.error_on_recompile is set)"
+                )
         try:
             with shutdown.converting():  # an exit meanwhile waits for it (shutdown.py)
                 return self._convert(frame)

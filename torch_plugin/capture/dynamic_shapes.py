@@ -4,7 +4,11 @@ A dimension is *dynamic* when the graph is traced with a symbol for its size (Py
 ``ShapeEnv`` and FakeTensor, see ``OutputGraph.add_graph_input``), so one cache entry serves
 every size that satisfies the entry's shape guards. Three things make a dimension dynamic:
 
-- :func:`mark_dynamic` on the tensor (always respected);
+- :func:`mark_dynamic` on the tensor (always respected), or torch.compile's markers
+  ``torch._dynamo.mark_dynamic`` and ``maybe_mark_dynamic`` (read from the attributes they
+  set, ``_dynamo_dynamic_indices`` and ``_dynamo_weak_dynamic_indices``; a ``min``/``max``
+  range is not enforced, and a marked size that capture must specialize is specialized
+  without an error, as for ``maybe_mark_dynamic``);
 - ``optimize(..., dynamic=True)``: every dimension of every input tensor;
 - *automatic dynamic* (the default, ``dynamic=None``): when a code object is compiled again
   and an input tensor (by source, e.g. ``L['x']``) has a different size in some dimension
@@ -13,6 +17,10 @@ every size that satisfies the entry's shape guards. Three things make a dimensio
   symbolic int from then on (resume functions after a graph break receive sizes as ints). So a function called with batch sizes 1, 2, 3, ... compiles for 1 (static),
   then once more for 2 with a symbolic batch size that serves 3, 4, ... as well.
   ``dynamic=False`` turns this off (every new size recompiles).
+
+``torch._dynamo.mark_static(t, dim)`` (the attribute ``_dynamo_static_indices``) keeps a
+dimension static under ``dynamic=True`` and automatic dynamic; a dimension marked dynamic too
+stays dynamic (as in torch.compile, mark_dynamic wins).
 
 As in PyTorch, sizes 0 and 1 are never symbolic (the ShapeEnv specializes them), and a
 symbolic size is guarded ``>= 2``.
@@ -58,8 +66,28 @@ def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> Non
 
 
 def marked_dims(t: torch.Tensor) -> frozenset:
-    """The dims :func:`mark_dynamic` marked on ``t``."""
-    return getattr(t, _MARK_ATTR, frozenset())
+    """The dims marked dynamic on ``t``: by :func:`mark_dynamic`, or by
+    ``torch._dynamo.mark_dynamic`` / ``maybe_mark_dynamic``."""
+    own = getattr(t, _MARK_ATTR, frozenset())
+    theirs = _dynamo_dims(t, "_dynamo_dynamic_indices") | _dynamo_dims(
+        t, "_dynamo_weak_dynamic_indices"
+    )
+    return own | theirs if theirs else own
+
+
+def static_dims(t: torch.Tensor) -> frozenset:
+    """The dims ``torch._dynamo.mark_static`` marked static on ``t``."""
+    return _dynamo_dims(t, "_dynamo_static_indices")
+
+
+def _dynamo_dims(t: torch.Tensor, attr: str) -> frozenset:
+    """The dims in ``t``'s torch._dynamo marker ``attr`` (a set of ints it may hold), taken
+    modulo ``t.dim()``; out-of-range entries are ignored."""
+    dims = t.__dict__.get(attr) if hasattr(t, "__dict__") else None
+    if not dims:
+        return frozenset()
+    n = t.dim()
+    return frozenset(d % n for d in dims if isinstance(d, int) and -n <= d < n)
 
 
 class DimPolicy:
@@ -78,8 +106,9 @@ class DimPolicy:
         if self.code is not None and self.code in _static_code:
             return [False] * n
         marked = marked_dims(t)
+        static = static_dims(t) - marked
         if self.dynamic is True:
-            return [True] * n
+            return [i not in static for i in range(n)]
         auto = [False] * n
         if self.dynamic is None and self.code is not None:
             state = _frame_state.setdefault(self.code, {})
@@ -91,7 +120,7 @@ class DimPolicy:
                 merged = [p if p == s else None for p, s in zip(prev, sizes)]
                 state[source_name] = merged
                 auto = [m is None for m in merged]
-        return [auto[i] or i in marked for i in range(n)]
+        return [(auto[i] and i not in static) or i in marked for i in range(n)]
 
     def dynamic_int(self, source_name: str, value: int) -> bool:
         """Whether the int input at ``source_name`` is symbolic: with ``dynamic=True``, or

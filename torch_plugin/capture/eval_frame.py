@@ -54,15 +54,21 @@ def callback_for(
 
 class OptimizeContext:
     """Returned by :func:`torch_plugin.optimize`. Use it as ``@decorator``, ``ctx(fn)``,
-    ``ctx(module)`` or ``with ctx:``."""
+    ``ctx(module)`` or ``with ctx:``.
 
-    def __init__(self, callback: ConvertFrame) -> None:
+    ``callback`` None makes a context that captures nothing (``optimize(disable=True)``,
+    ``TORCH_PLUGIN_DISABLE=1``): entering it changes nothing, and ``ctx(fn)`` returns ``fn``
+    itself."""
+
+    def __init__(self, callback: ConvertFrame | None) -> None:
         self.callback = callback
         self._prev: list = []
 
     def __enter__(self):
         from torch_plugin import _C
 
+        if self.callback is None:
+            return self
         dynamo_prior = suspend_dynamo()  # torch.compile's callback is off inside ours
         self._prev.append((_C.set_eval_frame_callback(self.callback), dynamo_prior))
         return self
@@ -70,6 +76,8 @@ class OptimizeContext:
     def __exit__(self, *exc) -> None:
         from torch_plugin import _C
 
+        if self.callback is None:
+            return
         prev, dynamo_prior = self._prev.pop()
         _C.set_eval_frame_callback(prev)
         resume_dynamo(dynamo_prior)
@@ -77,12 +85,14 @@ class OptimizeContext:
     def __call__(self, fn: Any) -> Any:
         from torch_plugin import _C
 
-        if isinstance(fn, torch.nn.Module):
-            return OptimizedModule(fn, self)
-        if not callable(fn):
+        if not isinstance(fn, torch.nn.Module) and not callable(fn):
             raise TypeError(
                 f"torch_plugin.optimize(...) expects a function or nn.Module, got {type(fn).__name__}"
             )
+        if self.callback is None:
+            return fn  # optimization disabled: the function or module itself
+        if isinstance(fn, torch.nn.Module):
+            return OptimizedModule(fn, self)
         callback = self.callback
 
         @functools.wraps(fn)

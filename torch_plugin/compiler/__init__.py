@@ -28,7 +28,10 @@ def configure_runtime(at_import: bool = False) -> None:
     compiled."""
     opts = config.runtime_options()
     if not at_import:
+        from torch_plugin.compiler import options
+
         opts = {key: opts[key] for key in _PER_GRAPH}
+        opts.update(options.runtime_overrides())  # optimize(options=...), mode="max-autotune"
     from torch_plugin import _C
 
     _C._runtime.configure(opts)

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from torch_plugin import _C, config
-from torch_plugin.compiler import training
+from torch_plugin.compiler import options, training
 from torch_plugin.compiler.cuda_graphs import median_cuda_ms
 from torch_plugin.compiler.graph_outputs import flatten_graph_outputs
 from torch_plugin.compiler.inference import InferenceStages
@@ -108,7 +108,8 @@ def _compile(captured: Captured, facts: dict[str, Any]) -> Callable[..., Any]:
             gm,
             captured.example_inputs,
             fw_compiler=training.forward_compiler,
-            bw_compiler=training.backward_compiler,
+            # Compiled at the first backward(): with this compile's options (optimize(options=)).
+            bw_compiler=options.bound(training.backward_compiler),
             inference_compiler=inference,
             decompositions=decomposition_table(),
             keep_inference_input_mutations=True,

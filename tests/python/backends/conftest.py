@@ -15,6 +15,7 @@ def _isolated_state(monkeypatch: pytest.MonkeyPatch) -> None:
     registry.list_backends()  # register the built-ins before taking the copy
     monkeypatch.setattr(registry, "_BACKENDS", dict(registry._BACKENDS))
     monkeypatch.setattr(registry, "_MODES", dict(registry._MODES))
+    monkeypatch.setattr(registry, "_OPTIONS", dict(registry._OPTIONS))
     monkeypatch.setattr(config, "suppress_errors", False)
 
 
