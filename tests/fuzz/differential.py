@@ -27,6 +27,7 @@ and compares it with eager's. :func:`check` is the one-line form for hand-writte
 
 from __future__ import annotations
 
+import collections
 import copy
 import copyreg
 import dataclasses
@@ -180,6 +181,8 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
         )
     if isinstance(obj, torch.nn.Module):
         return _snapshot_module(obj, ids, depth)
+    if isinstance(obj, collections.deque):  # compared as a list whose type names the maxlen
+        return ("list", n, [snapshot(v, ids, depth + 1) for v in obj], repr(obj.maxlen), [])
     if isinstance(obj, (list, tuple)):
         # a namedtuple (or a subclass of one, which has a __dict__ for attributes set on
         # it) compares its type name and attributes too
@@ -196,7 +199,9 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
             if isinstance(k, str) and _skip_global(k, v):
                 continue
             items.append((repr(k), snapshot(v, ids, depth + 1)))
-        return ("dict", n, items)
+        factory = getattr(obj, "default_factory", None)  # a defaultdict's, by name
+        kind = (type(obj).__qualname__, getattr(factory, "__qualname__", repr(factory)))
+        return ("dict", n, items, kind)
     if isinstance(obj, (set, frozenset)):
         return (type(obj).__name__, n, sorted(repr(v) for v in obj))
     if isinstance(obj, io.StringIO):
@@ -371,6 +376,8 @@ def _compare(want: Any, got: Any, path: str, rtol: float, atol: float) -> str | 
         wk, gk = [k for k, _ in want[2]], [k for k, _ in got[2]]
         if wk != gk:
             return f"{path}: dict keys eager {wk}, compiled {gk}"
+        if want[3] != got[3]:
+            return f"{path}: dict type eager {want[3]}, compiled {got[3]}"
         for (k, w), (_, g) in zip(want[2], got[2]):
             d = _compare(w, g, f"{path}[{k}]", rtol, atol)
             if d:
