@@ -177,6 +177,37 @@ def test_deque_pop_from_empty_breaks():
     check(f, *CALLS)
 
 
+def test_deque_mutated_while_iterated_raises_as_eager():
+    """CPython raises RuntimeError when a deque changes during iteration (even after the
+    last item): a graph break, the frame then raising as eager does."""
+
+    def f(x):
+        d = collections.deque([x, x + 1])
+        try:
+            for t in d:
+                x = x + t
+            d.append(x)
+            for t in d:
+                d.append(t)
+        except RuntimeError:
+            x = x * 2
+        return x, len(d)
+
+    breaks_and_matches(f)
+
+
+def test_deque_iterated_after_mutation():
+    def f(x):
+        d = collections.deque([x])
+        d.append(x * 2)
+        it = iter(d)
+        first = next(it)
+        d[1] = x * 3  # an item write does not invalidate the iterator
+        return first + next(it) + sum(d)
+
+    one_graph(f)
+
+
 # --------------------------------------------------------------------------- defaultdict
 
 

@@ -39,6 +39,7 @@ from ..exc import unimplemented
 from .base import VariableTracker, method_getattr
 from .constant import ConstantVariable
 from .dicts import ConstDictVariable, dict_key
+from .lists import ListIteratorVariable
 
 # --------------------------------------------------------------------------- deque
 
@@ -65,9 +66,14 @@ class DequeVariable(VariableTracker):
         self.maxlen = maxlen
         self.mutable_local = mutable_local and source is None
         self.real = real
+        self.state = 0  # bumped by every mutation but d[i] = v, as CPython's deque->state
 
     def python_type(self) -> type:
         return collections.deque
+
+    def make_iterator(self) -> VariableTracker:
+        """``iter(d)``: raises (a graph break) once the deque was mutated, as eager does."""
+        return _DequeIterator(self)
 
     def as_python_constant(self) -> Any:
         return collections.deque([v.as_python_constant() for v in self.items], self.maxlen)
@@ -119,7 +125,7 @@ class DequeVariable(VariableTracker):
                 self.items.pop(0)
 
     def call_method(self, tx, name, args, kwargs):
-        from .lists import ListIteratorVariable, contains
+        from .lists import contains
 
         if kwargs:
             unimplemented(gbt.EXCEPTION, f"deque.{name}() takes no keyword arguments")
@@ -132,12 +138,14 @@ class DequeVariable(VariableTracker):
         if name == "__getitem__" and len(args) == 1:
             return items[self._index(args[0])]
         if name == "__iter__" and not args:
-            return ListIteratorVariable(list(items))
+            return self.make_iterator()
         if name in ("copy", "__copy__") and not args:
             return DequeVariable(items, self.maxlen)
         if name not in _DEQUE_MUTATORS:
             return super().call_method(tx, name, args, kwargs)
         self._mutating(tx, name)
+        if name != "__setitem__":
+            self.state += 1
         if name in ("append", "appendleft") and len(args) == 1:
             self._append(args[0], name == "appendleft")
             return none
@@ -171,6 +179,21 @@ class DequeVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"DequeVariable({len(self.items)} items, maxlen={self.maxlen})"
+
+
+class _DequeIterator(ListIteratorVariable):
+    """An iterator over a deque's items that checks, at each step, that the deque was not
+    mutated since (CPython's ``dequeiter_next``: RuntimeError, here a graph break)."""
+
+    def __init__(self, deque_var: DequeVariable) -> None:
+        super().__init__(deque_var.items)  # the live list: d[i] = v is seen, as in eager
+        self.deque_var = deque_var
+        self.state = deque_var.state
+
+    def next_item(self):
+        if self.deque_var.state != self.state:
+            unimplemented(gbt.EXCEPTION, "deque mutated during iteration (RuntimeError)")
+        return super().next_item()
 
 
 _DEQUE_MUTATORS = frozenset(
