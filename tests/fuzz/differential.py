@@ -27,7 +27,6 @@ and compares it with eager's. :func:`check` is the one-line form for hand-writte
 
 from __future__ import annotations
 
-import collections
 import copy
 import copyreg
 import dataclasses
@@ -181,16 +180,13 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
         )
     if isinstance(obj, torch.nn.Module):
         return _snapshot_module(obj, ids, depth)
-    if isinstance(obj, collections.deque):  # compared as a list whose type names the maxlen
-        return ("list", n, [snapshot(v, ids, depth + 1) for v in obj], repr(obj.maxlen), [])
-    if isinstance(obj, (list, tuple)):
-        # a namedtuple (or a subclass of one, which has a __dict__ for attributes set on
-        # it) compares its type name and attributes too
+    if isinstance(obj, (list, tuple)) or type(obj).__name__ == "deque":
+        # a namedtuple (its subclass: __dict__ attributes) or deque (maxlen): type compared
         return (
             "list" if isinstance(obj, list) else "tuple",
             n,
             [snapshot(v, ids, depth + 1) for v in obj],
-            type(obj).__qualname__,
+            type(obj).__qualname__ + str(getattr(obj, "maxlen", "")),
             _attrs(obj, ids, depth),
         )
     if isinstance(obj, dict):
@@ -199,9 +195,8 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
             if isinstance(k, str) and _skip_global(k, v):
                 continue
             items.append((repr(k), snapshot(v, ids, depth + 1)))
-        factory = getattr(obj, "default_factory", None)  # a defaultdict's, by name
-        kind = (type(obj).__qualname__, getattr(factory, "__qualname__", repr(factory)))
-        return ("dict", n, items, kind)
+        factory = getattr(getattr(obj, "default_factory", None), "__qualname__", None)
+        return ("dict", n, items, (type(obj).__qualname__, factory))
     if isinstance(obj, (set, frozenset)):
         return (type(obj).__name__, n, sorted(repr(v) for v in obj))
     if isinstance(obj, io.StringIO):
@@ -374,10 +369,8 @@ def _compare(want: Any, got: Any, path: str, rtol: float, atol: float) -> str | 
         return _compare_named(want[4], got[4], path, ".", rtol, atol)
     if kind == "dict":
         wk, gk = [k for k, _ in want[2]], [k for k, _ in got[2]]
-        if wk != gk:
-            return f"{path}: dict keys eager {wk}, compiled {gk}"
-        if want[3] != got[3]:
-            return f"{path}: dict type eager {want[3]}, compiled {got[3]}"
+        if wk != gk or want[3] != got[3]:  # keys, type and default_factory
+            return f"{path}: dict eager {wk} {want[3]}, compiled {gk} {got[3]}"
         for (k, w), (_, g) in zip(want[2], got[2]):
             d = _compare(w, g, f"{path}[{k}]", rtol, atol)
             if d:
