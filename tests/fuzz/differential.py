@@ -180,14 +180,13 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
         )
     if isinstance(obj, torch.nn.Module):
         return _snapshot_module(obj, ids, depth)
-    if isinstance(obj, (list, tuple)):
-        # a namedtuple (or a subclass of one, which has a __dict__ for attributes set on
-        # it) compares its type name and attributes too
+    if isinstance(obj, (list, tuple)) or type(obj).__name__ == "deque":
+        # a namedtuple (its subclass: __dict__ attributes) or deque (maxlen): type compared
         return (
             "list" if isinstance(obj, list) else "tuple",
             n,
             [snapshot(v, ids, depth + 1) for v in obj],
-            type(obj).__qualname__,
+            type(obj).__qualname__ + str(getattr(obj, "maxlen", "")),
             _attrs(obj, ids, depth),
         )
     if isinstance(obj, dict):
@@ -196,7 +195,8 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
             if isinstance(k, str) and _skip_global(k, v):
                 continue
             items.append((repr(k), snapshot(v, ids, depth + 1)))
-        return ("dict", n, items)
+        factory = getattr(getattr(obj, "default_factory", None), "__qualname__", None)
+        return ("dict", n, items, (type(obj).__qualname__, factory))
     if isinstance(obj, (set, frozenset)):
         return (type(obj).__name__, n, sorted(repr(v) for v in obj))
     if isinstance(obj, io.StringIO):
@@ -369,8 +369,8 @@ def _compare(want: Any, got: Any, path: str, rtol: float, atol: float) -> str | 
         return _compare_named(want[4], got[4], path, ".", rtol, atol)
     if kind == "dict":
         wk, gk = [k for k, _ in want[2]], [k for k, _ in got[2]]
-        if wk != gk:
-            return f"{path}: dict keys eager {wk}, compiled {gk}"
+        if wk != gk or want[3] != got[3]:  # keys, type and default_factory
+            return f"{path}: dict eager {wk} {want[3]}, compiled {gk} {got[3]}"
         for (k, w), (_, g) in zip(want[2], got[2]):
             d = _compare(w, g, f"{path}[{k}]", rtol, atol)
             if d:

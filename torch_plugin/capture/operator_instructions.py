@@ -40,6 +40,11 @@ class OperatorInstructions:
             unimplemented(gbt.UNSUPPORTED_BYTECODE, f"binary operator {op}")
         if isinstance(a, SetVariable) or isinstance(b, SetVariable):
             return sets.binary_op(self, op, a, b)
+        from .variables import collections_objects
+
+        modelled = collections_objects.binary_op(self, op, a, b)
+        if modelled is not None:
+            return modelled
         modelled = container_ops.binary_op(self, op, a, b)
         if modelled is not None:
             return modelled

@@ -94,7 +94,7 @@ def flatten_output(
     if isinstance(var, ConstDictVariable):
         return (
             "dict",
-            var.user_cls,
+            var.output_spec_maker() if hasattr(var, "output_spec_maker") else var.user_cls,
             [(k, flatten_output(v, outputs, output_graph, visiting)) for k, v in var.items.items()],
             id(var),
         )
@@ -131,6 +131,11 @@ def flatten_output(
     if isinstance(var, SetVariable):  # rebuilt from its elements, once per variable
         items = [flatten_output(v, outputs, output_graph, visiting) for v in var.items]
         return ("set", var.python_type(), items, id(var))
+    from .variables.collections_objects import DequeVariable
+
+    if isinstance(var, DequeVariable):  # "set" spec: maker(items), maker keeps the maxlen
+        items = [flatten_output(v, outputs, output_graph, visiting) for v in var.items]
+        return ("set", var.output_spec_maker(), items, id(var))
     refuse_mutated_private(var)
     if var.source is not None or _is_stable_object(var):
         try:

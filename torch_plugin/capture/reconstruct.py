@@ -79,6 +79,7 @@ class Reconstructor:
                     PartialVariable,
                 ),
             )
+            and not hasattr(var, "rebuild_call")
             or var.source is not None
         ):
             return
@@ -121,6 +122,10 @@ class Reconstructor:
             return
         if var.source is not None:  # the same object (mutations were replayed on it)
             var.source.reconstruct(gen)
+            return
+        if hasattr(var, "rebuild_call"):  # collections_objects.py: deque, defaultdict, ...
+            helper, helper_args = var.rebuild_call()
+            self.call_helper(helper, helper_args)
             return
         if isinstance(var, ListIteratorVariable):
             for item in var.items[var.index :]:
@@ -318,6 +323,8 @@ def _children(var: VariableTracker) -> list[VariableTracker]:
 
     if isinstance(var, SetVariable):
         return var.items
+    if hasattr(var, "rebuild_call"):  # a deque (a dict subclass is a ConstDictVariable)
+        return list(var.items)
     from .variables.functions import PartialVariable
 
     if isinstance(var, PartialVariable) and var.source is None:

@@ -92,6 +92,8 @@ class SideEffects:
         """``var`` (a list/dict variable from the frame's inputs) was mutated in place; the
         object is reached at run time through ``var.source``."""
         kind = "list" if isinstance(real, list) else "dict"
+        if type(real).__name__ == "deque":
+            kind = "deque"  # replayed as clear(); extend(items)
         self._effects.setdefault((kind, id(real)), (kind, var.source, None, var))
 
     def caller_visible(self) -> list[str]:
@@ -122,7 +124,7 @@ class SideEffects:
         lists and dicts)."""
         out = set()
         for key in self._effects:
-            if key[0] in ("setattr", "list", "dict"):
+            if key[0] in ("setattr", "list", "dict", "deque"):
                 out.add(key[1])
         return out
 
@@ -138,7 +140,7 @@ class SideEffects:
         for kind, target, name, var in self._effects.values():
             if isinstance(target, Source):
                 target = ("arg", output_graph.runtime_arg(target))
-            if kind in ("list", "dict"):
+            if kind in ("list", "dict", "deque"):
                 items_var = _items_view(var)
                 # The spec names the view by id(); held for the capture's lifetime so no
                 # later variable reuses that id (the replay's memo and the graph-break
@@ -165,6 +167,9 @@ class SideEffects:
                     target.cell_contents = value
                 elif kind == "list":
                     target[:] = value
+                elif kind == "deque":
+                    target.clear()
+                    target.extend(value)
                 else:
                     target.clear()
                     target.update(value)

@@ -384,6 +384,8 @@ class InstructionTranslatorBase(
         obj = self.pop()
         if isinstance(obj, IteratorVariable):
             self.push(obj)
+        elif hasattr(obj, "make_iterator"):  # a deque (collections_objects.py)
+            self.push(obj.make_iterator())
         else:
             self.push(ListIteratorVariable(obj.unpack_var_sequence(self)))
 

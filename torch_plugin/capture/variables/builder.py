@@ -124,7 +124,7 @@ def wrap_value(tx, value: Any, source: Source | None) -> VariableTracker:
             var, (TensorVariable, ListVariable, ConstDictVariable, UserDefinedObjectVariable)
         )
         and not is_immutable(value)
-        or type(value) is set
+        or type(value) in (set, collections.deque)
     ):
         tx.output.remember_variable(value, var)
     return var
@@ -214,6 +214,11 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
         var = cls(items, source=source, mutable_local=source is None and cls is ListVariable)
         if source is not None and cls is ListVariable:
             var.real = value  # mutations are recorded and replayed on this object
+        return var
+    from .collections_objects import wrap_input
+
+    var = wrap_input(tx, value, source)  # a deque or defaultdict
+    if var is not None:
         return var
     if type(value) in (dict, collections.OrderedDict) and all(is_immutable(k) for k in value):
         guards.dict_keys_match(source, value)

@@ -232,6 +232,8 @@ class BuiltinVariable(CallableVariable):
     def call_iter(self, tx, obj):
         if isinstance(obj, IteratorVariable):
             return obj
+        if hasattr(obj, "make_iterator"):  # a deque (collections_objects.py)
+            return obj.make_iterator()
         return ListIteratorVariable(obj.unpack_var_sequence(tx))
 
     def call_next(self, tx, it, *default):

@@ -263,8 +263,11 @@ class UserDefinedClassVariable(VariableTracker):
             built = BuiltinVariable(dict).call_dict(tx, *args, **kwargs)
             built.user_cls = collections.OrderedDict
             return built
-        from . import itertools_calls
+        from . import collections_objects, itertools_calls
 
+        built = collections_objects.construct(tx, cls, args, kwargs)
+        if built is not None:
+            return built
         if cls in itertools_calls.SUPPORTED:
             return itertools_calls.call(tx, cls, list(args), dict(kwargs))
         if cls is __import__("functools").partial and args:
@@ -416,6 +419,8 @@ class SuperVariable(VariableTracker):
                         return PrivateObjectMethodVariable(self.obj, name)
                 if not hasattr(type(attr), "__get__"):
                     return wrap_constant_or_object(attr)
+                if klass is dict and hasattr(self.obj, "base_method"):
+                    return self.obj.base_method(name)  # collections_objects.py
                 if klass is dict and name in _DICT_READS:
                     return _DictReadVariable(self.obj, name)
                 unimplemented(
