@@ -138,9 +138,14 @@ def render(events: list[dict[str, Any]], title: str = "torch_plugin compile repo
     recompiles = [e for e in events if e.get("event") == "recompile"]
     total = sum(f.get("seconds", 0.0) for f in frames)
     per_stage: collections.OrderedDict[str, list[float]] = collections.OrderedDict()
-    for f in frames:
-        for st in f["stages"]:
-            per_stage.setdefault(st["name"], []).append(st["seconds"])
+    for st in (e for e in events if e.get("event") == "stage"):
+        per_stage.setdefault(st["name"], []).append(st["seconds"])
+    outside = sum(
+        e["seconds"]
+        for e in events
+        if e.get("event") == "stage" and e.get("frame") is None and e.get("depth", 0) == 0
+    )
+    cache = collections.Counter(e.get("hit") for e in events if e.get("event") == "graph_cache")
     out = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>",
         f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>",
@@ -150,7 +155,12 @@ def render(events: list[dict[str, Any]], title: str = "torch_plugin compile repo
         f"<tr><th>graph breaks</th><td>{len(breaks)}</td></tr>",
         f"<tr><th>frames not captured</th><td>{len(not_captured)}</td></tr>",
         f"<tr><th>recompiles</th><td>{len(recompiles)}</td></tr>",
-        f"<tr><th>compile time</th><td>{total:.3f} s</td></tr></table>",
+        (
+            f"<tr><th>compile time</th><td>{total:.3f} s in frames, {outside:.3f} s outside "
+            "(backward graphs, new sizes)</td></tr>"
+        ),
+        f"<tr><th>graph cache</th><td>{cache[True]} hits, {cache[False]} misses</td></tr>",
+        "</table>",
         "<h2>Time per stage</h2><table><tr><th>stage</th><th>count</th><th>total (s)</th></tr>",
     ]
     for name, times in per_stage.items():

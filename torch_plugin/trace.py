@@ -20,7 +20,10 @@ its kind:
   ``function``, ``source`` (the user's source line);
 - ``stage``: ``name`` (``capture``, ``backend``; for the "plugin" backend also
   ``graph_cache``, ``aot_autograd``, ``lower``, ``passes``, ``executor``), ``seconds``,
-  ``depth`` (nesting: the plugin's stages run inside ``backend``);
+  ``depth`` (nesting: the plugin's stages run inside ``backend``); stages outside a frame
+  conversion (a backward graph compiled at the first ``backward()``, a new size of a graph
+  with symbolic sizes) have ``frame`` None;
+- ``graph_cache`` ("plugin" backend): ``hit`` (whether the graph cache had the graph);
 - ``kernels`` ("plugin" backend): ``steps`` (``[kind, op, device]`` of each executor step:
   ``kernel`` for a generated kernel, the library kinds for a library pattern that fired),
   ``ir`` (the graph after the pass pipeline, with each generated kernel's source).
@@ -47,6 +50,7 @@ import itertools
 import json
 import os
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -79,8 +83,16 @@ class _Scope:
         self.result = "compiled"
 
 
-_scopes: list[_Scope] = []
-_depth = 0
+class _ThreadState(threading.local):
+    """Per thread (threads compile their own frames): the conversions in progress, innermost
+    last, and the nesting depth of the stage being timed."""
+
+    def __init__(self) -> None:
+        self.scopes: list[_Scope] = []
+        self.depth = 0
+
+
+_state = _ThreadState()
 
 
 def enabled() -> bool:
@@ -130,7 +142,7 @@ def emit(event: str, **fields: Any) -> None:
         "event": event,
         "t": round(time.perf_counter() - _start, 6),
         "pid": os.getpid(),
-        "frame": _scopes[-1].frame_id if _scopes else None,
+        "frame": current_frame(),
     }
     record.update({k: _jsonable(v) for k, v in fields.items()})
     try:
@@ -143,13 +155,14 @@ def emit(event: str, **fields: Any) -> None:
 
 def current_frame() -> int | None:
     """The id of the frame conversion in progress, or None."""
-    return _scopes[-1].frame_id if _scopes else None
+    scopes = _state.scopes
+    return scopes[-1].frame_id if scopes else None
 
 
 def set_result(result: str) -> None:
     """How the frame conversion in progress ends (``frame_done``'s ``result``)."""
-    if _scopes:
-        _scopes[-1].result = result
+    if _state.scopes:
+        _state.scopes[-1].result = result
 
 
 @contextlib.contextmanager
@@ -158,7 +171,7 @@ def frame(code: Any) -> Iterator[None]:
     its stages print progress lines once it has taken :data:`_PROGRESS_THRESHOLD_S`."""
     scope = _Scope(next(_frame_ids), code.co_qualname)
     where = {"name": code.co_qualname, "file": code.co_filename, "line": code.co_firstlineno}
-    _scopes.append(scope)
+    _state.scopes.append(scope)
     try:
         emit("frame", **where)
         yield
@@ -168,7 +181,7 @@ def frame(code: Any) -> Iterator[None]:
     finally:
         seconds = time.perf_counter() - scope.start
         emit("frame_done", seconds=seconds, result=scope.result, **where)
-        _scopes.remove(scope)
+        _state.scopes.remove(scope)
         if scope.printed:
             _progress_line(f"{scope.name}: compiled in {seconds:.2f} s ({scope.result})")
 
@@ -195,11 +208,11 @@ def _progress_line(text: str) -> None:
 def stage_time(name: str, seconds: float, depth: int | None = None, **fields: Any) -> None:
     """A stage of the conversion in progress took ``seconds``: traced, and printed as a
     progress line once the conversion has run past the threshold."""
-    depth = _depth if depth is None else depth
+    depth = _state.depth if depth is None else depth
     emit("stage", name=name, seconds=seconds, depth=depth, **fields)
-    if not _scopes:
+    if not _state.scopes:
         return
-    scope = _scopes[-1]
+    scope = _state.scopes[-1]
     elapsed = time.perf_counter() - scope.start
     line = f"{scope.name}: {'  ' * depth}{name} {seconds:.2f} s (at {elapsed:.2f} s)"
     scope.pending.append(line)
@@ -215,14 +228,13 @@ def stage_time(name: str, seconds: float, depth: int | None = None, **fields: An
 @contextlib.contextmanager
 def stage(name: str, **fields: Any) -> Iterator[None]:
     """Time the enclosed stage (see :func:`stage_time`); nested stages get a larger depth."""
-    global _depth
-    depth = _depth
-    _depth += 1
+    depth = _state.depth
+    _state.depth = depth + 1
     t0 = time.perf_counter()
     try:
         yield
     finally:
-        _depth = depth
+        _state.depth = depth
         stage_time(name, time.perf_counter() - t0, depth, **fields)
 
 

@@ -115,6 +115,8 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
         assert {"lower", "passes", "executor"} <= stages
         assert kernels and all(k["steps"] for k in kernels)
         assert any(step[0] == "kernel" for k in kernels for step in k["steps"])
+        cache = [e["hit"] for e in events if e["event"] == "graph_cache"]
+        assert len(cache) == len(graphs)  # one look-up per graph compiled
     else:
         assert not kernels
 
@@ -139,6 +141,8 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     assert page.count("<b>Recompile</b>") == len(recompiles)
     assert "L[&#x27;x&#x27;].size()[0] == 4 failed" in page
     assert page.count("<h3>Kernels:") == len(kernels)
+    misses = sum(1 for e in events if e["event"] == "graph_cache" and not e["hit"])
+    assert " misses</td>" in page and f", {misses} misses" in page
     for tag in ("<script", "<link", "<img", "src=", "@import", "url("):
         assert tag not in page
 

@@ -92,6 +92,7 @@ def _compile(captured: Captured, facts: dict[str, Any]) -> Callable[..., Any]:
     inference = InferenceStages(captured, rebuild, facts)
     with trace.stage("graph_cache"):
         cached = inference.from_cache()
+    trace.emit("graph_cache", hit=cached is not None)
     if cached is not None:
         return cached
 
