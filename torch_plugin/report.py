@@ -223,10 +223,30 @@ def _frame_html(f: dict[str, Any]) -> str:
         parts.append(
             f"<h3>Kernels: {len(steps)} executor steps ({_e(summary)})</h3>"
             f"<pre>{_e(k.get('describe', ''))}</pre>"
-            f"<details><summary>IR after the passes, with the generated kernels' source"
-            f"</summary><pre>{_e(k.get('ir', ''))}</pre></details>"
+            f"<details><summary>IR after the passes</summary><pre>{_e(k.get('ir', ''))}"
+            "</pre></details>"
         )
+        for kernel in k.get("kernels", []):
+            parts.append(
+                f"<details><summary>kernel <code>{_e(kernel['name'])}</code> "
+                f"({_e(kernel['target'])}): {_e(kernel['group'])}</summary>"
+                f"<pre>{_e(_kernel_proper(kernel['source']))}</pre></details>"
+            )
     return "\n".join(parts)
+
+
+# Where the shared helpers of a generated CPU kernel end (csrc/compiler/codegen/cpp).
+_PREAMBLE_END = "// ---- end of typed helpers ----"
+
+
+def _kernel_proper(source: str) -> str:
+    """A generated kernel's source without the helpers every kernel shares (its first
+    comment line kept); the whole source when there is no such marker."""
+    head, sep, body = source.partition(_PREAMBLE_END)
+    if not sep:
+        return source
+    first = head.split("\n", 1)[0]
+    return f"{first}\n// (shared helpers left out)\n{body.lstrip()}"
 
 
 def write(trace_dir: str, out: str | None = None) -> str:

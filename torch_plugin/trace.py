@@ -26,7 +26,10 @@ its kind:
 - ``graph_cache`` ("plugin" backend): ``hit`` (whether the graph cache had the graph);
 - ``kernels`` ("plugin" backend): ``steps`` (``[kind, op, device]`` of each executor step:
   ``kernel`` for a generated kernel, the library kinds for a library pattern that fired),
-  ``ir`` (the graph after the pass pipeline, with each generated kernel's source).
+  ``describe`` (the executor's steps as text), ``ir`` (the graph after the pass pipeline,
+  each kernel's source replaced by ``<source of NAME>``: its fusion group's ops stay) and
+  ``kernels`` (``name``, ``target`` (``cpp``, ``cuda``), ``group`` (the source's first
+  comment: what the fusion group computes) and ``source``, the whole generated source).
 
 Writing never fails the program: an unwritable folder is warned about once and tracing is
 turned off. When ``TORCH_PLUGIN_TRACE`` is unset, :func:`enabled` is False and nothing is
@@ -40,7 +43,8 @@ terminal.
 
 This module imports only ``config`` and ``logs`` (leaves): capture and the compiler call it.
 
-Key names: :func:`enabled`, :func:`emit`, :func:`frame`, :func:`stage`, :func:`stage_time`.
+Key names: :func:`enabled`, :func:`emit`, :func:`frame`, :func:`stage`, :func:`stage_time`,
+:func:`split_kernels`.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -277,3 +282,26 @@ def capture_stopped(event: str, e: Any) -> None:
         function=loc.function if loc else None,
         source=loc.source_line if loc else None,
     )
+
+
+# A generated kernel in the IR text: torch_plugin::fused(..., name='fused_0', ...,
+# source='...', target='cpp') (csrc/ir's printer writes the attributes in name order; the
+# source is written as it is, apostrophes included).
+_KERNEL = re.compile(r"name='([^']*)'([^\n]*?)source='(.*?)', target='(\w+)'", re.DOTALL)
+
+
+def split_kernels(ir_text: str) -> tuple[str, list[dict[str, str]]]:
+    """``ir_text`` (an IR graph after the pass pipeline, as ``str(graph)`` prints it) with
+    each generated kernel's source replaced by ``<source of NAME>``, and the kernels:
+    ``name``, ``target``, ``group`` (the source's first line when it is a comment) and
+    ``source``."""
+    kernels: list[dict[str, str]] = []
+
+    def cut(m: re.Match) -> str:
+        name, rest, source, target = m.group(1), m.group(2), m.group(3), m.group(4)
+        first = source.split("\n", 1)[0]
+        group = first[2:].strip() if first.startswith("//") else ""
+        kernels.append({"name": name, "target": target, "group": group, "source": source})
+        return f"name='{name}'{rest}source=<source of {name}>, target='{target}'"
+
+    return _KERNEL.sub(cut, ir_text), kernels

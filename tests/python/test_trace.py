@@ -115,6 +115,14 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
         assert {"lower", "passes", "executor"} <= stages
         assert kernels and all(k["steps"] for k in kernels)
         assert any(step[0] == "kernel" for k in kernels for step in k["steps"])
+        # Each generated kernel's source, cut out of the IR text (which names it instead).
+        sources = [kernel for k in kernels for kernel in k["kernels"]]
+        assert sources and all(
+            f"<source of {x['name']}>" in k["ir"] for k in kernels for x in k["kernels"]
+        )
+        for x in sources:
+            assert x["target"] == "cpp" and "fusion group" in x["group"]
+            assert 'extern "C" void kernel(' in x["source"]
         cache = [e["hit"] for e in events if e["event"] == "graph_cache"]
         assert len(cache) == len(graphs)  # one look-up per graph compiled
     else:
@@ -141,6 +149,9 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     assert page.count("<b>Recompile</b>") == len(recompiles)
     assert "L[&#x27;x&#x27;].size()[0] == 4 failed" in page
     assert page.count("<h3>Kernels:") == len(kernels)
+    for k in kernels:
+        for x in k["kernels"]:
+            assert f"kernel <code>{x['name']}</code> (cpp): " in page
     misses = sum(1 for e in events if e["event"] == "graph_cache" and not e["hit"])
     assert " misses</td>" in page and f", {misses} misses" in page
     for tag in ("<script", "<link", "<img", "src=", "@import", "url("):

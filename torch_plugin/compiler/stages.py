@@ -230,7 +230,8 @@ class CompiledGraph:
             # The IR text after the pass pipeline holds each generated kernel's source;
             # the steps' kinds name the library patterns that fired.
             steps = [list(s) for s in self.call.executor.steps()]
-            trace.emit("kernels", steps=steps, ir=self.ir, describe=self.describe())
+            ir, kernels = trace.split_kernels(self.ir)
+            trace.emit("kernels", steps=steps, describe=self.describe(), ir=ir, kernels=kernels)
 
     def _use(self, lowered: Lowered, executor: Any) -> None:
         self.lowered = lowered
