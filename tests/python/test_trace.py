@@ -3,6 +3,7 @@ long compiles."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -233,3 +234,35 @@ def test_report_without_a_trace(tmp_path, capsys):
     assert "no trace-*.jsonl file" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError):
         report.write(str(tmp_path))
+
+
+def _browser() -> str | None:
+    return next(
+        (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p),
+        None,
+    )
+
+
+def test_report_renders_in_a_headless_browser(_clean, tmp_path):
+    """The page opens in a real browser (Debian's chromium package: ``apt-get install
+    chromium``); skipped where none is installed."""
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no chromium on PATH (apt-get install chromium)")
+    monkeypatch = _clean
+    trace_dir = tmp_path / "trace"
+    monkeypatch.setattr(trace, "_dir", str(trace_dir))
+    monkeypatch.setattr(trace, "_enabled", True)
+    monkeypatch.setattr(trace, "_file", None)
+    a, b = torch.randn(6), torch.randn(6)
+    torch.testing.assert_close(torch_plugin.optimize("eager")(bar)(a, b), bar(a, b))
+    trace._file.close()
+    page = report.write(str(trace_dir))
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+         "--window-size=1200,1600", f"file://{page}"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 10_000
