@@ -48,6 +48,7 @@ Environment variables (read when needed, by the functions at the end of this mod
 | environment variable | default | read by | effect |
 |---|---|---|---|
 | ``TORCH_PLUGIN_LOGS`` | unset | :func:`logs_spec` (at import), :func:`compiler_environment` | log channels (``torch_plugin.logs``); ``kernels`` in it prints each generated kernel, ``patterns`` each library-pattern rule that fires or is rejected (rule name, source line, failed constraint) |
+| ``TORCH_PLUGIN_TRACE`` | unset | :func:`trace_dir` (at import, by ``torch_plugin.trace``) | a folder: each process writes its compile trace there (``trace-<pid>.jsonl``, one JSON object per event: frames, graphs, graph breaks, guards, recompiles, stage times, kernels); ``python -m torch_plugin.report DIR`` makes an HTML page of it |
 | ``TORCH_LOGS`` | unset | :func:`logs_spec` | torch.compile's log components; those in :data:`TORCH_LOGS_COMPONENTS` switch on the channel they mean here (``graph_code``: ``graph``, ``output_code``: ``kernels``) |
 | ``TORCH_PLUGIN_DISABLE`` | ``0`` | :func:`optimization_disabled` (at each ``torch_plugin.optimize()`` call) | ``1`` turns all optimization off: ``optimize`` returns the model or function unchanged (a context manager that captures nothing), as ``optimize(..., disable=True)`` does |
 | ``TORCH_PLUGIN_FREEZE`` | ``1`` | :func:`compiler_environment` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding (views of weights stay views), prepacked convolution weights |
@@ -152,7 +153,7 @@ Tested in ``tests/python/compiler/test_fallback.py``."""
 logs: tuple = ()
 """The log channels printed to stderr, as a tuple of names from
 ``torch_plugin.logs.CHANNELS``: ``graph_breaks``, ``recompiles``, ``guards``, ``bytecode``,
-``graph``. Set at import from the ``TORCH_PLUGIN_LOGS`` environment variable
+``graph``, ``ddp``, ``perf`` (the stage times of compiles past about 2 s). Set at import from the ``TORCH_PLUGIN_LOGS`` environment variable
 (``TORCH_PLUGIN_LOGS=graph_breaks,recompiles``, or ``all``). Unlike the other flags,
 assigning it acts at once: ``config.logs = "graph_breaks,guards"`` (a comma-separated string
 or a list of names) calls :func:`torch_plugin.set_logs`, which stores the normalized tuple
@@ -295,6 +296,15 @@ def logs_spec() -> str:
         if name in TORCH_LOGS_COMPONENTS and not item.strip().startswith("-"):
             names.append(TORCH_LOGS_COMPONENTS[name])
     return ",".join(n for n in names if n.strip())
+
+
+TRACE_ENV_VAR = "TORCH_PLUGIN_TRACE"
+
+
+def trace_dir() -> str:
+    """The folder ``TORCH_PLUGIN_TRACE`` names for the compile trace ("" when unset: no
+    trace). Read once, at import, by ``torch_plugin.trace``."""
+    return os.environ.get(TRACE_ENV_VAR, "").strip()
 
 
 def _spec_has(spec: str, channel: str) -> bool:

@@ -12,7 +12,10 @@ Channels (each is the logger ``torch_plugin.<channel>``):
 - ``graph``: the code of each captured FX graph, with shapes and the user's source lines;
 - ``ddp``: how each graph captured inside DistributedDataParallel's forward was split at
   gradient buckets, or why it was compiled whole (emitted by
-  ``torch_plugin.distributed.ddp``).
+  ``torch_plugin.distributed.ddp``);
+- ``perf``: the progress of long compiles: once a frame's compile has taken about 2 s, one
+  line per stage with its time (emitted by ``torch_plugin.trace``; without this channel the
+  lines go to stderr only when it is a terminal).
 
 The last three are written by :func:`log_record`, which capture calls with each
 ``CaptureRecord`` while one of them is on (:func:`records_wanted`).
@@ -44,7 +47,15 @@ from typing import Any
 from . import config
 
 ENV_VAR = config.LOGS_ENV_VAR
-CHANNELS: tuple[str, ...] = ("graph_breaks", "recompiles", "guards", "bytecode", "graph", "ddp")
+CHANNELS: tuple[str, ...] = (
+    "graph_breaks",
+    "recompiles",
+    "guards",
+    "bytecode",
+    "graph",
+    "ddp",
+    "perf",
+)
 # Read by the "plugin" compiler from TORCH_PLUGIN_LOGS when it compiles a graph
 # (config.compiler_environment): generated kernels, library-pattern rules. Not Python loggers.
 COMPILER_CHANNELS: tuple[str, ...] = ("kernels", "patterns")

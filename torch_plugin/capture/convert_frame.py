@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from .. import config, logs
+from .. import config, logs, trace
 from ..contract import DDP_SPLIT, BackendCompilerFailed, CompilerFn, call_backend
 from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
 from . import graph_break_types as gbt
@@ -121,7 +121,7 @@ listeners: list = []
 
 def _listening() -> bool:
     """Whether anyone wants CaptureRecords (a listener, or a log channel)."""
-    return bool(listeners) or logs.records_wanted()
+    return bool(listeners) or logs.records_wanted() or trace.enabled()
 
 
 class keep_guard_sets:
@@ -151,6 +151,8 @@ def _notify(record: CaptureRecord) -> None:
         listener(record)
     if logs.records_wanted():
         logs.log_record(record)
+    if trace.enabled():
+        trace.record(record)
 
 
 def _has_operations(output: OutputGraph) -> bool:
@@ -295,6 +297,14 @@ class ConvertFrame:
             failed = entries[0][1].failure_reason(
                 frame.arg_values, frame.f_globals, frame.f_builtins, frame.closure
             )
+            trace.emit(
+                "recompile",
+                name=code.co_qualname,
+                file=code.co_filename,
+                line=code.co_firstlineno,
+                failed_guard=failed,
+                entries=len(entries),
+            )
             recompiles_log.info(
                 "recompiling %s: %s (%d compiled entries, config.cache_size_limit=%d)",
                 code.co_qualname,
@@ -307,6 +317,14 @@ class ConvertFrame:
                     f"torch_plugin: recompiling {code.co_qualname} ({code.co_filename}:"
                     f"{code.co_firstlineno}): {failed} (config.error_on_recompile is set)"
                 )
+        with trace.frame(code):
+            return self._convert_or_break(frame, code)
+
+    def _convert_or_break(self, frame, code):
+        """Convert ``frame``; where capture stops, break the graph there (or leave the frame
+        unmodified: None)."""
+        from torch_plugin import _C
+
         try:
             with shutdown.converting():  # an exit meanwhile waits for it (shutdown.py)
                 return self._convert(frame)
@@ -358,6 +376,8 @@ class ConvertFrame:
                     )
                 )
                 graph_breaks_log.info("graph break in %s: %s", code.co_qualname, first.describe())
+                trace.set_result("graph break")
+                trace.capture_stopped("graph_break", first)
                 return result
         stats.frames_failed += 1
         stats.failures.append(
@@ -369,6 +389,8 @@ class ConvertFrame:
             first.describe(),
             exc_info=first if config.verbose else None,
         )
+        trace.set_result("not captured")
+        trace.capture_stopped("not_captured", first)
         return None
 
     def _convert(self, frame, break_at: int | None = None, break_reason: Unsupported | None = None):
@@ -542,11 +564,12 @@ class ConvertFrame:
         gm = torch.fx.GraphModule(output.root, output.graph, class_name=f"Captured_{code.co_name}")
         t1 = time.perf_counter()
         stats.translate_time_s += t1 - t0
+        trace.stage_time("capture", t1 - t0)
         snapshot = _snapshot(gm) if _listening() else None
         graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
         if part:
             graph_name += ", part before a graph break"
-        with output.backend_context():
+        with output.backend_context(), trace.stage("backend", backend=self.backend_name):
             compiled = call_backend(
                 compiler,
                 gm,

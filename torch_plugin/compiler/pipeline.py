@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from torch_plugin import _C, config
+from torch_plugin import _C, config, trace
 from torch_plugin.compiler import options, training
 from torch_plugin.compiler.cuda_graphs import median_cuda_ms
 from torch_plugin.compiler.graph_outputs import flatten_graph_outputs
@@ -90,7 +90,9 @@ def _compile(captured: Captured, facts: dict[str, Any]) -> Callable[..., Any]:
     gm = captured.gm
     rebuild = flatten_graph_outputs(gm)
     inference = InferenceStages(captured, rebuild, facts)
-    cached = inference.from_cache()
+    with trace.stage("graph_cache"):
+        cached = inference.from_cache()
+    trace.emit("graph_cache", hit=cached is not None)
     if cached is not None:
         return cached
 
@@ -103,7 +105,7 @@ def _compile(captured: Captured, facts: dict[str, Any]) -> Callable[..., Any]:
 
     # On CUDA, attention is traced as a leaf op (torch_plugin.compiler.attention says why).
     tracing = LeafAttention("cuda") if captured.cuda else contextlib.nullcontext()
-    with tracing:
+    with tracing, trace.stage("aot_autograd"):
         compiled = aot_module_simplified(
             gm,
             captured.example_inputs,

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from torch_plugin import _C
+from torch_plugin import _C, trace
 from torch_plugin.compiler import configure_runtime, graph_format, lowering, size_variants
 from torch_plugin.compiler import options as options_mod
 from torch_plugin.contract import UNVERSIONED_PARAMETERS
@@ -57,7 +57,8 @@ def _new_executor(lowered: Lowered) -> Any:
     ir_graph, lowered.ir_graph = lowered.ir_graph, None
     if ir_graph is None:
         raise RuntimeError("plugin: this lowered graph already built an executor")
-    return _C._compiler.Executor(ir_graph, release_owned_constants=True)
+    with trace.stage("executor"):
+        return _C._compiler.Executor(ir_graph, release_owned_constants=True)
 
 
 @dataclasses.dataclass
@@ -122,7 +123,8 @@ class Lowered:
     ) -> None:
         pass_options = options.pass_options()
         pass_options["freeze"] = bool(frozen)
-        ir_graph.run_pipeline(pass_options)
+        with trace.stage("passes"):
+            ir_graph.run_pipeline(pass_options)
         self.ir_graph = ir_graph
         # Its text, kept: building the executor releases the IR (_new_executor).
         self.ir_text = str(ir_graph)
@@ -146,7 +148,8 @@ def lower(
     cacheable form (:func:`graph_format.entry_of`) if it has one. Raises
     :class:`~torch_plugin.compiler.lowering.Unsupported`."""
     constants = [t.detach() for t in frozen]
-    g = lowering.lower(gm, dict(enumerate(constants)))
+    with trace.stage("lower"):
+        g = lowering.lower(gm, dict(enumerate(constants)))
     entry = graph_format.entry_of(g.export(), constants, g.device())
     if on_exported is not None:
         if entry is not None:
@@ -223,6 +226,12 @@ class CompiledGraph:
             as_tuple,
         )
         self._use(lowered, self.call.executor)
+        if trace.enabled():
+            # The IR text after the pass pipeline holds each generated kernel's source;
+            # the steps' kinds name the library patterns that fired.
+            steps = [list(s) for s in self.call.executor.steps()]
+            ir, kernels = trace.split_kernels(self.ir)
+            trace.emit("kernels", steps=steps, describe=self.describe(), ir=ir, kernels=kernels)
 
     def _use(self, lowered: Lowered, executor: Any) -> None:
         self.lowered = lowered
