@@ -57,7 +57,7 @@ def live_locals(code: types.CodeType, offset: int) -> set[str]:
     index = {inst.offset: i for i, inst in enumerate(instructions)}
     handlers: list[int] = []
     try:
-        table = dis._parse_exception_table(code)  # noqa: SLF001 - the documented table, parsed
+        table = dis._parse_exception_table(code)
         handlers = [index[e.target] for e in table if e.target in index]
     except AttributeError:  # pragma: no cover - every supported version has it
         pass
@@ -209,8 +209,63 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     out.flags = flags
     result = out.to_code()
+    # `bytecode` leaves a range's depth unset (32768) when no flow it can follow enters the
+    # range's TryBegin; CPython then unwinds an exception there into garbage (fuzz seed 230
+    # crashed). Seen again for a resume function inside a resume function that starts in a
+    # `with` block: such a resume point is refused (the frame part runs uncaptured).
+    for entry in live_exception_entries(result):
+        if entry.depth > result.co_stacksize:
+            unimplemented(
+                gbt.NO_BREAK_HERE,
+                f"the resume function at offset {spec.target_offset} would have an "
+                f"exception-table entry without a stack depth ({entry.depth})",
+            )
     _cache[key] = result
     return result
+
+
+_NO_FALLTHROUGH = frozenset({
+    "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD",
+    "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT",
+})  # fmt: skip
+
+
+def live_exception_entries(code: types.CodeType) -> list:
+    """The exception-table entries of ``code`` whose range holds an instruction that can run:
+    reachable from the first instruction through fall-through, jumps and the handlers of
+    live entries. A resume function keeps the original code after its prologue, unreachable,
+    and ``bytecode`` gives the ranges there no depth (32768); only a live range with no
+    depth can unwind into garbage."""
+    instructions = list(dis.get_instructions(code))
+    by_offset = {ins.offset: i for i, ins in enumerate(instructions)}
+    table = dis._parse_exception_table(code)
+    reached: set[int] = set()
+    todo = [0]
+    live: list = []
+    while todo:
+        while todo:
+            i = todo.pop()
+            while i is not None and i < len(instructions) and i not in reached:
+                reached.add(i)
+                ins = instructions[i]
+                if ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs:
+                    target = by_offset.get(ins.argval)
+                    if target is not None:
+                        todo.append(target)
+                i = None if ins.opname in _NO_FALLTHROUGH else i + 1
+        grown = False
+        for entry in table:
+            if entry in live:
+                continue
+            if any(entry.start <= instructions[i].offset < entry.end for i in reached):
+                live.append(entry)
+                target = by_offset.get(entry.target)
+                if target is not None and target not in reached:
+                    todo.append(target)
+                grown = True
+        if not grown:
+            break
+    return live
 
 
 def _enter_region_at(body: list, target_pos: int, target_label: bc.Label) -> list:
