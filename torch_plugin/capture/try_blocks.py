@@ -40,6 +40,7 @@ import torch.fx
 
 from . import graph_break_types as gbt
 from .exc import Unsupported
+from .pure_calls import _INPLACE_OPERATORS as INPLACE_OPERATORS
 
 _Entry = dis._ExceptionTableEntry  # the documented table, parsed
 
@@ -92,24 +93,8 @@ _UNREPEATABLE_WORDS = (
     "requires_grad",
     "apply",
 )
-_INPLACE_OPERATORS = frozenset(
-    {
-        operator.setitem,
-        operator.iadd,
-        operator.isub,
-        operator.imul,
-        operator.itruediv,
-        operator.ifloordiv,
-        operator.imod,
-        operator.ipow,
-        operator.iand,
-        operator.ior,
-        operator.ixor,
-        operator.ilshift,
-        operator.irshift,
-        operator.imatmul,
-    }
-)
+# The in-place operator calls pure_calls knows, and setitem.
+_INPLACE_OPERATORS = INPLACE_OPERATORS | {operator.setitem}
 
 
 def _target_name(node: torch.fx.Node) -> str:

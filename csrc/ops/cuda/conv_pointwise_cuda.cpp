@@ -20,14 +20,6 @@ namespace torch_plugin::ops {
 
 namespace {
 
-at::Tensor activation(
-    const at::Tensor& y,
-    std::string_view name,
-    double alpha,
-    double beta) {
-  return ir::apply_epilogue(y, name, alpha, beta);
-}
-
 at::Tensor conv_pointwise_cuda(
     const at::Tensor& x,
     const at::Tensor& w,
@@ -64,7 +56,8 @@ at::Tensor conv_pointwise_cuda(
   a.activation = std::string(act.data(), act.size());
   a.alpha = alpha;
   a.beta = beta;
-  return libs::cudnn::run_conv_pointwise(a, at::Tensor(), nullptr, activation);
+  return libs::cudnn::run_conv_pointwise(
+      a, at::Tensor(), nullptr, ir::apply_epilogue);
 }
 
 } // namespace
