@@ -46,8 +46,6 @@ namespace cp = schema::conv_pointwise;
 namespace lib_args = schema::library;
 namespace to_copy = schema::to_copy;
 
-const std::vector<c10::DeviceType> kCpu = {c10::DeviceType::CPU};
-const std::vector<c10::DeviceType> kCuda = {c10::DeviceType::CUDA};
 const char* const kConv = "torch_plugin::conv_pointwise";
 
 // The activations cuDNN's pointwise modes compute as ATen does (the mapping:

@@ -39,8 +39,6 @@ namespace mm = schema::mm;
 namespace add = schema::add;
 namespace lib_args = schema::library;
 
-const std::vector<c10::DeviceType> kCpu = {c10::DeviceType::CPU};
-const std::vector<c10::DeviceType> kCuda = {c10::DeviceType::CUDA};
 const char* const kLinear = "torch_plugin::linear_pointwise";
 const char* const kConv = "torch_plugin::conv_pointwise";
 

@@ -39,6 +39,10 @@ struct Match {
   Value* mid_other = nullptr; // mid's other operand (the scale)
 };
 
+// Rule::devices of the rules that run on one device.
+inline const std::vector<c10::DeviceType> kCpu = {c10::DeviceType::CPU};
+inline const std::vector<c10::DeviceType> kCuda = {c10::DeviceType::CUDA};
+
 struct Constraint {
   const char* name; // what must hold, as logged when it does not
   bool (*holds)(const Graph& g, const Match& m);
