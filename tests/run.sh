@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs torch_plugin's tests against the INSTALLED package:
-#   1. pytest tests/python "$@"
+#   1. pytest tests/python "$@" (without slow tests, one worker per core: see DEFAULTS)
 #   2. tests/cpp (GoogleTest), configured with TORCH_PLUGIN_BUILD_TESTS=ON in
 #      build/cpp-tests (incremental, ninja) and run by ctest.
 # Exits non-zero if either fails. PYTHON selects the interpreter (default python3).
@@ -21,11 +21,22 @@ PYTHON_EXE="$("$PYTHON" -c 'import sys; print(sys.executable)')" || exit 2
 # and -p no:cacheprovider keeps it from writing .pytest_cache into the checkout.
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
+# Defaults, each dropped where the arguments choose for themselves:
+# - tests marked slow (more than ~10 s each on 2 cores) are deselected; run them with
+#   `-m slow` or `-m ""` (every test);
+# - with pytest-xdist (requirements-test.txt), one worker per core (`-n auto`); `-n 0` runs
+#   in this process.
+DEFAULTS=()
+[[ " $* " == *" -m "* || " $* " == *" -m="* ]] || DEFAULTS+=(-m "not slow")
+if [[ " $* " != *" -n "* && " $* " != *" -n="* && " $* " != *"no:xdist"* ]] &&
+  "$PYTHON_EXE" -c 'import xdist' 2> /dev/null; then
+  DEFAULTS+=(-n auto)
+fi
 (
   cd "$WORK" &&
     "$PYTHON_EXE" -c 'import torch_plugin, sys; print("torch_plugin under test:", torch_plugin.__file__, file=sys.stderr)' &&
     "$PYTHON_EXE" -m pytest --import-mode=importlib -p no:cacheprovider \
-      --rootdir="$ROOT" "$ROOT/tests/python" "$@"
+      --rootdir="$ROOT" "$ROOT/tests/python" "${DEFAULTS[@]}" "$@"
 )
 PYTEST_STATUS=$?
 

@@ -25,7 +25,15 @@ GPU_TESTS=(
   tests/python/compiler/test_cuda_attention.py
   tests/python/compiler/test_cuda_kernels.py
   tests/python/compiler/test_cuda_runtime.py
+  tests/python/compiler/test_devices.py
+  tests/python/compiler/test_fusion_share.py
+  tests/python/compiler/test_output_aliasing.py
   tests/python/compiler/test_cublaslt.py
+  tests/python/compiler/test_cublaslt_padded.py
+  tests/python/compiler/test_cudnn_conv.py
+  tests/python/compiler/test_cuda_glue.py
+  tests/python/compiler/test_cuda_graph_inputs.py
+  tests/python/compiler/test_fusion_casts.py
   tests/python/models/test_cuda_models.py
   tests/python/distributed/test_ddp.py
   tests/python/compiler/op_coverage/test_op_coverage.py

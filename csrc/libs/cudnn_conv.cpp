@@ -20,7 +20,9 @@
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -48,7 +50,8 @@ const Loaded& loaded() {
     Loaded r;
     void* h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD);
     if (!h) {
-      r.why = "libcudnn.so.9 is not loaded in this process (torch without cuDNN)";
+      r.why =
+          "libcudnn.so.9 is not loaded in this process (torch without cuDNN)";
       return r;
     }
     fe::cudnn_dlhandle = h;
@@ -152,8 +155,8 @@ bool ConvDesc::operator==(const ConvDesc& o) const {
 
 std::string ConvDesc::str() const {
   std::ostringstream s;
-  s << "conv x" << c10::IntArrayRef(x_sizes) << " w" << c10::IntArrayRef(w_sizes)
-    << " " << c10::toString(dtype);
+  s << "conv x" << c10::IntArrayRef(x_sizes) << " w"
+    << c10::IntArrayRef(w_sizes) << " " << c10::toString(dtype);
   if (bias)
     s << "+bias";
   if (scale)
@@ -193,8 +196,29 @@ cudnnHandle_t torch_handle() {
   return h;
 }
 
-// The plan of d, or nullptr (no engine, or a build error).
-std::unique_ptr<ConvPlan::Impl> build(const ConvDesc& d) {
+int64_t numel(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    n *= s;
+  return n;
+}
+
+// The workspace a convolution of d may ask for: the bytes of its own input and
+// output, at least 16 MiB. Engines asking for more are dropped, so that a
+// convolution never raises the peak far above eager's (a small conv+BN graph's
+// first heuristic engine asked for more than 32 MiB;
+// tests/python/compiler/test_peak_memory.py).
+int64_t workspace_cap(const ConvDesc& d) {
+  const int64_t bytes = (numel(d.x_sizes) + numel(d.y_sizes)) *
+      static_cast<int64_t>(c10::elementSize(d.dtype));
+  return std::max<int64_t>(bytes, int64_t{16} << 20);
+}
+
+// The plan of d from cuDNN's heuristics among the engines whose workspace is at
+// most max_workspace, or nullptr (no engine, or a build error).
+std::unique_ptr<ConvPlan::Impl> build(
+    const ConvDesc& d,
+    int64_t max_workspace) {
   const fe::DataType_t io = fe_type(d.dtype);
   if (io == fe::DataType_t::NOT_SET)
     return nullptr;
@@ -242,9 +266,11 @@ std::unique_ptr<ConvPlan::Impl> build(const ConvDesc& d) {
     y = binary(y, channel_vector("b", kB, io), fe::PointwiseMode_t::ADD);
   const fe::DataType_t vt = fe_type(d.vector_dtype);
   if (d.scale)
-    y = binary(y, channel_vector("scale", kScale, vt), fe::PointwiseMode_t::MUL);
+    y = binary(
+        y, channel_vector("scale", kScale, vt), fe::PointwiseMode_t::MUL);
   if (d.shift)
-    y = binary(y, channel_vector("shift", kShift, vt), fe::PointwiseMode_t::ADD);
+    y = binary(
+        y, channel_vector("shift", kShift, vt), fe::PointwiseMode_t::ADD);
   if (d.residual) {
     auto r = g->tensor(fe::graph::Tensor_attributes()
                            .set_name("r")
@@ -258,8 +284,9 @@ std::unique_ptr<ConvPlan::Impl> build(const ConvDesc& d) {
     auto mode = activation_mode(d.activation);
     if (!mode)
       return nullptr;
-    auto attrs = fe::graph::Pointwise_attributes().set_mode(*mode).set_compute_data_type(
-        fe::DataType_t::FLOAT);
+    auto attrs =
+        fe::graph::Pointwise_attributes().set_mode(*mode).set_compute_data_type(
+            fe::DataType_t::FLOAT);
     if (*mode == fe::PointwiseMode_t::SWISH_FWD)
       attrs.set_swish_beta(1.0f);
     y = g->pointwise(y, attrs);
@@ -282,9 +309,9 @@ std::unique_ptr<ConvPlan::Impl> build(const ConvDesc& d) {
   if (d.deterministic)
     barred.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
   g->deselect_numeric_notes(barred);
+  g->deselect_workspace_greater_than(max_workspace);
   if (g->check_support(handle).is_bad() ||
-      g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE)
-          .is_bad())
+      g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE).is_bad())
     return nullptr;
   auto impl = std::make_unique<ConvPlan::Impl>();
   if (g->get_workspace_size(impl->workspace).is_bad())
@@ -338,7 +365,12 @@ std::shared_ptr<const ConvPlan> plan_conv(const ConvDesc& desc) {
   }
   std::shared_ptr<const ConvPlan> plan;
   try {
-    if (auto impl = build(desc))
+    // Within the workspace cap first; where no engine fits, any workspace (a
+    // cuDNN plan beats ATen's convolution, which asks for workspace too).
+    auto impl = build(desc, workspace_cap(desc));
+    if (!impl)
+      impl = build(desc, std::numeric_limits<int64_t>::max());
+    if (impl)
       plan = std::make_shared<ConvPlan>(std::move(impl));
   } catch (const std::exception&) {
     plan = nullptr; // a frontend exception (a missing symbol): no plan
