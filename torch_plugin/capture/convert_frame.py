@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from .. import config, logs, trace
 from ..contract import DDP_SPLIT, BackendCompilerFailed, CompilerFn, call_backend
@@ -410,7 +411,13 @@ class ConvertFrame:
                 )
                 dynamic_shapes.force_static(frame.f_code)
                 return self._convert_releasing_globals(frame, break_at, break_reason)
-        except (Unsupported, BackendCompilerFailed, CaptureError, InternalCaptureError):
+        except (
+            Unsupported,
+            BackendCompilerFailed,
+            CaptureError,
+            InternalCaptureError,
+            ConstraintViolationError,  # torch._dynamo.mark_dynamic's range: the user's error
+        ):
             raise
         except Exception as e:  # a translator bug must not break the user's program
             if config.debug_raise_internal_errors:
@@ -471,6 +478,9 @@ class ConvertFrame:
                 )
                 stats.frames_captured += 1
                 output.add_distinct_guards()
+                dynamic_shapes.check_ranges(
+                    output.shape_env, output.ranged_dims, code, output.shape_guard_locations
+                )
                 guard = build_guard_tree(output.guards, output.shape_env, output.shape_bindings)
                 if _listening():
                     _notify(
@@ -505,6 +515,9 @@ class ConvertFrame:
         t1 = graph.compile_start
         if output.has_dynamic_shapes():
             # After the backend: its decisions about symbolic sizes are guards too.
+            dynamic_shapes.check_ranges(
+                output.shape_env, output.ranged_dims, code, output.shape_guard_locations
+            )
             guard = build_guard_tree(output.guards, output.shape_env, output.shape_bindings)
 
         n_inputs = len(output.input_sources)
