@@ -477,7 +477,7 @@ def test_mark_dynamic_range_narrowed_by_the_code_raises(n):
     text = str(err.value)
     guard = "L['x'].size()[0] <= 6" if n <= 6 else "L['x'].size()[0] > 6"
     assert "Constraints violated (L['x'].size()[0])" in text
-    assert f"2 <= L['x'].size()[0] <= 8 (given to torch._dynamo.mark_dynamic)" in text
+    assert "2 <= L['x'].size()[0] <= 8 (given to torch._dynamo.mark_dynamic)" in text
     assert f"generated guard {guard}" in text
     assert f'File "{__file__}", line {BRANCH_LINE}, in branchy' in text
     assert counter.graphs == 1  # checked after the backend (its guards count too)
