@@ -16,6 +16,10 @@ its kind:
 - ``graph``: ``code`` (the FX graph's Python code), ``nodes``, ``ops``, ``part`` (True for the
   graph before a graph break), ``translate_s``, ``compile_s``;
 - ``guards``: ``guards`` (a list, in source terms);
+- ``bytecode``: the code that replaced the frame, ``transformed``, and each resume function
+  it calls at a graph break, ``resume`` (a list), each as ``name``, ``file``, ``line``,
+  ``text`` (Python source decompiled by the optional ``depyf``, else the ``dis`` listing),
+  ``tool`` (``"depyf"`` or ``"dis"``) and ``note`` (why not depyf, or None);
 - ``graph_break``/``not_captured``: ``reason``, ``gb_id``, ``gb_name``, ``file``, ``line``,
   ``function``, ``source`` (the user's source line);
 - ``stage``: ``name`` (``capture``, ``backend``; for the "plugin" backend also
@@ -41,7 +45,8 @@ prints one line per stage with its time (the stages before the threshold at once
 ones as they end), on the ``perf`` log channel when it is on, else to stderr when stderr is a
 terminal.
 
-This module imports only ``config`` and ``logs`` (leaves): capture and the compiler call it.
+This module imports only ``config``, ``logs`` and ``decompiler`` (leaves): capture and the
+compiler call it.
 
 Key names: :func:`enabled`, :func:`emit`, :func:`frame`, :func:`stage`, :func:`stage_time`,
 :func:`split_kernels`.
@@ -62,6 +67,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import config, logs
+from .decompiler import source_of
 
 # Seconds after which a compile prints its stages (a private hook: tests lower it).
 _PROGRESS_THRESHOLD_S = 2.0
@@ -263,6 +269,25 @@ def record(rec: Any) -> None:
             compile_s=rec.compile_time_s,
         )
     emit("guards", guards=[str(g) for g in rec.guards])
+    if rec.transformed_code is not None:
+        emit(
+            "bytecode",
+            transformed=_readable(rec.transformed_code),
+            resume=[_readable(c) for c in getattr(rec, "resume_codes", ())],
+        )
+
+
+def _readable(code: Any) -> dict[str, Any]:
+    """``code`` as the ``bytecode`` event holds it (:func:`decompiler.source_of`)."""
+    r = source_of(code)
+    return {
+        "name": code.co_qualname,
+        "file": code.co_filename,
+        "line": code.co_firstlineno,
+        "text": r.text,
+        "tool": r.tool,
+        "note": r.note,
+    }
 
 
 def capture_stopped(event: str, e: Any) -> None:

@@ -3,6 +3,7 @@ long compiles."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 import torch_plugin
-from torch_plugin import config, report, trace
+from torch_plugin import config, decompiler, report, trace
 from torch_plugin.logs import set_logs
 
 SCRIPT = textwrap.dedent(
@@ -129,6 +130,24 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     else:
         assert not kernels
 
+    # The transformed code of every compiled frame, and at f's graph break its resume
+    # functions, as Python source (depyf) or, without it, the dis listing with the reason.
+    codes = [e for e in events if e["event"] == "bytecode"]
+    assert {c["frame"] for c in codes} == {g["frame"] for g in graphs}
+    f_codes = [c for c in codes if c["transformed"]["name"] == "f"]
+    assert f_codes and all(
+        sorted(r["name"] for r in c["resume"]) == sorted(resumes) for c in f_codes
+    )
+    for c in (x for e in codes for x in (e["transformed"], *e["resume"])):
+        assert c["file"] == script and c["text"]
+        if c["tool"] == "depyf":
+            compile(module_text_of(c), "<test>", "exec")
+        else:
+            assert c["tool"] == "dis" and "depyf" in c["note"]
+    if decompiler.depyf_available() and sys.version_info < (3, 12):
+        assert all(c["transformed"]["tool"] == "depyf" for c in f_codes)
+        assert "__torch_plugin_compiled_fn_" in f_codes[0]["transformed"]["text"]
+
     # The report page holds every frame, break (with its source line), failed guard and
     # kernel, and loads nothing from elsewhere.
     out = subprocess.run(
@@ -153,10 +172,21 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     for k in kernels:
         for x in k["kernels"]:
             assert f"kernel <code>{x['name']}</code> (cpp): " in page
+    assert page.count("<summary>Transformed code <code>") == len(codes)
+    assert page.count("<summary>Resume function <code>") == sum(len(c["resume"]) for c in codes)
     misses = sum(1 for e in events if e["event"] == "graph_cache" and not e["hit"])
     assert " misses</td>" in page and f", {misses} misses" in page
     for tag in ("<script", "<link", "<img", "src=", "@import", "url("):
         assert tag not in page
+
+
+def module_text_of(c: dict) -> str:
+    """A ``bytecode`` event's source as module text (a resume function's source declares
+    the frame's free variables ``nonlocal``: wrapped as decompiler.module_text does)."""
+    free = re.search(r"^\s*nonlocal (.+)$", c["text"], re.MULTILINE)
+    if free is None:
+        return c["text"]
+    return f"def outer({free.group(1)}):\n" + textwrap.indent(c["text"], "    ")
 
 
 def test_unwritable_trace_dir_warns_once_and_the_program_runs(tmp_path):

@@ -25,6 +25,7 @@ from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from .. import config, logs, trace
 from ..contract import DDP_SPLIT, BackendCompilerFailed, CompilerFn, call_backend
+from ..decompiler import resume_codes
 from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
 from . import graph_break_types as gbt
 from .bytecode_emission import (
@@ -113,6 +114,9 @@ class CaptureRecord:
     shape_bindings: tuple = ()
     # Where each graph input (placeholder, in order) was read from.
     input_sources: tuple = ()
+    # The code objects of the resume functions transformed_code calls (a graph break), for
+    # the bytecode log channel and the trace (decompiler.resume_codes).
+    resume_codes: tuple = ()
 
 
 # Functions called with each CaptureRecord (explain() and export() use this; the log
@@ -497,6 +501,9 @@ class ConvertFrame:
                             partial.get("compile_time_s", 0.0),
                             graph_break_location=break_reason.location,
                             ddp_split=partial.get("ddp_split"),
+                            resume_codes=tuple(
+                                c for _, c in resume_codes(transformed, frame.f_globals)
+                            ),
                         )
                     )
                 return transformed, guard
