@@ -43,7 +43,10 @@ written or computed. ``python -m torch_plugin.report DIR`` turns the files into 
 Progress: a frame conversion whose compile passes :data:`_PROGRESS_THRESHOLD_S` (about 2 s)
 prints one line per stage with its time (the stages before the threshold at once, the later
 ones as they end), on the ``perf`` log channel when it is on, else to stderr when stderr is a
-terminal.
+terminal. While one stage runs long (:data:`_STILL_AFTER_S`, 5 s), a watcher thread
+(:class:`_Watcher`, started by the outermost conversion only while lines are wanted, joined
+when it ends) prints ``f: still in backend > lower (graph 2), 12.0 s`` every
+:data:`_STILL_EVERY_S` (10 s).
 
 This module imports only ``config``, ``logs`` and ``decompiler`` (leaves): capture and the
 compiler call it.
@@ -71,6 +74,10 @@ from .decompiler import source_of
 
 # Seconds after which a compile prints its stages (a private hook: tests lower it).
 _PROGRESS_THRESHOLD_S = 2.0
+# A stage running this long (seconds) prints a "still in" line, and again at this interval,
+# once the conversion has passed _PROGRESS_THRESHOLD_S (private hooks: tests lower them).
+_STILL_AFTER_S = 5.0
+_STILL_EVERY_S = 10.0
 # Largest string field written (a kernel-heavy IR text is cut there).
 _MAX_FIELD_CHARS = 400_000
 
@@ -92,6 +99,65 @@ class _Scope:
         self.pending: list[str] = []
         self.printed = False
         self.result = "compiled"
+        # The stages running now, outermost first: (name, start); read by _Watcher.
+        self.running: list[tuple[str, float]] = []
+        self.graphs = 0  # graphs handed to the backend so far
+        self.still_printed = False
+
+
+class _Watcher:
+    """While the outermost frame conversion of a thread runs with progress lines wanted, a
+    daemon thread that prints ``f: still in backend > lower (graph 2), 12.0 s`` once a single
+    stage has run :data:`_STILL_AFTER_S` (and again every :data:`_STILL_EVERY_S`), for stages
+    that end nothing to print meanwhile (a long lowering, a C++ compiler run).
+
+    It only reads the scopes and writes lines: it takes no lock of the project, and its
+    frames are not captured (the eval-frame hook's callback is per thread, and this thread
+    has none), so it cannot wait on the compile lock the converting thread holds. It is
+    stopped and joined when the conversion ends (:meth:`close`), so it never outlives it.
+    """
+
+    def __init__(self, scopes: list[_Scope]) -> None:
+        self.scopes = scopes  # the converting thread's list (the same object)
+        self.stop = threading.Event()
+        self.last: dict[tuple, float] = {}
+        self.thread = threading.Thread(target=self._run, name="torch_plugin-progress", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(max(0.01, min(1.0, _STILL_AFTER_S, _STILL_EVERY_S))):
+            try:
+                self._check()
+            except Exception:  # noqa: BLE001, S110 - a progress line never fails a compile
+                pass
+
+    def _check(self) -> None:
+        scopes = list(self.scopes)
+        if not scopes:
+            return
+        scope = scopes[-1]
+        running = list(scope.running)
+        if not running:
+            return
+        now = time.perf_counter()
+        name, t0 = running[-1]
+        if now - scope.start < _PROGRESS_THRESHOLD_S or now - t0 < _STILL_AFTER_S:
+            return
+        key = (id(scope), len(running), name, t0)
+        if now - self.last.get(key, float("-inf")) < _STILL_EVERY_S:
+            return
+        self.last[key] = now
+        path = " > ".join(n for n, _ in running)
+        graph = f" (graph {scope.graphs})" if scope.graphs else ""
+        scope.still_printed = True
+        _progress_line(
+            f"{scope.name}: still in {path}{graph}, {now - t0:.1f} s "
+            f"(compiling for {now - scope.start:.1f} s)"
+        )
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5.0)
 
 
 class _ThreadState(threading.local):
@@ -182,6 +248,7 @@ def frame(code: Any) -> Iterator[None]:
     its stages print progress lines once it has taken :data:`_PROGRESS_THRESHOLD_S`."""
     scope = _Scope(next(_frame_ids), code.co_qualname)
     where = {"name": code.co_qualname, "file": code.co_filename, "line": code.co_firstlineno}
+    watcher = _Watcher(_state.scopes) if not _state.scopes and _progress_wanted() else None
     _state.scopes.append(scope)
     try:
         emit("frame", **where)
@@ -193,7 +260,9 @@ def frame(code: Any) -> Iterator[None]:
         seconds = time.perf_counter() - scope.start
         emit("frame_done", seconds=seconds, result=scope.result, **where)
         _state.scopes.remove(scope)
-        if scope.printed:
+        if watcher is not None:
+            watcher.close()
+        if scope.printed or scope.still_printed:
             _progress_line(f"{scope.name}: compiled in {seconds:.2f} s ({scope.result})")
 
 
@@ -242,10 +311,16 @@ def stage(name: str, **fields: Any) -> Iterator[None]:
     depth = _state.depth
     _state.depth = depth + 1
     t0 = time.perf_counter()
+    scope = _state.scopes[-1] if _state.scopes else None
+    if scope is not None:
+        scope.graphs += name == "backend"
+        scope.running.append((name, t0))
     try:
         yield
     finally:
         _state.depth = depth
+        if scope is not None:
+            scope.running.pop()
         stage_time(name, time.perf_counter() - t0, depth, **fields)
 
 

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 import torch
@@ -257,6 +259,40 @@ def test_progress_lines_after_the_threshold(_clean, capsys):
     monkeypatch.setattr(trace, "_PROGRESS_THRESHOLD_S", 0.0)
     torch_plugin.optimize("eager")(bar)(a, b)
     assert "torch_plugin" not in capsys.readouterr().err
+
+
+def test_still_running_lines_while_one_stage_is_long(_clean, capsys):
+    """A stage that runs long prints "still in" lines from a watcher thread, which is
+    joined when the conversion ends; no watcher starts when no line is wanted."""
+    monkeypatch = _clean
+
+    def slow(gm, example_inputs):
+        time.sleep(0.6)
+        return gm.forward
+
+    monkeypatch.setattr(trace, "_PROGRESS_THRESHOLD_S", 0.0)
+    monkeypatch.setattr(trace, "_STILL_AFTER_S", 0.1)
+    monkeypatch.setattr(trace, "_STILL_EVERY_S", 0.2)
+    set_logs("perf")
+    a, b = torch.randn(6), torch.randn(6)
+    opt = torch_plugin.optimize(backend=slow)(bar)
+    torch.testing.assert_close(opt(a, b), bar(a, b))
+    err = capsys.readouterr().err
+    still = [line for line in err.splitlines() if ": still in backend (graph 1), " in line]
+    assert len(still) >= 2, err  # every 0.2 s of the 0.6 s stage
+    assert all(line.startswith("[torch_plugin.perf] bar") for line in still)
+    assert any("bar: compiled in" in line for line in err.splitlines())
+    assert not [t for t in threading.enumerate() if t.name == "torch_plugin-progress"]
+
+    def no_watcher(*args):
+        raise AssertionError("a watcher started while no progress line is wanted")
+
+    torch_plugin.reset()
+    set_logs()
+    monkeypatch.setattr(trace, "_Watcher", no_watcher)
+    monkeypatch.setattr(trace, "_progress_wanted", lambda: False)
+    torch.testing.assert_close(torch_plugin.optimize(backend=slow)(bar)(a, b), bar(a, b))
+    assert "still in" not in capsys.readouterr().err
 
 
 def test_report_without_a_trace(tmp_path, capsys):
