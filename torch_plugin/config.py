@@ -153,7 +153,9 @@ Tested in ``tests/python/compiler/test_fallback.py``."""
 logs: tuple = ()
 """The log channels printed to stderr, as a tuple of names from
 ``torch_plugin.logs.CHANNELS``: ``graph_breaks``, ``recompiles``, ``guards``, ``bytecode``,
-``graph``, ``ddp``, ``perf`` (the stage times of compiles past about 2 s). Set at import from the ``TORCH_PLUGIN_LOGS`` environment variable
+``graph``, ``ddp``, ``perf`` (the stage times of compiles past about 2 s), ``passes`` (the IR
+before and after the "plugin" pass pipeline), ``cache`` (graph-cache look-ups). Set at import
+from the ``TORCH_PLUGIN_LOGS`` environment variable
 (``TORCH_PLUGIN_LOGS=graph_breaks,recompiles``, or ``all``). Unlike the other flags,
 assigning it acts at once: ``config.logs = "graph_breaks,guards"`` (a comma-separated string
 or a list of names) calls :func:`torch_plugin.set_logs`, which stores the normalized tuple

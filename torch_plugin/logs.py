@@ -16,6 +16,11 @@ Channels (each is the logger ``torch_plugin.<channel>``):
 - ``ddp``: how each graph captured inside DistributedDataParallel's forward was split at
   gradient buckets, or why it was compiled whole (emitted by
   ``torch_plugin.distributed.ddp``);
+- ``passes`` ("plugin" backend): the IR of each graph before and after the pass pipeline
+  (generated kernels' sources cut out), with node counts and the time (emitted by
+  ``torch_plugin.compiler.stages``);
+- ``cache`` ("plugin" backend): each graph-cache look-up (hit, miss, not looked up), entry
+  stored and entry refused (emitted by ``torch_plugin.compiler.graph_cache``);
 - ``perf``: the progress of long compiles: once a frame's compile has taken about 2 s, one
   line per stage with its time (emitted by ``torch_plugin.trace``; without this channel the
   lines go to stderr only when it is a terminal).
@@ -60,6 +65,8 @@ CHANNELS: tuple[str, ...] = (
     "graph",
     "ddp",
     "perf",
+    "passes",
+    "cache",
 )
 # Read by the "plugin" compiler from TORCH_PLUGIN_LOGS when it compiles a graph
 # (config.compiler_environment): generated kernels, library-pattern rules. Not Python loggers.
