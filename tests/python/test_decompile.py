@@ -95,6 +95,43 @@ def test_decompiled_files_compile_and_match_eager(tmp_path, kind):
         torch.testing.assert_close(rest(*rest_args), expected)
 
 
+def test_a_tracer_steps_through_the_files(tmp_path):
+    """What a debugger sees (sys.settrace, as pdb uses): line events in the transformed
+    code's file, then in the resume function's file, at lines holding that code."""
+    import sys
+
+    opt = torch_plugin.optimize(broken, backend="eager")
+    _three(opt, broken, (6,), (6,))
+    out = torch_plugin.decompile(opt, dump_dir=str(tmp_path))
+    _needs_source(out)
+    (top,) = out.transformed()
+    (resume,) = out.resume_functions()
+    loaded = out.load()
+    files = {top.path: [], resume.path: []}
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename in files:
+            if event == "line":
+                files[frame.f_code.co_filename].append(frame.f_lineno)
+            return tracer
+        return None
+
+    x, y = torch.randn(6), torch.randn(6)
+    sys.settrace(tracer)
+    try:
+        got = loaded(x, y)
+    finally:
+        sys.settrace(None)
+    torch.testing.assert_close(got, broken(x, y))
+    for path, lines in files.items():
+        assert lines, path
+        with open(path, encoding="utf-8") as f:
+            text = f.read().splitlines()
+        assert all(text[n - 1].strip() and not text[n - 1].startswith("#") for n in lines)
+    with open(resume.path, encoding="utf-8") as f:
+        assert "torch.cos(a)" in f.read().splitlines()[files[resume.path][0] - 1]
+
+
 def test_decompile_a_module_and_each_entry(tmp_path):
     model = Breaking()
     opt = torch_plugin.optimize(model, backend="eager")
