@@ -4,10 +4,13 @@ The transformed code that replaces a captured frame and the resume functions mad
 break exist only as bytecode. :func:`source_of` turns one code object into Python source
 with the optional ``depyf`` package (``pip install depyf``, the decompiler torch.compile's
 users know; it is not a dependency of torch_plugin), and falls back to the ``dis`` listing
-when depyf is missing or cannot decompile that code. depyf 0.20 decompiles the code
-torch_plugin generates on Python 3.11 and 3.12 (straight-line calls); it fails on some user
-code inside resume functions (3.12: inlined comprehensions, ``try``; 3.13: superinstructions
-such as ``LOAD_FAST_LOAD_FAST`` and jumps): those come back as ``dis`` text, with the reason.
+when depyf is missing or cannot decompile that code. depyf 0.20 decompiles the transformed
+code torch_plugin generates (straight-line calls, assembled without superinstructions) on
+Python 3.11, 3.12 and 3.13 (checked on 3.13 with equivalent bytecode only: no torch build for
+it here); the resume functions, which hold the user's own bytecode, decompile on 3.11 but
+often not on 3.12 (inlined comprehensions: ``SWAP``; ``try``: ``PUSH_EXC_INFO``) nor on 3.13
+(``LOAD_FAST_LOAD_FAST``, jump targets depyf cannot parse): those come back as ``dis`` text,
+with depyf's reason.
 
 Used by the ``bytecode`` log channel (:mod:`torch_plugin.logs`), the compile trace
 (:mod:`torch_plugin.trace`) and :func:`torch_plugin.decompile`. A leaf: imports nothing of
