@@ -23,7 +23,7 @@ Channels (each is the logger ``torch_plugin.<channel>``):
   stored and entry refused (emitted by ``torch_plugin.compiler.graph_cache``);
 - ``perf``: the progress of long compiles: once a frame's compile has taken about 2 s, one
   line per stage with its time (emitted by ``torch_plugin.trace``; without this channel the
-  lines go to stderr only when it is a terminal).
+  lines go to stderr when another channel is on or stderr is a terminal).
 
 The last three are written by :func:`log_record`, which capture calls with each
 ``CaptureRecord`` while one of them is on (:func:`records_wanted`).

@@ -42,8 +42,8 @@ written or computed. ``python -m torch_plugin.report DIR`` turns the files into 
 
 Progress: a frame conversion whose compile passes :data:`_PROGRESS_THRESHOLD_S` (about 2 s)
 prints one line per stage with its time (the stages before the threshold at once, the later
-ones as they end), on the ``perf`` log channel when it is on, else to stderr when stderr is a
-terminal. While one stage runs long (:data:`_STILL_AFTER_S`, 5 s), a watcher thread
+ones as they end), on the ``perf`` log channel when it is on, else to stderr when another
+channel is on or stderr is a terminal. While one stage runs long (:data:`_STILL_AFTER_S`, 5 s), a watcher thread
 (:class:`_Watcher`, started by the outermost conversion only while lines are wanted, joined
 when it ends) prints ``f: still in backend > lower (graph 2), 12.0 s`` every
 :data:`_STILL_EVERY_S` (10 s).
@@ -267,7 +267,9 @@ def frame(code: Any) -> Iterator[None]:
 
 
 def _progress_wanted() -> bool:
-    if "perf" in config.logs:
+    """Progress lines are printed while any log channel is on (issue #32: "when logging is
+    on"), or while stderr is a terminal."""
+    if config.logs:
         return True
     try:
         return sys.stderr is not None and sys.stderr.isatty()

@@ -259,6 +259,12 @@ def test_progress_lines_after_the_threshold(_clean, capsys):
     monkeypatch.setattr(trace, "_PROGRESS_THRESHOLD_S", 0.0)
     torch_plugin.optimize("eager")(bar)(a, b)
     assert "torch_plugin" not in capsys.readouterr().err
+    # Another channel on: the lines go to stderr, marked [torch_plugin].
+    torch_plugin.reset()
+    set_logs("recompiles")
+    torch_plugin.optimize("eager")(bar)(a, b)
+    err = capsys.readouterr().err
+    assert "[torch_plugin] bar: compiling for more than" in err and "bar: compiled in" in err
 
 
 def test_still_running_lines_while_one_stage_is_long(_clean, capsys):
