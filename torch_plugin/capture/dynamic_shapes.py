@@ -11,8 +11,9 @@ every size that satisfies the entry's shape guards. Three things make a dimensio
   (:func:`check_ranges`): a size outside it at a compile, or a capture whose guards hold only
   for part of it (a Python ``if`` on the size, a specialization), raises PyTorch's
   ``ConstraintViolationError`` naming the dimension, the bounds and the user's file and line.
-  Without a range, a marked size that capture must specialize is specialized without an
-  error, as for ``maybe_mark_dynamic``;
+  The range also bounds the symbol, so the entry's shape guards check it and a later size
+  outside it compiles again. Without a range, a marked size that capture must specialize is
+  specialized without an error, as for ``maybe_mark_dynamic``;
 - ``optimize(..., dynamic=True)``: every dimension of every input tensor;
 - *automatic dynamic* (the default, ``dynamic=None``): when a code object is compiled again
   and an input tensor (by source, e.g. ``L['x']``) has a different size in some dimension
@@ -132,6 +133,17 @@ def check_size_in_range(name: str, size: int, bounds: tuple, where: Any) -> None
     raise ConstraintViolationError(
         f"{name} = {size} is not in the range [{lo}, {hi}] given to "
         f"torch._dynamo.mark_dynamic ({_range_text(name, lo, hi)})\n{where}"
+    )
+
+
+def constrain_to_range(shape_env: Any, sym: Any, bounds: tuple) -> None:
+    """Narrow ``sym``'s value range in ``shape_env`` to ``bounds`` (:func:`dim_ranges`; the
+    lower bound is at least 2: sizes 0 and 1 are never symbolic)."""
+    from torch.utils._sympy.numbers import int_oo
+
+    lo, hi = bounds
+    shape_env.constrain_symbol_range(
+        sym, max(2, lo if lo is not None else 2), hi if hi is not None else int_oo
     )
 
 

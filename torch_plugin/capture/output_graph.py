@@ -338,6 +338,10 @@ class OutputGraph(OperationRecorder):
             size = fake.size(dim)
             if dynamic_shapes.is_symbolic(size) and isinstance(size.node.expr, sympy.Symbol):
                 self.ranged_dims.append((name, size.node.expr, bounds, where))
+                # The range bounds the symbol, so the entry's shape guards check it: a later
+                # size outside it compiles again (and raises there when still marked), as
+                # under torch.compile.
+                dynamic_shapes.constrain_to_range(self.shape_env, size.node.expr, bounds)
         # Inference tensors keep no version counter: count them as mutated (conservative:
         # DISTINCT guards against the other inputs) rather than failing the capture.
         self._input_versions[source] = None if fake.is_inference() else fake._version

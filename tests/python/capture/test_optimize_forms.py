@@ -440,6 +440,21 @@ def test_mark_dynamic_range_within_compiles_once():
         torch.testing.assert_close(opt(x), scale(x))
     assert counter.graphs == 1
     # An unbounded mark (min/max None) puts no range on the dim: branchy compiles.
+    # The range is part of the entry's guards (as in torch.compile): a marked size outside
+    # it compiles again and raises there; an unmarked one compiles again and runs.
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    with pytest.raises(ConstraintViolationError, match=r"= 20 is not in the range \[2, 8\]"):
+        opt(_marked(20))
+    x = torch.randn(20, 4)
+    torch.testing.assert_close(opt(x), scale(x))
+    assert counter.graphs == 2  # the unmarked size compiled again; the refused one never did
+    torch._dynamo.reset()
+    g = torch.compile(scale, backend="eager")  # the reference
+    g(_marked(5))
+    with pytest.raises(ConstraintViolationError):
+        g(_marked(20))
+    torch._dynamo.reset()
     x = torch.randn(5, 4)
     torch._dynamo.mark_dynamic(x, 0)
     torch.testing.assert_close(torch_plugin.optimize(branchy, backend="eager")(x), branchy(x))
