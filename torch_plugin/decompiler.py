@@ -24,6 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import dis
+import inspect
+import linecache
+import re
+import tokenize
 import types
 import warnings
 from typing import Any
@@ -63,7 +67,8 @@ class Readable:
     """One code object as text.
 
     Attributes:
-        text: Python source (``tool == "depyf"``) or the ``dis`` listing (``"dis"``).
+        text: Python source (``tool == "depyf"``) or the ``dis`` listing (``"dis"``; for a
+            resume function, led by the user's source lines it continues, as comments).
         tool: ``"depyf"`` or ``"dis"``.
         note: why it is ``dis`` text (depyf missing, or its error for this code), else None.
     """
@@ -84,7 +89,7 @@ def source_of(code: types.CodeType) -> Readable:
     checked to compile; it never raises."""
     decompile = _load_depyf()
     if decompile is None:
-        return Readable(_dis_text(code), "dis", _depyf_error)
+        return Readable(_fallback_text(code), "dis", _depyf_error)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -93,8 +98,34 @@ def source_of(code: types.CodeType) -> Readable:
     except Exception as e:  # noqa: BLE001 - any decompiler failure falls back to dis
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         note = f"depyf cannot decompile {code.co_qualname}: {type(e).__name__}: {first}"
-        return Readable(_dis_text(code), "dis", note)
+        return Readable(_fallback_text(code), "dis", note)
     return Readable(text, "depyf")
+
+
+_RESUME_LINE = re.compile(r"<resume at line (\d+)>$")
+
+
+def _fallback_text(code: types.CodeType) -> str:
+    """The ``dis`` listing; for a resume function, led by the user's own source it
+    continues (from its resume line to the end of the function, as comments)."""
+    listing = _dis_text(code)
+    m = _RESUME_LINE.search(code.co_qualname)
+    if m is None:
+        return listing
+    lines = linecache.getlines(code.co_filename)
+    start, resume = code.co_firstlineno, int(m.group(1))
+    if not lines or not 1 <= start <= resume <= len(lines):
+        return listing
+    try:
+        block = inspect.getblock(lines[start - 1 :])
+    except (SyntaxError, IndentationError, tokenize.TokenError):
+        return listing
+    rest = block[resume - start :]
+    if not rest:
+        return listing
+    where = f"{code.co_filename}, lines {resume}-{start + len(block) - 1}"
+    shown = "".join(f"#   {line.rstrip()}\n" for line in rest)
+    return f"# The rest of the function it resumes, as written ({where}):\n{shown}\n{listing}"
 
 
 CLOSURE_MAKER = "__torch_plugin_closure"

@@ -158,6 +158,13 @@ def test_without_depyf_the_dis_listing_and_the_reason(tmp_path, monkeypatch):
     for c in out.codes:
         assert c.tool == "dis" and c.note == "depyf is not available (test)"
         assert c.path.endswith(".txt") and "CALL" in c.text
+    (resume,) = out.resume_functions()
+    start = broken.__code__.co_firstlineno
+    assert resume.text.startswith(
+        f"# The rest of the function it resumes, as written ({__file__}, lines "
+        f"{start + 2}-{start + 4}):\n#       print("
+    )
+    assert "#       b = torch.cos(a) * 2\n" in resume.text
     with pytest.raises(ValueError, match="no Python source for broken: depyf is not available"):
         out.load()
     assert "dis listing (depyf is not available (test))" in str(out)
