@@ -60,13 +60,6 @@ bool cudnn_dtype(c10::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
 
-bool has_activation(const Node* lib) {
-  return !std::get<std::string>(lib->const_arg(activation_arg(*lib))).empty();
-}
-bool is_one(const AttrValue& v) {
-  return std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) == 1
-                                            : std::get<double>(v) == 1.0;
-}
 bool is_cuda_conv(const Node* n) {
   return n && n->op == kConv && n->outputs[0]->device.is_cuda();
 }
@@ -75,10 +68,7 @@ bool no_epilogue_yet(const Node* lib) {
       !lib->tensor_arg(cp::kScale) && !lib->tensor_arg(cp::kShift);
 }
 
-// Constraints shared by rows.
-bool alpha_one(const Graph&, const Match& m) {
-  return is_one(m.root->const_arg(add::kAlpha));
-}
+// Constraints shared by rows (and pattern_rules.h's alpha_one, y_single_use).
 bool not_transposed(const Graph&, const Match& m) {
   return !std::get<bool>(m.root->const_arg(conv::kTransposed));
 }
@@ -114,73 +104,25 @@ bool after_plain_cuda_conv(const Graph&, const Match& m) {
 bool after_cuda_conv(const Graph&, const Match& m) {
   return is_cuda_conv(m.lib);
 }
-bool operand_used_once(const Graph& g, const Match& m) {
-  return single_use(m.y, g);
-}
-
-// The library node's arguments with `v` appended as its input for `arg`.
-void add_tensor_arg(
-    std::vector<Value*>& inputs,
-    std::vector<Arg>& args,
-    size_t arg,
-    Value* v) {
-  inputs.push_back(v);
-  if (args.size() <= arg)
-    args.resize(arg + 1, Arg::constant(std::monostate{}));
-  args[arg] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-}
-
-// A node like `lib` with `inputs` and `args`, placed before `before`, whose
-// output (of lib's type) replaces m.root's; m.root and `erase` (then lib) go.
-void replace_lib(
-    Graph& g,
-    const Match& m,
-    std::vector<Value*> inputs,
-    std::vector<Arg> args,
-    Node* before,
-    std::initializer_list<Node*> erase) {
-  const Node* lib = m.lib;
-  Node* fused = g.create_node(
-      lib->op, lib->overload, std::move(inputs), std::move(args), 1, before);
-  const Value* out = lib->outputs[0];
-  Graph::set_type(
-      fused->outputs[0], out->dtype, out->sizes, out->strides, out->device);
-  g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
-  g.erase_node(m.root);
-  for (Node* n : erase)
-    if (n)
-      g.erase_node(n);
-  g.erase_node(m.lib);
-}
-
 // convolution(x, W, b) => conv_pointwise(x, W, b), output channels-last
 // (NLC, NHWC, NDHWC).
 void conv_to_library(Graph& g, const Match& m) {
   Node* n = m.root;
   Value* y = n->outputs[0];
-  std::vector<Value*> inputs = {
-      n->tensor_arg(conv::kInput), n->tensor_arg(conv::kWeight)};
-  std::vector<Arg> args = {Arg::tensor(0), Arg::tensor(1)};
-  if (Value* b = n->tensor_arg(conv::kBias)) {
-    inputs.push_back(b);
-    args.push_back(Arg::tensor(2));
-  } else {
-    args.push_back(Arg::constant(std::monostate{}));
-  }
-  args.push_back(Arg::constant(std::monostate{})); // residual
+  std::vector<Arg> middle;
   for (size_t i :
        {conv::kStride, conv::kPadding, conv::kDilation, conv::kGroups})
-    args.push_back(Arg::constant(n->const_arg(i)));
-  args.push_back(Arg::constant(std::string())); // activation, alpha, beta
-  args.push_back(Arg::constant(0.0));
-  args.push_back(Arg::constant(0.0));
-  Node* lib = g.create_node(kConv, "default", inputs, args, 1, n);
-  Graph::set_type(
-      lib->outputs[0],
-      y->dtype,
-      y->sizes,
-      channels_last_strides(y->sizes),
-      y->device);
+    middle.push_back(Arg::constant(n->const_arg(i)));
+  Node* lib = make_library_node(
+      g,
+      kConv,
+      n,
+      n->tensor_arg(conv::kInput),
+      n->tensor_arg(conv::kWeight),
+      n->tensor_arg(conv::kBias),
+      std::move(middle),
+      y);
+  lib->outputs[0]->strides = channels_last_strides(y->sizes);
   g.replace_all_uses(y, lib->outputs[0]);
   g.erase_node(n);
 }
@@ -258,11 +200,18 @@ void fuse_scale_shift(Graph& g, const Match& m) {
     v->device = c->device;
     return v;
   };
-  std::vector<Value*> inputs = m.lib->inputs;
-  std::vector<Arg> args = m.lib->args;
-  add_tensor_arg(inputs, args, cp::kScale, as_channels(m.mid_other));
-  add_tensor_arg(inputs, args, cp::kShift, as_channels(m.other));
-  replace_lib(g, m, inputs, args, m.lib, {m.view, m.mid});
+  Node* fused = with_tensor_args(
+      g,
+      m.lib,
+      {{cp::kScale, as_channels(m.mid_other)},
+       {cp::kShift, as_channels(m.other)}},
+      m.lib);
+  g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
+  g.erase_node(m.root);
+  if (m.view)
+    g.erase_node(m.view);
+  g.erase_node(m.mid);
+  g.erase_node(m.lib);
 }
 
 // The scale-shift chain's values: conv output used once by the mul, the mul's
@@ -273,43 +222,6 @@ bool chain_single_use(const Graph& g, const Match& m) {
       (!m.view || single_use(a->outputs[0], g)) &&
       m.mid->outputs[0]->sizes == m.y->sizes &&
       a->outputs[0]->sizes == m.y->sizes;
-}
-
-// The bind_add_sides of library_patterns.cpp: y = one operand of the add
-// (produced by lib), other = the other.
-std::vector<Match> bind_add_sides(const Graph&, Node* root) {
-  std::vector<Match> out;
-  for (size_t side : {add::kSelf, add::kOther}) {
-    Match m;
-    m.root = root;
-    m.y = root->tensor_arg(side);
-    m.other = root->tensor_arg(side == add::kSelf ? add::kOther : add::kSelf);
-    if (!m.y || !m.other || !m.y->producer)
-      continue;
-    m.lib = m.y->producer;
-    out.push_back(m);
-  }
-  return out;
-}
-
-// add(conv, r) => conv(..., residual=r), the node moved down to the add (r
-// must be computed before it runs).
-void fuse_residual_add(Graph& g, const Match& m) {
-  std::vector<Value*> inputs = m.lib->inputs;
-  std::vector<Arg> args = m.lib->args;
-  add_tensor_arg(inputs, args, lib_args::kResidual, m.other);
-  replace_lib(g, m, inputs, args, m.root, {});
-}
-
-// act(conv) => conv(..., act).
-void fuse_activation(Graph& g, const Match& m) {
-  const EpilogueUse e = *epilogue_of(*m.root);
-  const size_t act = activation_arg(*m.lib);
-  m.lib->args[act] = Arg::constant(std::string(epilogue_info(e.kind).name));
-  m.lib->args[act + 1] = Arg::constant(e.alpha);
-  m.lib->args[act + 2] = Arg::constant(e.beta);
-  g.replace_all_uses(m.root->outputs[0], m.lib->outputs[0]);
-  g.erase_node(m.root);
 }
 
 std::vector<std::string> activation_roots() {
@@ -466,7 +378,7 @@ std::vector<Rule> make_rules() {
        {"aten::add.Tensor"},
        bind_add_sides,
        {{"after a CUDA conv_pointwise", after_cuda_conv},
-        {"its operand used once", operand_used_once},
+        {"its operand used once", y_single_use},
         {"after a conv_pointwise without residual or activation",
          [](const Graph&, const Match& m) {
            return !m.lib->tensor_arg(lib_args::kResidual) &&
@@ -491,7 +403,7 @@ std::vector<Rule> make_rules() {
          [](const Graph&, const Match& m) {
            return is_cuda_conv(m.lib) && !m.view;
          }},
-        {"its operand used once", operand_used_once},
+        {"its operand used once", y_single_use},
         {"after a conv_pointwise without an activation",
          [](const Graph&, const Match& m) {
            return !has_activation(m.lib);

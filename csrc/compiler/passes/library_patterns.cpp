@@ -42,13 +42,6 @@ namespace lib_args = schema::library;
 const char* const kLinear = "torch_plugin::linear_pointwise";
 const char* const kConv = "torch_plugin::conv_pointwise";
 
-bool is_one(const AttrValue& v) {
-  return std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) == 1
-                                            : std::get<double>(v) == 1.0;
-}
-bool has_activation(const Node* lib) {
-  return !std::get<std::string>(lib->const_arg(activation_arg(*lib))).empty();
-}
 bool is_addmm(const Node* n) {
   return n->op == "aten::addmm";
 }
@@ -77,85 +70,6 @@ bool scales_one(const Graph&, const Match& m) {
   }
   return true;
 }
-bool alpha_one(const Graph&, const Match& m) {
-  return is_one(m.root->const_arg(add::kAlpha));
-}
-bool y_single_use(const Graph& g, const Match& m) {
-  return single_use(m.y, g);
-}
-
-// A copy of library node `lib`, inserted before `before`, whose schema argument
-// `arg` (bias or residual) is the tensor `v`; its output has lib's type.
-Node* with_tensor_arg(
-    Graph& g,
-    const Node* lib,
-    size_t arg,
-    Value* v,
-    Node* before) {
-  std::vector<Value*> inputs = lib->inputs;
-  std::vector<Arg> args = lib->args;
-  inputs.push_back(v);
-  args[arg] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-  Node* copy = g.create_node(lib->op, lib->overload, inputs, args, 1, before);
-  const Value* out = lib->outputs[0];
-  Graph::set_type(
-      copy->outputs[0], out->dtype, out->sizes, out->strides, out->device);
-  return copy;
-}
-
-Node* make_library_node(
-    Graph& g,
-    const std::string& op,
-    Node* before,
-    Value* x,
-    Value* w,
-    Value* b,
-    std::vector<Arg> middle,
-    const Value* like) {
-  std::vector<Value*> inputs = {x, w};
-  std::vector<Arg> args = {Arg::tensor(0), Arg::tensor(1)};
-  if (b) {
-    inputs.push_back(b);
-    args.push_back(Arg::tensor(2));
-  } else {
-    args.push_back(Arg::constant(std::monostate{}));
-  }
-  args.push_back(Arg::constant(std::monostate{})); // residual
-  for (Arg& a : middle)
-    args.push_back(std::move(a));
-  args.push_back(Arg::constant(std::string())); // activation, alpha, beta
-  args.push_back(Arg::constant(0.0));
-  args.push_back(Arg::constant(0.0));
-  Node* n = g.create_node(op, "default", inputs, args, 1, before);
-  Graph::set_type(
-      n->outputs[0], like->dtype, like->sizes, like->strides, like->device);
-  return n;
-}
-
-// The two ways round of a commutative add(a, b): y = a, other = b and the
-// reverse, each with y's producer as lib (through one view when `view`).
-std::vector<Match> bind_add_sides(const Graph& g, Node* root, bool view) {
-  std::vector<Match> out;
-  for (size_t side : {add::kSelf, add::kOther}) {
-    Match m;
-    m.root = root;
-    m.y = root->tensor_arg(side);
-    m.other = root->tensor_arg(side == add::kSelf ? add::kOther : add::kSelf);
-    if (!m.y || !m.other || !m.y->producer)
-      continue;
-    m.lib = view ? producer_through_view(m.y, g, &m.view) : m.y->producer;
-    out.push_back(m);
-  }
-  return out;
-}
-
-// Replaces the root by the library node `lib` (or the view of it).
-void replace_root(Graph& g, const Match& m, Node* lib) {
-  g.replace_all_uses(
-      m.root->outputs[0], m.view ? m.view->outputs[0] : lib->outputs[0]);
-  g.erase_node(m.root);
-}
-
 // ---- CPU (oneDNN) ---------------------------------------------------------
 
 // addmm(b, x, Wt) [Wt constant [K, N], fp32] => linear_pointwise(x, Wt^T, b)
@@ -197,32 +111,10 @@ void fuse_bias_add(Graph& g, const Match& m) {
   const int64_t out_features = m.lib->outputs[0]->sizes.back();
   Value* bias =
       g.add_constant(m.other->constant.reshape({out_features}).contiguous());
-  Node* fused = with_tensor_arg(g, m.lib, lib_args::kBias, bias, m.lib);
+  Node* fused = with_tensor_args(g, m.lib, {{lib_args::kBias, bias}}, m.lib);
   g.replace_all_uses(m.lib->outputs[0], fused->outputs[0]);
   replace_root(g, m, fused);
   g.erase_node(m.lib);
-}
-
-// add(lib(...), r) or add(r, lib(...)) [lib has no residual and no activation
-// yet, single use, r has the output's sizes and dtype, alpha 1] => lib(...,
-// residual=r)
-void fuse_residual_add(Graph& g, const Match& m) {
-  // r must be computed before lib runs: move lib down to the add.
-  Node* fused = with_tensor_arg(g, m.lib, lib_args::kResidual, m.other, m.root);
-  g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
-  g.erase_node(m.root);
-  g.erase_node(m.lib);
-}
-
-// act(lib(...)) [single use, no activation yet; act an op with an epilogue in
-// the op table] => lib(..., activation); also through one view of a linear.
-void fuse_activation(Graph& g, const Match& m) {
-  const EpilogueUse e = *epilogue_of(*m.root);
-  const size_t act = activation_arg(*m.lib);
-  m.lib->args[act] = Arg::constant(std::string(epilogue_info(e.kind).name));
-  m.lib->args[act + 1] = Arg::constant(e.alpha);
-  m.lib->args[act + 2] = Arg::constant(e.beta);
-  replace_root(g, m, m.lib);
 }
 
 // ---- CUDA (cuBLASLt) ------------------------------------------------------
@@ -294,7 +186,7 @@ void cuda_matmul_to_library(Graph& g, const Match& m) {
   Node* lib = make_library_node(
       g, kLinear, n, mat_x(n), w, is_bias ? c : nullptr, {}, y);
   if (c && !is_bias) {
-    Node* with_c = with_tensor_arg(g, lib, lib_args::kResidual, c, n);
+    Node* with_c = with_tensor_args(g, lib, {{lib_args::kResidual, c}}, n);
     g.erase_node(lib);
     lib = with_c;
   }
@@ -328,155 +220,154 @@ std::vector<std::string> epilogue_ops(bool cublaslt) {
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> rows = [] {
     std::vector<Rule> own = {
-      {TP_RULE_SOURCE,
-       "cuda_matmul_to_library",
-       kCuda,
-       kLinear,
-       {"aten::mm", "aten::addmm"},
-       bind_root,
-       {{"of a dtype cuBLASLt multiplies (fp32, bf16, fp16)",
-         [](const Graph&, const Match& m) {
-           return cublaslt_dtype(m.root->outputs[0]->dtype);
-         }},
-        {"all operands tensors",
-         [](const Graph&, const Match& m) {
-           return mat_x(m.root) && mat_wt(m.root) &&
-               (!is_addmm(m.root) || mat_c(m.root));
-         }},
-        {"operands of the output's dtype and device",
-         [](const Graph&, const Match& m) {
-           const Value* y = m.root->outputs[0];
-           for (const Value* v : m.root->inputs)
-             if (v->dtype != y->dtype || v->device != y->device)
-               return false;
-           return true;
-         }},
-        {"2-d",
-         [](const Graph&, const Match& m) {
-           return mat_x(m.root)->sizes.size() == 2 &&
-               mat_wt(m.root)->sizes.size() == 2 &&
-               m.root->outputs[0]->sizes.size() == 2;
-         }},
-        {"beta = alpha = 1", scales_one},
-        {"an addend that is a bias [N] or a residual [M, N]", addend_fits}},
-       cuda_matmul_to_library},
-      {TP_RULE_SOURCE,
-       "cuda_fuse_activation",
-       kCuda,
-       kLinear,
-       epilogue_ops(/*cublaslt=*/true),
-       bind_through_view,
-       {{"an activation cuBLASLt fuses (relu, tanh-GELU)",
-         [](const Graph&, const Match& m) {
-           auto e = epilogue_of(*m.root);
-           return e && epilogue_info(e->kind).cublaslt;
-         }},
-        {"its operand used once", y_single_use},
-        {"after a CUDA linear_pointwise",
-         [](const Graph&, const Match& m) {
-           return m.lib->op == kLinear && m.lib->outputs[0]->device.is_cuda();
-         }},
-        {"after a library node without an activation",
-         [](const Graph&, const Match& m) {
-           return !has_activation(m.lib);
-         }},
-        {"of its operand's dtype",
-         [](const Graph&, const Match& m) {
-           return m.root->outputs[0]->dtype == m.y->dtype;
-         }}},
-       fuse_activation},
-      // conv_to_library, fuse_scale_shift (CPU) and the CUDA convolution
-      // rows are conv_patterns.cpp's: inserted here (make_rules).
-      {TP_RULE_SOURCE,
-       "matmul_to_library",
-       kCpu,
-       kLinear,
-       {"aten::mm", "aten::addmm"},
-       bind_root,
-       {{"a tensor input",
-         [](const Graph&, const Match& m) {
-           return mat_x(m.root) != nullptr;
-         }},
-        {"a constant weight",
-         [](const Graph&, const Match& m) {
-           return is_const(mat_wt(m.root));
-         }},
-        {"of a float32 input",
-         [](const Graph&, const Match& m) {
-           return mat_x(m.root)->dtype == at::kFloat;
-         }},
-        {"a constant bias of at most 1 dim",
-         [](const Graph&, const Match& m) {
-           const Value* b = mat_c(m.root);
-           return !is_addmm(m.root) || (is_const(b) && b->sizes.size() <= 1);
-         }},
-        {"beta = alpha = 1", scales_one}},
-       matmul_to_library},
-      {TP_RULE_SOURCE,
-       "fuse_bias_add",
-       kCpu,
-       kLinear,
-       {"aten::add.Tensor"},
-       [](const Graph& g, Node* root) { return bind_add_sides(g, root, true); },
-       {{"alpha = 1", alpha_one},
-        {"a constant addend",
-         [](const Graph&, const Match& m) {
-           return is_const(m.other);
-         }},
-        {"its operand used once", y_single_use},
-        {"after a linear_pointwise without bias, residual or activation",
-         [](const Graph&, const Match& m) {
-           return m.lib->op == kLinear && !m.lib->tensor_arg(lib_args::kBias) &&
-               !m.lib->tensor_arg(lib_args::kResidual) &&
-               !has_activation(m.lib);
-         }},
-        {"an addend [1, ..., N] of the output's dtype", bias_fits}},
-       fuse_bias_add},
-      {TP_RULE_SOURCE,
-       "fuse_residual_add",
-       kCpu,
-       kConv, // and linear_pointwise: both have their CPU kernels together
-       {"aten::add.Tensor"},
-       [](const Graph& g, Node* root) {
-         return bind_add_sides(g, root, false);
-       },
-       {{"after a library node",
-         [](const Graph&, const Match& m) {
-           return is_library_node(*m.lib);
-         }},
-        {"its operand used once", y_single_use},
-        {"after a library node without residual or activation",
-         [](const Graph&, const Match& m) {
-           return !m.lib->tensor_arg(lib_args::kResidual) &&
-               !has_activation(m.lib);
-         }},
-        {"alpha = 1", alpha_one},
-        {"an addend of the output's sizes and dtype, not the output itself",
-         [](const Graph&, const Match& m) {
-           return m.other->sizes == m.y->sizes &&
-               m.other->dtype == m.y->dtype && m.other != m.y;
-         }}},
-       fuse_residual_add},
-      {TP_RULE_SOURCE,
-       "fuse_activation",
-       kCpu,
-       kConv, // and linear_pointwise
-       epilogue_ops(/*cublaslt=*/false),
-       bind_through_view,
-       {{"its operand used once", y_single_use},
-        {"after a library node",
-         [](const Graph&, const Match& m) {
-           return is_library_node(*m.lib);
-         }},
-        {"after a library node without an activation",
-         [](const Graph&, const Match& m) {
-           return !has_activation(m.lib);
-         }},
-        {"an op with an epilogue for this use",
-         [](const Graph&, const Match& m) {
-           return epilogue_of(*m.root).has_value();
-         }}},
-       fuse_activation},
+        {TP_RULE_SOURCE,
+         "cuda_matmul_to_library",
+         kCuda,
+         kLinear,
+         {"aten::mm", "aten::addmm"},
+         bind_root,
+         {{"of a dtype cuBLASLt multiplies (fp32, bf16, fp16)",
+           [](const Graph&, const Match& m) {
+             return cublaslt_dtype(m.root->outputs[0]->dtype);
+           }},
+          {"all operands tensors",
+           [](const Graph&, const Match& m) {
+             return mat_x(m.root) && mat_wt(m.root) &&
+                 (!is_addmm(m.root) || mat_c(m.root));
+           }},
+          {"operands of the output's dtype and device",
+           [](const Graph&, const Match& m) {
+             const Value* y = m.root->outputs[0];
+             for (const Value* v : m.root->inputs)
+               if (v->dtype != y->dtype || v->device != y->device)
+                 return false;
+             return true;
+           }},
+          {"2-d",
+           [](const Graph&, const Match& m) {
+             return mat_x(m.root)->sizes.size() == 2 &&
+                 mat_wt(m.root)->sizes.size() == 2 &&
+                 m.root->outputs[0]->sizes.size() == 2;
+           }},
+          {"beta = alpha = 1", scales_one},
+          {"an addend that is a bias [N] or a residual [M, N]", addend_fits}},
+         cuda_matmul_to_library},
+        {TP_RULE_SOURCE,
+         "cuda_fuse_activation",
+         kCuda,
+         kLinear,
+         epilogue_ops(/*cublaslt=*/true),
+         bind_through_view,
+         {{"an activation cuBLASLt fuses (relu, tanh-GELU)",
+           [](const Graph&, const Match& m) {
+             auto e = epilogue_of(*m.root);
+             return e && epilogue_info(e->kind).cublaslt;
+           }},
+          {"its operand used once", y_single_use},
+          {"after a CUDA linear_pointwise",
+           [](const Graph&, const Match& m) {
+             return m.lib->op == kLinear && m.lib->outputs[0]->device.is_cuda();
+           }},
+          {"after a library node without an activation",
+           [](const Graph&, const Match& m) {
+             return !has_activation(m.lib);
+           }},
+          {"of its operand's dtype",
+           [](const Graph&, const Match& m) {
+             return m.root->outputs[0]->dtype == m.y->dtype;
+           }}},
+         fuse_activation},
+        // conv_to_library, fuse_scale_shift (CPU) and the CUDA convolution
+        // rows are conv_patterns.cpp's: inserted here (make_rules).
+        {TP_RULE_SOURCE,
+         "matmul_to_library",
+         kCpu,
+         kLinear,
+         {"aten::mm", "aten::addmm"},
+         bind_root,
+         {{"a tensor input",
+           [](const Graph&, const Match& m) {
+             return mat_x(m.root) != nullptr;
+           }},
+          {"a constant weight",
+           [](const Graph&, const Match& m) {
+             return is_const(mat_wt(m.root));
+           }},
+          {"of a float32 input",
+           [](const Graph&, const Match& m) {
+             return mat_x(m.root)->dtype == at::kFloat;
+           }},
+          {"a constant bias of at most 1 dim",
+           [](const Graph&, const Match& m) {
+             const Value* b = mat_c(m.root);
+             return !is_addmm(m.root) || (is_const(b) && b->sizes.size() <= 1);
+           }},
+          {"beta = alpha = 1", scales_one}},
+         matmul_to_library},
+        {TP_RULE_SOURCE,
+         "fuse_bias_add",
+         kCpu,
+         kLinear,
+         {"aten::add.Tensor"},
+         bind_add_sides_through_view,
+         {{"alpha = 1", alpha_one},
+          {"a constant addend",
+           [](const Graph&, const Match& m) {
+             return is_const(m.other);
+           }},
+          {"its operand used once", y_single_use},
+          {"after a linear_pointwise without bias, residual or activation",
+           [](const Graph&, const Match& m) {
+             return m.lib->op == kLinear &&
+                 !m.lib->tensor_arg(lib_args::kBias) &&
+                 !m.lib->tensor_arg(lib_args::kResidual) &&
+                 !has_activation(m.lib);
+           }},
+          {"an addend [1, ..., N] of the output's dtype", bias_fits}},
+         fuse_bias_add},
+        {TP_RULE_SOURCE,
+         "fuse_residual_add",
+         kCpu,
+         kConv, // and linear_pointwise: both have their CPU kernels together
+         {"aten::add.Tensor"},
+         bind_add_sides,
+         {{"after a library node",
+           [](const Graph&, const Match& m) {
+             return is_library_node(*m.lib);
+           }},
+          {"its operand used once", y_single_use},
+          {"after a library node without residual or activation",
+           [](const Graph&, const Match& m) {
+             return !m.lib->tensor_arg(lib_args::kResidual) &&
+                 !has_activation(m.lib);
+           }},
+          {"alpha = 1", alpha_one},
+          {"an addend of the output's sizes and dtype, not the output itself",
+           [](const Graph&, const Match& m) {
+             return m.other->sizes == m.y->sizes &&
+                 m.other->dtype == m.y->dtype && m.other != m.y;
+           }}},
+         fuse_residual_add},
+        {TP_RULE_SOURCE,
+         "fuse_activation",
+         kCpu,
+         kConv, // and linear_pointwise
+         epilogue_ops(/*cublaslt=*/false),
+         bind_through_view,
+         {{"its operand used once", y_single_use},
+          {"after a library node",
+           [](const Graph&, const Match& m) {
+             return is_library_node(*m.lib);
+           }},
+          {"after a library node without an activation",
+           [](const Graph&, const Match& m) {
+             return !has_activation(m.lib);
+           }},
+          {"an op with an epilogue for this use",
+           [](const Graph&, const Match& m) {
+             return epilogue_of(*m.root).has_value();
+           }}},
+         fuse_activation},
     };
     const std::vector<Rule>& conv = conv_rules();
     own.insert(own.begin() + 2, conv.begin(), conv.end());
