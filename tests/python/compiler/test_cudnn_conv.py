@@ -114,15 +114,10 @@ def _reference(x, w, b, scale, shift, r, stride, padding, dilation, groups, act)
 
 def _channels_last(t):
     """t with the channels innermost (NLC, NHWC, NDHWC), as conv_pointwise writes."""
-    return (
-        t.transpose(1, -1).contiguous().transpose(1, -1)
-        if t.dim() == 3
-        else (
-            t.contiguous(
-                memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d
-            )
-        )
-    )
+    if t.dim() == 3:
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+    return t.contiguous(memory_format=fmt)
 
 
 def _is_channels_last(t):
