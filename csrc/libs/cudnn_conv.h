@@ -145,12 +145,11 @@ std::optional<ConvDesc> conv_desc(
 
 // y = conv_pointwise(a) on CUDA (x 3-d, 4-d or 5-d), channels-last, into `out`
 // when defined (channels-last, the output's sizes and dtype) or a new tensor.
-// `pinned`: a
-// plan built earlier (the executor's step), used when its descriptor equals
-// this run's; else the cache's. Fallbacks, in order: the fused plan; the
-// convolution alone through cuDNN and the epilogue with ATen ops; ATen's
-// convolution and epilogue (each counted). `activation` applies what cuDNN
-// does not (or, in the fallbacks, every activation).
+// `pinned`: a plan built earlier (the executor's step), used when its
+// descriptor equals this run's; else the cache's. Fallbacks, in order: the
+// fused plan; the convolution alone through cuDNN and the epilogue with ATen
+// ops; ATen's convolution and epilogue (each counted). `activation` applies
+// what cuDNN does not (or, in the fallbacks, every activation).
 at::Tensor run_conv_pointwise(
     const ConvArgs& a,
     at::Tensor out,
