@@ -220,154 +220,153 @@ std::vector<std::string> epilogue_ops(bool cublaslt) {
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> rows = [] {
     std::vector<Rule> own = {
-        {TP_RULE_SOURCE,
-         "cuda_matmul_to_library",
-         kCuda,
-         kLinear,
-         {"aten::mm", "aten::addmm"},
-         bind_root,
-         {{"of a dtype cuBLASLt multiplies (fp32, bf16, fp16)",
-           [](const Graph&, const Match& m) {
-             return cublaslt_dtype(m.root->outputs[0]->dtype);
-           }},
-          {"all operands tensors",
-           [](const Graph&, const Match& m) {
-             return mat_x(m.root) && mat_wt(m.root) &&
-                 (!is_addmm(m.root) || mat_c(m.root));
-           }},
-          {"operands of the output's dtype and device",
-           [](const Graph&, const Match& m) {
-             const Value* y = m.root->outputs[0];
-             for (const Value* v : m.root->inputs)
-               if (v->dtype != y->dtype || v->device != y->device)
-                 return false;
-             return true;
-           }},
-          {"2-d",
-           [](const Graph&, const Match& m) {
-             return mat_x(m.root)->sizes.size() == 2 &&
-                 mat_wt(m.root)->sizes.size() == 2 &&
-                 m.root->outputs[0]->sizes.size() == 2;
-           }},
-          {"beta = alpha = 1", scales_one},
-          {"an addend that is a bias [N] or a residual [M, N]", addend_fits}},
-         cuda_matmul_to_library},
-        {TP_RULE_SOURCE,
-         "cuda_fuse_activation",
-         kCuda,
-         kLinear,
-         epilogue_ops(/*cublaslt=*/true),
-         bind_through_view,
-         {{"an activation cuBLASLt fuses (relu, tanh-GELU)",
-           [](const Graph&, const Match& m) {
-             auto e = epilogue_of(*m.root);
-             return e && epilogue_info(e->kind).cublaslt;
-           }},
-          {"its operand used once", y_single_use},
-          {"after a CUDA linear_pointwise",
-           [](const Graph&, const Match& m) {
-             return m.lib->op == kLinear && m.lib->outputs[0]->device.is_cuda();
-           }},
-          {"after a library node without an activation",
-           [](const Graph&, const Match& m) {
-             return !has_activation(m.lib);
-           }},
-          {"of its operand's dtype",
-           [](const Graph&, const Match& m) {
-             return m.root->outputs[0]->dtype == m.y->dtype;
-           }}},
-         fuse_activation},
-        // conv_to_library, fuse_scale_shift (CPU) and the CUDA convolution
-        // rows are conv_patterns.cpp's: inserted here (make_rules).
-        {TP_RULE_SOURCE,
-         "matmul_to_library",
-         kCpu,
-         kLinear,
-         {"aten::mm", "aten::addmm"},
-         bind_root,
-         {{"a tensor input",
-           [](const Graph&, const Match& m) {
-             return mat_x(m.root) != nullptr;
-           }},
-          {"a constant weight",
-           [](const Graph&, const Match& m) {
-             return is_const(mat_wt(m.root));
-           }},
-          {"of a float32 input",
-           [](const Graph&, const Match& m) {
-             return mat_x(m.root)->dtype == at::kFloat;
-           }},
-          {"a constant bias of at most 1 dim",
-           [](const Graph&, const Match& m) {
-             const Value* b = mat_c(m.root);
-             return !is_addmm(m.root) || (is_const(b) && b->sizes.size() <= 1);
-           }},
-          {"beta = alpha = 1", scales_one}},
-         matmul_to_library},
-        {TP_RULE_SOURCE,
-         "fuse_bias_add",
-         kCpu,
-         kLinear,
-         {"aten::add.Tensor"},
-         bind_add_sides_through_view,
-         {{"alpha = 1", alpha_one},
-          {"a constant addend",
-           [](const Graph&, const Match& m) {
-             return is_const(m.other);
-           }},
-          {"its operand used once", y_single_use},
-          {"after a linear_pointwise without bias, residual or activation",
-           [](const Graph&, const Match& m) {
-             return m.lib->op == kLinear &&
-                 !m.lib->tensor_arg(lib_args::kBias) &&
-                 !m.lib->tensor_arg(lib_args::kResidual) &&
-                 !has_activation(m.lib);
-           }},
-          {"an addend [1, ..., N] of the output's dtype", bias_fits}},
-         fuse_bias_add},
-        {TP_RULE_SOURCE,
-         "fuse_residual_add",
-         kCpu,
-         kConv, // and linear_pointwise: both have their CPU kernels together
-         {"aten::add.Tensor"},
-         bind_add_sides,
-         {{"after a library node",
-           [](const Graph&, const Match& m) {
-             return is_library_node(*m.lib);
-           }},
-          {"its operand used once", y_single_use},
-          {"after a library node without residual or activation",
-           [](const Graph&, const Match& m) {
-             return !m.lib->tensor_arg(lib_args::kResidual) &&
-                 !has_activation(m.lib);
-           }},
-          {"alpha = 1", alpha_one},
-          {"an addend of the output's sizes and dtype, not the output itself",
-           [](const Graph&, const Match& m) {
-             return m.other->sizes == m.y->sizes &&
-                 m.other->dtype == m.y->dtype && m.other != m.y;
-           }}},
-         fuse_residual_add},
-        {TP_RULE_SOURCE,
-         "fuse_activation",
-         kCpu,
-         kConv, // and linear_pointwise
-         epilogue_ops(/*cublaslt=*/false),
-         bind_through_view,
-         {{"its operand used once", y_single_use},
-          {"after a library node",
-           [](const Graph&, const Match& m) {
-             return is_library_node(*m.lib);
-           }},
-          {"after a library node without an activation",
-           [](const Graph&, const Match& m) {
-             return !has_activation(m.lib);
-           }},
-          {"an op with an epilogue for this use",
-           [](const Graph&, const Match& m) {
-             return epilogue_of(*m.root).has_value();
-           }}},
-         fuse_activation},
+      {TP_RULE_SOURCE,
+       "cuda_matmul_to_library",
+       kCuda,
+       kLinear,
+       {"aten::mm", "aten::addmm"},
+       bind_root,
+       {{"of a dtype cuBLASLt multiplies (fp32, bf16, fp16)",
+         [](const Graph&, const Match& m) {
+           return cublaslt_dtype(m.root->outputs[0]->dtype);
+         }},
+        {"all operands tensors",
+         [](const Graph&, const Match& m) {
+           return mat_x(m.root) && mat_wt(m.root) &&
+               (!is_addmm(m.root) || mat_c(m.root));
+         }},
+        {"operands of the output's dtype and device",
+         [](const Graph&, const Match& m) {
+           const Value* y = m.root->outputs[0];
+           for (const Value* v : m.root->inputs)
+             if (v->dtype != y->dtype || v->device != y->device)
+               return false;
+           return true;
+         }},
+        {"2-d",
+         [](const Graph&, const Match& m) {
+           return mat_x(m.root)->sizes.size() == 2 &&
+               mat_wt(m.root)->sizes.size() == 2 &&
+               m.root->outputs[0]->sizes.size() == 2;
+         }},
+        {"beta = alpha = 1", scales_one},
+        {"an addend that is a bias [N] or a residual [M, N]", addend_fits}},
+       cuda_matmul_to_library},
+      {TP_RULE_SOURCE,
+       "cuda_fuse_activation",
+       kCuda,
+       kLinear,
+       epilogue_ops(/*cublaslt=*/true),
+       bind_through_view,
+       {{"an activation cuBLASLt fuses (relu, tanh-GELU)",
+         [](const Graph&, const Match& m) {
+           auto e = epilogue_of(*m.root);
+           return e && epilogue_info(e->kind).cublaslt;
+         }},
+        {"its operand used once", y_single_use},
+        {"after a CUDA linear_pointwise",
+         [](const Graph&, const Match& m) {
+           return m.lib->op == kLinear && m.lib->outputs[0]->device.is_cuda();
+         }},
+        {"after a library node without an activation",
+         [](const Graph&, const Match& m) {
+           return !has_activation(m.lib);
+         }},
+        {"of its operand's dtype",
+         [](const Graph&, const Match& m) {
+           return m.root->outputs[0]->dtype == m.y->dtype;
+         }}},
+       fuse_activation},
+      // conv_to_library, fuse_scale_shift (CPU) and the CUDA convolution
+      // rows are conv_patterns.cpp's: inserted here (make_rules).
+      {TP_RULE_SOURCE,
+       "matmul_to_library",
+       kCpu,
+       kLinear,
+       {"aten::mm", "aten::addmm"},
+       bind_root,
+       {{"a tensor input",
+         [](const Graph&, const Match& m) {
+           return mat_x(m.root) != nullptr;
+         }},
+        {"a constant weight",
+         [](const Graph&, const Match& m) {
+           return is_const(mat_wt(m.root));
+         }},
+        {"of a float32 input",
+         [](const Graph&, const Match& m) {
+           return mat_x(m.root)->dtype == at::kFloat;
+         }},
+        {"a constant bias of at most 1 dim",
+         [](const Graph&, const Match& m) {
+           const Value* b = mat_c(m.root);
+           return !is_addmm(m.root) || (is_const(b) && b->sizes.size() <= 1);
+         }},
+        {"beta = alpha = 1", scales_one}},
+       matmul_to_library},
+      {TP_RULE_SOURCE,
+       "fuse_bias_add",
+       kCpu,
+       kLinear,
+       {"aten::add.Tensor"},
+       bind_add_sides_through_view,
+       {{"alpha = 1", alpha_one},
+        {"a constant addend",
+         [](const Graph&, const Match& m) {
+           return is_const(m.other);
+         }},
+        {"its operand used once", y_single_use},
+        {"after a linear_pointwise without bias, residual or activation",
+         [](const Graph&, const Match& m) {
+           return m.lib->op == kLinear && !m.lib->tensor_arg(lib_args::kBias) &&
+               !m.lib->tensor_arg(lib_args::kResidual) &&
+               !has_activation(m.lib);
+         }},
+        {"an addend [1, ..., N] of the output's dtype", bias_fits}},
+       fuse_bias_add},
+      {TP_RULE_SOURCE,
+       "fuse_residual_add",
+       kCpu,
+       kConv, // and linear_pointwise: both have their CPU kernels together
+       {"aten::add.Tensor"},
+       bind_add_sides,
+       {{"after a library node",
+         [](const Graph&, const Match& m) {
+           return is_library_node(*m.lib);
+         }},
+        {"its operand used once", y_single_use},
+        {"after a library node without residual or activation",
+         [](const Graph&, const Match& m) {
+           return !m.lib->tensor_arg(lib_args::kResidual) &&
+               !has_activation(m.lib);
+         }},
+        {"alpha = 1", alpha_one},
+        {"an addend of the output's sizes and dtype, not the output itself",
+         [](const Graph&, const Match& m) {
+           return m.other->sizes == m.y->sizes &&
+               m.other->dtype == m.y->dtype && m.other != m.y;
+         }}},
+       fuse_residual_add},
+      {TP_RULE_SOURCE,
+       "fuse_activation",
+       kCpu,
+       kConv, // and linear_pointwise
+       epilogue_ops(/*cublaslt=*/false),
+       bind_through_view,
+       {{"its operand used once", y_single_use},
+        {"after a library node",
+         [](const Graph&, const Match& m) {
+           return is_library_node(*m.lib);
+         }},
+        {"after a library node without an activation",
+         [](const Graph&, const Match& m) {
+           return !has_activation(m.lib);
+         }},
+        {"an op with an epilogue for this use",
+         [](const Graph&, const Match& m) {
+           return epilogue_of(*m.root).has_value();
+         }}},
+       fuse_activation},
     };
     const std::vector<Rule>& conv = conv_rules();
     own.insert(own.begin() + 2, conv.begin(), conv.end());
