@@ -10,10 +10,11 @@
 // firing only where conv_pointwise has a CUDA kernel, i.e. in a build with
 // cudnn-frontend's headers):
 //   cuda_conv_to_library   convolution(x, w, b?) [1-d, 2-d or 3-d, not
-//                          transposed, grouped and depthwise too, any channel
-//                          count; x, w, b and the output of one dtype: fp32,
-//                          bf16 or fp16; any weight, constant or not (no
-//                          freezing needed)]
+//                          transposed, grouped, input channels per group a
+//                          multiple of 8 (depthwise and the 3-channel stem stay
+//                          ATen's: measured slower); x, w, b and the output of
+//                          one dtype: fp32, bf16 or fp16; any weight, constant
+//                          or not (no freezing needed)]
 //                          => conv_pointwise(x, w, b), channels-last output
 //   cuda_conv_scale_shift  add(mul(conv, s), t) [s, t per-channel constants
 //                          [C, 1, ...] of the output's dtype], or
@@ -310,6 +311,13 @@ std::vector<Rule> make_rules() {
            const Value* w = m.root->tensor_arg(conv::kWeight);
            return cudnn_dtype(t) && x && w && x->dtype == t && w->dtype == t &&
                (!b || (b->dtype == t && b->sizes.size() == 1));
+         }},
+        {"input channels per group a multiple of 8 (measured on H100, b3e56a6: "
+         "cuDNN's fused NHWC engines ran MobileNetV3's depthwise convolutions "
+         "and ResNet's 3-channel stem slower than ATen's convolution, which "
+         "keeps them)",
+         [](const Graph&, const Match& m) {
+           return m.root->tensor_arg(conv::kWeight)->sizes[1] % 8 == 0;
          }}},
        conv_to_library},
       {TP_RULE_SOURCE,

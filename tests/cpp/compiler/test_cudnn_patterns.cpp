@@ -149,7 +149,8 @@ struct Case {
   ConvSpec spec;
 };
 
-// Every rank, grouped, depthwise, odd channels, strided, dilated, padded.
+// Every rank, grouped, strided, dilated, padded become conv_pointwise;
+// depthwise and odd channel counts (per group) stay ATen's.
 TEST_F(CudnnPatterns, ConvolutionsOfEveryRankAndGroupingBecomeConvPointwise) {
   const std::vector<Case> cases = {
       {"conv1d", {2, 16, 33}, {24, 16, 5}, {{2}, {2}, {1}, 1}},
@@ -159,8 +160,8 @@ TEST_F(CudnnPatterns, ConvolutionsOfEveryRankAndGroupingBecomeConvPointwise) {
        {5, 3, 7, 7},
        {{2, 2}, {3, 3}, {1, 1}, 1}},
       {"conv2d_grouped",
-       {2, 16, 9, 9},
-       {32, 4, 3, 3},
+       {2, 32, 9, 9},
+       {32, 8, 3, 3},
        {{1, 1}, {1, 1}, {1, 1}, 4}},
       {"conv2d_depthwise",
        {2, 24, 15, 13},
@@ -188,6 +189,14 @@ TEST_F(CudnnPatterns, ConvolutionsOfEveryRankAndGroupingBecomeConvPointwise) {
       Value* y = conv(g, x, w, nullptr, c.spec);
       const std::vector<int64_t> eager = y->strides;
       g.set_outputs({y});
+      if (c.w[1] % 8 != 0) {
+        // Depthwise, the 3-channel stem, fewer than 8 channels per group:
+        // ATen's (measured faster than cuDNN's fused engines).
+        run_patterns(g);
+        EXPECT_EQ(nodes_of(g, "aten::convolution").size(), 1u);
+        EXPECT_TRUE(nodes_of(g, kConvOp).empty());
+        continue;
+      }
       ASSERT_TRUE(run_patterns(g));
       EXPECT_TRUE(nodes_of(g, "aten::convolution").empty());
       const Node* n = the_conv(g);
@@ -227,7 +236,7 @@ TEST_F(CudnnPatterns, EpilogueJoinsAtEveryRank) {
   for (size_t rank : {3, 4, 5}) {
     SCOPED_TRACE(rank);
     Graph g;
-    std::vector<int64_t> xs = {2, 8}, ws = {8, 2};
+    std::vector<int64_t> xs = {2, 32}, ws = {8, 8};
     for (size_t i = 2; i < rank; ++i) {
       xs.push_back(7);
       ws.push_back(3);
