@@ -36,8 +36,8 @@ from .code_marks import seen_code_objects
 from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
 from .guards import build_guard_tree
-from .output_graph import OutputGraph
 from .optimizer_steps import substitute_step
+from .output_graph import OutputGraph
 from .output_structure import flatten_output, rebuild, spec_has
 from .shape_guards import ShapeGuardUnsupported
 from .skipfiles import skip_reason
