@@ -7,9 +7,10 @@ without freezing (the parameters are inputs: they change between steps) and with
 graph cache. AOTAutograd's runtime wrapper stays (it owns the ``autograd.Function``). The
 backward graph is compiled lazily, on the first ``backward()``, from the autograd engine,
 possibly while an ``optimize`` region is active on the thread: it is compiled with capture
-off. On CUDA, a graph that needs gradients runs as the eager graph (the driver,
-:mod:`torch_plugin.compiler.pipeline`, decides that; GPU training is compiled by a later
-part).
+off. On CUDA both graphs are compiled the same way, without CUDA graphs; the driver
+(:mod:`torch_plugin.compiler.pipeline`) runs the captured graph as eager instead when the
+forward graph does not lower (:func:`forward_compiler` reports it). The optimizer step that
+follows a backward is compiled separately (:mod:`torch_plugin.compiler.optimizer_step`).
 
 Key parts: :func:`forward_compiler`, :func:`backward_compiler`.
 """
@@ -24,9 +25,16 @@ from torch_plugin import _C
 from torch_plugin.compiler import stages
 
 
-def forward_compiler(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
-    """AOTAutograd's ``fw_compiler``: the forward graph, compiled without freezing."""
-    return stages.compile_graph(fx_graph)
+def forward_compiler(
+    fx_graph: torch.fx.GraphModule, inputs: list[Any], facts: dict[str, Any] | None = None
+) -> Any:
+    """AOTAutograd's ``fw_compiler``: the forward graph, compiled without freezing.
+    ``facts`` receives ``"unlowered_forward"`` (why) when the graph runs unmodified."""
+    compiled = stages.compile_graph(fx_graph)
+    why = getattr(compiled, "unlowered", None)
+    if facts is not None and why is not None:
+        facts["unlowered_forward"] = why
+    return compiled
 
 
 def _backward(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:

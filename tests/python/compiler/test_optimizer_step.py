@@ -40,14 +40,14 @@ def _model(device: str, dtype=torch.float32) -> torch.nn.Module:
 
 def _assert_state_equal(o1, o2, m1, m2, what, tol=1e-6):
     for (name, p), q in zip(m1.named_parameters(), m2.parameters()):
-        torch.testing.assert_close(q, p, rtol=tol, atol=tol, msg=lambda m: f"{what} {name}: {m}")
+        torch.testing.assert_close(q, p, rtol=tol, atol=tol, msg=f"{what} {name}")
         s1, s2 = o1.state.get(p, {}), o2.state.get(q, {})
         assert s1.keys() == s2.keys(), f"{what} {name}: state keys"
         for k in s1:
             a, b = s1[k], s2[k]
             if isinstance(a, torch.Tensor):
                 assert a.device == b.device and a.dtype == b.dtype, f"{what} {name} {k}"
-                torch.testing.assert_close(b, a, rtol=tol, atol=tol, msg=lambda m: f"{k}: {m}")
+                torch.testing.assert_close(b, a, rtol=tol, atol=tol, msg=f"{what} {name} {k}")
             else:
                 assert a == b
     assert [g["lr"] for g in o1.param_groups] == [g["lr"] for g in o2.param_groups]
