@@ -163,3 +163,32 @@ def test_whole_training_step_under_optimize(name, backend):
         assert compiled == 0
     assert torch_plugin.stats.recompiles == 0
     assert any("optimizer.step()" in b[1] for b in torch_plugin.stats.graph_breaks)
+
+
+def test_optimizer_only_frame():
+    """A frame that only calls opt.step() (no tensor before it) still runs the compiled step;
+    changing betas and lr between calls reaches it without recompiling."""
+    torch.manual_seed(0)
+    m1 = _model("cpu")
+    m2 = copy.deepcopy(m1)
+    o1, o2 = OPTIMIZERS["adam_wd"](m1.parameters()), OPTIMIZERS["adam_wd"](m2.parameters())
+
+    def update(opt):
+        opt.step()
+
+    compiled_update = torch_plugin.optimize(update)
+    before = dict(optimizer_step.counters)
+    for step in range(4):
+        x = torch.randn(4, 8)
+        for m in (m1, m2):
+            m(x).square().mean().backward()
+        update(o1)
+        compiled_update(o2)
+        _assert_state_equal(o1, o2, m1, m2, f"step {step}")
+        for o in (o1, o2):
+            o.zero_grad()
+            o.param_groups[0]["lr"] *= 0.5
+            o.param_groups[0]["betas"] = (0.7 + 0.05 * step, 0.9 + 0.01 * step)
+    assert optimizer_step.counters["compiled_steps"] - before["compiled_steps"] == 3
+    assert optimizer_step.counters["graphs_compiled"] - before["graphs_compiled"] == 1
+    assert torch_plugin.stats.recompiles == 0
