@@ -192,3 +192,88 @@ def test_optimizer_only_frame():
     assert optimizer_step.counters["compiled_steps"] - before["compiled_steps"] == 3
     assert optimizer_step.counters["graphs_compiled"] - before["graphs_compiled"] == 1
     assert torch_plugin.stats.recompiles == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_param_groups_dtypes_and_missing_grads(device):
+    """Two param groups with their own learning rates and weight decay, fp32 and bf16
+    parameters (two graphs: one per dtype), a parameter without a gradient (left alone), and
+    a state_dict round trip: loading the compiled optimizer's state into a fresh eager one
+    continues equal."""
+    torch.manual_seed(0)
+
+    def build():
+        torch.manual_seed(0)
+        return torch.nn.ModuleDict(
+            {
+                "a": torch.nn.Linear(8, 8).to(device),
+                "b": torch.nn.Linear(8, 8).to(device, torch.bfloat16),
+                "unused": torch.nn.Linear(8, 8).to(device),
+            }
+        )
+
+    def opt_of(m):
+        return torch.optim.AdamW(
+            [
+                {"params": m["a"].parameters(), "lr": 0.01},
+                {"params": [*m["b"].parameters(), *m["unused"].parameters()], "lr": 0.02,
+                 "weight_decay": 0.0},
+            ],
+            lr=0.05,
+        )  # fmt: skip
+
+    m1, m2 = build(), build()
+    o1, o2 = opt_of(m1), opt_of(m2)
+    before = dict(optimizer_step.counters)
+    for step in range(4):
+        x = torch.randn(4, 8, device=device)
+        for m in (m1, m2):
+            (m["a"](x).square().mean() + m["b"](x.bfloat16()).float().square().mean()).backward()
+        o1.step()
+        optimizer_step.run(o2.step)
+        # bf16 parameters: each op of the compiled update rounds to bf16 (eager's foreach
+        # keeps fp32 inside each op): one bf16 ulp
+        _assert_state_equal(o1, o2, m1, m2, f"step {step}", tol=1e-2)
+        for o in (o1, o2):
+            o.zero_grad()
+    assert optimizer_step.counters["graphs_compiled"] - before["graphs_compiled"] == 2
+    assert not o2.state.get(m2["unused"].weight)
+    o3 = opt_of(m2)
+    o3.load_state_dict(o2.state_dict())
+    x = torch.randn(4, 8, device=device)
+    for m in (m1, m2):
+        (m["a"](x).square().mean() + m["b"](x.bfloat16()).float().square().mean()).backward()
+    o1.step()
+    o3.step()
+    _assert_state_equal(o1, o3, m1, m2, "after load_state_dict", tol=1e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["sgd_momentum", "adamw"])
+def test_cuda_compiled_step_does_not_synchronize(name):
+    """After warm-up (compiling, CUDA-graph decisions), a compiled CUDA step makes no host
+    synchronisation (torch.cuda.set_sync_debug_mode("error") raises on one) and still equals
+    eager."""
+    torch.manual_seed(0)
+    m1 = _model("cuda")
+    m2 = copy.deepcopy(m1)
+    o1, o2 = OPTIMIZERS[name](m1.parameters()), OPTIMIZERS[name](m2.parameters())
+
+    def update(opt):
+        opt.step()
+
+    compiled_update = torch_plugin.optimize(update)
+    for step in range(8):
+        x = torch.randn(4, 8, device="cuda")
+        for m in (m1, m2):
+            m(x).square().mean().backward()
+        update(o1)
+        if step >= 6:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            compiled_update(o2)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        _assert_state_equal(o1, o2, m1, m2, f"step {step}")
+        for o in (o1, o2):
+            o.zero_grad()
