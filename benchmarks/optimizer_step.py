@@ -16,7 +16,6 @@ Outputs: a table on stdout, and ``<out>.md`` / ``<out>.json`` with ``--out``.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import time
