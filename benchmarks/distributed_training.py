@@ -13,7 +13,7 @@ timed steps (CUDA events around forward, backward and an SGD step; the median is
 Backends:
 - ``eager``: the wrapped model as it is;
 - ``plugin``: ``torch_plugin.optimize("plugin")`` (on CUDA the plugin compiler compiles
-  training graphs since issue #30; the SGD step then runs compiled too);
+  training graphs since issue #30; the SGD step runs outside the optimized module, as eager);
   ``plugin-whole``: the same with ``torch_plugin.config.optimize_ddp = False``;
 - ``capture-eager``: ``torch_plugin.optimize("eager")``: capture only, graphs run as captured;
 - ``plugin-inductor``: ``torch_plugin.optimize("inductor")``: torch_plugin's capture and DDP
