@@ -17,8 +17,8 @@ their version counters move, as eager's in-place update does).
 
 *Hyperparameters are tensor inputs.* Every number of the update (learning rate, betas,
 momentum, dampening, weight decay, eps, and the bias corrections of each parameter's step
-count) is read from the optimizer at each call and passed as one ``[n, k]`` float32 tensor
-(on CUDA through pinned memory and a non-blocking copy: no host synchronisation), so an LR
+count) is read from the optimizer at each call and passed as one ``[rows, k]`` float32
+tensor, a row per param group and step count, each row read once in the graph (on CUDA through pinned memory and a non-blocking copy: no host synchronisation), so an LR
 scheduler or a changed beta never recompiles and never meets a stale constant. What changes
 the graph's structure (which terms exist: weight decay on or off, momentum, nesterov,
 decoupled decay; the tensors' sizes, strides and dtypes) is the cache key.
@@ -152,12 +152,24 @@ _ADAM_COLUMNS = (
 )  # fmt: skip
 
 
-def _sgd_update(params, grads, bufs, hyper, structure):
+def _columns(hyper, row_of, k):
+    """Each parameter's hyperparameters as 0-dim tensors: ``row_of[i]`` is parameter ``i``'s
+    row of ``hyper``; each distinct row is read (one select per column) once."""
+    rows = {}
+    for r in row_of:
+        if r not in rows:
+            row = hyper[r]
+            rows[r] = [row[j] for j in range(k)]
+    return [rows[r] for r in row_of]
+
+
+def _sgd_update(params, grads, bufs, hyper, structure, row_of):
     """SGD (torch.optim.sgd): new parameters and momentum buffers."""
     weight_decay, momentum, nesterov = structure
     new_params, new_bufs = [], []
+    columns = _columns(hyper, row_of, len(_SGD_COLUMNS))
     for i, (p, g) in enumerate(zip(params, grads)):
-        h = hyper[i]
+        h = columns[i]
         if weight_decay:
             g = g + h[0] * p  # grad.add(param, alpha=weight_decay)
         if momentum:
@@ -168,13 +180,14 @@ def _sgd_update(params, grads, bufs, hyper, structure):
     return new_params + new_bufs
 
 
-def _adam_update(params, grads, exp_avgs, exp_avg_sqs, hyper, structure):
+def _adam_update(params, grads, exp_avgs, exp_avg_sqs, hyper, structure, row_of):
     """Adam and AdamW (torch.optim.adam, amsgrad and maximize off): new parameters, first
     and second moments."""
     weight_decay, decoupled = structure
     out_p, out_m, out_v = [], [], []
+    columns = _columns(hyper, row_of, len(_ADAM_COLUMNS))
     for i, (p, g) in enumerate(zip(params, grads)):
-        h = hyper[i]
+        h = columns[i]
         if weight_decay:
             if decoupled:
                 p = p * h[1]  # param.mul_(1 - lr * weight_decay)
@@ -258,23 +271,40 @@ class StepCompiler:
             plan["targets"] = params + m + v
         plan["lists"] = lists
         plan["inputs"] = [t for ts in lists for t in ts]
+        # One hyperparameter row per param group (and, for Adam, per step count: parameters
+        # of one group normally step together); which row each parameter reads is part of
+        # the graph, so it is part of the key. The step counts are read before they are
+        # incremented: all move by one, so the rows' classes are the same after.
+        classes: dict[Any, int] = {}
+        row_of = []
+        firsts = []
+        for i, (group, _) in enumerate(plan["groups"]):
+            cls = (id(group), plan["steps"][i].item() if plan["steps"] else None)
+            if cls not in classes:
+                classes[cls] = len(classes)
+                firsts.append(i)
+            row_of.append(classes[cls])
+        plan["row_of"] = tuple(row_of)
+        plan["row_firsts"] = firsts  # the parameter whose group and step give each row
         plan["key"] = (
             tuple(len(ts) for ts in lists),
+            plan["row_of"],
             tuple((tuple(t.shape), t.stride(), t.dtype) for t in plan["inputs"]),
         )
 
     def _hyper(self, plan: dict[str, Any]) -> torch.Tensor:
-        """The ``[n, k]`` float32 hyperparameters of a group, on its device (eager's Python
-        arithmetic, in double precision, read now)."""
+        """The ``[rows, k]`` float32 hyperparameters of a group, on its device (eager's Python
+        arithmetic, in double precision, read now): one row per (param group, step count)."""
         rows = []
+        firsts = plan["row_firsts"]
         if self.kind == "sgd":
-            for group, _ in plan["groups"]:
+            for group, _ in (plan["groups"][i] for i in firsts):
                 rows.append(
                     [group["weight_decay"], group["momentum"], 1 - group["dampening"],
                      -group["lr"]]
                 )  # fmt: skip
         else:
-            for (group, _), step_t in zip(plan["groups"], plan["steps"]):
+            for (group, _), step_t in ((plan["groups"][i], plan["steps"][i]) for i in firsts):
                 lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
                 step = step_t.item()  # a CPU tensor: no device synchronisation
                 bias_correction1 = 1 - beta1**step
@@ -306,10 +336,10 @@ class StepCompiler:
             for n in sizes:
                 lists.append(list(tensors[pos : pos + n]))
                 pos += n
-            return update(*lists, tensors[pos], structure)
+            return update(*lists, tensors[pos], structure, plan["row_of"])
 
         columns = len(_SGD_COLUMNS if self.kind == "sgd" else _ADAM_COLUMNS)
-        example_hyper = torch.zeros(len(plan["groups"]), columns, device=plan["device"])
+        example_hyper = torch.zeros(len(plan["row_firsts"]), columns, device=plan["device"])
         with torch.no_grad():
             gm = make_fx(flat, decomposition_table(), tracing_mode="fake")(
                 *plan["inputs"], example_hyper

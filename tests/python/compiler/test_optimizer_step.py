@@ -277,3 +277,27 @@ def test_cuda_compiled_step_does_not_synchronize(name):
         _assert_state_equal(o1, o2, m1, m2, f"step {step}")
         for o in (o1, o2):
             o.zero_grad()
+
+
+def test_adam_parameters_of_one_group_at_different_steps():
+    """Parameters of one group whose step counts differ (state loaded or set per parameter)
+    each get their own bias corrections: one hyperparameter row per step count; the row
+    classes are part of the cache key (a new graph when they change)."""
+    torch.manual_seed(0)
+    m1 = _model("cpu")
+    m2 = copy.deepcopy(m1)
+    o1, o2 = OPTIMIZERS["adam"](m1.parameters()), OPTIMIZERS["adam"](m2.parameters())
+    before = dict(optimizer_step.counters)
+    for step in range(4):
+        x = torch.randn(4, 8)
+        for m in (m1, m2):
+            m(x).square().mean().backward()
+        o1.step()
+        optimizer_step.run(o2.step)
+        _assert_state_equal(o1, o2, m1, m2, f"step {step}")
+        if step == 1:
+            for o, m in ((o1, m1), (o2, m2)):
+                o.state[m[0].weight]["step"].fill_(10.0)
+        for o in (o1, o2):
+            o.zero_grad()
+    assert optimizer_step.counters["graphs_compiled"] - before["graphs_compiled"] == 2
