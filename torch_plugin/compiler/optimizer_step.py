@@ -103,6 +103,8 @@ def why_eager(opt: Any, args: tuple, kwargs: dict) -> str | None:
                 continue
             if p.grad.is_sparse or p.is_complex() or p.grad.dtype != p.dtype:
                 return "a sparse or complex gradient, or one of another dtype"
+            if type(p.grad) is not torch.Tensor or type(p.detach()) is not torch.Tensor:
+                return "a tensor subclass (DTensor under FSDP2)"
             if p.grad.device != p.device or p.device.type not in ("cpu", "cuda"):
                 return "a parameter off cpu/cuda or its gradient on another device"
             state = opt.state.get(p)
@@ -207,7 +209,7 @@ class StepCompiler:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.graphs: dict[Any, Callable[[list[torch.Tensor]], Any]] = {}
+        self.graphs: dict[Any, Callable[[list[torch.Tensor]], Any] | None] = {}  # None: failed
 
     def step(self, opt: torch.optim.Optimizer) -> bool:
         """Update every parameter with a gradient; False (nothing changed) when a group would
@@ -220,7 +222,14 @@ class StepCompiler:
                 if len(self.graphs) >= MAX_GRAPHS:
                     log.info("plugin: optimizer step: %d graphs compiled; eager", MAX_GRAPHS)
                     return False
-                graph = self.graphs[key] = self._compile(plan)
+                try:
+                    graph = self._compile(plan)
+                except Exception as e:  # noqa: BLE001 - the optimizer's own step is correct
+                    log.warning("plugin: optimizer step not compiled (%s); eager", e)
+                    graph = None
+                self.graphs[key] = graph
+            if graph is None:  # this key failed to compile: eager's step, every time
+                return False
             graphs.append((graph, plan))
         if self.kind != "sgd":  # eager's step increment, before the bias corrections
             steps = [s for _, plan in graphs for s in plan["steps"]]

@@ -301,3 +301,19 @@ def test_adam_parameters_of_one_group_at_different_steps():
         for o in (o1, o2):
             o.zero_grad()
     assert optimizer_step.counters["graphs_compiled"] - before["graphs_compiled"] == 2
+
+
+def test_compile_failure_falls_back_to_eager(monkeypatch):
+    """A group update that fails to compile runs eager's step (equal results), and is not
+    tried again."""
+    calls = []
+
+    def broken(self, plan):
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(optimizer_step.StepCompiler, "_compile", broken)
+    before = dict(optimizer_step.counters)
+    _steps_through_run("cpu", OPTIMIZERS["adamw"], steps=4)
+    assert optimizer_step.counters["compiled_steps"] == before["compiled_steps"]
+    assert calls == [1]
