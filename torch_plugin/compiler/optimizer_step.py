@@ -217,8 +217,7 @@ class StepCompiler:
         groups = self._groups(opt)
         graphs = []
         for key, plan in groups.items():
-            graph = self.graphs.get(key)
-            if graph is None:
+            if key not in self.graphs:
                 if len(self.graphs) >= MAX_GRAPHS:
                     log.info("plugin: optimizer step: %d graphs compiled; eager", MAX_GRAPHS)
                     return False
@@ -228,6 +227,7 @@ class StepCompiler:
                     log.warning("plugin: optimizer step not compiled (%s); eager", e)
                     graph = None
                 self.graphs[key] = graph
+            graph = self.graphs[key]
             if graph is None:  # this key failed to compile: eager's step, every time
                 return False
             graphs.append((graph, plan))
