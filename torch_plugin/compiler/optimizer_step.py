@@ -7,7 +7,8 @@ Adam and AdamW through graphs compiled by the plugin compiler, and calls the opt
 ``step`` for everything else (:func:`why_eager` says why, on ``torch_plugin.backends.plugin``).
 
 *One graph per (device, dtype) group.* The parameters that have a gradient are grouped by
-device and dtype (eager's foreach grouping); each group's update is one ATen graph, traced
+device and dtype (eager's foreach grouping), a group split into chunks whose new tensors stay
+within :data:`CHUNK_BYTES`; each chunk's update is one ATen graph, traced
 from :func:`_sgd_update` / :func:`_adam_update` (the math of PyTorch's foreach and for-loop
 implementations, written per tensor so that the fusion pass makes one kernel of each
 parameter's whole update) and compiled by :func:`torch_plugin.compiler.stages.compile_graph`.
@@ -43,7 +44,11 @@ import torch
 log = logging.getLogger("torch_plugin.backends.plugin")
 
 # Per optimizer: its compiled group updates, by cache key. At most MAX_GRAPHS keys each.
-MAX_GRAPHS = 16
+MAX_GRAPHS = 64
+# The most bytes of new parameters and state one update graph returns (they live until
+# written back): larger groups are split into chunks, compiled and run one after the other,
+# so the step's transient memory stays near this whatever the model's size.
+CHUNK_BYTES = 256 << 20
 _compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Steps run compiled / run as eager in this process (tests read them).
 counters = {"compiled_steps": 0, "eager_steps": 0, "graphs_compiled": 0}
@@ -255,15 +260,26 @@ class StepCompiler:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                plan = out.setdefault(
-                    (structure, p.device, p.dtype),
-                    {"structure": structure, "device": p.device, "lists": None, "rows": [],
-                     "steps": [], "groups": []},
-                )  # fmt: skip
-                plan["groups"].append((group, p))
-        for plan in out.values():
-            self._fill(opt, plan)
-        return {(k, plan["key"]): plan for k, plan in out.items()}
+                # A chunk of a (structure, device, dtype) group: its outputs, new tensors
+                # until written back, stay within CHUNK_BYTES (beyond one parameter's).
+                new_bytes = p.numel() * p.element_size() * self._outputs_per_param(structure)
+                chunks = out.setdefault((structure, p.device, p.dtype), [])
+                if not chunks or chunks[-1]["bytes"] + new_bytes > CHUNK_BYTES:
+                    chunks.append({"structure": structure, "device": p.device, "steps": [],
+                                   "groups": [], "bytes": 0})  # fmt: skip
+                chunks[-1]["groups"].append((group, p))
+                chunks[-1]["bytes"] += new_bytes
+        plans = {}
+        for k, chunks in out.items():
+            for i, plan in enumerate(chunks):
+                self._fill(opt, plan)
+                plans[(k, i, plan["key"])] = plan
+        return plans
+
+    def _outputs_per_param(self, structure: tuple) -> int:
+        if self.kind == "sgd":
+            return 2 if structure[1] else 1  # the parameter, its momentum buffer
+        return 3  # the parameter, exp_avg, exp_avg_sq
 
     def _fill(self, opt: torch.optim.Optimizer, plan: dict[str, Any]) -> None:
         params = [p for _, p in plan["groups"]]
@@ -333,6 +349,7 @@ class StepCompiler:
         from torch.fx.experimental.proxy_tensor import make_fx
 
         from torch_plugin import _C
+        from torch_plugin.compiler import options as options_mod
         from torch_plugin.compiler import stages
         from torch_plugin.compiler.decompositions import decomposition_table
 
@@ -358,5 +375,8 @@ class StepCompiler:
             "plugin: optimizer step (%s) compiled for %d tensors on %s",
             self.kind, sizes[0], plan["device"],
         )  # fmt: skip
-        compiled = _C.disable_wrapper(stages.compile_graph)(gm)
+        # No CUDA graph: its runner would hold static copies of every output and return clones
+        # of them (the step's memory twice over), for launches the step makes once.
+        with options_mod.overridden({"cuda_graphs": False}):
+            compiled = _C.disable_wrapper(stages.compile_graph)(gm)
         return compiled
