@@ -12,6 +12,11 @@ off. On CUDA both graphs are compiled the same way, without CUDA graphs; the dri
 forward graph does not lower (:func:`forward_compiler` reports it). The optimizer step that
 follows a backward is compiled separately (:mod:`torch_plugin.compiler.optimizer_step`).
 
+A backward graph returns None for each input that needs no gradient (the data, buffers),
+which the IR cannot return: both graphs are compiled returning their tensors only, and the
+call puts the Nones back (:func:`_without_none_outputs`); before issue #30 such a backward
+graph, nearly every one, ran as its ATen graph, op by op.
+
 Key parts: :func:`forward_compiler`, :func:`backward_compiler`.
 """
 
@@ -30,7 +35,7 @@ def forward_compiler(
 ) -> Any:
     """AOTAutograd's ``fw_compiler``: the forward graph, compiled without freezing.
     ``facts`` receives ``"unlowered_forward"`` (why) when the graph runs unmodified."""
-    compiled = stages.compile_graph(fx_graph)
+    compiled = _without_none_outputs(fx_graph, stages.compile_graph)
     why = getattr(compiled, "unlowered", None)
     if facts is not None and why is not None:
         facts["unlowered_forward"] = why
@@ -38,7 +43,37 @@ def forward_compiler(
 
 
 def _backward(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
-    return stages.compile_graph(fx_graph)
+    return _without_none_outputs(fx_graph, stages.compile_graph)
+
+
+def _without_none_outputs(fx_graph: torch.fx.GraphModule, compile_fn: Any) -> Any:
+    """``compile_fn(fx_graph)`` for a graph whose outputs include None (a backward graph's
+    gradient of an input that needs none: the data, a buffer), which the IR cannot return:
+    the graph is compiled returning its tensors only, and the boxed call puts the Nones
+    back in their places."""
+    output = next(n for n in reversed(fx_graph.graph.nodes) if n.op == "output")
+    outs = output.args[0]
+    if not isinstance(outs, (list, tuple)) or all(o is not None for o in outs):
+        return compile_fn(fx_graph)
+    kept = [i for i, o in enumerate(outs) if o is not None]
+    n = len(outs)
+    output.args = (tuple(outs[i] for i in kept),)
+    fx_graph.recompile()
+    compiled = compile_fn(fx_graph)
+
+    def run(args: list[Any]) -> list[Any]:
+        tensors = compiled(args)
+        full: list[Any] = [None] * n
+        for i, t in zip(kept, tensors):
+            full[i] = t
+        return full
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    run.compiled = compiled  # type: ignore[attr-defined]
+    unlowered = getattr(compiled, "unlowered", None)
+    if unlowered is not None:
+        run.unlowered = unlowered  # type: ignore[attr-defined]
+    return run
 
 
 # AOTAutograd's ``bw_compiler``: the backward graph, compiled with capture off.
