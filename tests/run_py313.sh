@@ -50,7 +50,9 @@ echo "tests/run_py313.sh: venv and package ready in $((SECONDS - START)) s" >&2
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" "$PY" -m pytest --import-mode=importlib -p no:cacheprovider \
+XDIST=()  # one worker per core, as tests/run.sh (pytest-xdist from requirements-test.txt)
+"$PY" -c 'import xdist' 2> /dev/null && XDIST=(-n auto)
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$PY" -m pytest "${XDIST[@]}" --import-mode=importlib -p no:cacheprovider \
   --rootdir="$ROOT" "$ROOT/tests/python/capture" \
   "$ROOT/tests/python/models/test_real_models.py" -m "not slow" -q -rfE "$@"
 echo "tests/run_py313.sh: passed, $((SECONDS - START)) s in all" >&2

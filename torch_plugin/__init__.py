@@ -7,6 +7,8 @@ Public API:
 - :func:`reset` — forget every compiled frame;
 - :func:`run` — run with the compiled frames only, never compiling (serving);
 - :func:`explain` — run a function once and report its graphs, graph breaks and guards;
+- :func:`decompile` — the transformed code and resume functions of a function that ran, as
+  Python source in files (with the optional ``depyf``);
 - :func:`set_logs` — switch the log channels (also ``TORCH_PLUGIN_LOGS``, ``config.logs``);
 - :func:`list_backends`, :func:`lookup_backend`, :func:`register_backend` — the backend registry;
 - :mod:`torch_plugin.config` — flags.
@@ -48,6 +50,7 @@ from .capture import CaptureError, RecompileError, stats
 from .capture.dynamic_shapes import mark_dynamic
 from .capture.eval_frame import OptimizeContext, OptimizedModule, disable, reset, run
 from .contract import BackendCompilerFailed
+from .decompile import DecompileOutput, decompile
 from .explain import ExplainOutput, explain
 from .export import ExportError, export
 from .logs import set_logs
@@ -58,12 +61,14 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendCompilerFailed",
     "CaptureError",
+    "DecompileOutput",
     "ExplainOutput",
     "ExportError",
     "OptimizeContext",
     "OptimizedModule",
     "RecompileError",
     "config",
+    "decompile",
     "disable",
     "explain",
     "export",

@@ -50,7 +50,7 @@ Environment variables (read when needed, by the functions at the end of this mod
 | ``TORCH_PLUGIN_LOGS`` | unset | :func:`logs_spec` (at import), :func:`compiler_environment` | log channels (``torch_plugin.logs``); ``kernels`` in it prints each generated kernel, ``patterns`` each library-pattern rule that fires or is rejected (rule name, source line, failed constraint) |
 | ``TORCH_PLUGIN_TRACE`` | unset | :func:`trace_dir` (at import, by ``torch_plugin.trace``) | a folder: each process writes its compile trace there (``trace-<pid>.jsonl``, one JSON object per event: frames, graphs, graph breaks, guards, recompiles, stage times, kernels); ``python -m torch_plugin.report DIR`` makes an HTML page of it |
 | ``TORCH_LOGS`` | unset | :func:`logs_spec` | torch.compile's log components; those in :data:`TORCH_LOGS_COMPONENTS` switch on the channel they mean here (``graph_code``: ``graph``, ``output_code``: ``kernels``) |
-| ``TORCH_PLUGIN_DISABLE`` | ``0`` | :func:`optimization_disabled` (at each ``torch_plugin.optimize()`` call) | ``1`` turns all optimization off: ``optimize`` returns the model or function unchanged (a context manager that captures nothing), as ``optimize(..., disable=True)`` does |
+| ``TORCH_PLUGIN_DISABLE`` | ``0`` | :func:`optimization_disabled` (at each ``torch_plugin.optimize()`` call, and each graph ``torch.compile(backend="plugin")`` hands the backend) | ``1`` turns all optimization off: ``optimize`` returns the model or function unchanged (a context manager that captures nothing), as ``optimize(..., disable=True)`` does; the ``"plugin"`` backend under ``torch.compile`` returns each graph uncompiled (Dynamo's capture stays: ``TORCHDYNAMO_DISABLE=1`` turns that off) |
 | ``TORCH_PLUGIN_FREEZE`` | ``1`` | :func:`compiler_environment` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding (views of weights stay views), prepacked convolution weights |
 | ``TORCH_PLUGIN_LIBRARY_PATTERNS`` | ``1`` | :func:`compiler_environment` | convolutions and matrix products (+epilogue) go to oneDNN / cuBLASLt |
 | ``TORCH_PLUGIN_FUSION`` | ``1`` | :func:`compiler_environment` | pointwise/reduction/norm groups become generated kernels |
@@ -153,7 +153,9 @@ Tested in ``tests/python/compiler/test_fallback.py``."""
 logs: tuple = ()
 """The log channels printed to stderr, as a tuple of names from
 ``torch_plugin.logs.CHANNELS``: ``graph_breaks``, ``recompiles``, ``guards``, ``bytecode``,
-``graph``, ``ddp``, ``perf`` (the stage times of compiles past about 2 s). Set at import from the ``TORCH_PLUGIN_LOGS`` environment variable
+``graph``, ``ddp``, ``perf`` (the stage times of compiles past about 2 s), ``passes`` (the IR
+before and after the "plugin" pass pipeline), ``cache`` (graph-cache look-ups). Set at import
+from the ``TORCH_PLUGIN_LOGS`` environment variable
 (``TORCH_PLUGIN_LOGS=graph_breaks,recompiles``, or ``all``). Unlike the other flags,
 assigning it acts at once: ``config.logs = "graph_breaks,guards"`` (a comma-separated string
 or a list of names) calls :func:`torch_plugin.set_logs`, which stores the normalized tuple
@@ -355,8 +357,9 @@ def cache_limit_gb() -> str:
 
 def optimization_disabled() -> bool:
     """``TORCH_PLUGIN_DISABLE`` set to a true value: every ``torch_plugin.optimize()`` call
-    returns its model or function unchanged (or a context that captures nothing). Read at
-    each ``optimize()`` call."""
+    returns its model or function unchanged (or a context that captures nothing), and the
+    ``"plugin"`` backend returns each graph uncompiled. Read at each ``optimize()`` call and
+    each backend call."""
     return env_flag("TORCH_PLUGIN_DISABLE", False)
 
 

@@ -8,19 +8,28 @@ Channels (each is the logger ``torch_plugin.<channel>``):
 - ``recompiles``: each recompile of a frame, with the guard that failed (emitted by
   ``convert_frame``);
 - ``guards``: the guards of each new cache entry;
-- ``bytecode``: the original and the transformed bytecode (``dis``) of each converted frame;
+- ``bytecode``: the original and the transformed bytecode (``dis``) of each converted frame,
+  and the transformed code and each resume function made at a graph break as Python source
+  (decompiled with the optional ``depyf`` package; its ``dis`` listing where depyf is
+  missing or fails, with the reason: :mod:`torch_plugin.decompiler`);
 - ``graph``: the code of each captured FX graph, with shapes and the user's source lines;
 - ``ddp``: how each graph captured inside DistributedDataParallel's forward was split at
   gradient buckets, or why it was compiled whole (emitted by
   ``torch_plugin.distributed.ddp``);
+- ``passes`` ("plugin" backend): the IR of each graph before and after the pass pipeline
+  (generated kernels' sources cut out), with node counts and the time (emitted by
+  ``torch_plugin.compiler.stages``);
+- ``cache`` ("plugin" backend): each graph-cache look-up (hit, miss, not looked up), entry
+  stored and entry refused (emitted by ``torch_plugin.compiler.graph_cache``);
 - ``perf``: the progress of long compiles: once a frame's compile has taken about 2 s, one
   line per stage with its time (emitted by ``torch_plugin.trace``; without this channel the
-  lines go to stderr only when it is a terminal).
+  lines go to stderr when another channel is on or stderr is a terminal).
 
 The last three are written by :func:`log_record`, which capture calls with each
 ``CaptureRecord`` while one of them is on (:func:`records_wanted`).
 
-This module imports nothing of the project but ``config`` (a leaf below capture): capture
+This module imports nothing of the project but ``config`` and ``decompiler`` (leaves below
+capture): capture
 asks it whether records are wanted, and it installs :func:`set_logs` as the setter of
 ``config.logs`` (:func:`torch_plugin.config.install_logs_setter`).
 
@@ -45,6 +54,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import config
+from .decompiler import source_of
 
 ENV_VAR = config.LOGS_ENV_VAR
 CHANNELS: tuple[str, ...] = (
@@ -55,6 +65,8 @@ CHANNELS: tuple[str, ...] = (
     "graph",
     "ddp",
     "perf",
+    "passes",
+    "cache",
 )
 # Read by the "plugin" compiler from TORCH_PLUGIN_LOGS when it compiles a graph
 # (config.compiler_environment): generated kernels, library-pattern rules. Not Python loggers.
@@ -195,6 +207,9 @@ def log_record(record: Any) -> None:
                 where,
                 dis.Bytecode(record.transformed_code).dis(),
             )
+            _log_readable(bytecode_log, "transformed code", where, record.transformed_code)
+        for code in getattr(record, "resume_codes", ()):
+            _log_readable(bytecode_log, "resume function", _where(code), code)
     if "graph" in _handlers and record.graph is not None:
         part = ", part before a graph break" if record.graph_break is not None else ""
         logger_for("graph").info(
@@ -203,6 +218,18 @@ def log_record(record: Any) -> None:
             part,
             record.graph.print_readable(print_output=False).rstrip(),
         )
+
+
+def _log_readable(log: logging.Logger, what: str, where: str, code) -> None:
+    """``code`` as Python source (depyf) on the ``bytecode`` channel, or, without depyf or
+    where it fails, its ``dis`` listing with the reason."""
+    readable = source_of(code)
+    if readable.is_source:
+        log.info("%s of %s, decompiled by depyf:\n%s", what, where, readable.text.rstrip())
+    elif what == "resume function":  # a transformed code's dis listing is logged above
+        log.info("%s of %s (%s):\n%s", what, where, readable.note, readable.text.rstrip())
+    else:
+        log.info("%s of %s: no Python source (%s)", what, where, readable.note)
 
 
 def _set_logs_from_env() -> None:

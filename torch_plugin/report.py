@@ -9,7 +9,8 @@ Usage::
 or ``torch_plugin.report.write(DIR)``. The page has a summary on top (frames, graphs, graph
 breaks, recompiles, compile time, time per stage), a bar plot of the compile time of each
 frame, then each frame: its recompile (with the guard that failed), its graphs (FX code),
-graph breaks with the user's source lines around them, guards and the "plugin" backend's
+graph breaks with the user's source lines around them, the transformed code and its resume
+functions (Python source decompiled by depyf, or ``dis``), guards and the "plugin" backend's
 kernels (executor steps and the IR with each generated kernel's source).
 
 Key names: :func:`load`, :func:`render`, :func:`write`, :func:`main`.
@@ -85,7 +86,7 @@ def _frames(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = (pid, fid)
         fr = frames.setdefault(
             key,
-            {"stages": [], "graphs": [], "breaks": [], "guards": [], "kernels": []},
+            {"stages": [], "graphs": [], "breaks": [], "guards": [], "kernels": [], "code": []},
         )
         if kind == "frame":
             fr.update(name=ev["name"], file=ev["file"], line=ev["line"], pid=pid, id=fid)
@@ -102,6 +103,8 @@ def _frames(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             fr["guards"].extend(ev.get("guards", []))
         elif kind == "kernels":
             fr["kernels"].append(ev)
+        elif kind == "bytecode":
+            fr["code"].append(ev)
     return [f for f in frames.values() if "name" in f]
 
 
@@ -213,6 +216,10 @@ def _frame_html(f: dict[str, Any]) -> str:
             f"<h3>Graph {i}{part}: {g.get('nodes')} nodes, ops: {_e(', '.join(g.get('ops', [])))}"
             f"</h3><pre>{_e(g.get('code', ''))}</pre>"
         )
+    for ev in f["code"]:
+        parts.append(_code_html("Transformed code", ev.get("transformed") or {}))
+        for r in ev.get("resume", []):
+            parts.append(_code_html("Resume function", r))
     if f["guards"]:
         parts.append(f"<h3>Guards ({len(f['guards'])})</h3><pre>")
         parts.append(_e("\n".join(f["guards"])) + "</pre>")
@@ -233,6 +240,20 @@ def _frame_html(f: dict[str, Any]) -> str:
                 f"<pre>{_e(_kernel_proper(kernel['source']))}</pre></details>"
             )
     return "\n".join(parts)
+
+
+def _code_html(what: str, r: dict[str, Any]) -> str:
+    """A transformed code or resume function of a ``bytecode`` event, folded."""
+    how = (
+        "Python, decompiled by depyf"
+        if r.get("tool") == "depyf"
+        else f"dis listing: {r.get('note') or 'no source'}"
+    )
+    return (
+        f"<details class='code'><summary>{what} <code>{_e(r.get('name'))}</code> "
+        f"<span class='muted'>({_e(how)})</span></summary><pre>{_e(r.get('text', ''))}</pre>"
+        "</details>"
+    )
 
 
 # Where the shared helpers of a generated CPU kernel end (csrc/compiler/codegen/cpp).

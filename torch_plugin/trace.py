@@ -16,6 +16,10 @@ its kind:
 - ``graph``: ``code`` (the FX graph's Python code), ``nodes``, ``ops``, ``part`` (True for the
   graph before a graph break), ``translate_s``, ``compile_s``;
 - ``guards``: ``guards`` (a list, in source terms);
+- ``bytecode``: the code that replaced the frame, ``transformed``, and each resume function
+  it calls at a graph break, ``resume`` (a list), each as ``name``, ``file``, ``line``,
+  ``text`` (Python source decompiled by the optional ``depyf``, else the ``dis`` listing),
+  ``tool`` (``"depyf"`` or ``"dis"``) and ``note`` (why not depyf, or None);
 - ``graph_break``/``not_captured``: ``reason``, ``gb_id``, ``gb_name``, ``file``, ``line``,
   ``function``, ``source`` (the user's source line);
 - ``stage``: ``name`` (``capture``, ``backend``; for the "plugin" backend also
@@ -38,10 +42,14 @@ written or computed. ``python -m torch_plugin.report DIR`` turns the files into 
 
 Progress: a frame conversion whose compile passes :data:`_PROGRESS_THRESHOLD_S` (about 2 s)
 prints one line per stage with its time (the stages before the threshold at once, the later
-ones as they end), on the ``perf`` log channel when it is on, else to stderr when stderr is a
-terminal.
+ones as they end), on the ``perf`` log channel when it is on, else to stderr when another
+channel is on or stderr is a terminal. While one stage runs long (:data:`_STILL_AFTER_S`, 5 s), a watcher thread
+(:class:`_Watcher`, started by the outermost conversion only while lines are wanted, joined
+when it ends) prints ``f: still in backend > lower (graph 2), 12.0 s`` every
+:data:`_STILL_EVERY_S` (10 s).
 
-This module imports only ``config`` and ``logs`` (leaves): capture and the compiler call it.
+This module imports only ``config``, ``logs`` and ``decompiler`` (leaves): capture and the
+compiler call it.
 
 Key names: :func:`enabled`, :func:`emit`, :func:`frame`, :func:`stage`, :func:`stage_time`,
 :func:`split_kernels`.
@@ -62,9 +70,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import config, logs
+from .decompiler import source_of
 
 # Seconds after which a compile prints its stages (a private hook: tests lower it).
 _PROGRESS_THRESHOLD_S = 2.0
+# A stage running this long (seconds) prints a "still in" line, and again at this interval,
+# once the conversion has passed _PROGRESS_THRESHOLD_S (private hooks: tests lower them).
+_STILL_AFTER_S = 5.0
+_STILL_EVERY_S = 10.0
 # Largest string field written (a kernel-heavy IR text is cut there).
 _MAX_FIELD_CHARS = 400_000
 
@@ -86,6 +99,65 @@ class _Scope:
         self.pending: list[str] = []
         self.printed = False
         self.result = "compiled"
+        # The stages running now, outermost first: (name, start); read by _Watcher.
+        self.running: list[tuple[str, float]] = []
+        self.graphs = 0  # graphs handed to the backend so far
+        self.still_printed = False
+
+
+class _Watcher:
+    """While the outermost frame conversion of a thread runs with progress lines wanted, a
+    daemon thread that prints ``f: still in backend > lower (graph 2), 12.0 s`` once a single
+    stage has run :data:`_STILL_AFTER_S` (and again every :data:`_STILL_EVERY_S`), for stages
+    that end nothing to print meanwhile (a long lowering, a C++ compiler run).
+
+    It only reads the scopes and writes lines: it takes no lock of the project, and its
+    frames are not captured (the eval-frame hook's callback is per thread, and this thread
+    has none), so it cannot wait on the compile lock the converting thread holds. It is
+    stopped and joined when the conversion ends (:meth:`close`), so it never outlives it.
+    """
+
+    def __init__(self, scopes: list[_Scope]) -> None:
+        self.scopes = scopes  # the converting thread's list (the same object)
+        self.stop = threading.Event()
+        self.last: dict[tuple, float] = {}
+        self.thread = threading.Thread(target=self._run, name="torch_plugin-progress", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(max(0.01, min(1.0, _STILL_AFTER_S, _STILL_EVERY_S))):
+            try:
+                self._check()
+            except Exception:  # noqa: BLE001, S110 - a progress line never fails a compile
+                pass
+
+    def _check(self) -> None:
+        scopes = list(self.scopes)
+        if not scopes:
+            return
+        scope = scopes[-1]
+        running = list(scope.running)
+        if not running:
+            return
+        now = time.perf_counter()
+        name, t0 = running[-1]
+        if now - scope.start < _PROGRESS_THRESHOLD_S or now - t0 < _STILL_AFTER_S:
+            return
+        key = (id(scope), len(running), name, t0)
+        if now - self.last.get(key, float("-inf")) < _STILL_EVERY_S:
+            return
+        self.last[key] = now
+        path = " > ".join(n for n, _ in running)
+        graph = f" (graph {scope.graphs})" if scope.graphs else ""
+        scope.still_printed = True
+        _progress_line(
+            f"{scope.name}: still in {path}{graph}, {now - t0:.1f} s "
+            f"(compiling for {now - scope.start:.1f} s)"
+        )
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5.0)
 
 
 class _ThreadState(threading.local):
@@ -176,6 +248,7 @@ def frame(code: Any) -> Iterator[None]:
     its stages print progress lines once it has taken :data:`_PROGRESS_THRESHOLD_S`."""
     scope = _Scope(next(_frame_ids), code.co_qualname)
     where = {"name": code.co_qualname, "file": code.co_filename, "line": code.co_firstlineno}
+    watcher = _Watcher(_state.scopes) if not _state.scopes and _progress_wanted() else None
     _state.scopes.append(scope)
     try:
         emit("frame", **where)
@@ -187,12 +260,16 @@ def frame(code: Any) -> Iterator[None]:
         seconds = time.perf_counter() - scope.start
         emit("frame_done", seconds=seconds, result=scope.result, **where)
         _state.scopes.remove(scope)
-        if scope.printed:
+        if watcher is not None:
+            watcher.close()
+        if scope.printed or scope.still_printed:
             _progress_line(f"{scope.name}: compiled in {seconds:.2f} s ({scope.result})")
 
 
 def _progress_wanted() -> bool:
-    if "perf" in config.logs:
+    """Progress lines are printed while any log channel is on (issue #32: "when logging is
+    on"), or while stderr is a terminal."""
+    if config.logs:
         return True
     try:
         return sys.stderr is not None and sys.stderr.isatty()
@@ -236,10 +313,16 @@ def stage(name: str, **fields: Any) -> Iterator[None]:
     depth = _state.depth
     _state.depth = depth + 1
     t0 = time.perf_counter()
+    scope = _state.scopes[-1] if _state.scopes else None
+    if scope is not None:
+        scope.graphs += name == "backend"
+        scope.running.append((name, t0))
     try:
         yield
     finally:
         _state.depth = depth
+        if scope is not None:
+            scope.running.pop()
         stage_time(name, time.perf_counter() - t0, depth, **fields)
 
 
@@ -263,6 +346,25 @@ def record(rec: Any) -> None:
             compile_s=rec.compile_time_s,
         )
     emit("guards", guards=[str(g) for g in rec.guards])
+    if rec.transformed_code is not None:
+        emit(
+            "bytecode",
+            transformed=_readable(rec.transformed_code),
+            resume=[_readable(c) for c in getattr(rec, "resume_codes", ())],
+        )
+
+
+def _readable(code: Any) -> dict[str, Any]:
+    """``code`` as the ``bytecode`` event holds it (:func:`decompiler.source_of`)."""
+    r = source_of(code)
+    return {
+        "name": code.co_qualname,
+        "file": code.co_filename,
+        "line": code.co_firstlineno,
+        "text": r.text,
+        "tool": r.tool,
+        "note": r.note,
+    }
 
 
 def capture_stopped(event: str, e: Any) -> None:

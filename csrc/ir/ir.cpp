@@ -45,6 +45,18 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   return strides;
 }
 
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  int64_t s = sizes.size() > 1 ? sizes[1] : 1;
+  for (size_t i = sizes.size(); i-- > 2;) {
+    strides[i] = s;
+    s *= sizes[i];
+  }
+  if (!sizes.empty())
+    strides[0] = s;
+  return strides;
+}
+
 std::string Node::qualified_name() const {
   return overload.empty() || overload == "default" ? op : op + "." + overload;
 }

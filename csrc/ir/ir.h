@@ -184,6 +184,9 @@ struct Graph {
 
 std::string to_string(const AttrValue& v);
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+// [N, C, spatial...] with the channels innermost: torch's channels_last
+// (4-d) and channels_last_3d (5-d) strides, NLC for 3-d.
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes);
 // The one device of `g`'s tensors (inputs, constants, node outputs): what the
 // pass pipeline and the executor are chosen by. CPU for a graph without
 // tensors. Throws c10::Error naming two of them when they are on several

@@ -109,6 +109,7 @@ struct Hash {
           &d.x_strides,
           &d.w_sizes,
           &d.w_strides,
+          &d.y_sizes,
           &d.y_strides,
           &d.r_strides,
           &d.stride,
@@ -121,6 +122,7 @@ struct Hash {
     mix(d.bias | d.scale << 1 | d.shift << 2 | d.residual << 3 |
         d.allow_tf32 << 4 | d.deterministic << 5);
     mix(d.device);
+    mix(d.alignment);
     mix(static_cast<int64_t>(std::hash<std::string>()(d.activation)));
     return h;
   }
@@ -150,13 +152,16 @@ bool ConvDesc::operator==(const ConvDesc& o) const {
       vector_dtype == o.vector_dtype && bias == o.bias && scale == o.scale &&
       shift == o.shift && residual == o.residual &&
       activation == o.activation && allow_tf32 == o.allow_tf32 &&
-      deterministic == o.deterministic && device == o.device;
+      deterministic == o.deterministic && device == o.device &&
+      alignment == o.alignment;
 }
 
 std::string ConvDesc::str() const {
   std::ostringstream s;
   s << "conv x" << c10::IntArrayRef(x_sizes) << " w"
     << c10::IntArrayRef(w_sizes) << " " << c10::toString(dtype);
+  if (x_sizes.size() > 1 && w_sizes.size() > 1 && w_sizes[1] != x_sizes[1])
+    s << " groups=" << x_sizes[1] / w_sizes[1];
   if (bias)
     s << "+bias";
   if (scale)
@@ -226,18 +231,22 @@ std::unique_ptr<ConvPlan::Impl> build(
   g->set_io_data_type(io)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto x = g->tensor(fe::graph::Tensor_attributes()
-                         .set_name("x")
-                         .set_uid(kX)
-                         .set_dim(d.x_sizes)
-                         .set_stride(d.x_strides)
-                         .set_data_type(io));
-  auto w = g->tensor(fe::graph::Tensor_attributes()
-                         .set_name("w")
-                         .set_uid(kW)
-                         .set_dim(d.w_sizes)
-                         .set_stride(d.w_strides)
-                         .set_data_type(io));
+  // Every operand at the descriptor's pointer alignment.
+  auto tensor = [&](const char* name,
+                    Uid uid,
+                    const std::vector<int64_t>& dim,
+                    const std::vector<int64_t>& stride,
+                    fe::DataType_t t) {
+    return g->tensor(fe::graph::Tensor_attributes()
+                         .set_name(name)
+                         .set_uid(uid)
+                         .set_dim(dim)
+                         .set_stride(stride)
+                         .set_data_type(t)
+                         .set_alignment(d.alignment));
+  };
+  auto x = tensor("x", kX, d.x_sizes, d.x_strides, io);
+  auto w = tensor("w", kW, d.w_sizes, d.w_strides, io);
   auto y = g->conv_fprop(
       x,
       w,
@@ -246,14 +255,13 @@ std::unique_ptr<ConvPlan::Impl> build(
           .set_stride(d.stride)
           .set_dilation(d.dilation)
           .set_compute_data_type(fe::DataType_t::FLOAT));
+  // A per-channel vector [K] as [1, K, 1, ...] of y's rank.
   const int64_t k = d.w_sizes[0];
+  std::vector<int64_t> vdim(d.y_sizes.size(), 1), vstride(d.y_sizes.size(), k);
+  vdim[1] = k;
+  vstride[1] = 1;
   auto channel_vector = [&](const char* name, Uid uid, fe::DataType_t t) {
-    return g->tensor(fe::graph::Tensor_attributes()
-                         .set_name(name)
-                         .set_uid(uid)
-                         .set_dim({1, k, 1, 1})
-                         .set_stride({k, 1, k, k})
-                         .set_data_type(t));
+    return tensor(name, uid, vdim, vstride, t);
   };
   auto binary = [&](auto a, auto b, fe::PointwiseMode_t mode) {
     return g->pointwise(
@@ -272,12 +280,7 @@ std::unique_ptr<ConvPlan::Impl> build(
     y = binary(
         y, channel_vector("shift", kShift, vt), fe::PointwiseMode_t::ADD);
   if (d.residual) {
-    auto r = g->tensor(fe::graph::Tensor_attributes()
-                           .set_name("r")
-                           .set_uid(kR)
-                           .set_dim(d.y_sizes)
-                           .set_stride(d.r_strides)
-                           .set_data_type(io));
+    auto r = tensor("r", kR, d.y_sizes, d.r_strides, io);
     y = binary(y, r, fe::PointwiseMode_t::ADD);
   }
   if (!d.activation.empty()) {
@@ -295,7 +298,8 @@ std::unique_ptr<ConvPlan::Impl> build(
       .set_uid(kY)
       .set_dim(d.y_sizes)
       .set_stride(d.y_strides)
-      .set_data_type(io);
+      .set_data_type(io)
+      .set_alignment(d.alignment);
 
   cudnnHandle_t handle = torch_handle();
   if (g->validate().is_bad() || g->build_operation_graph(handle).is_bad() ||

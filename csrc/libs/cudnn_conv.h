@@ -2,7 +2,7 @@
 // header-only, PyPI nvidia-cudnn-frontend) for the "plugin" compiler's CUDA
 // convolutions with fused epilogues. Knows nothing of the IR.
 //
-// Owns: ConvDesc (one 2-d convolution's sizes, strides, dtypes, epilogue and
+// Owns: ConvDesc (one convolution's sizes, strides, dtypes, epilogue and
 // the torch settings it depends on: the plan cache key, as PyTorch's own cuDNN
 // path keys its plans, ATen/native/cudnn/Conv_v8.cpp), ConvPlan (its cuDNN
 // operation graph and the execution plan chosen by cuDNN's heuristics, mode A
@@ -23,6 +23,11 @@
 // dlopen(RTLD_NOLOAD), cudnn-frontend's dynamic loading), so the extension has
 // no link-time dependency on cuDNN; without it (or below 9.0) available() is
 // false and every call runs ATen's convolution.
+// Ranks: 2-d convolutions (x [N, C, H, W]) and 3-d ones (x [N, C, D, H, W],
+// NDHWC in the plan) run as cuDNN's 4-d and 5-d graphs; a 1-d one (x [N, C,
+// L], "channels-last" NLC) runs as a 2-d one over [N, C, 1, L], as PyTorch's
+// cuDNN path does (view1d_as_2d). Grouped and depthwise convolutions: cuDNN
+// takes the group count from the channels, x's C over w's C/groups.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -46,11 +51,17 @@ bool available(std::string* why = nullptr);
 // generated kernel).
 bool fuses_activation(std::string_view name);
 
-// One convolution with its epilogue. Every field is part of the plan key.
+// One 2-d or 3-d convolution (a 1-d one as 2-d) with its epilogue. Every
+// field is part of the plan key; the group count is too, as x_sizes[1] /
+// w_sizes[1] (PyTorch's key: sizes, strides, dtype, layout (the strides),
+// groups, pointer alignment, settings).
 struct ConvDesc {
   std::vector<int64_t> x_sizes, x_strides, w_sizes, w_strides, y_sizes,
       y_strides, r_strides; // r_strides: empty without a residual
-  std::vector<int64_t> stride, padding, dilation; // 2 entries each
+  std::vector<int64_t> stride, padding, dilation; // one entry per spatial dim
+  // The least byte alignment (1 to 16) of the operands' pointers, as
+  // PyTorch's getAlignment; cuDNN picks engines for it.
+  int64_t alignment = 16;
   c10::ScalarType dtype = c10::ScalarType::Float; // x, w, b, residual, y
   c10::ScalarType vector_dtype = c10::ScalarType::Float; // scale, shift
   bool bias = false, scale = false, shift = false, residual = false;
@@ -62,8 +73,8 @@ struct ConvDesc {
   std::string str() const;
 };
 
-// The device pointers of one execution (nullptr for absent operands). Every
-// one 16-byte aligned (run_conv_pointwise checks).
+// The device pointers of one execution (nullptr for absent operands), each
+// aligned to at least the descriptor's alignment.
 struct ConvPointers {
   const void *x = nullptr, *w = nullptr, *b = nullptr, *scale = nullptr,
              *shift = nullptr, *r = nullptr;
@@ -121,23 +132,24 @@ struct ConvArgs {
   double alpha = 0.0, beta = 0.0;
 };
 
-// The descriptor of `a` writing `y` (channels-last NHWC operands as
-// run_conv_pointwise passes them), with torch's current cuDNN settings;
-// nullopt for what the plan cannot take (not 2-d, dtypes other than
-// fp32/bf16/fp16, mixed dtypes, a transposed-layout or misaligned operand, an
-// empty tensor, a residual of other sizes or dtype: the caller applies it).
+// The descriptor of `a` writing `y` (4-d or 5-d channels-last operands as
+// run_conv_pointwise passes them), with torch's current cuDNN settings and
+// the operands' pointer alignment; nullopt for what the plan cannot take
+// (other ranks, dtypes other than fp32/bf16/fp16, mixed dtypes, an operand
+// not channels-last, an empty tensor, channels that groups does not divide, a
+// residual of other sizes or dtype: the caller applies it).
 std::optional<ConvDesc> conv_desc(
     const ConvArgs& a,
     const at::Tensor& y,
     bool with_epilogue);
 
-// y = conv_pointwise(a) on CUDA, channels-last, into `out` when defined
-// (channels-last, the output's sizes and dtype) or a new tensor. `pinned`: a
-// plan built earlier (the executor's step), used when its descriptor equals
-// this run's; else the cache's. Fallbacks, in order: the fused plan; the
-// convolution alone through cuDNN and the epilogue with ATen ops; ATen's
-// convolution and epilogue (each counted). `activation` applies what cuDNN
-// does not (or, in the fallbacks, every activation).
+// y = conv_pointwise(a) on CUDA (x 3-d, 4-d or 5-d), channels-last, into `out`
+// when defined (channels-last, the output's sizes and dtype) or a new tensor.
+// `pinned`: a plan built earlier (the executor's step), used when its
+// descriptor equals this run's; else the cache's. Fallbacks, in order: the
+// fused plan; the convolution alone through cuDNN and the epilogue with ATen
+// ops; ATen's convolution and epilogue (each counted). `activation` applies
+// what cuDNN does not (or, in the fallbacks, every activation).
 at::Tensor run_conv_pointwise(
     const ConvArgs& a,
     at::Tensor out,

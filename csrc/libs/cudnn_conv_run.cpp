@@ -20,24 +20,83 @@ namespace {
 
 std::atomic<int64_t> g_executions{0}, g_fused{0}, g_split{0}, g_aten{0};
 
-constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast;
-
 bool plan_dtype(c10::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
 
-bool aligned16(const at::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
+// PyTorch's getAlignment (ATen/native/cudnn/Conv_v8.cpp), at most 16: the
+// largest power of two dividing the pointer.
+int64_t alignment(const at::Tensor& t) {
+  const auto address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  int64_t a = 1;
+  while (a < 16 && address % (2 * a) == 0)
+    a *= 2;
+  return a;
 }
 
-bool is_nhwc(const at::Tensor& t) {
-  return t.dim() == 4 && t.is_contiguous(kChannelsLast);
+bool is_channels_last(const at::Tensor& t) {
+  switch (t.dim()) {
+    case 3:
+      return t.transpose(1, 2).is_contiguous();
+    case 4:
+      return t.is_contiguous(at::MemoryFormat::ChannelsLast);
+    case 5:
+      return t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+    default:
+      return false;
+  }
 }
 
-// A per-channel vector [K] the plan reads: contiguous, aligned, on x's device.
+// The channels-last strides of `sizes` (channels innermost). A tensor that
+// is_channels_last has them in every dimension of a size above 1; the plan
+// key takes them rather than the tensor's own, which may differ in a
+// dimension of size 1 (a depthwise weight [C, 1, R, S] contiguous is
+// channels-last too) and would miss the step's pinned plan.
+std::vector<int64_t> channels_last_strides(c10::IntArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  int64_t s = sizes[1];
+  for (size_t i = sizes.size(); i-- > 2;) {
+    strides[i] = s;
+    s *= sizes[i];
+  }
+  strides[0] = s;
+  return strides;
+}
+
+// t (3-d, 4-d or 5-d) channels-last: itself when it is, else a copy.
+at::Tensor to_channels_last(const at::Tensor& t) {
+  switch (t.dim()) {
+    case 3:
+      return t.transpose(1, 2).contiguous().transpose(1, 2);
+    case 4:
+      return t.contiguous(at::MemoryFormat::ChannelsLast);
+    case 5:
+      return t.contiguous(at::MemoryFormat::ChannelsLast3d);
+    default:
+      return t;
+  }
+}
+
+// A per-channel vector [K] the plan reads: contiguous, on x's device.
 bool channel_vector(const at::Tensor& v, int64_t k, const at::Tensor& x) {
   return v.dim() == 1 && v.size(0) == k && v.is_contiguous() &&
-      v.device() == x.device() && aligned16(v);
+      v.device() == x.device();
+}
+
+// A 1-d convolution's arguments as a 2-d one's over [N, C, 1, L] (PyTorch's
+// view1d_as_2d): x, w and a 3-d residual channels-last (NLC) and unsqueezed,
+// so that they are NHWC (a residual of fewer dimensions keeps broadcasting as
+// against [N, K, L]); stride 1, padding 0, dilation 1 in the unit dimension.
+ConvArgs as_2d(const ConvArgs& args) {
+  ConvArgs a = args;
+  a.x = to_channels_last(a.x).unsqueeze(2);
+  a.w = to_channels_last(a.w).unsqueeze(2);
+  if (a.residual.defined() && a.residual.dim() >= 2)
+    a.residual = to_channels_last(a.residual).unsqueeze(-2);
+  a.stride.insert(a.stride.begin(), 1);
+  a.padding.insert(a.padding.begin(), 0);
+  a.dilation.insert(a.dilation.begin(), 1);
+  return a;
 }
 
 // ((y + b) * scale + shift) + residual with ATen ops after the convolution's
@@ -50,8 +109,10 @@ at::Tensor epilogue_aten(
     bool bias_done,
     Activation activation) {
   const c10::ScalarType dtype = a.x.scalar_type();
-  auto channels = [](const at::Tensor& v) {
-    return v.reshape({1, -1, 1, 1});
+  std::vector<int64_t> vshape(y.dim(), 1);
+  vshape[1] = -1;
+  auto channels = [&](const at::Tensor& v) {
+    return v.reshape(vshape);
   };
   const bool wide = (a.scale.defined() && a.scale.scalar_type() != dtype) ||
       (a.shift.defined() && a.shift.scalar_type() != dtype);
@@ -76,7 +137,7 @@ at::Tensor epilogue_aten(
 // channels-last.
 at::Tensor deliver(at::Tensor value, at::Tensor out) {
   if (!out.defined())
-    return value.contiguous(kChannelsLast);
+    return to_channels_last(value);
   out.copy_(value);
   return out;
 }
@@ -109,23 +170,28 @@ std::optional<ConvDesc> conv_desc(
   const at::Tensor& x = a.x;
   const at::Tensor& w = a.w;
   const c10::ScalarType dtype = x.scalar_type();
-  if (!x.is_cuda() || !plan_dtype(dtype) || w.scalar_type() != dtype ||
+  const int64_t rank = x.dim();
+  const size_t spatial = static_cast<size_t>(rank - 2);
+  if (!x.is_cuda() || (rank != 4 && rank != 5) || w.dim() != rank ||
+      y.dim() != rank || !plan_dtype(dtype) || w.scalar_type() != dtype ||
       y.scalar_type() != dtype || w.device() != x.device() ||
-      y.device() != x.device() || !is_nhwc(x) || !is_nhwc(w) || !is_nhwc(y) ||
-      x.numel() == 0 || w.numel() == 0 || y.numel() == 0 || a.groups < 1 ||
-      a.stride.size() != 2 || a.padding.size() != 2 || a.dilation.size() != 2)
+      y.device() != x.device() || !is_channels_last(x) ||
+      !is_channels_last(w) || !is_channels_last(y) || x.numel() == 0 ||
+      w.numel() == 0 || y.numel() == 0 || a.groups < 1 ||
+      a.stride.size() != spatial || a.padding.size() != spatial ||
+      a.dilation.size() != spatial)
     return std::nullopt;
   const int64_t k = w.size(0);
-  if (x.size(1) != w.size(1) * a.groups || k % a.groups != 0 ||
-      y.size(1) != k || !aligned16(x) || !aligned16(w) || !aligned16(y))
+  if (x.size(1) != w.size(1) * a.groups || k % a.groups != 0 || y.size(1) != k)
     return std::nullopt;
+  int64_t align = std::min({alignment(x), alignment(w), alignment(y)});
   ConvDesc d;
   d.x_sizes = x.sizes().vec();
-  d.x_strides = x.strides().vec();
+  d.x_strides = channels_last_strides(x.sizes());
   d.w_sizes = w.sizes().vec();
-  d.w_strides = w.strides().vec();
+  d.w_strides = channels_last_strides(w.sizes());
   d.y_sizes = y.sizes().vec();
-  d.y_strides = y.strides().vec();
+  d.y_strides = channels_last_strides(y.sizes());
   d.stride = a.stride;
   d.padding = a.padding;
   d.dilation = a.dilation;
@@ -135,12 +201,14 @@ std::optional<ConvDesc> conv_desc(
   d.allow_tf32 = dtype == at::kFloat &&
       at::globalContext().allowTF32CuDNN(at::Float32Op::CONV);
   d.deterministic = at::globalContext().deterministicCuDNN();
+  d.alignment = align;
   if (!with_epilogue)
     return d;
   if (a.b.defined()) {
     if (a.b.scalar_type() != dtype || !channel_vector(a.b, k, x))
       return std::nullopt;
     d.bias = true;
+    align = std::min(align, alignment(a.b));
   }
   for (const at::Tensor* v : {&a.scale, &a.shift}) {
     if (!v->defined())
@@ -154,15 +222,18 @@ std::optional<ConvDesc> conv_desc(
     }
     d.vector_dtype = t;
     (v == &a.scale ? d.scale : d.shift) = true;
+    align = std::min(align, alignment(*v));
   }
   if (a.residual.defined()) {
     const at::Tensor& r = a.residual;
-    if (r.scalar_type() != dtype || r.sizes() != y.sizes() || !is_nhwc(r) ||
-        r.device() != x.device() || !aligned16(r))
+    if (r.scalar_type() != dtype || r.sizes() != y.sizes() ||
+        !is_channels_last(r) || r.device() != x.device())
       return std::nullopt;
     d.residual = true;
-    d.r_strides = r.strides().vec();
+    d.r_strides = channels_last_strides(r.sizes());
+    align = std::min(align, alignment(r));
   }
+  d.alignment = align;
   if (fuses_activation(a.activation))
     d.activation = a.activation;
   return d;
@@ -173,25 +244,39 @@ at::Tensor run_conv_pointwise(
     at::Tensor out,
     const ConvPlan* pinned,
     Activation activation) {
+  if (args.x.dim() == 3 && args.w.dim() == 3 && args.stride.size() == 1 &&
+      args.padding.size() == 1 && args.dilation.size() == 1) {
+    at::Tensor out2d = out.defined() ? out.unsqueeze(2) : out;
+    return run_conv_pointwise(as_2d(args), out2d, pinned, activation)
+        .squeeze(2);
+  }
   c10::cuda::CUDAGuard guard(args.x.device());
   ConvArgs a = args;
-  const bool planable = a.x.dim() == 4 && a.w.dim() == 4 &&
-      plan_dtype(a.x.scalar_type()) && available();
+  const int64_t rank = a.x.dim();
+  const bool planable = (rank == 4 || rank == 5) && a.w.dim() == rank &&
+      a.stride.size() == static_cast<size_t>(rank - 2) &&
+      a.padding.size() == a.stride.size() &&
+      a.dilation.size() == a.stride.size() && plan_dtype(a.x.scalar_type()) &&
+      available();
   if (planable) {
-    a.x = a.x.contiguous(kChannelsLast);
-    a.w = a.w.contiguous(kChannelsLast);
-    if (a.residual.defined() && a.residual.dim() == 4)
-      a.residual = a.residual.contiguous(kChannelsLast);
+    a.x = to_channels_last(a.x);
+    a.w = to_channels_last(a.w);
+    if (a.residual.defined() && a.residual.dim() == rank)
+      a.residual = to_channels_last(a.residual);
   }
   at::Tensor y = out;
   if (planable && !y.defined()) {
     std::vector<int64_t> sizes = {a.x.size(0), a.w.size(0)};
-    for (int i = 0; i < 2; ++i) {
+    for (int64_t i = 0; i < rank - 2; ++i) {
       const int64_t kext = (a.w.size(2 + i) - 1) * a.dilation[i] + 1;
       sizes.push_back(
           (a.x.size(2 + i) + 2 * a.padding[i] - kext) / a.stride[i] + 1);
     }
-    y = at::empty(sizes, a.x.options().memory_format(kChannelsLast));
+    y = at::empty(
+        sizes,
+        a.x.options().memory_format(
+            rank == 4 ? at::MemoryFormat::ChannelsLast
+                      : at::MemoryFormat::ChannelsLast3d));
   }
   std::optional<ConvDesc> d;
   if (planable)
@@ -215,8 +300,7 @@ at::Tensor run_conv_pointwise(
       ++g_executions;
       const bool all = d->bias == a.b.defined() &&
           d->scale == a.scale.defined() && d->shift == a.shift.defined() &&
-          d->residual == a.residual.defined() &&
-          d->activation == a.activation;
+          d->residual == a.residual.defined() && d->activation == a.activation;
       if (d->bias || d->scale || d->shift || d->residual ||
           !d->activation.empty())
         ++g_fused;
@@ -253,7 +337,8 @@ at::Tensor run_conv_pointwise(
       false,
       std::vector<int64_t>(args.stride.size(), 0),
       args.groups);
-  return deliver(epilogue_aten(args, conv, /*bias_done=*/true, activation), out);
+  return deliver(
+      epilogue_aten(args, conv, /*bias_done=*/true, activation), out);
 }
 
 } // namespace torch_plugin::libs::cudnn

@@ -5,11 +5,13 @@
 // Ops:
 //   conv_pointwise(x, w, b?, residual?, stride, padding, dilation, groups,
 //                  activation, alpha, beta, scale?=None, shift?=None) -> Tensor
-//       act(conv2d(x, w, b) [* scale] [+ shift] [+ residual]); x [N, C, H,
+//       act(conv(x, w, b) [* scale] [+ shift] [+ residual]); x [N, C, H,
 //       W], w [K, C/groups, R, S], b, scale, shift [K] (scale and shift: an
 //       inference batch norm after the convolution, per output channel),
 //       residual like the output; output [N, K, P, Q] in channels_last
-//       strides (oneDNN's fast layout).
+//       strides (oneDNN's and cuDNN's fast layout). 1-d (x [N, C, L]) and 3-d
+//       (x [N, C, D, H, W]) alike, stride, padding and dilation one entry per
+//       spatial dimension, the output channels innermost (NLC, NDHWC).
 //   linear_pointwise(x, w, b?, residual?, activation, alpha, beta) -> Tensor
 //       act(x @ w.T + b [+ residual]); x [..., K], w [N, K], b [N]; output
 //       [..., N], contiguous.
@@ -51,6 +53,7 @@
 #include "ops/fused_op.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
@@ -58,6 +61,31 @@ namespace torch_plugin::ops {
 
 void check_activation(c10::string_view a) {
   ir::check_epilogue_name(std::string_view(a.data(), a.size()));
+}
+
+void check_conv_ranks(
+    const at::Tensor& x,
+    const at::Tensor& w,
+    at::IntArrayRef stride,
+    at::IntArrayRef padding,
+    at::IntArrayRef dilation) {
+  TORCH_CHECK(
+      x.dim() >= 3 && x.dim() <= 5 && w.dim() == x.dim(),
+      "conv_pointwise: expected a 3-d, 4-d or 5-d input and a weight of its "
+      "rank, got ",
+      x.dim(),
+      "-d and ",
+      w.dim(),
+      "-d");
+  const size_t spatial = static_cast<size_t>(x.dim() - 2);
+  TORCH_CHECK(
+      stride.size() == spatial && padding.size() == spatial &&
+          dilation.size() == spatial,
+      "conv_pointwise: stride, padding and dilation must have ",
+      spatial,
+      " entries each for a ",
+      x.dim(),
+      "-d input");
 }
 
 namespace {
@@ -77,28 +105,22 @@ at::Tensor conv_pointwise_meta(
     const std::optional<at::Tensor>& /*scale*/,
     const std::optional<at::Tensor>& /*shift*/) {
   check_activation(activation);
-  TORCH_CHECK(
-      x.dim() == 4 && w.dim() == 4,
-      "conv_pointwise: expected 4-d input and weight, got ",
-      x.dim(),
-      "-d and ",
-      w.dim(),
-      "-d");
-  TORCH_CHECK(
-      stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
-      "conv_pointwise: stride, padding and dilation must have 2 entries each");
+  check_conv_ranks(x, w, stride, padding, dilation);
   std::vector<c10::SymInt> out = {x.sym_size(0), w.sym_size(0)};
-  for (int i = 0; i < 2; ++i) {
+  for (int64_t i = 0; i + 2 < x.dim(); ++i) {
     c10::SymInt k = (w.sym_size(2 + i) - 1) * dilation[i] + 1;
     out.push_back((x.sym_size(2 + i) + 2 * padding[i] - k) / stride[i] + 1);
   }
-  return at::empty_symint(
-      out,
-      x.scalar_type(),
-      std::nullopt,
-      x.device(),
-      std::nullopt,
-      at::MemoryFormat::ChannelsLast);
+  // Channels innermost (channels_last for 4-d, channels_last_3d for 5-d).
+  std::vector<c10::SymInt> strides(out.size(), 1);
+  c10::SymInt s = out[1];
+  for (size_t i = out.size(); i-- > 2;) {
+    strides[i] = s;
+    s = s * out[i];
+  }
+  strides[0] = s;
+  return at::empty_strided_symint(
+      out, strides, x.scalar_type(), std::nullopt, x.device(), std::nullopt);
 }
 
 at::Tensor linear_pointwise_meta(

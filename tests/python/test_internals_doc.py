@@ -282,12 +282,15 @@ def test_links_between_pages_resolve():
 # under the key may import, of the project, only modules under these prefixes.
 PYTHON_RULES = {
     "torch_plugin.capture": ("torch_plugin.capture", "torch_plugin.contract",
-                             "torch_plugin.config", "torch_plugin.logs", "torch_plugin.trace"),
+                             "torch_plugin.config", "torch_plugin.logs", "torch_plugin.trace",
+                             "torch_plugin.decompiler"),
     "torch_plugin.compiler": ("torch_plugin.compiler", "torch_plugin.contract",
                               "torch_plugin.config", "torch_plugin.trace"),
     "torch_plugin.contract": ("torch_plugin.config",),
-    "torch_plugin.logs": ("torch_plugin.config",),
-    "torch_plugin.trace": ("torch_plugin.config", "torch_plugin.logs"),
+    "torch_plugin.logs": ("torch_plugin.config", "torch_plugin.decompiler"),
+    "torch_plugin.trace": ("torch_plugin.config", "torch_plugin.logs", "torch_plugin.decompiler"),
+    "torch_plugin.decompiler": (),
+    "torch_plugin.decompile": ("torch_plugin.capture", "torch_plugin.decompiler"),
     "torch_plugin.report": (),
     "torch_plugin.config": (),
     "torch_plugin.distributed": ("torch_plugin.distributed", "torch_plugin.contract",

@@ -166,6 +166,38 @@ def test_config_assignment_switches_at_once(capsys):
     assert "[torch_plugin." not in capsys.readouterr().err
 
 
+def test_passes_and_cache_channels(capsys, tmp_path, monkeypatch):
+    """The "plugin" backend's channels: the IR around the pass pipeline, and each
+    graph-cache look-up and store (a cold compile misses and stores, a warm one hits)."""
+    monkeypatch.setenv("TORCH_PLUGIN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCH_PLUGIN_GRAPH_CACHE", "1")
+
+    def f(x):
+        return torch.relu(x * 2 + 1).sum(-1)
+
+    set_logs("passes,cache")
+    for _ in range(2):  # the second compile (after reset) is warm
+        torch_plugin.reset()
+        opt = torch_plugin.optimize(f)
+        for _ in range(3):
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(opt(x), f(x))
+    err = capsys.readouterr().err
+    passes = [line for line in err.splitlines() if line.startswith("[torch_plugin.passes]")]
+    assert len(passes) == 2, err  # the warm compile runs the passes on the cached lowering
+    assert all("pass pipeline: 4 IR nodes -> 1 (1 generated kernels) in " in p for p in passes)
+    assert "aten::relu(" in err and "torch_plugin::fused(" in err
+    assert "source=<source of fused_0>" in err  # the kernel's source is cut out
+    cache = [line for line in err.splitlines() if line.startswith("[torch_plugin.cache]")]
+    kinds = [line.split("graph cache: ")[1].split(" ")[0] for line in cache]
+    assert kinds == ["miss", "stored", "hit"], cache
+    assert all(str(tmp_path) in line for line in cache)
+    set_logs()
+    torch_plugin.reset()
+    torch_plugin.optimize(f)(torch.randn(4, 8))
+    assert "[torch_plugin." not in capsys.readouterr().err
+
+
 def test_set_logs_is_exported():
     assert torch_plugin.set_logs is set_logs
 

@@ -3,16 +3,19 @@ long compiles."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 import torch
 
 import torch_plugin
-from torch_plugin import config, report, trace
+from torch_plugin import config, decompiler, report, trace
 from torch_plugin.logs import set_logs
 
 SCRIPT = textwrap.dedent(
@@ -129,6 +132,24 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     else:
         assert not kernels
 
+    # The transformed code of every compiled frame, and at f's graph break its resume
+    # functions, as Python source (depyf) or, without it, the dis listing with the reason.
+    codes = [e for e in events if e["event"] == "bytecode"]
+    assert {c["frame"] for c in codes} == {g["frame"] for g in graphs}
+    f_codes = [c for c in codes if c["transformed"]["name"] == "f"]
+    assert f_codes and all(
+        sorted(r["name"] for r in c["resume"]) == sorted(resumes) for c in f_codes
+    )
+    for c in (x for e in codes for x in (e["transformed"], *e["resume"])):
+        assert c["file"] == script and c["text"]
+        if c["tool"] == "depyf":
+            compile(module_text_of(c), "<test>", "exec")
+        else:
+            assert c["tool"] == "dis" and "depyf" in c["note"]
+    if decompiler.depyf_available() and sys.version_info < (3, 12):
+        assert all(c["transformed"]["tool"] == "depyf" for c in f_codes)
+        assert "__torch_plugin_compiled_fn_" in f_codes[0]["transformed"]["text"]
+
     # The report page holds every frame, break (with its source line), failed guard and
     # kernel, and loads nothing from elsewhere.
     out = subprocess.run(
@@ -153,10 +174,21 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     for k in kernels:
         for x in k["kernels"]:
             assert f"kernel <code>{x['name']}</code> (cpp): " in page
+    assert page.count("<summary>Transformed code <code>") == len(codes)
+    assert page.count("<summary>Resume function <code>") == sum(len(c["resume"]) for c in codes)
     misses = sum(1 for e in events if e["event"] == "graph_cache" and not e["hit"])
     assert " misses</td>" in page and f", {misses} misses" in page
     for tag in ("<script", "<link", "<img", "src=", "@import", "url("):
         assert tag not in page
+
+
+def module_text_of(c: dict) -> str:
+    """A ``bytecode`` event's source as module text (a resume function's source declares
+    the frame's free variables ``nonlocal``: wrapped as decompiler.module_text does)."""
+    free = re.search(r"^\s*nonlocal (.+)$", c["text"], re.MULTILINE)
+    if free is None:
+        return c["text"]
+    return f"def outer({free.group(1)}):\n" + textwrap.indent(c["text"], "    ")
 
 
 def test_unwritable_trace_dir_warns_once_and_the_program_runs(tmp_path):
@@ -227,6 +259,46 @@ def test_progress_lines_after_the_threshold(_clean, capsys):
     monkeypatch.setattr(trace, "_PROGRESS_THRESHOLD_S", 0.0)
     torch_plugin.optimize("eager")(bar)(a, b)
     assert "torch_plugin" not in capsys.readouterr().err
+    # Another channel on: the lines go to stderr, marked [torch_plugin].
+    torch_plugin.reset()
+    set_logs("recompiles")
+    torch_plugin.optimize("eager")(bar)(a, b)
+    err = capsys.readouterr().err
+    assert "[torch_plugin] bar: compiling for more than" in err and "bar: compiled in" in err
+
+
+def test_still_running_lines_while_one_stage_is_long(_clean, capsys):
+    """A stage that runs long prints "still in" lines from a watcher thread, which is
+    joined when the conversion ends; no watcher starts when no line is wanted."""
+    monkeypatch = _clean
+
+    def slow(gm, example_inputs):
+        time.sleep(0.6)
+        return gm.forward
+
+    monkeypatch.setattr(trace, "_PROGRESS_THRESHOLD_S", 0.0)
+    monkeypatch.setattr(trace, "_STILL_AFTER_S", 0.1)
+    monkeypatch.setattr(trace, "_STILL_EVERY_S", 0.2)
+    set_logs("perf")
+    a, b = torch.randn(6), torch.randn(6)
+    opt = torch_plugin.optimize(backend=slow)(bar)
+    torch.testing.assert_close(opt(a, b), bar(a, b))
+    err = capsys.readouterr().err
+    still = [line for line in err.splitlines() if ": still in backend (graph 1), " in line]
+    assert len(still) >= 2, err  # every 0.2 s of the 0.6 s stage
+    assert all(line.startswith("[torch_plugin.perf] bar") for line in still)
+    assert any("bar: compiled in" in line for line in err.splitlines())
+    assert not [t for t in threading.enumerate() if t.name == "torch_plugin-progress"]
+
+    def no_watcher(*args):
+        raise AssertionError("a watcher started while no progress line is wanted")
+
+    torch_plugin.reset()
+    set_logs()
+    monkeypatch.setattr(trace, "_Watcher", no_watcher)
+    monkeypatch.setattr(trace, "_progress_wanted", lambda: False)
+    torch.testing.assert_close(torch_plugin.optimize(backend=slow)(bar)(a, b), bar(a, b))
+    assert "still in" not in capsys.readouterr().err
 
 
 def test_report_without_a_trace(tmp_path, capsys):

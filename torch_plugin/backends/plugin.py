@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from torch_plugin import config
 from torch_plugin.backends.registry import register_backend
 from torch_plugin.compiler import optimizer_step
 from torch_plugin.compiler import options as options_mod
@@ -71,12 +72,20 @@ def plugin(
     ``mode``: one of :data:`MODES` (None is "default"); ``options``: see
     :func:`check_options`. Raises ValueError for another mode or an unknown option, TypeError
     for an option of the wrong type (``torch.compile`` calls this at the first compile).
+    With ``TORCH_PLUGIN_DISABLE=1`` (read at each call), mode and options are checked and
+    ``gm`` comes back uncompiled (``gm.forward``): ``torch.compile(backend="plugin")`` then
+    runs the graphs Dynamo captured as they are.
     """
     mode = mode or "default"
     if mode not in MODE_PLANS:
         raise ValueError(f"plugin: unknown mode {mode!r}; modes: {', '.join(MODES)}")
     pipeline_mode, overrides = MODE_PLANS[mode]
     overrides = {**overrides, **check_options(options)}
+    if config.optimization_disabled():
+        # TORCH_PLUGIN_DISABLE=1 under torch.compile(backend="plugin"): Dynamo captured the
+        # graph already; it runs as captured, uncompiled (TORCHDYNAMO_DISABLE=1 turns
+        # torch.compile's capture off too).
+        return gm.forward
     if not overrides:
         return compile_captured(gm, example_inputs, pipeline_mode)
     with options_mod.overridden(overrides):

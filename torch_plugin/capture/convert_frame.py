@@ -21,9 +21,11 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from .. import config, logs, trace
 from ..contract import DDP_SPLIT, OPTIMIZER_STEP, BackendCompilerFailed, CompilerFn, call_backend
+from ..decompiler import resume_codes
 from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
 from . import graph_break_types as gbt
 from .bytecode_emission import (
@@ -113,6 +115,9 @@ class CaptureRecord:
     shape_bindings: tuple = ()
     # Where each graph input (placeholder, in order) was read from.
     input_sources: tuple = ()
+    # The code objects of the resume functions transformed_code calls (a graph break), for
+    # the bytecode log channel and the trace (decompiler.resume_codes).
+    resume_codes: tuple = ()
 
 
 # Functions called with each CaptureRecord (explain() and export() use this; the log
@@ -411,7 +416,13 @@ class ConvertFrame:
                 )
                 dynamic_shapes.force_static(frame.f_code)
                 return self._convert_releasing_globals(frame, break_at, break_reason)
-        except (Unsupported, BackendCompilerFailed, CaptureError, InternalCaptureError):
+        except (
+            Unsupported,
+            BackendCompilerFailed,
+            CaptureError,
+            InternalCaptureError,
+            ConstraintViolationError,  # torch._dynamo.mark_dynamic's range: the user's error
+        ):
             raise
         except Exception as e:  # a translator bug must not break the user's program
             if config.debug_raise_internal_errors:
@@ -477,6 +488,9 @@ class ConvertFrame:
                 )
                 stats.frames_captured += 1
                 output.add_distinct_guards()
+                dynamic_shapes.check_ranges(
+                    output.shape_env, output.ranged_dims, code, output.shape_guard_locations
+                )
                 guard = build_guard_tree(output.guards, output.shape_env, output.shape_bindings)
                 if _listening():
                     _notify(
@@ -493,6 +507,9 @@ class ConvertFrame:
                             partial.get("compile_time_s", 0.0),
                             graph_break_location=break_reason.location,
                             ddp_split=partial.get("ddp_split"),
+                            resume_codes=tuple(
+                                c for _, c in resume_codes(transformed, frame.f_globals)
+                            ),
                         )
                     )
                 return transformed, guard
@@ -511,6 +528,9 @@ class ConvertFrame:
         t1 = graph.compile_start
         if output.has_dynamic_shapes():
             # After the backend: its decisions about symbolic sizes are guards too.
+            dynamic_shapes.check_ranges(
+                output.shape_env, output.ranged_dims, code, output.shape_guard_locations
+            )
             guard = build_guard_tree(output.guards, output.shape_env, output.shape_bindings)
 
         n_inputs = len(output.input_sources)

@@ -6,9 +6,14 @@ every size that satisfies the entry's shape guards. Three things make a dimensio
 
 - :func:`mark_dynamic` on the tensor (always respected), or torch.compile's markers
   ``torch._dynamo.mark_dynamic`` and ``maybe_mark_dynamic`` (read from the attributes they
-  set, ``_dynamo_dynamic_indices`` and ``_dynamo_weak_dynamic_indices``; a ``min``/``max``
-  range is not enforced, and a marked size that capture must specialize is specialized
-  without an error, as for ``maybe_mark_dynamic``);
+  set, ``_dynamo_dynamic_indices`` and ``_dynamo_weak_dynamic_indices``). A ``min``/``max``
+  range given to ``torch._dynamo.mark_dynamic`` is checked as torch.compile checks it
+  (:func:`check_ranges`): a size outside it at a compile, or a capture whose guards hold only
+  for part of it (a Python ``if`` on the size, a specialization), raises PyTorch's
+  ``ConstraintViolationError`` naming the dimension, the bounds and the user's file and line.
+  The range also bounds the symbol, so the entry's shape guards check it and a later size
+  outside it compiles again. Without a range, a marked size that capture must specialize is
+  specialized without an error, as for ``maybe_mark_dynamic``;
 - ``optimize(..., dynamic=True)``: every dimension of every input tensor;
 - *automatic dynamic* (the default, ``dynamic=None``): when a code object is compiled again
   and an input tensor (by source, e.g. ``L['x']``) has a different size in some dimension
@@ -26,7 +31,8 @@ As in PyTorch, sizes 0 and 1 are never symbolic (the ShapeEnv specializes them),
 symbolic size is guarded ``>= 2``.
 
 Key parts: :func:`mark_dynamic`, :class:`DimPolicy` (the decision for one capture),
-:func:`specialize` (a symbolic value made concrete, which adds a guard), :func:`reset`.
+:func:`specialize` (a symbolic value made concrete, which adds a guard), :func:`dim_ranges`
+and :func:`check_ranges` (torch._dynamo.mark_dynamic's ``min``/``max``), :func:`reset`.
 """
 
 from __future__ import annotations
@@ -88,6 +94,122 @@ def _dynamo_dims(t: torch.Tensor, attr: str) -> frozenset:
         return frozenset()
     n = t.dim()
     return frozenset(d % n for d in dims if isinstance(d, int) and -n <= d < n)
+
+
+def dim_ranges(t: torch.Tensor) -> dict[int, tuple[int | None, int | None]]:
+    """The ``min``/``max`` bounds ``torch._dynamo.mark_dynamic(t, dim, min=..., max=...)``
+    gave ``t``'s dims (the attribute ``_dynamo_dynamic_range``), by dim taken modulo
+    ``t.dim()``: ``(min, max)``, either None where not given; dims marked several times get
+    the intersection. Dims marked without bounds are left out."""
+    marks = t.__dict__.get("_dynamo_dynamic_range") if hasattr(t, "__dict__") else None
+    out: dict[int, tuple[int | None, int | None]] = {}
+    n = t.dim()
+    for mark in marks or ():
+        dim, lo, hi = (getattr(mark, k, None) for k in ("dim", "min", "max"))
+        if not isinstance(dim, int) or not -n <= dim < n or (lo is None and hi is None):
+            continue
+        old_lo, old_hi = out.get(dim % n, (None, None))
+        lo = lo if old_lo is None else old_lo if lo is None else max(lo, old_lo)
+        hi = hi if old_hi is None else old_hi if hi is None else min(hi, old_hi)
+        out[dim % n] = (lo, hi)
+    return out
+
+
+def _range_text(name: str, lo: int | None, hi: int | None) -> str:
+    left = f"{lo} <= " if lo is not None else ""
+    right = f" <= {hi}" if hi is not None else ""
+    return f"{left}{name}{right}"
+
+
+def check_size_in_range(name: str, size: int, bounds: tuple, where: Any) -> None:
+    """Raise ``ConstraintViolationError`` when ``size`` (of the dim ``name``, e.g.
+    ``L['x'].size()[0]``) is outside ``bounds`` (:func:`dim_ranges`); ``where``: the user's
+    location (printed below the message)."""
+    lo, hi = bounds
+    if (lo is None or size >= lo) and (hi is None or size <= hi):
+        return
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    raise ConstraintViolationError(
+        f"{name} = {size} is not in the range [{lo}, {hi}] given to "
+        f"torch._dynamo.mark_dynamic ({_range_text(name, lo, hi)})\n{where}"
+    )
+
+
+def constrain_to_range(shape_env: Any, sym: Any, bounds: tuple) -> None:
+    """Narrow ``sym``'s value range in ``shape_env`` to ``bounds`` (:func:`dim_ranges`; the
+    lower bound is at least 2: sizes 0 and 1 are never symbolic)."""
+    from torch.utils._sympy.numbers import int_oo
+
+    lo, hi = bounds
+    shape_env.constrain_symbol_range(
+        sym, max(2, lo if lo is not None else 2), hi if hi is not None else int_oo
+    )
+
+
+def check_ranges(
+    shape_env: Any, ranged: list, code: types.CodeType, guard_locations: dict | None = None
+) -> None:
+    """Raise ``ConstraintViolationError`` (as torch.compile does) when the capture of
+    ``code`` holds only for part of a range that ``torch._dynamo.mark_dynamic`` gave: its
+    symbol was specialized to one value, or a guard on it (a Python ``if`` on the size, a
+    backend's decision) is false for some size in the range. ``ranged``: ``(name, symbol,
+    (min, max), location)`` of each ranged symbolic dim; ``guard_locations``: the user
+    location of each guard (by index in ``shape_env.guards``) the translator added. Called
+    after the backend (whose guards count too). The message names the dim, its range, the
+    guard and the user's file and line that made it (or, for a backend's guard or a
+    specialization, where the input was read)."""
+    if not ranged or shape_env is None:
+        return
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    # Sizes 0 and 1 are never symbolic: a symbol's range starts at 2 whatever min says.
+    bounds = {
+        sym: ValueRanges(max(2, lo if lo is not None else 2), hi if hi is not None else int_oo)
+        for _, sym, (lo, hi), _ in ranged
+    }
+    names = {sym: sympy.Symbol(name, integer=True) for name, sym, _, _ in ranged}
+    problems: list[str] = []
+    bad: list[str] = []
+    for name, sym, (lo, hi), where in ranged:
+        fixed = shape_env.replacements.get(sym)
+        if fixed is not None and fixed.is_number:
+            bad.append(name)
+            problems.append(
+                f"{name} was specialized to {fixed} (the code needs that one size), but the "
+                f"range {_range_text(name, lo, hi)} was given to torch._dynamo.mark_dynamic; "
+                f"the input was read at\n{where}"
+            )
+    for index, guard in enumerate(shape_env.guards):
+        expr = guard.expr
+        free = expr.free_symbols
+        if not free or not free <= bounds.keys():
+            continue
+        holds = bound_sympy(expr, {s: bounds[s] for s in free})
+        if holds.is_singleton() and bool(holds.lower):
+            continue
+        bad.extend(n for n, s, _, _ in ranged if s in free)
+        ranges = ", ".join(_range_text(n, lo, hi) for n, s, (lo, hi), _ in ranged if s in free)
+        made_at = (guard_locations or {}).get(index)
+        if made_at is not None:
+            origin = f"made at\n{made_at}"
+        else:
+            wheres = "\n".join(str(w) for _, s, _, w in ranged if s in free)
+            origin = f"added by the backend; the input was read at\n{wheres}"
+        problems.append(
+            f"not all values of {ranges} (given to torch._dynamo.mark_dynamic) satisfy the "
+            f"generated guard {expr.xreplace(names)}, {origin}"
+        )
+    if problems:
+        dims = ", ".join(dict.fromkeys(bad))
+        raise ConstraintViolationError(
+            f"Constraints violated ({dims}) in {code.co_qualname} ({code.co_filename}:"
+            f"{code.co_firstlineno})! Remove the range or the code that narrows it.\n  - "
+            + "\n  - ".join(problems)
+        )
 
 
 class DimPolicy:

@@ -56,6 +56,12 @@ class OutputGraph(OperationRecorder):
         # graph node computing each symbolic expression used as an argument.
         self.shape_bindings: list[Binding] = []
         self._sym_nodes: dict = {}
+        # (name, symbol, (min, max), user location) of each symbolic dim that
+        # torch._dynamo.mark_dynamic gave a range (dynamic_shapes.check_ranges).
+        self.ranged_dims: list[tuple] = []
+        # While ranged_dims is not empty: the user location of each ShapeEnv guard (by
+        # index in shape_env.guards) that the translator added, for check_ranges' message.
+        self.shape_guard_locations: dict[int, Any] = {}
         self._conv_targets: set | None = None
         self.input_sources: list[Source] = []
         self.example_inputs: list[torch.Tensor] = []
@@ -149,6 +155,15 @@ class OutputGraph(OperationRecorder):
         self.shape_bindings.append(Binding(source, "int", 0, sym.node.expr))
         self._sym_nodes.setdefault(sym.node.expr, ("int", source, sym))
         return sym
+
+    def locate_new_shape_guards(self, location: Callable[[], Any]) -> None:
+        """Attribute the ShapeEnv guards added since the last call to ``location()`` (the
+        instruction just interpreted)."""
+        n = len(self.shape_env.guards) if self.shape_env is not None else 0
+        if n > len(self.shape_guard_locations):
+            where = location()
+            for i in range(len(self.shape_guard_locations), n):
+                self.shape_guard_locations[i] = where
 
     def _ensure_shape_env(self) -> None:
         """Give the FakeTensorMode a ShapeEnv, on the first dynamic input only: a ShapeEnv
@@ -315,6 +330,18 @@ class OutputGraph(OperationRecorder):
         ):
             node = self.graph.placeholder(name)
         fake = self._to_fake_input(value, source, node)
+        ranges = dynamic_shapes.dim_ranges(value) if value.dim() else {}
+        for dim, bounds in ranges.items():
+            name = f"{source.name()}.size()[{dim}]"
+            where = tx.location() if tx is not None else None
+            dynamic_shapes.check_size_in_range(name, value.size(dim), bounds, where)
+            size = fake.size(dim)
+            if dynamic_shapes.is_symbolic(size) and isinstance(size.node.expr, sympy.Symbol):
+                self.ranged_dims.append((name, size.node.expr, bounds, where))
+                # The range bounds the symbol, so the entry's shape guards check it: a later
+                # size outside it compiles again (and raises there when still marked), as
+                # under torch.compile.
+                dynamic_shapes.constrain_to_range(self.shape_env, size.node.expr, bounds)
         # Inference tensors keep no version counter: count them as mutated (conservative:
         # DISTINCT guards against the other inputs) rather than failing the capture.
         self._input_versions[source] = None if fake.is_inference() else fake._version

@@ -172,6 +172,8 @@ class InstructionTranslatorBase(
                             gbt.UNSUPPORTED_BYTECODE, f"bytecode {inst.opname} is not supported yet"
                         )
                     handler(inst)
+                    if self.output.ranged_dims:  # where each shape guard came from
+                        self.output.locate_new_shape_guards(self.location)
                 except Unsupported as e:
                     if e.location is None:
                         e.location = self.location()

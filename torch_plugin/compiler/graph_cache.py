@@ -52,7 +52,9 @@ from torch_plugin.compiler import cache_dir as cache_folder
 from torch_plugin.compiler import graph_format, size_variants
 from torch_plugin.compiler.graph_format import FORMAT as _FORMAT
 
-log = logging.getLogger(__name__)
+# The cache log channel (TORCH_PLUGIN_LOGS=cache, torch_plugin.logs); its warnings reach the
+# program's logging configuration while the channel is off.
+log = logging.getLogger("torch_plugin.cache")
 
 
 def trivially_wrapped(
@@ -254,6 +256,7 @@ def load(cache_dir: str, key: str) -> dict[str, Any] | None:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        log.info("graph cache: miss %s (no entry)", path)
         return None
     except OSError as e:
         _report(path, f"unreadable: {e}")
@@ -264,6 +267,7 @@ def load(cache_dir: str, key: str) -> dict[str, Any] | None:
         _report(path, str(e))
         return None
     cache_folder.touch(path)  # used now: least-recently-used eviction keeps it
+    log.info("graph cache: hit %s", path)
     return graph
 
 
@@ -284,6 +288,7 @@ def store(cache_dir: str, key: str, graph: dict[str, Any]) -> None:
     except OSError as e:
         log.warning("plugin: cannot write the graph cache entry %s: %s", path, e)
         return
+    log.info("graph cache: stored %s", path)
     try:
         freed = cache_folder.enforce_limit(Path(cache_dir))
     except (OSError, ValueError) as e:

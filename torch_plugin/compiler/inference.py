@@ -129,6 +129,9 @@ class InferenceStages:
     def from_cache(self) -> Callable[..., Any] | None:
         """The compiled graph built from the graph cache, or None (no entry, or not cached)."""
         if self.key is None:
+            logging.getLogger("torch_plugin.cache").info(
+                "graph cache: not looked up (off, or a graph it cannot hold)"
+            )
             return None
         entry = graph_cache.load(self.options.cache_dir, self.key)
         if entry is None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,6 +42,8 @@ from torch_plugin.compiler import options as options_mod
 from torch_plugin.contract import UNVERSIONED_PARAMETERS
 
 log = logging.getLogger(__name__)
+# The passes log channel (TORCH_PLUGIN_LOGS=passes, torch_plugin.logs).
+passes_log = logging.getLogger("torch_plugin.passes")
 
 
 def _new_executor(lowered: Lowered) -> Any:
@@ -123,11 +126,15 @@ class Lowered:
     ) -> None:
         pass_options = options.pass_options()
         pass_options["freeze"] = bool(frozen)
+        before = str(ir_graph) if passes_log.isEnabledFor(logging.INFO) else None
+        t0 = time.perf_counter()
         with trace.stage("passes"):
             ir_graph.run_pipeline(pass_options)
         self.ir_graph = ir_graph
         # Its text, kept: building the executor releases the IR (_new_executor).
         self.ir_text = str(ir_graph)
+        if before is not None:
+            _log_passes(before, self.ir_text, time.perf_counter() - t0)
         self.frozen = frozen
         self.options = options
         self._again = again
@@ -135,6 +142,27 @@ class Lowered:
     def again(self, frozen: list[torch.Tensor]) -> Lowered:
         """The same graph lowered with ``frozen`` as its frozen arguments."""
         return self._again(frozen)
+
+
+def _log_passes(before: str, after: str, seconds: float) -> None:
+    """The ``passes`` log channel: the IR before and after the pass pipeline (each generated
+    kernel's source cut out, as in the trace), with node counts and the time."""
+    after_cut, kernels = trace.split_kernels(after)
+
+    def count(text: str) -> int:
+        return sum(1 for line in text.splitlines() if line.startswith("  %"))
+
+    passes_log.info(
+        "pass pipeline: %d IR nodes -> %d (%d generated kernels) in %.3f s "
+        "(TORCH_PLUGIN_DUMP_DIR=DIR writes the graph after each pass)\n"
+        "before the passes:\n%s\nafter the passes:\n%s",
+        count(before),
+        count(after_cut),
+        len(kernels),
+        seconds,
+        before.rstrip(),
+        after_cut.rstrip(),
+    )
 
 
 def lower(

@@ -9,14 +9,14 @@
 // CUDA rows (cuDNN's graph API: libs/cudnn_conv.h, runtime/cuda/cudnn_step.cpp;
 // firing only where conv_pointwise has a CUDA kernel, i.e. in a build with
 // cudnn-frontend's headers):
-//   cuda_conv_to_library   convolution(x, w, b?) [2-d, not transposed, x, w, b
-//                          and the output of one dtype: fp32, bf16 or fp16; any
-//                          weight, constant or not (no freezing needed); not
-//                          grouped and input channels a multiple of 8: where
-//                          cuDNN's fused engines were measured faster]
+//   cuda_conv_to_library   convolution(x, w, b?) [1-d, 2-d or 3-d, not
+//                          transposed, grouped and depthwise too, any channel
+//                          count; x, w, b and the output of one dtype: fp32,
+//                          bf16 or fp16; any weight, constant or not (no
+//                          freezing needed)]
 //                          => conv_pointwise(x, w, b), channels-last output
 //   cuda_conv_scale_shift  add(mul(conv, s), t) [s, t per-channel constants
-//                          of the output's dtype], or
+//                          [C, 1, ...] of the output's dtype], or
 //                          _to_copy(add(mul(conv, s), t), dtype=conv's) [s, t
 //                          float32, conv bf16/fp16: a batch norm under
 //                          autocast, batch_norm_scale_shift]
@@ -26,7 +26,8 @@
 //   cuda_conv_activation   act(conv) [an activation cuDNN's pointwise modes
 //                          compute as ATen: relu, silu, gelu, gelu_tanh,
 //                          sigmoid, tanh] => conv_pointwise(..., act)
-// Layout: every CUDA conv_pointwise writes channels-last (NHWC); its input is
+// Layout: every CUDA conv_pointwise writes channels-last (NLC for 1-d, NHWC,
+// NDHWC for 3-d: ir::channels_last_strides); its input is
 // made channels-last by the step (a graph input once; a convolution's output
 // already is), and propagate_strides makes the ATen nodes and generated
 // kernels between convolutions read and write NHWC. restore_output_strides
@@ -55,16 +56,10 @@ bool cudnn_activation(std::string_view name) {
       name == "gelu_tanh" || name == "sigmoid" || name == "tanh";
 }
 
-bool has_activation(const Node* lib) {
-  return !std::get<std::string>(lib->const_arg(activation_arg(*lib))).empty();
+bool cudnn_dtype(c10::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
-bool is_one(const AttrValue& v) {
-  return std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) == 1
-                                            : std::get<double>(v) == 1.0;
-}
-bool alpha_one(const Graph&, const Match& m) {
-  return is_one(m.root->const_arg(add::kAlpha));
-}
+
 bool is_cuda_conv(const Node* n) {
   return n && n->op == kConv && n->outputs[0]->device.is_cuda();
 }
@@ -72,42 +67,64 @@ bool no_epilogue_yet(const Node* lib) {
   return !lib->tensor_arg(lib_args::kResidual) && !has_activation(lib) &&
       !lib->tensor_arg(cp::kScale) && !lib->tensor_arg(cp::kShift);
 }
-std::vector<int64_t> channels_last(const std::vector<int64_t>& s) {
-  return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
-}
 
-// convolution(x, W, b) => conv_pointwise(x, W, b), channels_last output.
-void conv_to_library(Graph& g, const Match& m) {
-  Node* n = m.root;
-  Value* y = n->outputs[0];
-  std::vector<Value*> inputs = {
-      n->tensor_arg(conv::kInput), n->tensor_arg(conv::kWeight)};
-  std::vector<Arg> args = {Arg::tensor(0), Arg::tensor(1)};
-  if (Value* b = n->tensor_arg(conv::kBias)) {
-    inputs.push_back(b);
-    args.push_back(Arg::tensor(2));
-  } else {
-    args.push_back(Arg::constant(std::monostate{}));
-  }
-  args.push_back(Arg::constant(std::monostate{})); // residual
-  for (size_t i : {conv::kStride, conv::kPadding, conv::kDilation, conv::kGroups})
-    args.push_back(Arg::constant(n->const_arg(i)));
-  args.push_back(Arg::constant(std::string())); // activation, alpha, beta
-  args.push_back(Arg::constant(0.0));
-  args.push_back(Arg::constant(0.0));
-  Node* lib = g.create_node(kConv, "default", inputs, args, 1, n);
-  Graph::set_type(
-      lib->outputs[0], y->dtype, y->sizes, channels_last(y->sizes), y->device);
-  g.replace_all_uses(y, lib->outputs[0]);
-  g.erase_node(n);
+// Constraints shared by rows (and pattern_rules.h's alpha_one, y_single_use).
+bool not_transposed(const Graph&, const Match& m) {
+  return !std::get<bool>(m.root->const_arg(conv::kTransposed));
 }
-
+// The CPU rows' (oneDNN) convolutions.
 bool conv_2d(const Graph&, const Match& m) {
   return m.root->tensor_arg(conv::kWeight)->sizes.size() == 4 &&
       m.root->tensor_arg(conv::kInput)->sizes.size() == 4;
 }
-bool not_transposed(const Graph&, const Match& m) {
-  return !std::get<bool>(m.root->const_arg(conv::kTransposed));
+// 1-d, 2-d or 3-d: input and weight of one rank (3 to 5), stride, padding
+// and dilation one entry per spatial dimension, groups an integer dividing
+// the channels.
+bool conv_nd(const Graph&, const Match& m) {
+  const size_t rank = m.root->tensor_arg(conv::kInput)->sizes.size();
+  const Value* w = m.root->tensor_arg(conv::kWeight);
+  if (rank < 3 || rank > 5 || w->sizes.size() != rank)
+    return false;
+  for (size_t i : {conv::kStride, conv::kPadding, conv::kDilation}) {
+    const auto* v = std::get_if<std::vector<int64_t>>(&m.root->const_arg(i));
+    if (!v || v->size() != rank - 2)
+      return false;
+  }
+  const auto* groups = std::get_if<int64_t>(&m.root->const_arg(conv::kGroups));
+  const int64_t c = m.root->tensor_arg(conv::kInput)->sizes[1];
+  return groups && *groups >= 1 && c == w->sizes[1] * *groups &&
+      w->sizes[0] % *groups == 0;
+}
+bool after_plain_conv(const Graph&, const Match& m) {
+  return m.lib->op == kConv && no_epilogue_yet(m.lib);
+}
+bool after_plain_cuda_conv(const Graph&, const Match& m) {
+  return is_cuda_conv(m.lib) && no_epilogue_yet(m.lib);
+}
+bool after_cuda_conv(const Graph&, const Match& m) {
+  return is_cuda_conv(m.lib);
+}
+// convolution(x, W, b) => conv_pointwise(x, W, b), output channels-last
+// (NLC, NHWC, NDHWC).
+void conv_to_library(Graph& g, const Match& m) {
+  Node* n = m.root;
+  Value* y = n->outputs[0];
+  std::vector<Arg> middle;
+  for (size_t i :
+       {conv::kStride, conv::kPadding, conv::kDilation, conv::kGroups})
+    middle.push_back(Arg::constant(n->const_arg(i)));
+  Node* lib = make_library_node(
+      g,
+      kConv,
+      n,
+      n->tensor_arg(conv::kInput),
+      n->tensor_arg(conv::kWeight),
+      n->tensor_arg(conv::kBias),
+      std::move(middle),
+      y);
+  lib->outputs[0]->strides = channels_last_strides(y->sizes);
+  g.replace_all_uses(y, lib->outputs[0]);
+  g.erase_node(n);
 }
 
 // add(mul(y, s), t), either operand order of each; with `convert`, root is
@@ -154,16 +171,26 @@ Node* add_of(const Match& m) {
   return m.view ? m.view : m.root;
 }
 
+// A per-channel constant of y [N, C, spatial...]: [C, 1, ...] (the batch
+// norm's, batch_norm_scale_shift) or [1, C, 1, ...], of y's rank less one or
+// y's rank.
 bool is_channel_constant(
     const Value* c,
     const Value* y,
     c10::ScalarType dtype) {
-  if (!is_const(c) || !c->constant.defined() || c->dtype != dtype ||
-      y->sizes.size() != 4)
+  const size_t rank = y->sizes.size();
+  if (!is_const(c) || !c->constant.defined() || c->dtype != dtype || rank < 3)
     return false;
-  const int64_t channels = y->sizes[1];
-  return c->sizes == std::vector<int64_t>{channels, 1, 1} ||
-      c->sizes == std::vector<int64_t>{1, channels, 1, 1};
+  std::vector<int64_t> shape(rank - 1, 1);
+  shape[0] = y->sizes[1];
+  if (c->sizes == shape)
+    return true;
+  shape.insert(shape.begin(), 1);
+  return c->sizes == shape;
+}
+bool channel_constants(const Match& m, c10::ScalarType dtype) {
+  return is_channel_constant(m.mid_other, m.y, dtype) &&
+      is_channel_constant(m.other, m.y, dtype);
 }
 
 void fuse_scale_shift(Graph& g, const Match& m) {
@@ -173,18 +200,12 @@ void fuse_scale_shift(Graph& g, const Match& m) {
     v->device = c->device;
     return v;
   };
-  const Node* lib = m.lib;
-  std::vector<Value*> inputs = lib->inputs;
-  std::vector<Arg> args = lib->args;
-  args.resize(cp::kShift + 1, Arg::constant(std::monostate{}));
-  inputs.push_back(as_channels(m.mid_other));
-  args[cp::kScale] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-  inputs.push_back(as_channels(m.other));
-  args[cp::kShift] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-  Node* fused = g.create_node(lib->op, lib->overload, inputs, args, 1, m.lib);
-  const Value* out = lib->outputs[0];
-  Graph::set_type(
-      fused->outputs[0], out->dtype, out->sizes, out->strides, out->device);
+  Node* fused = with_tensor_args(
+      g,
+      m.lib,
+      {{cp::kScale, as_channels(m.mid_other)},
+       {cp::kShift, as_channels(m.other)}},
+      m.lib);
   g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
   g.erase_node(m.root);
   if (m.view)
@@ -203,57 +224,6 @@ bool chain_single_use(const Graph& g, const Match& m) {
       a->outputs[0]->sizes == m.y->sizes;
 }
 
-// The CPU rows' constraint on the convolution before the chain.
-bool after_plain_conv(const Graph&, const Match& m) {
-  return m.lib->op == kConv && no_epilogue_yet(m.lib);
-}
-
-// The bind_add_sides of library_patterns.cpp: y = one operand of the add
-// (produced by lib), other = the other.
-std::vector<Match> bind_add_sides(const Graph&, Node* root) {
-  std::vector<Match> out;
-  for (size_t side : {add::kSelf, add::kOther}) {
-    Match m;
-    m.root = root;
-    m.y = root->tensor_arg(side);
-    m.other = root->tensor_arg(side == add::kSelf ? add::kOther : add::kSelf);
-    if (!m.y || !m.other || !m.y->producer)
-      continue;
-    m.lib = m.y->producer;
-    out.push_back(m);
-  }
-  return out;
-}
-
-// add(conv, r) => conv(..., residual=r), the node moved down to the add (r
-// must be computed before it runs).
-void fuse_residual_add(Graph& g, const Match& m) {
-  const Node* lib = m.lib;
-  std::vector<Value*> inputs = lib->inputs;
-  std::vector<Arg> args = lib->args;
-  inputs.push_back(m.other);
-  args[lib_args::kResidual] =
-      Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-  Node* fused = g.create_node(lib->op, lib->overload, inputs, args, 1, m.root);
-  const Value* out = lib->outputs[0];
-  Graph::set_type(
-      fused->outputs[0], out->dtype, out->sizes, out->strides, out->device);
-  g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
-  g.erase_node(m.root);
-  g.erase_node(m.lib);
-}
-
-// act(conv) => conv(..., act).
-void fuse_activation(Graph& g, const Match& m) {
-  const EpilogueUse e = *epilogue_of(*m.root);
-  const size_t act = activation_arg(*m.lib);
-  m.lib->args[act] = Arg::constant(std::string(epilogue_info(e.kind).name));
-  m.lib->args[act + 1] = Arg::constant(e.alpha);
-  m.lib->args[act + 2] = Arg::constant(e.beta);
-  g.replace_all_uses(m.root->outputs[0], m.lib->outputs[0]);
-  g.erase_node(m.root);
-}
-
 std::vector<std::string> activation_roots() {
   std::vector<std::string> out;
   for (const OpInfo& op : op_table()) {
@@ -268,10 +238,6 @@ std::vector<std::string> activation_roots() {
       out.push_back(op.name);
   }
   return out;
-}
-
-bool cudnn_dtype(c10::ScalarType t) {
-  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
 
 std::vector<Rule> make_rules() {
@@ -291,11 +257,8 @@ std::vector<Rule> make_rules() {
            const Value* b = m.root->tensor_arg(conv::kBias);
            return !b || is_const(b);
          }},
-        {"2-d (a 4-d weight)",
-         [](const Graph&, const Match& m) {
-           return m.root->tensor_arg(conv::kWeight)->sizes.size() == 4;
-         }},
-        {"transposed", not_transposed},
+        {"2-d (a 4-d input and weight)", conv_2d},
+        {"not transposed", not_transposed},
         {"of a float32 input",
          [](const Graph&, const Match& m) {
            return m.root->tensor_arg(conv::kInput)->dtype == at::kFloat;
@@ -320,17 +283,23 @@ std::vector<Rule> make_rules() {
          }},
         {"per-channel constants [C, 1, 1] or [1, C, 1, 1]",
          [](const Graph&, const Match& m) {
-           return is_channel_constant(m.mid_other, m.y, at::kFloat) &&
-               is_channel_constant(m.other, m.y, at::kFloat);
+           return channel_constants(m, at::kFloat);
          }}},
        fuse_scale_shift},
+      // Grouped and depthwise convolutions and any channel count too: cuDNN
+      // has engines for them (fp32 without alignment needs; bf16/fp16 ones
+      // of odd channels); what it has none for runs ATen's convolution at run
+      // time (run_conv_pointwise's fallbacks).
       {TP_RULE_SOURCE,
        "cuda_conv_to_library",
        kCuda,
        kConv,
        {"aten::convolution"},
        bind_root,
-       {{"2-d (a 4-d input and weight)", conv_2d},
+       {{"1-d, 2-d or 3-d (input and weight of one rank, 3 to 5; stride, "
+         "padding and dilation one entry per spatial dimension; groups an "
+         "integer dividing the channels)",
+         conv_nd},
         {"not transposed", not_transposed},
         {"input, weight, bias and output of one dtype cuDNN convolves "
          "(fp32, bf16, fp16)",
@@ -341,25 +310,6 @@ std::vector<Rule> make_rules() {
            const Value* w = m.root->tensor_arg(conv::kWeight);
            return cudnn_dtype(t) && x && w && x->dtype == t && w->dtype == t &&
                (!b || (b->dtype == t && b->sizes.size() == 1));
-         }},
-        {"not grouped, input channels a multiple of 8 (measured on H100: cuDNN's "
-         "fused NHWC engines for depthwise convolutions and for the 3-channel stem ran "
-         "slower than ATen's convolution, which keeps them)",
-         [](const Graph&, const Match& m) {
-           const auto* groups = std::get_if<int64_t>(&m.root->const_arg(conv::kGroups));
-           return groups && *groups == 1 &&
-               m.root->tensor_arg(conv::kInput)->sizes[1] % 8 == 0;
-         }},
-        {"stride, padding and dilation of 2 entries, groups an integer",
-         [](const Graph&, const Match& m) {
-           for (size_t i : {conv::kStride, conv::kPadding, conv::kDilation}) {
-             const auto* v =
-                 std::get_if<std::vector<int64_t>>(&m.root->const_arg(i));
-             if (!v || v->size() != 2)
-               return false;
-           }
-           return std::holds_alternative<int64_t>(
-               m.root->const_arg(conv::kGroups));
          }}},
        conv_to_library},
       {TP_RULE_SOURCE,
@@ -371,18 +321,14 @@ std::vector<Rule> make_rules() {
        {{"alpha = 1", alpha_one},
         {"after a CUDA conv_pointwise without residual, activation, scale or "
          "shift",
-         [](const Graph&, const Match& m) {
-           return is_cuda_conv(m.lib) && no_epilogue_yet(m.lib);
-         }},
+         after_plain_cuda_conv},
         {"the convolution's output used once, by the mul, used once",
          chain_single_use},
         {"mul, add and per-channel constants of the convolution's dtype",
          [](const Graph&, const Match& m) {
            const c10::ScalarType t = m.y->dtype;
            return m.mid->outputs[0]->dtype == t &&
-               m.root->outputs[0]->dtype == t &&
-               is_channel_constant(m.mid_other, m.y, t) &&
-               is_channel_constant(m.other, m.y, t);
+               m.root->outputs[0]->dtype == t && channel_constants(m, t);
          }}},
        fuse_scale_shift},
       {TP_RULE_SOURCE,
@@ -397,9 +343,7 @@ std::vector<Rule> make_rules() {
          }},
         {"after a CUDA conv_pointwise without residual, activation, scale or "
          "shift",
-         [](const Graph&, const Match& m) {
-           return is_cuda_conv(m.lib) && no_epilogue_yet(m.lib);
-         }},
+         after_plain_cuda_conv},
         {"the convolution's output used once, by the mul, used once",
          chain_single_use},
         {"a bf16/fp16 convolution, float32 mul, add and constants, converted "
@@ -414,7 +358,9 @@ std::vector<Rule> make_rules() {
                r->outputs[0]->device != m.y->device)
              return false;
            for (size_t i :
-                {to_copy::kLayout, to_copy::kDevice, to_copy::kPinMemory,
+                {to_copy::kLayout,
+                 to_copy::kDevice,
+                 to_copy::kPinMemory,
                  to_copy::kMemoryFormat}) {
              const AttrValue& v = r->args[i].value;
              if (!std::holds_alternative<std::monostate>(v) &&
@@ -422,8 +368,7 @@ std::vector<Rule> make_rules() {
                    !std::get<bool>(v)))
                return false;
            }
-           return is_channel_constant(m.mid_other, m.y, at::kFloat) &&
-               is_channel_constant(m.other, m.y, at::kFloat);
+           return channel_constants(m, at::kFloat);
          }}},
        fuse_scale_shift},
       {TP_RULE_SOURCE,
@@ -432,14 +377,8 @@ std::vector<Rule> make_rules() {
        kConv,
        {"aten::add.Tensor"},
        bind_add_sides,
-       {{"after a CUDA conv_pointwise",
-         [](const Graph&, const Match& m) {
-           return is_cuda_conv(m.lib);
-         }},
-        {"its operand used once",
-         [](const Graph& g, const Match& m) {
-           return single_use(m.y, g);
-         }},
+       {{"after a CUDA conv_pointwise", after_cuda_conv},
+        {"its operand used once", y_single_use},
         {"after a conv_pointwise without residual or activation",
          [](const Graph&, const Match& m) {
            return !m.lib->tensor_arg(lib_args::kResidual) &&
@@ -464,10 +403,7 @@ std::vector<Rule> make_rules() {
          [](const Graph&, const Match& m) {
            return is_cuda_conv(m.lib) && !m.view;
          }},
-        {"its operand used once",
-         [](const Graph& g, const Match& m) {
-           return single_use(m.y, g);
-         }},
+        {"its operand used once", y_single_use},
         {"after a conv_pointwise without an activation",
          [](const Graph&, const Match& m) {
            return !has_activation(m.lib);
@@ -507,10 +443,13 @@ bool restore_output_strides(
     if (v->strides == before[i] || !v->producer || v->sizes.empty())
       continue;
     int64_t format = -1; // lowering.py's memory_format codes
+    const size_t rank = v->sizes.size();
     if (before[i] == contiguous_strides(v->sizes))
       format = 0;
-    else if (v->sizes.size() == 4 && before[i] == channels_last(v->sizes))
-      format = 2;
+    else if (
+        (rank == 4 || rank == 5) &&
+        before[i] == channels_last_strides(v->sizes))
+      format = rank == 4 ? 2 : 3; // channels_last, channels_last_3d
     if (format < 0)
       continue; // strides no memory format gives: left as they are
     Node* copy = g.create_node(

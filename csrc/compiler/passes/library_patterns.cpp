@@ -42,13 +42,6 @@ namespace lib_args = schema::library;
 const char* const kLinear = "torch_plugin::linear_pointwise";
 const char* const kConv = "torch_plugin::conv_pointwise";
 
-bool is_one(const AttrValue& v) {
-  return std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) == 1
-                                            : std::get<double>(v) == 1.0;
-}
-bool has_activation(const Node* lib) {
-  return !std::get<std::string>(lib->const_arg(activation_arg(*lib))).empty();
-}
 bool is_addmm(const Node* n) {
   return n->op == "aten::addmm";
 }
@@ -77,85 +70,6 @@ bool scales_one(const Graph&, const Match& m) {
   }
   return true;
 }
-bool alpha_one(const Graph&, const Match& m) {
-  return is_one(m.root->const_arg(add::kAlpha));
-}
-bool y_single_use(const Graph& g, const Match& m) {
-  return single_use(m.y, g);
-}
-
-// A copy of library node `lib`, inserted before `before`, whose schema argument
-// `arg` (bias or residual) is the tensor `v`; its output has lib's type.
-Node* with_tensor_arg(
-    Graph& g,
-    const Node* lib,
-    size_t arg,
-    Value* v,
-    Node* before) {
-  std::vector<Value*> inputs = lib->inputs;
-  std::vector<Arg> args = lib->args;
-  inputs.push_back(v);
-  args[arg] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
-  Node* copy = g.create_node(lib->op, lib->overload, inputs, args, 1, before);
-  const Value* out = lib->outputs[0];
-  Graph::set_type(
-      copy->outputs[0], out->dtype, out->sizes, out->strides, out->device);
-  return copy;
-}
-
-Node* make_library_node(
-    Graph& g,
-    const std::string& op,
-    Node* before,
-    Value* x,
-    Value* w,
-    Value* b,
-    std::vector<Arg> middle,
-    const Value* like) {
-  std::vector<Value*> inputs = {x, w};
-  std::vector<Arg> args = {Arg::tensor(0), Arg::tensor(1)};
-  if (b) {
-    inputs.push_back(b);
-    args.push_back(Arg::tensor(2));
-  } else {
-    args.push_back(Arg::constant(std::monostate{}));
-  }
-  args.push_back(Arg::constant(std::monostate{})); // residual
-  for (Arg& a : middle)
-    args.push_back(std::move(a));
-  args.push_back(Arg::constant(std::string())); // activation, alpha, beta
-  args.push_back(Arg::constant(0.0));
-  args.push_back(Arg::constant(0.0));
-  Node* n = g.create_node(op, "default", inputs, args, 1, before);
-  Graph::set_type(
-      n->outputs[0], like->dtype, like->sizes, like->strides, like->device);
-  return n;
-}
-
-// The two ways round of a commutative add(a, b): y = a, other = b and the
-// reverse, each with y's producer as lib (through one view when `view`).
-std::vector<Match> bind_add_sides(const Graph& g, Node* root, bool view) {
-  std::vector<Match> out;
-  for (size_t side : {add::kSelf, add::kOther}) {
-    Match m;
-    m.root = root;
-    m.y = root->tensor_arg(side);
-    m.other = root->tensor_arg(side == add::kSelf ? add::kOther : add::kSelf);
-    if (!m.y || !m.other || !m.y->producer)
-      continue;
-    m.lib = view ? producer_through_view(m.y, g, &m.view) : m.y->producer;
-    out.push_back(m);
-  }
-  return out;
-}
-
-// Replaces the root by the library node `lib` (or the view of it).
-void replace_root(Graph& g, const Match& m, Node* lib) {
-  g.replace_all_uses(
-      m.root->outputs[0], m.view ? m.view->outputs[0] : lib->outputs[0]);
-  g.erase_node(m.root);
-}
-
 // ---- CPU (oneDNN) ---------------------------------------------------------
 
 // addmm(b, x, Wt) [Wt constant [K, N], fp32] => linear_pointwise(x, Wt^T, b)
@@ -197,32 +111,10 @@ void fuse_bias_add(Graph& g, const Match& m) {
   const int64_t out_features = m.lib->outputs[0]->sizes.back();
   Value* bias =
       g.add_constant(m.other->constant.reshape({out_features}).contiguous());
-  Node* fused = with_tensor_arg(g, m.lib, lib_args::kBias, bias, m.lib);
+  Node* fused = with_tensor_args(g, m.lib, {{lib_args::kBias, bias}}, m.lib);
   g.replace_all_uses(m.lib->outputs[0], fused->outputs[0]);
   replace_root(g, m, fused);
   g.erase_node(m.lib);
-}
-
-// add(lib(...), r) or add(r, lib(...)) [lib has no residual and no activation
-// yet, single use, r has the output's sizes and dtype, alpha 1] => lib(...,
-// residual=r)
-void fuse_residual_add(Graph& g, const Match& m) {
-  // r must be computed before lib runs: move lib down to the add.
-  Node* fused = with_tensor_arg(g, m.lib, lib_args::kResidual, m.other, m.root);
-  g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
-  g.erase_node(m.root);
-  g.erase_node(m.lib);
-}
-
-// act(lib(...)) [single use, no activation yet; act an op with an epilogue in
-// the op table] => lib(..., activation); also through one view of a linear.
-void fuse_activation(Graph& g, const Match& m) {
-  const EpilogueUse e = *epilogue_of(*m.root);
-  const size_t act = activation_arg(*m.lib);
-  m.lib->args[act] = Arg::constant(std::string(epilogue_info(e.kind).name));
-  m.lib->args[act + 1] = Arg::constant(e.alpha);
-  m.lib->args[act + 2] = Arg::constant(e.beta);
-  replace_root(g, m, m.lib);
 }
 
 // ---- CUDA (cuBLASLt) ------------------------------------------------------
@@ -294,7 +186,7 @@ void cuda_matmul_to_library(Graph& g, const Match& m) {
   Node* lib = make_library_node(
       g, kLinear, n, mat_x(n), w, is_bias ? c : nullptr, {}, y);
   if (c && !is_bias) {
-    Node* with_c = with_tensor_arg(g, lib, lib_args::kResidual, c, n);
+    Node* with_c = with_tensor_args(g, lib, {{lib_args::kResidual, c}}, n);
     g.erase_node(lib);
     lib = with_c;
   }
@@ -417,7 +309,7 @@ const std::vector<Rule>& rules() {
        kCpu,
        kLinear,
        {"aten::add.Tensor"},
-       [](const Graph& g, Node* root) { return bind_add_sides(g, root, true); },
+       bind_add_sides_through_view,
        {{"alpha = 1", alpha_one},
         {"a constant addend",
          [](const Graph&, const Match& m) {
@@ -437,9 +329,7 @@ const std::vector<Rule>& rules() {
        kCpu,
        kConv, // and linear_pointwise: both have their CPU kernels together
        {"aten::add.Tensor"},
-       [](const Graph& g, Node* root) {
-         return bind_add_sides(g, root, false);
-       },
+       bind_add_sides,
        {{"after a library node",
          [](const Graph&, const Match& m) {
            return is_library_node(*m.lib);

@@ -1,6 +1,8 @@
 // pattern_rules.cpp: the matcher of rule rows (see pattern_rules.h).
 #include "compiler/passes/pattern_rules.h"
 
+#include "ir/op_schema.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Logging.h>
 
@@ -99,6 +101,118 @@ std::vector<Match> bind_through_view(const Graph& g, Node* root) {
     return {};
   m.lib = producer_through_view(m.y, g, &m.view);
   return {m};
+}
+
+bool is_one(const AttrValue& v) {
+  return std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) == 1
+                                            : std::get<double>(v) == 1.0;
+}
+bool alpha_one(const Graph&, const Match& m) {
+  return is_one(m.root->const_arg(schema::add::kAlpha));
+}
+bool y_single_use(const Graph& g, const Match& m) {
+  return single_use(m.y, g);
+}
+
+namespace {
+std::vector<Match> add_sides(const Graph& g, Node* root, bool view) {
+  namespace add = schema::add;
+  std::vector<Match> out;
+  for (size_t side : {add::kSelf, add::kOther}) {
+    Match m;
+    m.root = root;
+    m.y = root->tensor_arg(side);
+    m.other = root->tensor_arg(side == add::kSelf ? add::kOther : add::kSelf);
+    if (!m.y || !m.other || !m.y->producer)
+      continue;
+    m.lib = view ? producer_through_view(m.y, g, &m.view) : m.y->producer;
+    out.push_back(m);
+  }
+  return out;
+}
+} // namespace
+
+std::vector<Match> bind_add_sides(const Graph& g, Node* root) {
+  return add_sides(g, root, false);
+}
+std::vector<Match> bind_add_sides_through_view(const Graph& g, Node* root) {
+  return add_sides(g, root, true);
+}
+
+bool has_activation(const Node* lib) {
+  return !std::get<std::string>(lib->const_arg(activation_arg(*lib))).empty();
+}
+
+Node* make_library_node(
+    Graph& g,
+    const std::string& op,
+    Node* before,
+    Value* x,
+    Value* w,
+    Value* b,
+    std::vector<Arg> middle,
+    const Value* like) {
+  std::vector<Value*> inputs = {x, w};
+  std::vector<Arg> args = {Arg::tensor(0), Arg::tensor(1)};
+  if (b) {
+    inputs.push_back(b);
+    args.push_back(Arg::tensor(2));
+  } else {
+    args.push_back(Arg::constant(std::monostate{}));
+  }
+  args.push_back(Arg::constant(std::monostate{})); // residual
+  for (Arg& a : middle)
+    args.push_back(std::move(a));
+  args.push_back(Arg::constant(std::string())); // activation, alpha, beta
+  args.push_back(Arg::constant(0.0));
+  args.push_back(Arg::constant(0.0));
+  Node* n = g.create_node(op, "default", inputs, args, 1, before);
+  Graph::set_type(
+      n->outputs[0], like->dtype, like->sizes, like->strides, like->device);
+  return n;
+}
+
+Node* with_tensor_args(
+    Graph& g,
+    const Node* lib,
+    std::initializer_list<std::pair<size_t, Value*>> extra,
+    Node* before) {
+  std::vector<Value*> inputs = lib->inputs;
+  std::vector<Arg> args = lib->args;
+  for (const auto& [arg, v] : extra) {
+    inputs.push_back(v);
+    if (args.size() <= arg)
+      args.resize(arg + 1, Arg::constant(std::monostate{}));
+    args[arg] = Arg::tensor(static_cast<int64_t>(inputs.size()) - 1);
+  }
+  Node* copy = g.create_node(lib->op, lib->overload, inputs, args, 1, before);
+  const Value* out = lib->outputs[0];
+  Graph::set_type(
+      copy->outputs[0], out->dtype, out->sizes, out->strides, out->device);
+  return copy;
+}
+
+void replace_root(Graph& g, const Match& m, Node* lib) {
+  g.replace_all_uses(
+      m.root->outputs[0], m.view ? m.view->outputs[0] : lib->outputs[0]);
+  g.erase_node(m.root);
+}
+
+void fuse_residual_add(Graph& g, const Match& m) {
+  Node* fused = with_tensor_args(
+      g, m.lib, {{schema::library::kResidual, m.other}}, m.root);
+  g.replace_all_uses(m.root->outputs[0], fused->outputs[0]);
+  g.erase_node(m.root);
+  g.erase_node(m.lib);
+}
+
+void fuse_activation(Graph& g, const Match& m) {
+  const EpilogueUse e = *epilogue_of(*m.root);
+  const size_t act = activation_arg(*m.lib);
+  m.lib->args[act] = Arg::constant(std::string(epilogue_info(e.kind).name));
+  m.lib->args[act + 1] = Arg::constant(e.alpha);
+  m.lib->args[act + 2] = Arg::constant(e.beta);
+  replace_root(g, m, m.lib);
 }
 
 bool run_rules(

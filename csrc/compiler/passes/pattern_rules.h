@@ -22,8 +22,10 @@
 
 #include <c10/core/DeviceType.h>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torch_plugin::compiler {
@@ -87,8 +89,51 @@ std::vector<Match> bind_through_view(const Graph& g, Node* root);
 // a single-use value: then *view is that view node (else nullptr).
 Node* producer_through_view(Value* y, const Graph& g, Node** view);
 
+// The two ways round of a commutative add(a, b): y = a, other = b and the
+// reverse, each with y's producer as lib; through one single-use view of y
+// (then m.view is it) in the second form.
+std::vector<Match> bind_add_sides(const Graph& g, Node* root);
+std::vector<Match> bind_add_sides_through_view(const Graph& g, Node* root);
+
 // Common predicates.
 bool is_const(const Value* v);
 bool single_use(const Value* v, const Graph& g);
+bool is_one(const AttrValue& v); // an int 1 or a double 1.0
+// Constraints: the root add's alpha is 1; the root's operand m.y is used once.
+bool alpha_one(const Graph& g, const Match& m);
+bool y_single_use(const Graph& g, const Match& m);
+
+// Library nodes (torch_plugin::conv_pointwise, linear_pointwise; their
+// arguments: ir::schema::library).
+// Whether `lib` has an activation already.
+bool has_activation(const Node* lib);
+// A new library node of `op` before `before`: (x, w, b?, residual=None,
+// `middle`..., activation "", alpha 0, beta 0), its output typed as `like`.
+Node* make_library_node(
+    Graph& g,
+    const std::string& op,
+    Node* before,
+    Value* x,
+    Value* w,
+    Value* b,
+    std::vector<Arg> middle,
+    const Value* like);
+// A copy of library node `lib`, inserted before `before`, whose schema
+// arguments `extra` (bias, residual, scale, shift) are the given tensors; its
+// output has lib's type.
+Node* with_tensor_args(
+    Graph& g,
+    const Node* lib,
+    std::initializer_list<std::pair<size_t, Value*>> extra,
+    Node* before);
+// Replaces the root by the library node `lib` (or by m.view of it).
+void replace_root(Graph& g, const Match& m, Node* lib);
+// Rewrites shared by the CPU and CUDA rows:
+// add(lib(...), r) [bind_add_sides] => lib(..., residual=r), lib moved down to
+// the add (r must be computed before it runs);
+void fuse_residual_add(Graph& g, const Match& m);
+// act(lib(...)) [bind_through_view; an op with an epilogue in the op table] =>
+// lib(..., activation).
+void fuse_activation(Graph& g, const Match& m);
 
 } // namespace torch_plugin::compiler

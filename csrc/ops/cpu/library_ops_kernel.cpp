@@ -35,16 +35,35 @@ at::Tensor conv_pointwise_cpu(
     double beta,
     const std::optional<at::Tensor>& scale,
     const std::optional<at::Tensor>& shift) {
+  check_conv_ranks(x, w, stride, padding, dilation);
   at::Tensor y = at::convolution(
-      x, w, b, stride, padding, dilation, false, {0, 0}, groups);
+      x,
+      w,
+      b,
+      stride,
+      padding,
+      dilation,
+      false,
+      std::vector<int64_t>(stride.size(), 0),
+      groups);
+  std::vector<int64_t> channels(y.dim() - 1, 1); // [K, 1, ...]
+  channels[0] = -1;
   if (scale)
-    y = y * scale->reshape({-1, 1, 1});
+    y = y * scale->reshape(channels);
   if (shift)
-    y = y + shift->reshape({-1, 1, 1});
+    y = y + shift->reshape(channels);
   if (residual)
     y = y + *residual;
-  return apply_activation(y, activation, alpha, beta)
-      .contiguous(at::MemoryFormat::ChannelsLast);
+  y = apply_activation(y, activation, alpha, beta);
+  // Channels innermost, as the Meta kernel's strides.
+  switch (y.dim()) {
+    case 4:
+      return y.contiguous(at::MemoryFormat::ChannelsLast);
+    case 5:
+      return y.contiguous(at::MemoryFormat::ChannelsLast3d);
+    default:
+      return y.transpose(1, 2).contiguous().transpose(1, 2);
+  }
 }
 
 at::Tensor linear_pointwise_cpu(

@@ -1,8 +1,10 @@
 // conv_pointwise_cuda.cpp: the CUDA kernel of torch_plugin::conv_pointwise,
-// y = act(((conv2d(x, w) + b) * scale + shift) + residual) (schema and
+// y = act(((conv(x, w) + b) * scale + shift) + residual), 1-d, 2-d or 3-d
+// (schema and
 // semantics: library_ops.cpp; reference: ops/cpu/library_ops_kernel.cpp),
 // through cuDNN's graph API (libs/cudnn_conv.h, run_conv_pointwise): one
-// cuDNN plan with the epilogue fused, in channels-last (NHWC); the fallbacks
+// cuDNN plan with the epilogue fused, in channels-last (NLC, NHWC, NDHWC); the
+// fallbacks
 // (the convolution alone through cuDNN and the epilogue with ATen ops, or
 // ATen's convolution) are run_conv_pointwise's. The output is channels-last,
 // as on the CPU. scale and shift may be float32 for a bf16/fp16 convolution
@@ -35,13 +37,7 @@ at::Tensor conv_pointwise_cuda(
     const std::optional<at::Tensor>& scale,
     const std::optional<at::Tensor>& shift) {
   check_activation(act);
-  TORCH_CHECK(
-      x.dim() == 4 && w.dim() == 4,
-      "conv_pointwise: expected 4-d input and weight, got ",
-      x.dim(),
-      "-d and ",
-      w.dim(),
-      "-d");
+  check_conv_ranks(x, w, stride, padding, dilation);
   libs::cudnn::ConvArgs a;
   a.x = x;
   a.w = w;

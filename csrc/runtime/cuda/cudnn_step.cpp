@@ -4,12 +4,13 @@
 //
 // Built once per compiled graph: the node's shapes are static, so its cuDNN
 // descriptor is derived here from the IR values (every operand channels-last,
-// as the run passes them) and its plan is fetched from (or built into) the
-// process-wide plan cache and pinned in the step. Each run derives the
-// descriptor again from the actual tensors and torch's current settings
-// (libs::cudnn::conv_desc, a few integer compares): when it equals the pinned
-// one (the usual case) the pinned plan runs; when something differs (torch's
-// TF32 or determinism setting changed after compilation, a misaligned
+// as the run passes them; a 1-d convolution as the 2-d one the run makes of
+// it; pointers 16-byte aligned, as planned buffers are) and its plan is fetched
+// from (or built into) the process-wide plan cache and pinned in the step. Each
+// run derives the descriptor again from the actual tensors and torch's current
+// settings (libs::cudnn::conv_desc, a few integer compares): when it equals the
+// pinned one (the usual case) the pinned plan runs; when something differs
+// (torch's TF32 or determinism setting changed after compilation, a misaligned
 // pointer) the plan of the new descriptor comes from the cache, so a setting
 // change is honoured at the next run and never runs a stale plan. Activations
 // cuDNN does not compute, and the fallbacks, are run_conv_pointwise's.
@@ -31,32 +32,47 @@ namespace cp = ir::schema::conv_pointwise;
 using ir::Node;
 using ir::Value;
 
-std::vector<int64_t> nhwc_strides(const std::vector<int64_t>& s) {
-  return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
-}
-
 const std::vector<int64_t>& ints(const Node& n, size_t arg) {
   return std::get<std::vector<int64_t>>(n.const_arg(arg));
 }
 
+// sizes as the plan sees them: a 1-d convolution's [N, C, L] as [N, C, 1, L]
+// (run_conv_pointwise runs it as 2-d).
+std::vector<int64_t> plan_sizes(std::vector<int64_t> sizes) {
+  if (sizes.size() == 3)
+    sizes.insert(sizes.begin() + 2, 1);
+  return sizes;
+}
+
 // The descriptor the run will derive for n (see the file comment), or nullopt.
+// Planned buffers are at least 16-byte aligned.
 std::optional<cd::ConvDesc> desc_of(const Node& n) {
   const Value* x = n.tensor_arg(cp::kX);
   const Value* w = n.tensor_arg(cp::kW);
   const Value* out = n.outputs[0];
-  if (!x || !w || x->sizes.size() != 4 || w->sizes.size() != 4 ||
-      out->sizes.size() != 4 || out->strides != nhwc_strides(out->sizes))
+  const size_t rank = out->sizes.size();
+  if (!x || !w || rank < 3 || rank > 5 || x->sizes.size() != rank ||
+      w->sizes.size() != rank ||
+      out->strides != ir::channels_last_strides(out->sizes))
     return std::nullopt;
   cd::ConvDesc d;
-  d.x_sizes = x->sizes;
-  d.x_strides = nhwc_strides(x->sizes);
-  d.w_sizes = w->sizes;
-  d.w_strides = nhwc_strides(w->sizes);
-  d.y_sizes = out->sizes;
-  d.y_strides = out->strides;
+  auto channels_last = [](const std::vector<int64_t>& sizes) {
+    return ir::channels_last_strides(plan_sizes(sizes));
+  };
+  d.x_sizes = plan_sizes(x->sizes);
+  d.x_strides = channels_last(x->sizes);
+  d.w_sizes = plan_sizes(w->sizes);
+  d.w_strides = channels_last(w->sizes);
+  d.y_sizes = plan_sizes(out->sizes);
+  d.y_strides = channels_last(out->sizes);
   d.stride = ints(n, cp::kStride);
   d.padding = ints(n, cp::kPadding);
   d.dilation = ints(n, cp::kDilation);
+  if (rank == 3) {
+    d.stride.insert(d.stride.begin(), 1);
+    d.padding.insert(d.padding.begin(), 0);
+    d.dilation.insert(d.dilation.begin(), 1);
+  }
   d.dtype = out->dtype;
   d.vector_dtype = out->dtype;
   d.device = out->device.index();
@@ -75,7 +91,7 @@ std::optional<cd::ConvDesc> desc_of(const Node& n) {
     if (r->sizes != out->sizes || r->dtype != out->dtype)
       return std::nullopt;
     d.residual = true;
-    d.r_strides = nhwc_strides(r->sizes);
+    d.r_strides = channels_last(r->sizes);
   }
   const std::string& act = std::get<std::string>(n.const_arg(cp::kActivation));
   if (cd::fuses_activation(act))

@@ -311,6 +311,39 @@ def test_disable_still_checks_its_arguments(monkeypatch):
     assert counter.graphs == 1
 
 
+def test_disable_environment_under_torch_compile(monkeypatch):
+    """TORCH_PLUGIN_DISABLE=1 under torch.compile(backend="plugin"): the backend hands each
+    graph back uncompiled (the compiler never runs), mode and options still checked."""
+    from torch._dynamo.backends import registry as dynamo_registry
+
+    from torch_plugin.backends import plugin as plugin_backend
+
+    if "plugin" not in dynamo_registry.list_backends(exclude_tags=()):
+        # Not installed (no entry point): what the entry point would register.
+        monkeypatch.setitem(dynamo_registry._BACKENDS, "plugin", None)
+        monkeypatch.setitem(dynamo_registry._COMPILER_FNS, "plugin", plugin_backend.plugin)
+    compiled = []
+    real = plugin_backend.compile_captured
+    monkeypatch.setattr(
+        plugin_backend,
+        "compile_captured",
+        lambda *a, **k: compiled.append(1) or real(*a, **k),
+    )
+    monkeypatch.setenv("TORCH_PLUGIN_DISABLE", "1")
+    torch._dynamo.reset()
+    opt = torch.compile(two_args, backend="plugin", mode="max-autotune")
+    check_three_calls(opt, two_args, 2)
+    assert compiled == []
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="unknown option"):
+        torch.compile(two_args, backend="plugin", options={"nope": 1})(*_inputs(two_args))
+    monkeypatch.setenv("TORCH_PLUGIN_DISABLE", "0")
+    torch._dynamo.reset()
+    check_three_calls(torch.compile(two_args, backend="plugin"), two_args, 2)
+    assert compiled == [1]
+    torch._dynamo.reset()
+
+
 # --- torch.compiler.disable and torch._dynamo.disable --------------------------------------
 
 
@@ -379,6 +412,103 @@ def test_mark_dynamic_wins_over_mark_static():
         torch._dynamo.mark_dynamic(x, -2)  # the same dim, negative
         torch.testing.assert_close(opt(x), scale(x))
     assert counter.graphs == 1
+
+
+# --- torch._dynamo.mark_dynamic's min/max -------------------------------------------------
+
+
+def branchy(x):
+    if x.shape[0] > 6:  # a guard that holds for part of the range only
+        return x + 1
+    return x - 1
+
+
+BRANCH_LINE = branchy.__code__.co_firstlineno + 1
+
+
+def _marked(n, lo=2, hi=8):
+    x = torch.randn(n, 4)
+    torch._dynamo.mark_dynamic(x, 0, min=lo, max=hi)
+    return x
+
+
+def test_mark_dynamic_range_within_compiles_once():
+    counter = Counting()
+    opt = torch_plugin.optimize(scale, backend=counter, dynamic=False)
+    for n in (3, 8, 2, 5):
+        x = _marked(n)
+        torch.testing.assert_close(opt(x), scale(x))
+    assert counter.graphs == 1
+    # An unbounded mark (min/max None) puts no range on the dim: branchy compiles.
+    # The range is part of the entry's guards (as in torch.compile): a marked size outside
+    # it compiles again and raises there; an unmarked one compiles again and runs.
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    with pytest.raises(ConstraintViolationError, match=r"= 20 is not in the range \[2, 8\]"):
+        opt(_marked(20))
+    x = torch.randn(20, 4)
+    torch.testing.assert_close(opt(x), scale(x))
+    assert counter.graphs == 2  # the unmarked size compiled again; the refused one never did
+    torch._dynamo.reset()
+    g = torch.compile(scale, backend="eager")  # the reference
+    g(_marked(5))
+    with pytest.raises(ConstraintViolationError):
+        g(_marked(20))
+    torch._dynamo.reset()
+    x = torch.randn(5, 4)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.testing.assert_close(torch_plugin.optimize(branchy, backend="eager")(x), branchy(x))
+
+
+@pytest.mark.parametrize("n", [10, 1])
+def test_mark_dynamic_size_outside_the_range_raises_like_torch_compile(n):
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    with pytest.raises(ConstraintViolationError):  # torch.compile's error, the reference
+        torch.compile(scale, backend="eager")(_marked(n))
+    torch._dynamo.reset()
+    opt = torch_plugin.optimize(scale, backend="eager")
+    with pytest.raises(ConstraintViolationError) as err:
+        opt(_marked(n))
+    text = str(err.value)
+    assert f"L['x'].size()[0] = {n} is not in the range [2, 8]" in text
+    assert "2 <= L['x'].size()[0] <= 8" in text
+    assert f'File "{__file__}", line {scale.__code__.co_firstlineno}' in text
+    x = torch.randn(n, 4)  # unmarked: compiles and runs as before
+    torch.testing.assert_close(opt(x), scale(x))
+
+
+@pytest.mark.parametrize("n", [5, 7])
+def test_mark_dynamic_range_narrowed_by_the_code_raises(n):
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    with pytest.raises(ConstraintViolationError):
+        torch.compile(branchy, backend="eager")(_marked(n))
+    torch._dynamo.reset()
+    counter = Counting()
+    opt = torch_plugin.optimize(branchy, backend=counter)
+    with pytest.raises(ConstraintViolationError) as err:
+        opt(_marked(n))
+    text = str(err.value)
+    guard = "L['x'].size()[0] <= 6" if n <= 6 else "L['x'].size()[0] > 6"
+    assert "Constraints violated (L['x'].size()[0])" in text
+    assert "2 <= L['x'].size()[0] <= 8 (given to torch._dynamo.mark_dynamic)" in text
+    assert f"generated guard {guard}" in text
+    assert f'File "{__file__}", line {BRANCH_LINE}, in branchy' in text
+    assert counter.graphs == 1  # checked after the backend (its guards count too)
+    x = _marked(n, lo=2, hi=6) if n <= 6 else _marked(n, lo=7, hi=None)
+    torch.testing.assert_close(opt(x), branchy(x))  # a range the guard holds for: no error
+    assert counter.graphs == 2  # the refused entry was not kept
+
+
+def test_mark_dynamic_range_specialized_raises():
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    def sized(x):
+        return x * 2, int(x.shape[0])  # the int escapes: the size is specialized
+
+    with pytest.raises(ConstraintViolationError, match=r"specialized to 5.*\n.*line"):
+        torch_plugin.optimize(sized, backend="eager")(_marked(5))
 
 
 # --- error_on_recompile --------------------------------------------------------------------

@@ -109,7 +109,7 @@ def test_library_ops_reject_bad_shapes():
         torch.ops.torch_plugin.linear_pointwise(x, w, None, None, "", 0.0, 0.0)
     with pytest.raises(RuntimeError, match="5 features, weight expects 6"):  # Meta/FakeTensor
         torch.ops.torch_plugin.linear_pointwise(x.to("meta"), w.to("meta"), None, None, "", 0, 0)
-    with pytest.raises(RuntimeError, match="expected 4-d input and weight, got 3-d and 4-d"):
+    with pytest.raises(RuntimeError, match="a weight of its rank, got 3-d and 4-d"):
         xm, wm = torch.empty(1, 3, 5, device="meta"), torch.empty(2, 3, 3, 3, device="meta")
         torch.ops.torch_plugin.conv_pointwise(
             xm, wm, None, None, [1] * 2, [0] * 2, [1] * 2, 1, "", 0, 0

@@ -22,6 +22,17 @@ from torch_plugin.compiler.decompositions import decomposition_table
 from torch_plugin.compiler.stages import compile_graph
 
 
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    """fp32 convolutions and products in full fp32: with TF32 (cuDNN's default) two
+    algorithms for the same convolution differ by about 1e-3, above the tolerance these tests
+    compare outputs with (the cuDNN graph's engine is not ATen's)."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 class ConvBn(torch.nn.Module):
     """conv -> batch norm -> relu, twice: conv-bn folding makes new weights."""
 
