@@ -12,8 +12,8 @@ step (the cold step: capture and compile included), ``--warmup`` more, then ``--
 timed steps (CUDA events around forward, backward and an SGD step; the median is reported).
 Backends:
 - ``eager``: the wrapped model as it is;
-- ``plugin``: ``torch_plugin.optimize("plugin")`` (on CUDA the plugin compiler runs
-  training graphs as their eager graphs until GPU training lands: issue #11 part B);
+- ``plugin``: ``torch_plugin.optimize("plugin")`` (on CUDA the plugin compiler compiles
+  training graphs since issue #30; the SGD step runs outside the optimized module, as eager);
   ``plugin-whole``: the same with ``torch_plugin.config.optimize_ddp = False``;
 - ``capture-eager``: ``torch_plugin.optimize("eager")``: capture only, graphs run as captured;
 - ``plugin-inductor``: ``torch_plugin.optimize("inductor")``: torch_plugin's capture and DDP

@@ -41,6 +41,10 @@ GPU_TESTS=(
   tests/python/compiler/test_symbolic_sizes.py
   tests/python/compiler/test_peak_memory.py
   tests/python/compiler/test_random_ops.py
+  tests/python/compiler/test_optimizer_step.py
+  tests/python/compiler/test_attention_training.py
+  tests/python/compiler/test_training_graphs.py
+  tests/python/models/test_cuda_training_compiled.py
 )
 existing=()
 for t in "${GPU_TESTS[@]}"; do [[ -f "$ROOT/$t" ]] && existing+=("$ROOT/$t"); done

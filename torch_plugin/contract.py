@@ -21,6 +21,12 @@ Facts about a graph travel in ``gm.meta`` under the keys below:
   graph for DistributedDataParallel (a ``DDPSplit``); capture reports it in its
   ``CaptureRecord`` (``explain()``, the ``ddp`` log channel).
 
+A compiler function may also carry an attribute named :data:`OPTIMIZER_STEP`: a callable
+``step_fn(step, *args, **kwargs)`` that capture calls in place of ``step(*args, **kwargs)``
+when the captured code calls an optimizer's ``step`` (``step`` is ``opt.step`` as the program
+reads it; ``step_fn`` must do what it does, e.g. call it). The "plugin" backend's compiles the
+update (``torch_plugin.compiler.optimizer_step``).
+
 Key parts:
 - :data:`CompilerFn`: the type of a compiler function.
 - :func:`call_backend`: runs one compiler function on one captured graph; failures become
@@ -56,6 +62,8 @@ UNVERSIONED_PARAMETERS = "torch_plugin.unversioned_parameters"
 bump, so a compiler must not freeze them (see the module docstring)."""
 
 DDP_SPLIT = "torch_plugin.ddp_split"
+# The attribute of a compiler function that runs optimizer steps (see the module docstring).
+OPTIMIZER_STEP = "optimizer_step"
 """``gm.meta`` key: the ``torch_plugin.distributed.ddp.DDPSplit`` describing how the graph was
 split at DDP's gradient buckets (or why not), set while it is compiled inside DDP's forward."""
 

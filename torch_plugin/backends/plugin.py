@@ -38,6 +38,7 @@ import torch
 
 from torch_plugin import config
 from torch_plugin.backends.registry import register_backend
+from torch_plugin.compiler import optimizer_step
 from torch_plugin.compiler import options as options_mod
 from torch_plugin.compiler.pipeline import compile_captured
 
@@ -93,6 +94,11 @@ def plugin(
         return options_mod.bound(compiled)
 
 
+# Capture runs a captured call of optimizer.step() through this (contract.OPTIMIZER_STEP):
+# SGD, Adam and AdamW updates compiled, other steps as the optimizer's own.
+plugin.optimizer_step = optimizer_step.run  # type: ignore[attr-defined]
+
+
 def plugin_reduce_overhead(
     gm: torch.fx.GraphModule,
     example_inputs: list[torch.Tensor],
@@ -106,7 +112,7 @@ def plugin_reduce_overhead(
 def _mode_function(mode: str) -> Callable[..., Any]:
     """:func:`plugin` in ``mode``, as a function the registry returns for that mode."""
     moded = functools.partial(plugin, mode=mode)
-    functools.update_wrapper(moded, plugin)
+    functools.update_wrapper(moded, plugin)  # copies __dict__: optimizer_step too
     moded.__name__ = moded.__qualname__ = "plugin_" + mode.replace("-", "_")
     return moded
 
@@ -115,4 +121,5 @@ def register() -> None:
     """Register :func:`plugin` as the backend ``"plugin"``, with its modes and options."""
     modes = {m: _mode_function(m) for m in MODES if m != "default"}
     modes["reduce-overhead"] = plugin_reduce_overhead
+    plugin_reduce_overhead.optimizer_step = optimizer_step.run  # type: ignore[attr-defined]
     register_backend(plugin, "plugin", modes=modes, options=check_options)

@@ -26,7 +26,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
-from torch_plugin.contract import CompilerFn
+from torch_plugin.contract import OPTIMIZER_STEP, CompilerFn
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -188,7 +188,11 @@ def backend_with_mode(
     memo_key = (id(moded), tuple(sorted((str(k), repr(v)) for k, v in checked.items())))
     memo = _WITH_OPTIONS.get(memo_key)
     if memo is None or memo[0] is not moded:
-        memo = _WITH_OPTIONS[memo_key] = (moded, functools.partial(moded, options=checked))
+        with_options = functools.partial(moded, options=checked)
+        step_fn = getattr(moded, OPTIMIZER_STEP, None)  # the backend's optimizer step, kept
+        if step_fn is not None:
+            setattr(with_options, OPTIMIZER_STEP, step_fn)
+        memo = _WITH_OPTIONS[memo_key] = (moded, with_options)
     return memo[1]
 
 

@@ -113,6 +113,12 @@ class CallInstructions:
     def inline_user_function(
         self, fn_var: BaseUserFunctionVariable, args, kwargs
     ) -> VariableTracker:
+        from .optimizer_steps import is_optimizer_step
+
+        if is_optimizer_step(fn_var):
+            # Never inlined: the step runs after the graph, as the backend runs steps
+            # (optimizer_steps.py).
+            unimplemented(gbt.OPTIMIZER_STEP, "call to optimizer.step()")
         code = fn_var.get_code()
         if code.co_flags & _UNSUPPORTED_CODE_FLAGS:
             unimplemented(gbt.GENERATOR, f"call to coroutine/async function {code.co_name}")

@@ -24,7 +24,7 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from .. import config, logs, trace
-from ..contract import DDP_SPLIT, BackendCompilerFailed, CompilerFn, call_backend
+from ..contract import DDP_SPLIT, OPTIMIZER_STEP, BackendCompilerFailed, CompilerFn, call_backend
 from ..decompiler import resume_codes
 from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
 from . import graph_break_types as gbt
@@ -38,6 +38,7 @@ from .code_marks import seen_code_objects
 from .exc import Unsupported, UserSourceLocation
 from .graph_break import compile_graph_break
 from .guards import build_guard_tree
+from .optimizer_steps import substitute_step
 from .output_graph import OutputGraph
 from .output_structure import flatten_output, rebuild, spec_has
 from .shape_guards import ShapeGuardUnsupported
@@ -470,6 +471,11 @@ class ConvertFrame:
             output.check_requires_grad_assignments()
             if result is None:  # stopped before instruction break_at: a graph break
                 output.check_global_state()
+                step_fn = getattr(compiler, OPTIMIZER_STEP, None)
+                if step_fn is not None and getattr(break_reason, "gb_type", None) is (
+                    gbt.OPTIMIZER_STEP
+                ):
+                    substitute_step(tx, break_at, step_fn)
                 partial: dict = {}
                 transformed = compile_graph_break(
                     tx,

@@ -129,6 +129,7 @@ def compile_graph_break(
         check_breakable(code, inst)
     entry = try_blocks.entry_at_break(tx, inst_index, resume_only)
     stack = list(tx.stack)
+    from .optimizer_steps import OptimizerStepCall
     from .variables.base import NullVariable
 
     for v in stack:
@@ -200,7 +201,15 @@ def compile_graph_break(
         unimplemented(  # resuming where the frame is: the same code again, forever
             gbt.NOTHING_TO_CAPTURE, "nothing to run before the try block (runs unmodified)"
         )
-    if not output.input_sources and not output.side_effects and not _has_ops(output):
+    # A break whose call runs the backend's optimizer step (optimizer_steps.py) is worth
+    # its transformed code even with nothing before it.
+    substituted = any(isinstance(v, OptimizerStepCall) for v in stack)
+    if (
+        not output.input_sources
+        and not output.side_effects
+        and not _has_ops(output)
+        and not substituted
+    ):
         unimplemented(
             gbt.NOTHING_TO_CAPTURE,
             "no tensor operation or tensor input before the break (runs unmodified)",

@@ -245,6 +245,15 @@ NOTHING_TO_CAPTURE = _type(
     "None needed.",
 )
 
+OPTIMIZER_STEP = _type(
+    "GB025",
+    "optimizer step",
+    "A call of optimizer.step(): the graph ends before it, and the step runs as the backend "
+    "runs optimizer steps (the plugin compiler compiles SGD, Adam and AdamW; other backends and "
+    "optimizers run the optimizer's own step).",
+    "Intended: the update runs after the graph. Nothing to change.",
+)
+
 BY_ID: dict[str, GraphBreakType] = {t.id: t for t in GRAPH_BREAK_TYPES}
 
 

@@ -9,13 +9,13 @@ BERT-base where eager launches 155, 1.6 ms slower at batch 32 on an H100), and b
 attention as ``_scaled_dot_product_cudnn_attention``, whose int results the compiler does
 not take (GPT-2's whole graph then ran unlowered).
 
-:class:`LeafAttention`, active while AOTAutograd traces a CUDA inference graph, turns each
+:class:`LeafAttention`, active while AOTAutograd traces a CUDA graph, turns each
 call of ``torch.nn.functional.scaled_dot_product_attention`` made by the traced code into
 the leaf op ``torch_plugin::scaled_dot_product_attention`` (csrc/ops/attention_op.cpp),
 which calls the ATen op on real tensors at run time, so the dispatcher picks the fused
 kernel as in eager; its output has one fixed layout. Under autocast the mode casts the
 arguments as autocast casts the ATen op's. Calls it cannot take (dropout,
-gradients, broadcast batch dimensions, another device) and attention inside other
+a mask that needs a gradient, broadcast batch dimensions, another device) and attention inside other
 functions (``nn.MultiheadAttention``'s ``multi_head_attention_forward``, whose own
 ``__torch_function__`` dispatch hides its inner calls from the mode) are traced as before.
 
@@ -27,6 +27,9 @@ captured into a CUDA graph, and they return the backend's auxiliary results.
 :func:`fused_attention_to_leaf` replaces each call made without dropout, whose other
 results are unused and whose output has the leaf op's layout, by the leaf op: the same
 attention, computed by the kernel eager's dispatcher picks, with no random numbers.
+
+In a training graph the leaf op's derivative is a second leaf op that recomputes the
+attention with ATen's fused kernel and runs its backward (:mod:`.attention_training`).
 
 Key parts:
 - :class:`LeafAttention`: the torch-function mode.
@@ -64,7 +67,8 @@ def leaf_arguments(device_type: str, args: tuple, kwargs: dict) -> tuple[Any, ..
     """``(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)`` of a
     ``scaled_dot_product_attention(*args, **kwargs)`` call that the leaf op computes
     exactly: tensors on ``device_type``, query/key/value of one rank >= 2 with equal batch
-    dimensions, ``dropout_p == 0``, no gradient needed; otherwise None."""
+    dimensions, ``dropout_p == 0``, no gradient needed for the mask (query, key and value may
+    need one: the leaf op's derivative is :mod:`.attention_training`'s); otherwise None."""
     try:
         q, k, v, mask, dropout_p, is_causal, scale, gqa = _bind(*args, **kwargs)
     except TypeError:
@@ -85,7 +89,7 @@ def leaf_arguments(device_type: str, args: tuple, kwargs: dict) -> tuple[Any, ..
     batch_dims = q.dim() - 3 if q.dim() >= 4 else q.dim() - 2
     if any(not (k.shape[d] == q.shape[d] == v.shape[d]) for d in range(batch_dims)):
         return None
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and mask is not None and mask.requires_grad:
         return None
     return q, k, v, mask, 0.0, is_causal, None if scale is None else float(scale), gqa
 
@@ -114,6 +118,9 @@ class LeafAttention(TorchFunctionMode):
     def __init__(self, device_type: str = "cuda") -> None:
         super().__init__()
         self.device_type = device_type
+        from torch_plugin.compiler import attention_training
+
+        attention_training.register()  # the leaf op's derivative, for training graphs
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None):
         kwargs = kwargs or {}

@@ -10,9 +10,10 @@ compiler or the forward/backward compilers; a graph-cache hit skips it.
 On CUDA (any example input, parameter or buffer on a CUDA device) three more rules apply
 (issue #11):
 
-- *Never slower than eager.* A graph that needs gradients runs as the eager graph (the
-  captured FX graph as it is; GPU training is compiled by a later part), and so does an
-  inference graph the compiler cannot lower (as on the CPU). For an inference
+- *Never slower than eager.* A graph that needs gradients is compiled as on the CPU
+  (AOTAutograd's forward and backward graphs, :mod:`.training`) but without CUDA graphs,
+  and runs as the eager graph when its forward graph does not lower; an inference graph
+  the compiler cannot lower runs as the eager graph too (as on the CPU). For an inference
   graph, the compiled graph and the eager graph are both timed at compile time on the example
   inputs when that is safe (the ATen graph mutates no input and draws no random numbers), and
   the faster one runs from then on; a log line on ``torch_plugin.backends.plugin`` says which
@@ -67,11 +68,22 @@ def compile_captured(
     cuda = captured.cuda
     # Bound now: the compiler below rewrites gm's outputs (flatten_graph_outputs).
     eager = _C.disable_wrapper(gm.forward)
-    if cuda and captured.needs_grad:
-        log.info("plugin: a CUDA graph that needs gradients runs as the eager graph")
-        counters["eager_graphs"] += 1
-        return eager
     facts: dict[str, Any] = {}
+    if cuda and captured.needs_grad:
+        # Training on CUDA (issue #30): AOTAutograd's forward and backward graphs through the
+        # compiler, without CUDA graphs (a replay would overwrite the saved activations of a
+        # forward whose backward has not run); the eager graph when the forward graph does
+        # not lower (a backward graph that does not lower runs as its ATen graph).
+        with options.overridden({"cuda_graphs": False}):
+            compiled = _compile(captured, facts)
+        if "unlowered_forward" in facts:
+            log.info(
+                "plugin: the training graph runs as the eager graph: %s",
+                facts["unlowered_forward"],
+            )
+            counters["eager_graphs"] += 1
+            return eager
+        return compiled
     compiled = _compile(captured, facts)
     if "unlowered" in facts:
         # The ATen graph would run op by op from Python: the captured graph is never slower.
@@ -109,7 +121,7 @@ def _compile(captured: Captured, facts: dict[str, Any]) -> Callable[..., Any]:
         compiled = aot_module_simplified(
             gm,
             captured.example_inputs,
-            fw_compiler=training.forward_compiler,
+            fw_compiler=functools.partial(training.forward_compiler, facts=facts),
             # Compiled at the first backward(): with this compile's options (optimize(options=)).
             bw_compiler=options.bound(training.backward_compiler),
             inference_compiler=inference,

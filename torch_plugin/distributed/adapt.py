@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from torch_plugin import config
-from torch_plugin.contract import DDP_SPLIT, UNVERSIONED_PARAMETERS, CompilerFn
+from torch_plugin.contract import DDP_SPLIT, OPTIMIZER_STEP, UNVERSIONED_PARAMETERS, CompilerFn
 from torch_plugin.distributed.ddp import active_ddp_module, bucket_splitting_compiler
 from torch_plugin.distributed.fsdp import reads_fsdp2_modules
 
@@ -41,4 +41,8 @@ def adapt_compiler(frame: Any, compiler: CompilerFn) -> CompilerFn:
             )
         return backend(gm, example_inputs)
 
+    # The backend's optimizer step (contract.OPTIMIZER_STEP), unchanged under distributed.
+    step_fn = getattr(compiler, OPTIMIZER_STEP, None)
+    if step_fn is not None:
+        setattr(compile_graph, OPTIMIZER_STEP, step_fn)
     return compile_graph

