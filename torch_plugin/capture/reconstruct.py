@@ -29,7 +29,7 @@ from .variables.base import BoundMethodVariable, VariableTracker
 from .variables.constant import ConstantMethodVariable, ConstantVariable
 from .variables.dicts import ConstDictVariable, DictViewVariable
 from .variables.functions import UserMethodVariable
-from .variables.lists import ListIteratorVariable, ListVariable, NamedTupleVariable, TupleVariable
+from .variables.lists import ListVariable, NamedTupleVariable, TupleVariable
 from .variables.tensor import TensorMethodVariable, TensorVariable
 
 
@@ -126,11 +126,6 @@ class Reconstructor:
         if hasattr(var, "rebuild_call"):  # collections_objects.py: deque, defaultdict, ...
             helper, helper_args = var.rebuild_call()
             self.call_helper(helper, helper_args)
-            return
-        if isinstance(var, ListIteratorVariable):
-            for item in var.items[var.index :]:
-                self(item)
-            self._emit("BUILD_LIST", len(var.items) - var.index)
             return
         if isinstance(var, NamedTupleVariable):
             self.call_helper(
@@ -309,8 +304,8 @@ def _children(var: VariableTracker) -> list[VariableTracker]:
         return list(var.items)
     if isinstance(var, ConstDictVariable):
         return list(var.items.values())
-    if isinstance(var, ListIteratorVariable):
-        return list(var.items[var.index :])
+    if hasattr(var, "rebuild_children"):  # an iterator (container_iterators.py)
+        return var.rebuild_children()
     if isinstance(var, (TensorMethodVariable,)):
         return [var.tensor]
     if isinstance(var, (BoundMethodVariable, ConstantMethodVariable)):

@@ -38,6 +38,7 @@ from .variables.builder import wrap_value
 from .variables.constant import ConstantVariable
 from .variables.functions import CellVariable
 from .variables.iterators import IteratorVariable
+from .variables.container_iterators import make_iterator
 from .variables.lists import ListIteratorVariable
 from .variables.tensor import TensorVariable
 from .variables.torch import AutocastVariable, GradModeVariable
@@ -383,13 +384,8 @@ class InstructionTranslatorBase(
     JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP_ABSOLUTE = JUMP = JUMP_FORWARD
 
     def GET_ITER(self, inst):
-        obj = self.pop()
-        if isinstance(obj, IteratorVariable):
-            self.push(obj)
-        elif hasattr(obj, "make_iterator"):  # a deque (collections_objects.py)
-            self.push(obj.make_iterator())
-        else:
-            self.push(ListIteratorVariable(obj.unpack_var_sequence(self)))
+        # CPython's iterator: live over a list, dict, set or deque (container_iterators.py)
+        self.push(make_iterator(self, self.pop()))
 
     def FOR_ITER(self, inst):
         it = self.stack[-1]

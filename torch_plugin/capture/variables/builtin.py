@@ -26,11 +26,13 @@ from .dicts import ConstDictVariable
 from .iterators import (
     IteratorVariable,
     as_iterator,
-    is_lazy,
-    lazy_enumerate,
-    lazy_filter,
-    lazy_map,
-    lazy_zip,
+)
+from .container_iterators import (
+    EnumerateVariable,
+    FilterVariable,
+    MapVariable,
+    ZipVariable,
+    make_reversed,
 )
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
 
@@ -230,11 +232,7 @@ class BuiltinVariable(CallableVariable):
         return ConstDictVariable(items, mutable_local=True)
 
     def call_iter(self, tx, obj):
-        if isinstance(obj, IteratorVariable):
-            return obj
-        if hasattr(obj, "make_iterator"):  # a deque (collections_objects.py)
-            return obj.make_iterator()
-        return ListIteratorVariable(obj.unpack_var_sequence(tx))
+        return as_iterator(tx, obj)
 
     def call_next(self, tx, it, *default):
         if not isinstance(it, IteratorVariable):
@@ -246,53 +244,32 @@ class BuiltinVariable(CallableVariable):
             unimplemented(gbt.EXCEPTION, "next() on an exhausted iterator (StopIteration)")
         return item
 
+    # enumerate / zip / map / filter pull from their arguments' iterators one item at a time
+    # (container_iterators.py), as CPython does: a list mutated in the loop is seen, map's
+    # function runs per item
     def call_enumerate(self, tx, seq, start=None):
         first = start.as_python_constant() if start is not None else 0
-        if is_lazy(seq):
-            return lazy_enumerate(seq, first)
-        items = seq.unpack_var_sequence(tx)
-        return ListIteratorVariable(
-            [TupleVariable([ConstantVariable(first + i), v]) for i, v in enumerate(items)]
-        )
+        return EnumerateVariable(as_iterator(tx, seq), first)
 
     def call_zip(self, tx, *seqs, **kwargs):
-        if any(is_lazy(s) for s in seqs):
-            if kwargs:
-                unimplemented(gbt.UNSUPPORTED_BUILTIN, "zip(strict=...) over a generator")
-            return lazy_zip([as_iterator(tx, s) for s in seqs])
-        lists = [s.unpack_var_sequence(tx) for s in seqs]
-        if (
-            kwargs.get("strict") is not None
-            and kwargs["strict"].as_python_constant()
-            and len({len(x) for x in lists}) > 1
-        ):
-            unimplemented(gbt.EXCEPTION, "zip(strict=True) with unequal lengths")
-        return ListIteratorVariable([TupleVariable(list(group)) for group in zip(*lists)])
-
-    def call_reversed(self, tx, seq):
-        return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))))
-
-    def call_map(self, tx, fn, *seqs):
-        if any(is_lazy(s) for s in seqs):
-            return lazy_map(tx, fn, [as_iterator(tx, s) for s in seqs])
-        lists = [s.unpack_var_sequence(tx) for s in seqs]
-        return ListIteratorVariable(
-            [fn.call_function(tx, list(group), {}) for group in zip(*lists)]
+        if set(kwargs) - {"strict"}:
+            unimplemented(gbt.EXCEPTION, f"zip() got unexpected keyword arguments {set(kwargs)}")
+        strict = kwargs.get("strict")
+        if strict is not None and not strict.is_python_constant():
+            unimplemented(gbt.VALUE_NOT_CONSTANT, "zip(strict=...) not known at capture")
+        return ZipVariable(
+            [as_iterator(tx, s) for s in seqs],
+            bool(strict.as_python_constant()) if strict is not None else False,
         )
 
+    def call_reversed(self, tx, seq):
+        return make_reversed(tx, seq)
+
+    def call_map(self, tx, fn, *seqs):
+        return MapVariable(tx, fn, [as_iterator(tx, s) for s in seqs])
+
     def call_filter(self, tx, fn, seq):
-        if is_lazy(seq):
-            return lazy_filter(tx, fn, seq)
-        out = []
-        for item in seq.unpack_var_sequence(tx):
-            keep = (
-                item
-                if fn.is_python_constant() and fn.as_python_constant() is None
-                else fn.call_function(tx, [item], {})
-            )
-            if keep.truthiness(tx):
-                out.append(item)
-        return ListIteratorVariable(out)
+        return FilterVariable(tx, fn, as_iterator(tx, seq))
 
     def call_range(self, tx, *args):
         if all(a.is_python_constant() for a in args):

@@ -71,9 +71,13 @@ class DequeVariable(VariableTracker):
     def python_type(self) -> type:
         return collections.deque
 
-    def make_iterator(self) -> VariableTracker:
+    def make_iterator(self, tx=None) -> VariableTracker:
         """``iter(d)``: raises (a graph break) once the deque was mutated, as eager does."""
         return _DequeIterator(self)
+
+    def make_reversed(self, tx=None) -> VariableTracker:
+        """``reversed(d)``: likewise."""
+        return _DequeIterator(self, reverse=True)
 
     def as_python_constant(self) -> Any:
         return collections.deque([v.as_python_constant() for v in self.items], self.maxlen)
@@ -185,15 +189,40 @@ class _DequeIterator(ListIteratorVariable):
     """An iterator over a deque's items that checks, at each step, that the deque was not
     mutated since (CPython's ``dequeiter_next``: RuntimeError, here a graph break)."""
 
-    def __init__(self, deque_var: DequeVariable) -> None:
-        super().__init__(deque_var.items)  # the live list: d[i] = v is seen, as in eager
+    def __init__(self, deque_var: DequeVariable, reverse: bool = False) -> None:
+        # the live list: d[i] = v is seen, as in eager
+        super().__init__(deque_var.items, reverse=reverse)
         self.deque_var = deque_var
         self.state = deque_var.state
+        self.given = 0
 
     def next_item(self):
+        # CPython's dequeiter_next checks the state first, even once exhausted
         if self.deque_var.state != self.state:
             unimplemented(gbt.EXCEPTION, "deque mutated during iteration (RuntimeError)")
-        return super().next_item()
+        item = super().next_item()
+        self.given += item is not None
+        return item
+
+    def rebuild_call(self):
+        if self.deque_var.state != self.state:
+            unimplemented(gbt.ESCAPING_VALUE, "a deque iterator whose deque changed, at a break")
+        return _deque_iterator_at, [
+            self.deque_var,
+            ConstantVariable(self.given),
+            ConstantVariable(self.reverse),
+        ]
+
+    def rebuild_children(self):
+        return [self.deque_var]
+
+
+def _deque_iterator_at(d, given: int, reverse: bool):
+    """``iter(d)`` (``reversed(d)``) that has given ``given`` items (reconstruct.py)."""
+    it = reversed(d) if reverse else iter(d)
+    for _ in range(given):
+        next(it)
+    return it
 
 
 _DEQUE_MUTATORS = frozenset(

@@ -30,6 +30,41 @@ def dict_key(var: VariableTracker):
     return key
 
 
+class KeyEntries(dict):
+    """The entries of a :class:`ConstDictVariable`: a dict that counts key removals.
+
+    An iterator over the dict compares its size and ``removals`` with theirs when it was
+    made (``container_iterators.DictIteratorVariable``): a size change raises as in CPython;
+    the same size after a removal means the keys changed, and which key CPython yields next
+    then depends on its hash table's layout (a graph break). With neither, the keys are the
+    ones the iterator started with and only values may have changed (seen live)."""
+
+    __slots__ = ("removals",)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.removals = 0
+
+    def __delitem__(self, key) -> None:
+        super().__delitem__(key)
+        self.removals += 1
+
+    def pop(self, *args):
+        if args and args[0] in self:
+            self.removals += 1
+        return super().pop(*args)
+
+    def popitem(self):
+        item = super().popitem()
+        self.removals += 1
+        return item
+
+    def clear(self) -> None:
+        if self:
+            self.removals += 1
+        super().clear()
+
+
 class ConstDictVariable(VariableTracker):
     """A dict whose keys are constants. ``items`` maps real keys to variables."""
 
@@ -44,7 +79,7 @@ class ConstDictVariable(VariableTracker):
         user_cls: type = dict,
     ) -> None:
         super().__init__(source)
-        self.items = dict(items)
+        self.items = KeyEntries(items)
         self.mutable_local = mutable_local
         self.user_cls = user_cls
 
@@ -59,6 +94,12 @@ class ConstDictVariable(VariableTracker):
 
     def unpack_var_sequence(self, tx):
         return [ConstantVariable(k) for k in self.items]
+
+    def make_iterator(self, tx=None) -> VariableTracker:
+        """``iter(d)``: CPython's dict iterator over the live dict (container_iterators.py)."""
+        from .container_iterators import DictIteratorVariable
+
+        return DictIteratorVariable(self, "keys")
 
     def getitem(self, key: Any) -> VariableTracker:
         if key not in self.items:
@@ -132,7 +173,8 @@ class ConstDictVariable(VariableTracker):
 
 
 class DictViewVariable(VariableTracker):
-    """``d.keys()`` / ``d.values()`` / ``d.items()`` (a snapshot; iteration and len)."""
+    """``d.keys()`` / ``d.values()`` / ``d.items()``: a live view of ``dict_var`` (its length,
+    membership and iteration read the dict as it is when asked)."""
 
     def var_getattr(self, tx, name):
         return method_getattr(self, name)
@@ -152,6 +194,12 @@ class DictViewVariable(VariableTracker):
 
     def truthiness(self, tx) -> bool:
         return len(self.dict_var.items) > 0
+
+    def make_iterator(self, tx=None) -> VariableTracker:
+        """``iter(view)``: CPython's dict iterator over the live dict (container_iterators.py)."""
+        from .container_iterators import DictIteratorVariable
+
+        return DictIteratorVariable(self.dict_var, self.kind)
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__len__":

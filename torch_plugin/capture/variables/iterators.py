@@ -10,8 +10,9 @@ loop that stops early leaves the rest of the body unrun (issue #10: materializin
 generator at the call ran it past where eager stopped). Consuming it whole (``list(g)``,
 ``sum(g)``, unpacking) runs it to the end.
 
-:class:`LazyIteratorVariable` is ``enumerate``/``zip``/``map``/``filter`` over such an
-iterator, pulling from its arguments in CPython's order.
+:class:`LazyIteratorVariable` is an itertools iterator over such an iterator, pulling from
+its arguments in CPython's order (``enumerate``/``zip``/``map``/``filter`` and the iterators
+over live containers are in container_iterators.py).
 
 Neither can be rebuilt at a graph break (a suspended generator has no constructor): a break
 while one is live stops capture of the frame at the break's reconstruction, and the frame
@@ -106,76 +107,9 @@ class LazyIteratorVariable(IteratorVariable):
         return f"LazyIteratorVariable({self.name})"
 
 
-def is_lazy(var: VariableTracker) -> bool:
-    """True for iterators that must be advanced one item at a time (a generator, or an
-    enumerate/zip/map/filter over one)."""
-    return isinstance(var, (GeneratorVariable, LazyIteratorVariable))
-
-
-def lazy_enumerate(it: IteratorVariable, start: int) -> LazyIteratorVariable:
-    from .constant import ConstantVariable
-    from .lists import TupleVariable
-
-    count = [start]
-
-    def produce():
-        item = it.next_item()
-        if item is None:
-            return None
-        count[0] += 1
-        return TupleVariable([ConstantVariable(count[0] - 1), item])
-
-    return LazyIteratorVariable(produce, "enumerate")
-
-
-def lazy_zip(iterators: list) -> LazyIteratorVariable:
-    """``zip`` pulls from its arguments left to right and stops at the first exhausted
-    one (the ones before it have given one item more, as in CPython)."""
-    from .lists import TupleVariable
-
-    def produce():
-        items = []
-        for it in iterators:
-            item = it.next_item()
-            if item is None:
-                return None
-            items.append(item)
-        return TupleVariable(items)
-
-    return LazyIteratorVariable(produce, "zip")
-
-
-def lazy_map(tx, fn: VariableTracker, iterators: list) -> LazyIteratorVariable:
-    def produce():
-        args = []
-        for it in iterators:
-            item = it.next_item()
-            if item is None:
-                return None
-            args.append(item)
-        return fn.call_function(tx, args, {})
-
-    return LazyIteratorVariable(produce, "map")
-
-
-def lazy_filter(tx, fn: VariableTracker, it: IteratorVariable) -> LazyIteratorVariable:
-    def produce():
-        while (item := it.next_item()) is not None:
-            if fn.is_python_constant() and fn.as_python_constant() is None:
-                keep = item
-            else:
-                keep = fn.call_function(tx, [item], {})
-            if keep.truthiness(tx):
-                return item
-        return None
-
-    return LazyIteratorVariable(produce, "filter")
-
-
 def as_iterator(tx, var: VariableTracker) -> IteratorVariable:
-    """``iter(var)`` for a lazy iterator (itself) or a sequence (a list iterator)."""
-    from .lists import ListIteratorVariable
+    """``iter(var)``: the iterator itself, or CPython's iterator over a container
+    (``container_iterators.make_iterator``: live over lists, dicts and sets)."""
+    from .container_iterators import make_iterator
 
-    if isinstance(var, IteratorVariable):
-        return var
-    return ListIteratorVariable(var.unpack_var_sequence(tx))
+    return make_iterator(tx, var)

@@ -52,6 +52,13 @@ class BaseListVariable(VariableTracker):
     def _new(self, items):
         return type(self)(items, mutable_local=True)
 
+    def make_iterator(self, tx=None) -> VariableTracker:
+        """``iter(seq)``: live over a list (mutations in the loop are seen, as in CPython),
+        a snapshot of a tuple's items."""
+        if type(self) is ListVariable:
+            return ListIteratorVariable(self.items, seq=self)
+        return ListIteratorVariable(list(self.items))
+
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
         key = index.as_python_constant()
         if isinstance(key, slice):
@@ -235,27 +242,82 @@ _COLLECTIONS_FILE = __import__("collections").__file__
 
 
 class ListIteratorVariable(IteratorVariable):
-    """``iter(seq)`` over items known at capture time; advanced by FOR_ITER / next()."""
+    """``iter(seq)``, advanced by FOR_ITER / ``next()``.
 
-    def __init__(self, items: list[VariableTracker], index: int = 0) -> None:
+    Over a snapshot (``items``: a tuple's items, results known at capture time), or, with
+    ``seq`` set, over a live list: ``items`` is then the list variable's own item list and
+    each step reads it as CPython's ``listiterator`` does (``seq[index]`` while ``index <
+    len(seq)``), so items appended in the loop are seen and the loop stops at the list's
+    length at that moment; once exhausted it stays exhausted. ``reverse``: CPython's
+    ``listreverseiterator`` (``reversed(lst)``: from ``index`` down while ``index <
+    len(seq)``)."""
+
+    def __init__(
+        self,
+        items: list[VariableTracker],
+        index: int | None = None,
+        seq: VariableTracker | None = None,
+        reverse: bool = False,
+    ) -> None:
         super().__init__()
         self.items = items
+        self.seq = seq
+        self.reverse = reverse
+        if index is None:
+            index = len(items) - 1 if reverse else 0
         self.index = index
+        self.exhausted = False
 
     def next_item(self) -> VariableTracker | None:
-        if self.index >= len(self.items):
+        if self.exhausted:
             return None
-        item = self.items[self.index]
-        self.index += 1
-        return item
+        if self.reverse:
+            if 0 <= self.index < len(self.items):
+                self.index -= 1
+                return self.items[self.index + 1]
+        elif self.index < len(self.items):
+            self.index += 1
+            return self.items[self.index - 1]
+        self.exhausted = True
+        return None
+
+    def remaining(self) -> list[VariableTracker]:
+        """The items a full iteration would still give now (without advancing)."""
+        if self.exhausted:
+            return []
+        if self.reverse:
+            return list(reversed(self.items[: self.index + 1]))
+        return self.items[self.index :]
 
     def unpack_var_sequence(self, tx):
-        rest = self.items[self.index :]
-        self.index = len(self.items)
+        rest = self.remaining()
+        self.exhausted = True
         return rest
 
+    def rebuild_call(self):
+        """(helper, arguments) that build the real iterator at a graph break (reconstruct.py):
+        over the rebuilt list itself when live (later mutations are seen), at this index."""
+        from .container_iterators import exhausted_iterator, list_iterator_at
+
+        if self.exhausted:
+            return exhausted_iterator, []
+        if self.seq is None:
+            return list_iterator_at, [
+                ListVariable(self.remaining(), mutable_local=True),
+                ConstantVariable(0),
+                ConstantVariable(False),
+            ]
+        return list_iterator_at, [
+            self.seq,
+            ConstantVariable(self.index),
+            ConstantVariable(self.reverse),
+        ]
+
+    def rebuild_children(self) -> list[VariableTracker]:
+        return [self.seq] if self.seq is not None else self.remaining()
+
     def python_type(self) -> type:
-        return type(iter([]))
+        return type(reversed([])) if self.reverse else type(iter([]))
 
     def __repr__(self) -> str:
         return f"ListIteratorVariable({self.index}/{len(self.items)})"

@@ -122,6 +122,7 @@ class SetVariable(VariableTracker):
         self.opaque = any(isinstance(k, _IdKey) for k in self.keys) if opaque is None else opaque
         self.mutable_local = mutable_local and source is None
         self.real = real
+        self.removals = 0  # element removals, read by iterators (container_iterators.py)
 
     @staticmethod
     def build(tx, items: list[VariableTracker], frozen: bool = False) -> SetVariable:
@@ -159,6 +160,12 @@ class SetVariable(VariableTracker):
         self._check_order("iterating")
         return self.items
 
+    def make_iterator(self, tx=None):
+        """``iter(s)``: CPython's set iterator, checking the set's size at each step."""
+        from .container_iterators import SetIteratorVariable
+
+        return SetIteratorVariable(self)
+
     # --- mutation -------------------------------------------------------------------------
     def _mutating(self, tx, name: str) -> None:
         if self.frozen:
@@ -183,9 +190,7 @@ class SetVariable(VariableTracker):
         if name == "__contains__" and len(args) == 1:
             return ConstantVariable(_lookup_key(args[0]) in keys)
         if name == "__iter__" and not args:
-            from .lists import ListIteratorVariable
-
-            return ListIteratorVariable(self.unpack_var_sequence(tx))
+            return self.make_iterator(tx)
         if name == "copy" and not args:
             return SetVariable(type(keys)(keys), self.frozen, self.opaque)
         if name in _QUERIES:
@@ -199,28 +204,37 @@ class SetVariable(VariableTracker):
             return ConstantVariable(result)
         if name in _MUTATORS:
             self._mutating(tx, name)
-            if name in ("add", "discard", "remove"):
-                if len(args) != 1:
-                    unimplemented(gbt.EXCEPTION, f"set.{name}() takes one argument")
-                key = element_key(args[0]) if name == "add" else _lookup_key(args[0])
-                if name == "remove" and key not in keys:
-                    unimplemented(gbt.EXCEPTION, "set.remove of a missing element (KeyError)")
-                getattr(keys, name)(key)
-                self.opaque = self.opaque or isinstance(key, _IdKey)
-                return ConstantVariable(None)
-            if name == "pop" and not args:
-                if not keys:
-                    unimplemented(gbt.EXCEPTION, "pop from an empty set (KeyError)")
-                self._check_order("pop() from")
-                return _element(keys.pop())
-            if name == "clear" and not args:
-                keys.clear()
-                return ConstantVariable(None)
-            others = [key_set(tx, a) for a in args]
-            getattr(keys, name)(*others)
-            self.opaque = _opaque(self, args, keys)
-            return ConstantVariable(None)
+            before = frozenset(keys) if name not in ("add", "update") else None
+            try:
+                return self._mutate(tx, name, args)
+            finally:
+                if before is not None and not before <= keys:
+                    self.removals += 1  # an element removed (container_iterators.py)
         return super().call_method(tx, name, args, kwargs)
+
+    def _mutate(self, tx, name, args):
+        keys = self.keys
+        if name in ("add", "discard", "remove"):
+            if len(args) != 1:
+                unimplemented(gbt.EXCEPTION, f"set.{name}() takes one argument")
+            key = element_key(args[0]) if name == "add" else _lookup_key(args[0])
+            if name == "remove" and key not in keys:
+                unimplemented(gbt.EXCEPTION, "set.remove of a missing element (KeyError)")
+            getattr(keys, name)(key)
+            self.opaque = self.opaque or isinstance(key, _IdKey)
+            return ConstantVariable(None)
+        if name == "pop" and not args:
+            if not keys:
+                unimplemented(gbt.EXCEPTION, "pop from an empty set (KeyError)")
+            self._check_order("pop() from")
+            return _element(keys.pop())
+        if name == "clear" and not args:
+            keys.clear()
+            return ConstantVariable(None)
+        others = [key_set(tx, a) for a in args]
+        getattr(keys, name)(*others)
+        self.opaque = _opaque(self, args, keys)
+        return ConstantVariable(None)
 
     def __repr__(self) -> str:
         return f"SetVariable({'frozen, ' if self.frozen else ''}{len(self.keys)} items)"
