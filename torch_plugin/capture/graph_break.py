@@ -33,12 +33,16 @@ from .reconstruct import (
     Reconstructor,
     check_rebuildable,
     preload_sourced_values,
+    reaches,
     symbolic_outputs,
     tensors_in,
 )
 from .resume_execution import ResumeSpec, live_locals, push_function, resume_code
 from .variables.base import VariableTracker
-from .variables.lists import ListIteratorVariable
+from .variables.constant import ConstantVariable
+from .variables.container_iterators import EnumerateVariable, ZipVariable
+from .variables.iterators import IteratorVariable
+from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.tensor import TensorVariable
 
 _COND_JUMPS = {
@@ -257,8 +261,14 @@ def compile_graph_break(
         gen.call(2)
         gen.store_fast("__tp_memo")
         rebuild.replayed = ("__tp_memo", replay.container_ids)
+    handed = _loop_iterators(stack, local_values, tx.f_globals)
     for v in [*stack, *local_values.values()]:
-        if not isinstance(v, NullVariable):
+        if isinstance(v, NullVariable):
+            continue
+        if id(v) in handed:  # its list or items only: the resume function makes it
+            for child in handed[id(v)][1]:
+                rebuild.prepare(child)
+        else:
             rebuild.prepare(v)
     inst_handler = None
     if entry is not None and not resume_only:  # the instruction raised: into its handler
@@ -270,9 +280,21 @@ def compile_graph_break(
         if isinstance(v, NullVariable):
             gen.push_null()
             stack_kinds.append("null")
+        elif id(v) in handed:
+            kind, parts = handed[id(v)][:2]
+            if kind == "iter":  # a snapshot: its remaining items
+                for item in parts:
+                    rebuild(item)
+                gen._emit("BUILD_LIST", len(parts))
+            else:  # "list_iter": (lst, index); "enum_list_iter": (lst, index, count)
+                rebuild(parts[0])
+                for extra in handed[id(v)][2:]:
+                    gen.load_const(extra)
+                gen._emit("BUILD_TUPLE", len(handed[id(v)]) - 1)
+            stack_kinds.append(kind)
         else:
             rebuild(v)
-            stack_kinds.append("iter" if isinstance(v, ListIteratorVariable) else "value")
+            stack_kinds.append("value")
     # the instruction itself
     if resume_only:
         _call_resume(gen, code, rebuild, targets[0], stack_kinds, local_values)
@@ -322,6 +344,59 @@ def compile_graph_break(
         raise_into = (entry.target, entry.lasti)
         _call_resume(gen, code, rebuild, inst.offset, kinds, local_values, raise_into)
     return _assemble(code, gen)
+
+
+def _loop_iterators(stack: list, local_values: dict, f_globals: dict) -> dict[int, tuple]:
+    """The iterators on the stack (a ``for`` loop's) that the resume function makes itself,
+    so that capturing it models them again: id -> (stack kind, parts to rebuild).
+
+    - an iterator over values that cannot change (a tuple's, a module list's; ``enumerate``
+      or ``zip`` of such) is handed as the list of the items it would still give
+      (``"iter"``): making them now runs no code and changes nothing;
+    - a live iterator over a list as ``(lst, index)`` (``"list_iter"``: ``iter(lst)`` there,
+      positioned at ``index``, over the same list object the locals hold), and
+      ``enumerate`` of one as ``(lst, index, count)`` (``"enum_list_iter"``).
+
+    An iterator that something else also holds (a local ``it = iter(lst)``, a second stack
+    slot) and every other iterator is handed as the real iterator (one object for all its
+    holders; the resume function then runs as Python)."""
+    out: dict[int, tuple] = {}
+    for v in stack:
+        if not isinstance(v, IteratorVariable):
+            continue
+        others = [o for o in stack if o is not v] + list(local_values.values())
+        if reaches(others, v):
+            continue
+        items = _fixed_remaining(v)
+        if items is not None:
+            out[id(v)] = ("iter", items)
+            continue
+        inner, count = (v.inner, v.count) if isinstance(v, EnumerateVariable) else (v, None)
+        if type(inner) is not ListIteratorVariable or inner.reverse or inner.exhausted:
+            continue
+        if count is None:
+            out[id(v)] = ("list_iter", [inner.seq], inner.index)
+        elif f_globals.get("enumerate", enumerate) is enumerate:  # not shadowed
+            out[id(v)] = ("enum_list_iter", [inner.seq], inner.index, count)
+    return out
+
+
+def _fixed_remaining(v) -> list | None:
+    """The items ``v`` would still give, when they cannot change and taking them runs no
+    code (a snapshot list iterator, ``enumerate``/``zip`` of such); else None."""
+    if type(v) is ListIteratorVariable and v.seq is None:
+        return v.remaining()
+    if isinstance(v, EnumerateVariable):
+        inner = _fixed_remaining(v.inner)
+        if inner is None:
+            return None
+        return [TupleVariable([ConstantVariable(v.count + i), x]) for i, x in enumerate(inner)]
+    if isinstance(v, ZipVariable) and not v.strict:
+        parts = [_fixed_remaining(i) for i in v.inners]
+        if any(p is None for p in parts):
+            return None
+        return [TupleVariable(list(group)) for group in zip(*parts)]
+    return None
 
 
 def _popped(inst: dis.Instruction) -> int:

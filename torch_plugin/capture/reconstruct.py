@@ -335,6 +335,21 @@ def _children(var: VariableTracker) -> list[VariableTracker]:
     return []
 
 
+def reaches(values: list, target: VariableTracker) -> bool:
+    """Whether ``target`` is one of ``values`` or held inside one of them."""
+    seen: set[int] = set()
+    todo = list(values)
+    while todo:
+        var = todo.pop()
+        if var is target:
+            return True
+        if id(var) in seen or var is None:
+            continue
+        seen.add(id(var))
+        todo.extend(_children(var))
+    return False
+
+
 def _is_real_stable(var: VariableTracker) -> bool:
     from .variables.builtin import BuiltinVariable
     from .variables.functions import DisabledFunctionVariable, UserFunctionVariable

@@ -21,7 +21,7 @@ import types
 import bytecode as bc
 
 from . import graph_break_types as gbt
-from .bytecode_compat import PY313, local_accesses
+from .bytecode_compat import PY312, PY313, local_accesses
 from .exc import unimplemented
 
 _UNCONDITIONAL = {
@@ -92,7 +92,10 @@ class ResumeSpec:
     """How a resume function's prologue rebuilds the stack.
 
     ``stack`` has one entry per stack slot, bottom first: ``"null"`` (push NULL), ``"value"``
-    (the next ``__stack`` argument) or ``"iter"`` (``iter()`` of the next argument, a list).
+    (the next ``__stack`` argument), ``"iter"`` (``iter()`` of the next argument, a list) or
+    ``"list_iter"`` (the next argument is ``(lst, index)``: ``iter(lst)`` positioned at
+    ``index`` by its ``__setstate__``, a loop's live iterator over a list) or
+    ``"enum_list_iter"`` (``(lst, index, count)``: ``enumerate`` of that, from ``count``).
     ``argnames`` are the parameters: the ``__stack<k>`` values, then the live locals.
     """
 
@@ -117,6 +120,27 @@ class ResumeSpec:
         if self.lead:
             return self.locals[:1] + self.stack_argnames + self.locals[1:]
         return self.stack_argnames + self.locals
+
+
+def _list_iter_at(instr, arg: str) -> list:
+    """After ``LOAD_FAST arg`` (a tuple ``(lst, index)``): leave ``iter(lst)`` positioned at
+    ``index`` on the stack (``it.__setstate__(index)``; the translator models both)."""
+    out = [
+        instr("LOAD_CONST", 0),
+        instr("BINARY_SUBSCR"),
+        instr("GET_ITER"),
+        instr("COPY", 1),
+        instr("LOAD_ATTR", (False, "__setstate__") if PY312 else "__setstate__"),
+    ]
+    if PY313:
+        out.append(instr("PUSH_NULL"))  # the NULL goes above the callable
+    else:
+        out += [instr("PUSH_NULL"), instr("SWAP", 2)]
+    out += [instr("LOAD_FAST", arg), instr("LOAD_CONST", 1), instr("BINARY_SUBSCR")]
+    if not PY312:
+        out.append(instr("PRECALL", 1))
+    out += [instr("CALL", 1), instr("POP_TOP")]
+    return out
 
 
 _cache: dict[tuple, types.CodeType] = {}
@@ -173,9 +197,20 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
         if kind == "null":
             prologue.append(instr("PUSH_NULL"))
         else:
-            prologue.append(instr("LOAD_FAST", next(stack_args)))
+            arg = next(stack_args)
+            prologue.append(instr("LOAD_FAST", arg))
             if kind == "iter":
                 prologue.append(instr("GET_ITER"))
+            elif kind == "list_iter":
+                prologue += _list_iter_at(instr, arg)
+            elif kind == "enum_list_iter":  # enumerate(<list_iter>, arg[2])
+                prologue[-1:] = [instr("LOAD_GLOBAL", (True, "enumerate")), prologue[-1]]
+                prologue += _list_iter_at(instr, arg)
+                prologue += [instr("LOAD_FAST", arg), instr("LOAD_CONST", 2)]
+                prologue += [instr("BINARY_SUBSCR")]
+                if not PY312:
+                    prologue.append(instr("PRECALL", 2))
+                prologue.append(instr("CALL", 2))
     if spec.raise_into is not None:
         # `raise exc` inside a range whose handler is the original one: the handler sees
         # the stack it unwinds to and the exception, as when the instruction raised there.

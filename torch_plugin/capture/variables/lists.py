@@ -281,6 +281,28 @@ class ListIteratorVariable(IteratorVariable):
         self.exhausted = True
         return None
 
+    def var_getattr(self, tx, name):
+        if name == "__setstate__":
+            return method_getattr(self, name)
+        return super().var_getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if (
+            name == "__setstate__"
+            and type(self) is ListIteratorVariable
+            and len(args) == 1
+            and not kwargs
+            and not self.exhausted
+        ):
+            # a resume function positions a loop's list iterator (resume_execution.py)
+            from ..dynamic_shapes import specialize_deep
+
+            index = specialize_deep(args[0].as_python_constant())
+            bound = len(self.items) - (1 if self.reverse else 0)
+            self.index = max(-1 if self.reverse else 0, min(int(index), bound))
+            return ConstantVariable(None)
+        return super().call_method(tx, name, args, kwargs)
+
     def remaining(self) -> list[VariableTracker]:
         """The items a full iteration would still give now (without advancing)."""
         if self.exhausted:
