@@ -275,26 +275,27 @@ def compile_graph_break(
         inst_handler = bc.Label()
         inst_begin = bc.TryBegin(inst_handler, push_lasti=False)
         gen.instrs.append(inst_begin)
-    stack_kinds: list[str] = []
-    for v in stack:
+    def push_stack_value(v) -> str:
+        """Emit the stack value ``v`` as the resume function receives it; its kind."""
         if isinstance(v, NullVariable):
             gen.push_null()
-            stack_kinds.append("null")
-        elif id(v) in handed:
-            kind, parts = handed[id(v)][:2]
-            if kind == "iter":  # a snapshot: its remaining items
-                for item in parts:
-                    rebuild(item)
-                gen._emit("BUILD_LIST", len(parts))
-            else:  # "list_iter": (lst, index); "enum_list_iter": (lst, index, count)
-                rebuild(parts[0])
-                for extra in handed[id(v)][2:]:
-                    gen.load_const(extra)
-                gen._emit("BUILD_TUPLE", len(handed[id(v)]) - 1)
-            stack_kinds.append(kind)
-        else:
+            return "null"
+        if id(v) not in handed:
             rebuild(v)
-            stack_kinds.append("value")
+            return "value"
+        kind, parts, *extra = handed[id(v)]
+        if kind == "iter":  # a snapshot: its remaining items
+            for item in parts:
+                rebuild(item)
+            gen._emit("BUILD_LIST", len(parts))
+        else:  # "list_iter": (lst, index); "enum_list_iter": (lst, index, count)
+            rebuild(parts[0])
+            for value in extra:
+                gen.load_const(value)
+            gen._emit("BUILD_TUPLE", 1 + len(extra))
+        return kind
+
+    stack_kinds = [push_stack_value(v) for v in stack]
     # the instruction itself
     if resume_only:
         _call_resume(gen, code, rebuild, targets[0], stack_kinds, local_values)
@@ -335,10 +336,7 @@ def compile_graph_break(
         gen.instrs.append(inst_handler)
         gen.store_fast("__tp_exc")
         for v in stack[: entry.depth]:
-            if isinstance(v, NullVariable):
-                gen.push_null()
-            else:
-                rebuild(v)
+            push_stack_value(v)
         gen.load_fast("__tp_exc")
         kinds = [*stack_kinds[: entry.depth], "value"]
         raise_into = (entry.target, entry.lasti)
