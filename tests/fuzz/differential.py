@@ -191,7 +191,8 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
         )
     if isinstance(obj, dict):
         items = []
-        for k, v in obj.items():
+        # a copy: a finalizer may drop a global torch_plugin installed (bytecode_emission)
+        for k, v in list(obj.items()):
             if isinstance(k, str) and _skip_global(k, v):
                 continue
             items.append((repr(k), snapshot(v, ids, depth + 1)))
