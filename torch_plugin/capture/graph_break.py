@@ -275,6 +275,7 @@ def compile_graph_break(
         inst_handler = bc.Label()
         inst_begin = bc.TryBegin(inst_handler, push_lasti=False)
         gen.instrs.append(inst_begin)
+
     def push_stack_value(v) -> str:
         """Emit the stack value ``v`` as the resume function receives it; its kind."""
         if isinstance(v, NullVariable):

@@ -178,11 +178,18 @@ def class_attr(cls: type, name: str) -> VariableTracker | None:
 # --- builtins whose arguments may run user code --------------------------------------------
 
 
-def _key_values(tx, items, key):
+def _no_key(key) -> bool:
+    return key is None or (key.is_python_constant() and key.as_python_constant() is None)
+
+
+def _key_values(tx, items, key, values=None):
     """``key(item)`` for each item, in order (the user's key function inlined), as
     constants of the capture; a graph break for a key that gives a tensor or other value
-    whose comparison would read data or run user code."""
-    if key is None or (key.is_python_constant() and key.as_python_constant() is None):
+    whose comparison would read data or run user code. ``values``: the keys already
+    computed."""
+    if values is not None:
+        pass
+    elif _no_key(key):
         values = items
     else:
         values = [key.call_function(tx, [item], {}) for item in items]
@@ -220,7 +227,16 @@ def call_minmax(tx, fn, args, kwargs):
     extreme item, as CPython returns it."""
     if not set(kwargs) <= {"key", "default"}:
         unimplemented(gbt.EXCEPTION, f"{fn.__name__}() with these arguments")
-    if len(args) == 1:
+    key, values = kwargs.get("key"), None
+    if len(args) == 1 and not _no_key(key):
+        # CPython pulls one item, calls the key on it, then pulls the next: a key function
+        # that changes the iterated container is seen by the iterator (container_iterators)
+        it = as_iterator(tx, args[0])
+        items, values = [], []
+        while (item := it.next_item()) is not None:
+            items.append(item)
+            values.append(key.call_function(tx, [item], {}))
+    elif len(args) == 1:
         items = args[0].unpack_var_sequence(tx)
     elif len(args) > 1 and "default" not in kwargs:
         items = list(args)
@@ -230,7 +246,7 @@ def call_minmax(tx, fn, args, kwargs):
         if "default" in kwargs:
             return kwargs["default"]
         unimplemented(gbt.EXCEPTION, f"{fn.__name__}() of an empty sequence")
-    keys = _key_values(tx, items, kwargs.get("key"))
+    keys = _key_values(tx, items, key, values)
     try:
         best = fn(range(len(items)), key=keys.__getitem__)
     except TypeError as e:

@@ -116,6 +116,8 @@ class ConstDictVariable(VariableTracker):
             return self.items.get(k, args[1] if len(args) == 2 else ConstantVariable(None))
         if name == "__len__":
             return ConstantVariable(len(self.items))
+        if name == "__iter__" and not args and not kwargs:
+            return self.make_iterator(tx)
         if name == "__contains__" and len(args) == 1:
             return ConstantVariable(key_of(args[0]) in self.items)
         if name == "keys":
@@ -157,7 +159,12 @@ class ConstDictVariable(VariableTracker):
                 if isinstance(a, ConstDictVariable):
                     self.items.update(a.items)
                 else:
-                    for pair in a.unpack_var_sequence(tx):
+                    # one pair at a time, as CPython's dict_merge_from_seq2: an iterator over
+                    # this dict sees each insertion (and raises, container_iterators.py)
+                    from .iterators import as_iterator
+
+                    it = as_iterator(tx, a)
+                    while (pair := it.next_item()) is not None:
                         k, v = pair.unpack_var_sequence(tx)
                         self.items[key_of(k)] = v
             for k, v in kwargs.items():
@@ -204,6 +211,8 @@ class DictViewVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         if name == "__len__":
             return ConstantVariable(len(self.dict_var.items))
+        if name == "__iter__" and not args and not kwargs:
+            return self.make_iterator(tx)
         if name == "__contains__" and self.kind == "keys" and args[0].is_python_constant():
             return ConstantVariable(args[0].as_python_constant() in self.dict_var.items)
         return super().call_method(tx, name, args, kwargs)

@@ -28,6 +28,9 @@ from ..exc import unimplemented
 from .base import VariableTracker
 
 
+MAX_ITEMS = 1_000_000  # items one iterator may give while consumed whole at capture
+
+
 class IteratorVariable(VariableTracker):
     """An iterator advanced one item at a time by FOR_ITER and ``next()``."""
 
@@ -39,6 +42,8 @@ class IteratorVariable(VariableTracker):
         out = []
         while (item := self.next_item()) is not None:
             out.append(item)
+            if len(out) > MAX_ITEMS:  # a generator over a list it appends to, ...
+                unimplemented(gbt.CAPTURE_LIMIT, "an iterator gave too many items (endless?)")
         return out
 
     def python_type(self) -> type:

@@ -77,6 +77,8 @@ class BaseListVariable(VariableTracker):
             return self.getitem(tx, args[0])
         if name == "__len__":
             return ConstantVariable(len(self.items))
+        if name == "__iter__" and not args and not kwargs:
+            return self.make_iterator(tx)
         if name == "__contains__" and len(args) == 1:
             return contains(tx, self.items, args[0])
         if name in ("index", "count") and all(a.is_python_constant() for a in args):

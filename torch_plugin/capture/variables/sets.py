@@ -231,6 +231,21 @@ class SetVariable(VariableTracker):
         if name == "clear" and not args:
             keys.clear()
             return ConstantVariable(None)
+        if name == "update":
+            # one element at a time, as CPython's set_update_internal: an iterator over this
+            # set sees each insertion (and raises, container_iterators.py)
+            from .iterators import IteratorVariable
+
+            for a in args:
+                if isinstance(a, IteratorVariable):
+                    while (item := a.next_item()) is not None:
+                        key = element_key(item)
+                        keys.add(key)
+                        self.opaque = self.opaque or isinstance(key, _IdKey)
+                else:
+                    keys.update(key_set(tx, a))
+                    self.opaque = _opaque(self, [a], keys)
+            return ConstantVariable(None)
         others = [key_set(tx, a) for a in args]
         getattr(keys, name)(*others)
         self.opaque = _opaque(self, args, keys)

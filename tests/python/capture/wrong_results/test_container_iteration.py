@@ -17,6 +17,7 @@ graph break inside the loop, with every resume function captured.
 from __future__ import annotations
 
 import collections
+import itertools
 import re
 
 import pytest
@@ -373,6 +374,63 @@ def deque_append_in_loop(x):
     return x
 
 
+# --------------------------------------------------------------------------- found by a probe
+
+
+def dict_update_from_own_items(x):
+    d = {"a": 1, "b": 2}
+    d.update((k + "x", v) for k, v in d.items())  # inserts while the generator iterates d
+    return x + len(d)
+
+
+def set_update_from_own_elements(x):
+    s = {1, 2}
+    s.update(e + 10 for e in s)
+    return x + len(s)
+
+
+def max_key_inserts(x):
+    d = {"a": 1, "b": 2}
+    return x + len(max(d, key=lambda k: d.setdefault(k + "z", 1)))
+
+
+def min_key_appends(x):
+    lst = [3, 1, 2]
+
+    def key(v):
+        if len(lst) < 5:
+            lst.append(v + 10)
+        return v
+
+    return x + min(lst, key=key), lst
+
+
+def sorted_key_inserts(x):
+    d = {"a": 1, "b": 2}
+    return x + len(sorted(d, key=lambda k: d.setdefault(k + "z", 1)))  # sorted copies first
+
+
+def dunder_iter_is_live(x):
+    lst = [1, 2]
+    it = lst.__iter__()
+    lst.append(3)
+    return x + sum(it)
+
+
+def chain_sees_appended(x):
+    a, b = [1], [2]
+    for v in itertools.chain(a, b):
+        if v < 4:
+            b.append(v + 2)
+        x = x + v
+    return x
+
+
+def sum_of_generator_inserting(x):
+    d = {"a": 1, "b": 2}
+    return x + sum(d.setdefault(k + "q", 1) for k in d)
+
+
 RAISES = [
     dict_add_in_loop,
     dict_del_in_loop,
@@ -392,6 +450,10 @@ RAISES = [
     zip_strict_unequal,
     reversed_set,
     deque_append_in_loop,
+    dict_update_from_own_items,
+    set_update_from_own_elements,
+    max_key_inserts,
+    sum_of_generator_inserting,
 ]
 RUNS = [
     dict_add_then_break,
@@ -412,6 +474,10 @@ RUNS = [
     map_runs_per_item,
     filter_runs_per_item,
     map_sees_appended,
+    min_key_appends,
+    sorted_key_inserts,
+    dunder_iter_is_live,
+    chain_sees_appended,
 ]
 
 
