@@ -36,10 +36,9 @@ from .sources import ClosureSource, GlobalSource, ItemSource, LocalSource
 from .variables.base import NullVariable, VariableTracker
 from .variables.builder import wrap_value
 from .variables.constant import ConstantVariable
+from .variables.container_iterators import make_iterator
 from .variables.functions import CellVariable
 from .variables.iterators import IteratorVariable
-from .variables.container_iterators import make_iterator
-from .variables.lists import ListIteratorVariable
 from .variables.tensor import TensorVariable
 from .variables.torch import AutocastVariable, GradModeVariable
 from .variables.user_defined import SuperVariable
@@ -83,7 +82,7 @@ class _Return(Exception):
         self.value = value
 
 
-class GeneratorYield(Exception):  # noqa: N818 - a control-flow signal, not an error
+class GeneratorYield(Exception):
     """Raised by YIELD_VALUE in an inlined generator's body: ``run()`` stops there with its
     state kept, and :class:`~.variables.iterators.GeneratorVariable` returns ``value``."""
 

@@ -22,11 +22,6 @@ from ..exc import unimplemented
 from . import builtin_table
 from .base import CallableVariable
 from .constant import ConstantVariable, is_immutable
-from .dicts import ConstDictVariable
-from .iterators import (
-    IteratorVariable,
-    as_iterator,
-)
 from .container_iterators import (
     EnumerateVariable,
     FilterVariable,
@@ -34,7 +29,12 @@ from .container_iterators import (
     ZipVariable,
     make_reversed,
 )
-from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .dicts import ConstDictVariable
+from .iterators import (
+    IteratorVariable,
+    as_iterator,
+)
+from .lists import BaseListVariable, ListVariable, TupleVariable
 
 _UNSUPPORTED = {
     print,

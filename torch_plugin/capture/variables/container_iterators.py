@@ -36,7 +36,6 @@ from .base import VariableTracker
 from .constant import ConstantVariable
 from .iterators import IteratorVariable
 
-
 # --------------------------------------------------------------------------- dicts and sets
 
 

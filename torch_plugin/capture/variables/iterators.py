@@ -27,7 +27,6 @@ from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
 
-
 MAX_ITEMS = 1_000_000  # items one iterator may give while consumed whole at capture
 
 

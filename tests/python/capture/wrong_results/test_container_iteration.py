@@ -1,4 +1,4 @@
-# ruff: noqa: B007, B020, B909, C416, PLR1704, PLW2901 - the constructs under test
+# ruff: noqa: PLC0206, SIM118, PERF102, C417 - the constructs under test
 """Issue #31: iterating a container that the loop mutates behaves as in CPython.
 
 Before, capture iterated a snapshot taken at ``iter()``: a loop that added a dict key ran to
