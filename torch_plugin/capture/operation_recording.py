@@ -303,14 +303,12 @@ _MISMATCH = object()
 
 
 def _is_numpy_scalar(value: Any) -> bool:
-    """A NumPy scalar that is also a Python number (``np.float64`` subclasses ``float``,
-    ``np.complex128`` ``complex``): a constant of the capture, but not one FX code can
-    spell (it prints as ``np.float64(2.5)``)."""
-    return (
-        isinstance(value, (int, float, complex))
-        and type(value) not in (int, float, complex, bool)
-        and type(value).__module__ == "numpy"
-    )
+    """A NumPy scalar (``np.float64(2.5)``, ``np.float32``, ``np.int64``, ``np.bool_``:
+    ``numpy_calls.SCALAR_TYPES``): a constant of the capture, but not one FX code can spell
+    (it prints as ``np.float64(2.5)``)."""
+    from .variables.numpy_calls import is_numpy_scalar
+
+    return is_numpy_scalar(value)
 
 
 def _holds_numpy_scalar(value: Any) -> bool:
@@ -327,9 +325,7 @@ def _plain_scalar(value: Any) -> Any:
     """``value`` with each NumPy scalar replaced by the Python number of the same value
     (exact: ``np.float64`` is a double, as ``float``), inside tuples, lists and dicts."""
     if _is_numpy_scalar(value):
-        for base in (float, int, complex):
-            if isinstance(value, base):
-                return base(value)
+        return value.item()  # exact: SCALAR_TYPES are at most a double
     if type(value) in (tuple, list):
         return type(value)(_plain_scalar(v) for v in value)
     if isinstance(value, dict):

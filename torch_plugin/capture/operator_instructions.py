@@ -24,7 +24,7 @@ from .variables.constant import BINARY_OPS, COMPARE_OPS, INPLACE_OPS, ConstantVa
 from .variables.dicts import ConstDictVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable, contains
 from .variables.new_object import NewObjectVariable
-from .variables import container_ops, sets
+from .variables import container_ops, numpy_calls, sets
 from .variables.nn_module import NNModuleVariable
 from .variables.sets import SetVariable
 from .variables.tensor import TensorVariable
@@ -123,6 +123,9 @@ class OperatorInstructions:
                 # printf-style formatting: a symbolic size formats as its symbol's name
                 av, bv = specialize_deep(av), specialize_deep(bv)
             av, bv = _bool_as_int(av, bv), _bool_as_int(bv, av)
+            if _is_numpy_value(av) or _is_numpy_value(bv):
+                # an overflow or division by zero warns (or raises) in eager: a graph break
+                return wrap_constant_or_object(numpy_calls.run(fn, av, bv))
             try:
                 return wrap_constant_or_object(fn(av, bv))
             except TypeError:
@@ -229,7 +232,7 @@ class OperatorInstructions:
         elif v.is_python_constant():
             value = v.as_python_constant()
             try:
-                result = fn(value)
+                result = numpy_calls.run(fn, value) if _is_numpy_value(value) else fn(value)
             except TypeError:
                 if not has_symbolic(value):
                     raise

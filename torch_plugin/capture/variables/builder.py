@@ -21,6 +21,7 @@ import torch
 
 from .. import torch_compile_interop
 from ..sources import AttrSource, ItemSource, Source
+from . import numpy_calls
 from .base import VariableTracker
 from .constant import ConstantVariable, is_immutable
 from .dicts import ConstDictVariable
@@ -168,6 +169,9 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
     ):
         guards.id_match(source, value)
         return _wrap_callable(tx, value, source)
+    if numpy_calls.foldable(value):  # np.sqrt, np.prod, np.finfo: run on constants
+        guards.id_match(source, value)
+        return numpy_calls.NumpyFunctionVariable(value, source)
     if type(value) is int and source is not None:
         symbolic = tx.output.dynamic_int_input(value, source)
         if symbolic is not None:
@@ -268,6 +272,8 @@ def _wrap_new_value(tx, value: Any, source: Source | None) -> VariableTracker:
         guards.id_match(source, value)
         return AutocastVariable(value, source)
     guards.type_match(source, value)
+    if numpy_calls.is_numpy_data(value):  # an ndarray: never a constant (its data changes)
+        return numpy_calls.NumpyArrayVariable(value, source)
     return UserDefinedObjectVariable(value, source, guards)
 
 
@@ -324,6 +330,8 @@ def _wrap_callable(tx, value, source) -> VariableTracker:
 
     if isinstance(value, _SCRIPTED):
         return _wrap_scripted(value, source)
+    if numpy_calls.foldable(value):  # np.float32 (a type), np.finfo
+        return numpy_calls.NumpyFunctionVariable(value, source)
     if value in _checkpoint_functions():
         return _checkpoint_variable(value)
     if value in _BUILTIN_TYPES or (
@@ -401,4 +409,6 @@ def wrap_constant_or_object(value: Any) -> VariableTracker:
         return _wrap_callable(None, value, None)
     if isinstance(value, types.ModuleType):
         return PythonModuleVariable(value)
+    if numpy_calls.is_numpy_data(value):
+        return numpy_calls.NumpyArrayVariable(value)
     return UserDefinedObjectVariable(value)

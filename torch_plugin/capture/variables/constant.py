@@ -18,6 +18,8 @@ import torch
 from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker
+from .numpy_calls import immutable_numpy_types, is_numpy_value, refuse_effectful_method
+from .numpy_calls import run as numpy_run
 
 _IMMUTABLE_TYPES = (
     type(None),
@@ -44,6 +46,8 @@ _IMMUTABLE_TYPES = (
     torch.SymInt,
     torch.SymFloat,
     torch.SymBool,
+    # NumPy scalars, dtypes, finfo/iinfo (numpy_calls.py)
+    *immutable_numpy_types(),
 )
 
 
@@ -100,6 +104,7 @@ class ConstantVariable(VariableTracker):
                 gbt.VALUE_NOT_CONSTANT,
                 f"method {name!r} of constant {self.value!r} with non-constant arguments",
             )
+        refuse_effectful_method(self.value, name)
         fn = getattr(self.value, name)
         a = [a.as_python_constant() for a in args]
         k = {k: v.as_python_constant() for k, v in kwargs.items()}
@@ -108,7 +113,7 @@ class ConstantVariable(VariableTracker):
             from ..dynamic_shapes import specialize_deep
 
             a, k = specialize_deep(a), specialize_deep(k)
-        result = fn(*a, **k)
+        result = numpy_run(fn, *a, **k) if is_numpy_value(self.value) else fn(*a, **k)
         from .builder import wrap_constant_or_object
 
         return wrap_constant_or_object(result)
