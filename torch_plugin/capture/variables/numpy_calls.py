@@ -139,9 +139,9 @@ def _immutable_result(value: Any) -> bool:
 def refuse_effectful_method(value: Any, name: str) -> None:
     """A graph break for a method of a NumPy constant that is not known to be pure (``tofile``
     writes a file): called before ``ConstantVariable`` runs a constant's method."""
-    if np is not None and isinstance(value, immutable_numpy_types()):
-        if name not in _PURE_METHODS and not (name.startswith("__") and name.endswith("__")):
-            unimplemented(gbt.NON_PYTHON_CALL, f"method {name} of a NumPy {type(value).__name__}")
+    dunder = name.startswith("__") and name.endswith("__")
+    if is_numpy_value(value) and name not in _PURE_METHODS and not dunder:
+        unimplemented(gbt.NON_PYTHON_CALL, f"method {name} of a NumPy {type(value).__name__}")
 
 
 def run(fn, *args, **kwargs) -> Any:
