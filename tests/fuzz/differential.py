@@ -191,8 +191,7 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
         )
     if isinstance(obj, dict):
         items = []
-        # a copy: a finalizer may drop a global torch_plugin installed (bytecode_emission)
-        for k, v in list(obj.items()):
+        for k, v in list(obj.items()):  # a copy: a finalizer may drop an installed global
             if isinstance(k, str) and _skip_global(k, v):
                 continue
             items.append((repr(k), snapshot(v, ids, depth + 1)))
