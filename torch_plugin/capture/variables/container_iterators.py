@@ -327,7 +327,7 @@ def make_reversed(tx, obj: VariableTracker) -> IteratorVariable:
 
     if type(obj) is ListVariable:
         return ListIteratorVariable(obj.items, seq=obj, reverse=True)
-    if isinstance(obj, ConstDictVariable) and type(obj).__name__ != "DictSubclassVariable":
+    if isinstance(obj, ConstDictVariable):  # a modelled subclass keeps dict's __reversed__
         return DictIteratorVariable(obj, "keys", reverse=True)
     if isinstance(obj, DictViewVariable):
         return DictIteratorVariable(obj.dict_var, obj.kind, reverse=True)
