@@ -17,7 +17,7 @@ NEW_FAMILIES = (
     "numpy-scalars",  # np.float64 / np.float32 / np.int64 args and constants with tensors
     "python-builtins",  # sets (of ints, of tensors), set algebra, functools.reduce,
     # dict.fromkeys, itertools.combinations/chain.from_iterable, sorted(key=), partial
-    # attributes, user-class operators (issue #31)
+    # attributes, user-class operators, containers changed while iterated (issue #31)
 )
 
 
@@ -318,7 +318,9 @@ class NewerFamilies:
         """Issue #31's constructs: sets (of ints from ``n``, of tensors by identity), set
         algebra and membership, a global set mutated, functools.reduce, dict.fromkeys,
         itertools.combinations / chain.from_iterable, sorted with a key function,
-        functools.partial attributes, and a user class's operators and ``__iter__``."""
+        functools.partial attributes, a user class's operators and ``__iter__``, and loops
+        over a list or dict that they change (an append seen, a value update, a key added:
+        RuntimeError, caught)."""
         self.features.add("python-builtins")
         self.uses.add("python-builtins")
         kind = self.pick(["C", "RC"])
@@ -360,6 +362,10 @@ class NewerFamilies:
                 f"functools.partial(scale, {e1})(k=len(G_PART.args) + 1)",
                 f"(Vec({e1}, n) + Vec({e2}, 1)).v * (Vec({e1}, n) == Vec({e3}, n))",
                 f"sum(Vec({e1}, n)) + {e2}",
+                f"grow([{e1}, {e2}], {e3})",
+                f'bump({{"a": {e1}, "b": {e2}}}, {e3})',
+                f'add_while_iterating({{"a": {e1}}}, {e2})',
+                f"sum(map(lambda t: t * 2, [{e1}, {e2}])) + {e3}",
             ]
         )
         return [f"{v} = {body}"]

@@ -76,6 +76,33 @@ def scale(t, k=2):
 
 
 G_PART = functools.partial(scale, k=3)
+
+
+def grow(items, t):
+    # a loop over a list it appends to: the new items are seen, as in CPython
+    for i, a in enumerate(items):
+        if len(items) < 5:
+            items.append(a * 0.5)
+        t = t + a * i
+    return t
+
+
+def bump(d, t):
+    # a dict's values updated while iterating it (allowed: its size stays)
+    for k, v in d.items():
+        d["b"] = v + 1
+        t = t + v
+    return t
+
+
+def add_while_iterating(d, t):
+    # a key added while iterating: RuntimeError at the next step, caught
+    try:
+        for k in d:
+            d[k + "x"] = t
+    except RuntimeError:
+        return t * 2
+    return t
 """,
     "numpy-scalars": """\
 import numpy as np
