@@ -218,8 +218,8 @@ TEST_F(CudnnPatterns, ConvolutionsOfEveryRankAndGroupingBecomeConvPointwise) {
 // A 5-d output eager gives channels_last_3d needs no copy back.
 TEST_F(CudnnPatterns, Conv3dOutputInChannelsLast3dNeedsNoCopy) {
   Graph g;
-  Value* x = input(g, {1, 4, 3, 5, 5});
-  Value* w = input(g, {8, 4, 1, 1, 1});
+  Value* x = input(g, {1, 8, 3, 5, 5});
+  Value* w = input(g, {8, 8, 1, 1, 1});
   Value* y = conv(g, x, w, nullptr);
   y->strides = channels_last_strides(y->sizes);
   g.set_outputs({y});
