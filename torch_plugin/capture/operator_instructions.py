@@ -193,7 +193,11 @@ class OperatorInstructions:
         if isinstance(op, str) and op.startswith("bool("):
             op = op[5:-1]
         result = self.compare(op, a, b)
-        if PY313 and inst.arg & 16:  # 3.13: the result converted to bool (a tensor: a break)
+        if (
+            PY313
+            and inst.arg & 16
+            and not (isinstance(result, TensorVariable) and self.next_is_conditional_jump())
+        ):  # 3.13: the result converted to bool (a tensor: a break, or a conditional)
             result = ConstantVariable(bool(result.truthiness(self)))
         self.push(result)
 

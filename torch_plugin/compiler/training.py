@@ -22,6 +22,7 @@ import torch
 
 from torch_plugin import _C
 from torch_plugin.compiler import stages
+from torch_plugin.compiler.backward_graphs import drop_unused_random_ops
 
 
 def forward_compiler(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
@@ -30,6 +31,7 @@ def forward_compiler(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
 
 
 def _backward(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+    drop_unused_random_ops(fx_graph)  # eager's backward draws no random number
     return stages.compile_graph(fx_graph)
 
 
