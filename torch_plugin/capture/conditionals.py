@@ -90,7 +90,7 @@ def join_point(instructions: list[dis.Instruction], jump: int) -> int | None:
     best, best_count = None, -1
     for d in range(n + 1):
         if strict >> d & 1:
-            count = bin(pdom[d]).count("1")
+            count = pdom[d].bit_count()
             if count > best_count:
                 best, best_count = d, count
     return None if best is None or best == n else best
@@ -240,11 +240,6 @@ def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
         tx.stop_at, output.branch_dispatch_mode = saved_stop, saved_mode
     if returned is not None or tx.ip != join:
         _refuse("a branch returns before the two ways meet")
-    if random_ops.seen:
-        _refuse(
-            f"a branch draws random numbers ({random_ops.seen[0]}); torch.cond's backward"
-            " would draw them again"
-        )
     reason = snapshot.changed(tx)
     if reason is not None:
         _refuse(f"a branch has an effect outside the graph: {reason}")
@@ -261,7 +256,8 @@ def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
             _refuse(f"a branch writes a tensor in place ({n.target})")
         if "autocast" in str(getattr(n.target, "__name__", "")):
             _refuse("a branch enters an autocast region")
-    return _FrameState(tx), [n for n in new if n.op in ("call_function", "call_method")]
+    nodes = [n for n in new if n.op in ("call_function", "call_method")]
+    return _FrameState(tx), nodes, bool(random_ops.seen)
 
 
 # --- merging the two states ------------------------------------------------------------------
@@ -390,9 +386,9 @@ def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: boo
 
 def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _FrameState):
     snapshot = _Snapshot(tx)
-    true_state, true_nodes = _trace_branch(tx, true_start, join, snapshot)
+    true_state, true_nodes, true_random = _trace_branch(tx, true_start, join, snapshot)
     before.restore(tx)
-    false_state, false_nodes = _trace_branch(tx, false_start, join, snapshot)
+    false_state, false_nodes, false_random = _trace_branch(tx, false_start, join, snapshot)
     merge = _Merge()
     if len(true_state.stack) != len(false_state.stack):
         _refuse("the stack differs where the two ways meet")
@@ -416,7 +412,8 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
         cells[name] = merge.merge(
             true_state.cells[name], false_state.cells[name], f"variable {name!r}"
         )
-    outputs = _emit(tx, pred, merge.pairs, true_nodes, false_nodes)
+    random = true_random or false_random
+    outputs = _emit(tx, pred, merge.pairs, true_nodes, false_nodes, random)
     tx.stack[:] = [_resolve(v, outputs) for v in stack]
     tx.symbolic_locals.clear()
     tx.symbolic_locals.update({k: _resolve(v, outputs) for k, v in locals_.items()})
@@ -425,9 +422,11 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
     tx.ip = join
 
 
-def _emit(tx, pred, pairs, true_nodes, false_nodes) -> list[TensorVariable]:
-    """Cut the branches' nodes out of the graph into two subgraphs and add the cond node
-    with one ``getitem`` per output pair; returns the outputs' variables."""
+def _emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[TensorVariable]:
+    """Cut the branches' nodes out of the graph into two subgraphs and add the conditional
+    (a ``torch.cond`` node, or a :class:`~.conditional_execution.Conditional` module call
+    where a branch draws random numbers or an operand requires grad) with one ``getitem``
+    per output pair; returns the outputs' variables."""
     output = tx.output
     graph = output.graph
     inside = set(true_nodes) | set(false_nodes)
@@ -453,10 +452,15 @@ def _emit(tx, pred, pairs, true_nodes, false_nodes) -> list[TensorVariable]:
             pred_fake = torch.ne(pred.example, 0)
         pred_node.meta["example_value"] = pred_fake
     operand_fakes = [n.meta["example_value"] for n in operands]
+    if random or (
+        torch.is_grad_enabled()
+        and any(isinstance(f, torch.Tensor) and f.requires_grad for f in operand_fakes)
+    ):
+        return _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, inside)
     try:
         with output.fake_mode:
             fakes = torch.ops.higher_order.cond(pred_fake, true_gm, false_gm, tuple(operand_fakes))
-    except Exception as e:  # torch.cond's own checks (output metadata, aliasing)
+    except Exception as e:  # noqa: BLE001 - torch.cond's own checks (metadata, aliasing)
         _refuse(f"torch.cond refuses the branches: {type(e).__name__}: {e}")
     for node in reversed([*true_nodes, *false_nodes]):
         graph.erase_node(node)
@@ -470,6 +474,33 @@ def _emit(tx, pred, pairs, true_nodes, false_nodes) -> list[TensorVariable]:
         torch.ops.higher_order.cond, (pred_node, true_ref, false_ref, tuple(operands))
     )
     cond.meta["example_value"] = list(fakes)
+    cond.meta["stack_trace"] = tx.current_location_text()
+    results = []
+    for i, fake in enumerate(fakes):
+        node = graph.call_function(operator.getitem, (cond, i))
+        node.meta["example_value"] = fake
+        results.append(TensorVariable(node, fake, None))
+    return results
+
+
+def _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, inside):
+    """The conditional as a call of a :class:`~.conditional_execution.Conditional` module
+    (an eager ``if`` when the graph runs)."""
+    from .conditional_execution import Conditional
+
+    output = tx.output
+    graph = output.graph
+    for node in reversed(list(graph.nodes)):
+        if node in inside:
+            graph.erase_node(node)
+    name = output._unique("conditional")
+    output.root.add_module(name, Conditional(true_gm, false_gm))
+    fakes = []
+    for a, b in pairs:
+        fa, fb = a.example, b.example
+        fakes.append(fa if fa.requires_grad or not fb.requires_grad else fb)
+    cond = graph.call_module(name, (pred.node, *operands))
+    cond.meta["example_value"] = tuple(fakes)
     cond.meta["stack_trace"] = tx.current_location_text()
     results = []
     for i, fake in enumerate(fakes):

@@ -13,6 +13,7 @@ graph goes through :meth:`ConvertFrame._compile_graph` and ``contract.call_backe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 import types
@@ -24,7 +25,7 @@ import torch.fx
 
 from .. import config, logs, trace
 from ..contract import DDP_SPLIT, BackendCompilerFailed, CompilerFn, call_backend
-from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
+from . import conditional_execution, dynamic_shapes, shared_modules, shutdown, torch_compile_interop
 from . import graph_break_types as gbt
 from .bytecode_emission import (
     collect_installed_globals,
@@ -569,6 +570,9 @@ class ConvertFrame:
         graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
         if part:
             graph_name += ", part before a graph break"
+        if self.backend_name != "eager" and conditional_execution.has_conditionals(gm):
+            # eager ifs between compiled pieces (conditional_execution.py)
+            compiler = functools.partial(conditional_execution.compile_with_conditionals, compiler)
         with output.backend_context(), trace.stage("backend", backend=self.backend_name):
             compiled = call_backend(
                 compiler,
