@@ -60,6 +60,31 @@ def _refuse(detail: str) -> None:
     unimplemented(gbt.DATA_DEPENDENT, f"branch on a tensor not captured as a conditional: {detail}")
 
 
+class TensorBoolVariable(VariableTracker):
+    """A Python bool whose value depends on tensor data: a flag set on one way of a
+    captured branch and not on the other (``to_drop = True`` in HF's BART/Whisper
+    LayerDrop). It holds a one-element bool tensor; ``not`` gives another one, and a
+    conditional jump on it is captured as a conditional again. Any other use (``is``,
+    arithmetic, printing, passing it to a function) needs its value: Unsupported."""
+
+    def __init__(self, tensor: TensorVariable) -> None:
+        super().__init__()
+        self.tensor = tensor
+
+    def python_type(self) -> type:
+        return bool
+
+    def truthiness(self, tx) -> bool:
+        unimplemented(gbt.DATA_DEPENDENT, "a bool set in a branch on a tensor, used as a value")
+
+    def negated(self, tx) -> TensorBoolVariable:
+        """``not self``, as a ``logical_not`` node."""
+        return TensorBoolVariable(tx.output.call_function(tx, torch.logical_not, [self.tensor], {}))
+
+    def __repr__(self) -> str:
+        return f"TensorBoolVariable({self.tensor.node.name})"
+
+
 # --- where the two ways meet again ----------------------------------------------------------
 def join_point(instructions: list[dis.Instruction], jump: int) -> int | None:
     """Index of the immediate post-dominator of instruction ``jump`` (the first instruction
@@ -291,6 +316,15 @@ class _Merge:
             and a.value == b.value
         ):
             return a
+        if (
+            type(a) is ConstantVariable
+            and type(b) is ConstantVariable
+            and type(a.value) is bool
+            and type(b.value) is bool
+        ):
+            return _PredBool(negated=not a.value)  # True on the true way: pred itself
+        if isinstance(a, TensorBoolVariable) and isinstance(b, TensorBoolVariable):
+            return _BoolOf(self.merge(a.tensor, b.tensor, what))
         if type(a) is TupleVariable and type(b) is TupleVariable and len(a.items) == len(b.items):
             items = [self.merge(x, y, what) for x, y in zip(a.items, b.items)]
             return TupleVariable(items)
@@ -304,11 +338,30 @@ class _CondOutput:
         self.index = index
 
 
-def _resolve(value: Any, outputs: list[TensorVariable]) -> Any:
+class _PredBool:
+    """Placeholder for the predicate (or its negation) as a :class:`TensorBoolVariable`."""
+
+    def __init__(self, negated: bool) -> None:
+        self.negated = negated
+
+
+class _BoolOf:
+    """Placeholder for a :class:`TensorBoolVariable` over a conditional's output."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+
+def _resolve(value: Any, outputs: list[TensorVariable], tx=None, pred=None) -> Any:
     if isinstance(value, _CondOutput):
         return outputs[value.index]
+    if isinstance(value, _PredBool):
+        flag = TensorBoolVariable(_bool_tensor(tx, pred))
+        return flag.negated(tx) if value.negated else flag
+    if isinstance(value, _BoolOf):
+        return TensorBoolVariable(_resolve(value.tensor, outputs, tx, pred))
     if type(value) is TupleVariable:
-        items = [_resolve(v, outputs) for v in value.items]
+        items = [_resolve(v, outputs, tx, pred) for v in value.items]
         if all(x is y for x, y in zip(items, value.items)):
             return value
         return TupleVariable(items)
@@ -414,12 +467,19 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
         )
     random = true_random or false_random
     outputs = _emit(tx, pred, merge.pairs, true_nodes, false_nodes, random)
-    tx.stack[:] = [_resolve(v, outputs) for v in stack]
+    tx.stack[:] = [_resolve(v, outputs, tx, pred) for v in stack]
     tx.symbolic_locals.clear()
-    tx.symbolic_locals.update({k: _resolve(v, outputs) for k, v in locals_.items()})
+    tx.symbolic_locals.update({k: _resolve(v, outputs, tx, pred) for k, v in locals_.items()})
     for name, value in cells.items():
-        tx.cells[name].contents = _resolve(value, outputs)
+        tx.cells[name].contents = _resolve(value, outputs, tx, pred)
     tx.ip = join
+
+
+def _bool_tensor(tx, pred: TensorVariable) -> TensorVariable:
+    """``pred`` as a bool tensor (``pred != 0`` for another dtype)."""
+    if pred.example.dtype == torch.bool:
+        return pred
+    return tx.output.call_function(tx, torch.ne, [pred, ConstantVariable(0)], {})
 
 
 def _emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[TensorVariable]:

@@ -253,7 +253,13 @@ class OperatorInstructions:
         self._unary(operator.invert)
 
     def UNARY_NOT(self, inst):
-        self.push(ConstantVariable(not self.pop().truthiness(self)))
+        from .conditionals import TensorBoolVariable
+
+        value = self.pop()
+        if isinstance(value, TensorBoolVariable):  # a flag set in a captured branch
+            self.push(value.negated(self))
+            return
+        self.push(ConstantVariable(not value.truthiness(self)))
 
     def CALL_INTRINSIC_1(self, inst):  # 3.12
         if inst.argrepr == "INTRINSIC_UNARY_POSITIVE":

@@ -328,8 +328,10 @@ class InstructionTranslatorBase(
     # --- control flow ---------------------------------------------------------------------
     def _jump_if(self, inst, want: bool, pop: bool = True):
         value = self.pop() if pop else self.stack[-1]
+        if pop and isinstance(value, conditionals.TensorBoolVariable):
+            value = value.tensor  # a flag set in an earlier captured branch
         if pop and isinstance(value, TensorVariable) and config.capture_tensor_branches:
-            # both ways traced into a torch.cond node, or Unsupported: a break here
+            # both ways traced into a conditional node, or Unsupported: a break here
             conditionals.capture_branch(self, inst, value, want)
             return
         if value.truthiness(self) == want:
