@@ -85,13 +85,33 @@ def _has_operations(gm: torch.fx.GraphModule) -> bool:
     return any(n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes)
 
 
+def _stand_in(value: Any) -> Any:
+    """What a piece is compiled with for a value capture recorded: a real tensor like it
+    (:func:`_real_like`), or, with symbolic sizes, the recorded FakeTensor or symbolic int
+    (the backend compiles inside the capture's TracingContext, as for the whole graph)."""
+    if _is_static(value):
+        return _real_like(value)
+    return value
+
+
+def _is_static(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return all(isinstance(s, int) for s in (*value.shape, *value.stride()))
+    if isinstance(value, (list, tuple)):
+        return all(_is_static(v) for v in value)
+    return not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _examples(graph: torch.fx.GraphModule) -> list[Any]:
+    return [
+        _stand_in(n.meta.get("example_value")) for n in graph.graph.nodes if n.op == "placeholder"
+    ]
+
+
 def _compile_branch(compiler, graph: torch.fx.GraphModule) -> Callable[..., Any]:
     if not _has_operations(graph):
         return graph
-    examples = [
-        _real_like(n.meta.get("example_value")) for n in graph.graph.nodes if n.op == "placeholder"
-    ]
-    return compiler(graph, examples)
+    return compile_with_conditionals(compiler, graph, _examples(graph))
 
 
 def _assign(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, int]:
@@ -198,11 +218,6 @@ def compile_with_conditionals(
             continue
         if not _has_operations(piece):
             continue
-        examples = [
-            _real_like(n.meta.get("example_value"))
-            for n in piece.graph.nodes
-            if n.op == "placeholder"
-        ]
-        setattr(split, node.target, _CompiledPiece(compiler(piece, examples)))
+        setattr(split, node.target, _CompiledPiece(compiler(piece, _examples(piece))))
     split.recompile()
     return split.forward

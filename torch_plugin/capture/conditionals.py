@@ -250,6 +250,7 @@ def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
     hold."""
     output = tx.output
     known = set(output.graph.nodes)
+    anchor = output.graph._root.prev  # the last node before the branch
     versions = {
         n: n.meta["example_value"]._version
         for n in known
@@ -271,9 +272,15 @@ def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
     for node, version in versions.items():
         if node.meta["example_value"]._version != version:
             _refuse(f"a branch writes in place to {node.name}, computed before the branch")
-    new = [n for n in output.graph.nodes if n not in known]
+    # The branch's nodes: those appended after the anchor. Nodes capture inserts among the
+    # placeholders (graph inputs, their size() nodes) stay in the outer graph.
+    new = []
+    node = anchor.next
+    while node is not output.graph._root:
+        new.append(node)
+        node = node.next
     for n in new:
-        if n.op == "call_module":
+        if n.op == "call_module" and not _is_conditional(output, n):
             _refuse(f"a branch calls the module {n.target} as a graph node")
         if n.op == "call_function" and n.target in _GLOBAL_STATE_TARGETS:
             _refuse("a branch switches grad mode")
@@ -281,8 +288,20 @@ def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
             _refuse(f"a branch writes a tensor in place ({n.target})")
         if "autocast" in str(getattr(n.target, "__name__", "")):
             _refuse("a branch enters an autocast region")
-    nodes = [n for n in new if n.op in ("call_function", "call_method")]
+    # get_attr nodes of parameters stay outside (operands); those of a nested
+    # conditional's subgraphs go with it
+    nodes = [n for n in new if n.op != "get_attr" or _is_subgraph_attr(output, n)]
     return _FrameState(tx), nodes, bool(random_ops.seen)
+
+
+def _is_conditional(output, node: torch.fx.Node) -> bool:
+    from .conditional_execution import Conditional
+
+    return isinstance(getattr(output.root, node.target, None), Conditional)
+
+
+def _is_subgraph_attr(output, node: torch.fx.Node) -> bool:
+    return isinstance(getattr(output.root, node.target, None), torch.fx.GraphModule)
 
 
 # --- merging the two states ------------------------------------------------------------------
@@ -370,8 +389,15 @@ def _resolve(value: Any, outputs: list[TensorVariable], tx=None, pred=None) -> A
 
 # --- the subgraphs ---------------------------------------------------------------------------
 def _subgraph(
-    output, nodes: list[torch.fx.Node], results: list[torch.fx.Node], operands: list[torch.fx.Node]
+    output,
+    nodes: list[torch.fx.Node],
+    results: list[torch.fx.Node],
+    operands: list[torch.fx.Node],
+    copy_aliases: bool,
 ) -> torch.fx.GraphModule:
+    """One way's nodes as a graph over ``operands`` returning ``results``; with
+    ``copy_aliases`` (torch.cond) an output that is or may alias an operand or another
+    output is cloned."""
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for i, node in enumerate(operands):
@@ -385,7 +411,7 @@ def _subgraph(
         out = env[node]
         # torch.cond refuses a branch output that is (or may alias) an input or another
         # output: a copy then
-        if node in operands or out in outs or _may_alias(node, operands):
+        if copy_aliases and (node in operands or out in outs or _may_alias(node, operands)):
             out = graph.call_method("clone", (out,))
             out.meta["example_value"] = node.meta.get("example_value")
         outs.append(out)
@@ -414,8 +440,6 @@ def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: boo
     fake = pred.example
     if fake.numel() != 1:
         unimplemented(gbt.DATA_DEPENDENT, f"truth value of a tensor with {fake.numel()} elements")
-    if output.shape_env is not None:
-        _refuse("the capture has symbolic sizes")
     jump = tx.ip - 1
     join = join_point(tx.instructions, jump)
     if join is None:
@@ -475,6 +499,17 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
     tx.ip = join
 
 
+def _erase(output, nodes: set) -> None:
+    """Erase the branches' nodes from the outer graph (users first), and forget symbolic
+    sizes computed by one of them."""
+    for node in reversed(list(output.graph.nodes)):
+        if node in nodes:
+            output.graph.erase_node(node)
+    for expr, cached in list(output._sym_nodes.items()):
+        if isinstance(cached, torch.fx.Node) and cached in nodes:
+            del output._sym_nodes[expr]
+
+
 def _bool_tensor(tx, pred: TensorVariable) -> TensorVariable:
     """``pred`` as a bool tensor (``pred != 0`` for another dtype)."""
     if pred.example.dtype == torch.bool:
@@ -502,8 +537,26 @@ def _emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[Tensor
     for a, b in pairs:
         note(a.node)
         note(b.node)
-    true_gm = _subgraph(output, true_nodes, [a.node for a, _ in pairs], operands)
-    false_gm = _subgraph(output, false_nodes, [b.node for _, b in pairs], operands)
+    operand_fakes = [n.meta["example_value"] for n in operands]
+    passes_through = any(a.node in operands or b.node in operands for a, b in pairs)
+    nested_module = any(n.op == "call_module" for n in inside)
+    if (
+        random
+        or passes_through
+        or nested_module
+        or output.shape_env is not None
+        or (
+            torch.is_grad_enabled()
+            and any(isinstance(f, torch.Tensor) and f.requires_grad for f in operand_fakes)
+        )
+    ):
+        # an eager if: exact where torch.cond is not (see conditional_execution.py; a value
+        # passed through unchanged stays that very object, as in eager)
+        true_gm = _subgraph(output, true_nodes, [a.node for a, _ in pairs], operands, False)
+        false_gm = _subgraph(output, false_nodes, [b.node for _, b in pairs], operands, False)
+        return _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, inside)
+    true_gm = _subgraph(output, true_nodes, [a.node for a, _ in pairs], operands, True)
+    false_gm = _subgraph(output, false_nodes, [b.node for _, b in pairs], operands, True)
     pred_node = pred.node
     pred_fake = pred.example
     if pred_fake.dtype != torch.bool:
@@ -511,19 +564,12 @@ def _emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[Tensor
         with output.fake_mode:
             pred_fake = torch.ne(pred.example, 0)
         pred_node.meta["example_value"] = pred_fake
-    operand_fakes = [n.meta["example_value"] for n in operands]
-    if random or (
-        torch.is_grad_enabled()
-        and any(isinstance(f, torch.Tensor) and f.requires_grad for f in operand_fakes)
-    ):
-        return _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, inside)
     try:
         with output.fake_mode:
             fakes = torch.ops.higher_order.cond(pred_fake, true_gm, false_gm, tuple(operand_fakes))
     except Exception as e:  # noqa: BLE001 - torch.cond's own checks (metadata, aliasing)
         _refuse(f"torch.cond refuses the branches: {type(e).__name__}: {e}")
-    for node in reversed([*true_nodes, *false_nodes]):
-        graph.erase_node(node)
+    _erase(output, inside)
     true_name = output._unique("cond_true")
     false_name = output._unique("cond_false")
     output.root.add_module(true_name, true_gm)
@@ -550,9 +596,7 @@ def _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, insid
 
     output = tx.output
     graph = output.graph
-    for node in reversed(list(graph.nodes)):
-        if node in inside:
-            graph.erase_node(node)
+    _erase(output, inside)
     name = output._unique("conditional")
     output.root.add_module(name, Conditional(true_gm, false_gm))
     fakes = []
