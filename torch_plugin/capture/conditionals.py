@@ -436,7 +436,6 @@ def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: boo
     ``torch.cond`` node: both ways are traced to where they meet, the translator continues
     from there with the merged state. Raises Unsupported (see the module docstring) with
     the translator's state as it was at the jump when the branch cannot be captured."""
-    output = tx.output
     fake = pred.example
     if fake.numel() != 1:
         unimplemented(gbt.DATA_DEPENDENT, f"truth value of a tensor with {fake.numel()} elements")

@@ -73,7 +73,7 @@ class LayerDropNet(torch.nn.Module):
 
     def forward(self, x):
         for layer in self.layers:
-            if self.training and self.layerdrop > 0.0:
+            if self.training and self.layerdrop > 0.0:  # noqa: SIM102 - as HF writes it
                 if torch.rand([]) < self.layerdrop:
                     continue
             x = torch.nn.functional.dropout(layer(x).relu(), self.dropout, self.training)
