@@ -57,7 +57,9 @@ _GLOBAL_STATE_TARGETS = {torch._C._set_grad_enabled}
 
 
 def _refuse(detail: str) -> None:
-    unimplemented(gbt.DATA_DEPENDENT, f"branch on a tensor not captured as a conditional: {detail}")
+    unimplemented(
+        gbt.DATA_DEPENDENT, f"data-dependent branch not captured as a conditional: {detail}"
+    )
 
 
 class TensorBoolVariable(VariableTracker):
@@ -454,9 +456,9 @@ def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: boo
         before.restore(tx)
         tx.ip = jump + 1
         msg = str(e.reason)
-        if not msg.startswith("branch on a tensor not captured"):
+        if not msg.startswith("data-dependent branch not captured"):
             where = f" (at {e.location})" if e.location is not None else ""
-            msg = f"branch on a tensor not captured as a conditional: a branch breaks: {msg}{where}"
+            msg = f"data-dependent branch not captured as a conditional: a branch breaks: {msg}{where}"
         raise Unsupported(msg, gb_type=gbt.DATA_DEPENDENT) from None
 
 
