@@ -154,7 +154,10 @@ class OperatorInstructions:
             return False  # an object built in the frame is no other object
         tensor_a, tensor_b = isinstance(a, TensorVariable), isinstance(b, TensorVariable)
         if tensor_a and tensor_b:
-            return a.node is b.node
+            # two get_attr nodes of one attribute read the same real tensor
+            return a.node is b.node or (
+                a.node.op == b.node.op == "get_attr" and a.node.target == b.node.target
+            )
         if tensor_a or tensor_b:
             return False
         if isinstance(a, (NullVariable,)) or isinstance(b, NullVariable):
