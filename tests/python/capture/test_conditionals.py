@@ -325,3 +325,39 @@ def test_join_point_none_when_a_way_returns():
     instructions = list(dis.get_instructions(fn))
     jump = next(i for i, inst in enumerate(instructions) if inst.opname.startswith("POP_JUMP"))
     assert join_point(instructions, jump) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "plugin", "inductor"])
+def test_layerdrop_on_cuda_matches_eager_with_the_seed(backend):
+    """On CUDA the draws come from the CUDA generator (Philox offsets): the compiled
+    LayerDrop model must advance it as eager does and give eager's masks."""
+    torch.manual_seed(0)
+    model = LayerDropNet(0.3, layers=4).cuda()
+    opt = torch_plugin.optimize(backend)(model)
+    fallback_random = torch_plugin.config.fallback_random
+    torch_plugin.config.fallback_random = True
+    try:
+        import torch._inductor.config as inductor_config
+
+        with inductor_config.patch(fallback_random=True):
+            for seed in range(3):
+                results = []
+                x0 = torch.randn(8, 6, device="cuda")
+                for fn in (model, opt):
+                    x = x0.clone().requires_grad_()
+                    model.zero_grad(set_to_none=True)
+                    torch.manual_seed(seed)
+                    out = fn(x)
+                    out.square().sum().backward()
+                    grads = [p.grad for p in model.parameters()]
+                    results.append((out.detach(), grads, torch.cuda.get_rng_state()))
+                (want, want_grads, want_rng), (got, got_grads, got_rng) = results
+                torch.testing.assert_close(got, want)
+                assert torch.equal(got_rng, want_rng)
+                for a, b in zip(got_grads, want_grads):
+                    assert (a is None) == (b is None)
+                    if b is not None:
+                        torch.testing.assert_close(a, b)
+    finally:
+        torch_plugin.config.fallback_random = fallback_random
