@@ -204,6 +204,11 @@ def compile_with_conditionals(
         split = split_module(gm, None, lambda node: assignment[node], keep_original_order=True)
     with _example_values_hidden(split):
         pass  # restores the pieces' example values (split_module copied the hidden key)
+    kept = sum(isinstance(m, Conditional) for m in split.modules())
+    if kept != len(_conditional_nodes(gm)):
+        # a conditional's piece was dropped (no output used): running it is what eager
+        # does (its ways may draw random numbers), so the graph runs as it is
+        return gm.forward
     for node in split.graph.nodes:
         if node.op != "call_module":
             continue

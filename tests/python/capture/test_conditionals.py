@@ -361,3 +361,20 @@ def test_layerdrop_on_cuda_matches_eager_with_the_seed(backend):
                         torch.testing.assert_close(a, b)
     finally:
         torch_plugin.config.fallback_random = fallback_random
+
+
+def test_flag_whose_branch_computes_nothing_keeps_the_draw():
+    """``if not drop: x = x`` computes nothing: no conditional, and the predicate's rand is
+    unused in the graph. It still advances the generator, as in eager: the "plugin"
+    compiler's dead-code elimination keeps random ops (csrc/compiler/passes/
+    dead_code_elimination.cpp), which it used to drop."""
+
+    def fn(x):
+        drop = False
+        if torch.rand([]) < 0.5:
+            drop = True
+        if not drop:
+            x = x  # noqa: PLW0127 - a way that computes nothing
+        return x * 2
+
+    one_graph(fn, rand(3), rand(3), rand(2, 2))
