@@ -491,15 +491,7 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
             true_state.cells[name], false_state.cells[name], f"variable {name!r}"
         )
     random = true_random or false_random
-    if not merge.pairs:
-        # Neither way computes a value used after the join: nothing to emit, unless a way
-        # draws random numbers (eager advances the generator on that way only)
-        if random:
-            _refuse("a way draws random numbers and computes nothing used after the branch")
-        _erase(tx.output, set(true_nodes) | set(false_nodes))
-        outputs = []
-    else:
-        outputs = _emit(tx, pred, merge.pairs, true_nodes, false_nodes, random)
+    outputs = _emit(tx, pred, merge.pairs, true_nodes, false_nodes, random)
     tx.stack[:] = [_resolve(v, outputs, tx, pred) for v in stack]
     tx.symbolic_locals.clear()
     tx.symbolic_locals.update({k: _resolve(v, outputs, tx, pred) for k, v in locals_.items()})
