@@ -21,6 +21,8 @@ Flags:
   frame runs without compiling.
 - :data:`graph_breaks` (True): break the graph where capture cannot continue, and resume
   capture after the instruction; when False the frame runs unmodified.
+- :data:`capture_tensor_branches` (True): a branch on a one-element tensor becomes a
+  ``torch.cond`` node where both ways can be traced without effects outside the graph.
 - :data:`verbose` (False): more detail in log messages (backend compile times, tracebacks
   of frames that were not captured).
 - :data:`debug_check_pure` (False): check that each call folded at capture time as pure
@@ -94,6 +96,13 @@ graph_breaks: bool = True
 far, run that instruction with CPython and resume capture after it (a *graph break*). When
 False, such a frame runs unmodified. Read by ``torch_plugin.capture.convert_frame``.
 Tested in ``tests/python/capture/test_graph_breaks.py``."""
+
+capture_tensor_branches: bool = True
+"""A branch on a one-element tensor (``if torch.rand([]) < p:``, HF's LayerDrop) is captured
+as a ``torch.cond`` node in the graph, both ways traced, where the two ways meet again in the
+function and neither has an effect outside the graph nor draws random numbers; otherwise (and
+when False) the graph breaks at the branch. Read by ``torch_plugin.capture.conditionals``.
+Tested in ``tests/python/capture/test_conditionals.py``."""
 
 verbose: bool = False
 """Say more in torch_plugin's log messages: each backend compile (backend, graph, number of

@@ -21,6 +21,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
+def tensor_branches_break():
+    """A branch on a tensor breaks the graph (``config.capture_tensor_branches`` off), as
+    before issue #31: for tests that use such a branch to make a graph break."""
+    import torch_plugin
+
+    before = torch_plugin.config.capture_tensor_branches
+    torch_plugin.config.capture_tensor_branches = False
+    yield
+    torch_plugin.config.capture_tensor_branches = before
+
+
+@pytest.fixture
 def fresh_capture():
     """Forget compiled frames and counters before and after a test (torch_plugin.reset)."""
     import torch_plugin

@@ -12,7 +12,7 @@ from torch_plugin.capture.convert_frame import listeners
 from torch_plugin.capture.exc import UserSourceLocation
 from torch_plugin.explain import NO_TENSOR_OPS, BreakReason, ExplainOutput, op_name
 
-pytestmark = pytest.mark.usefixtures("fresh_capture")
+pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_break")
 
 
 def bar(a, b):

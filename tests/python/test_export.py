@@ -13,7 +13,7 @@ torchvision = pytest.importorskip("torchvision")
 Pair = collections.namedtuple("Pair", "first second")
 
 
-pytestmark = pytest.mark.usefixtures("fresh_capture")
+pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_break")
 
 
 def bar(a, b):

@@ -14,6 +14,9 @@ import torch_plugin
 from torch_plugin import config
 from torch_plugin.logs import CHANNELS, logger_for, parse_spec, records_wanted, set_logs
 
+# a branch on a tensor is these tests' graph break (conftest.py)
+pytestmark = pytest.mark.usefixtures("tensor_branches_break")
+
 
 @pytest.fixture(autouse=True)
 def _reset():
@@ -205,6 +208,7 @@ def test_set_logs_is_exported():
 SCRIPT = textwrap.dedent(
     """
     import torch, torch_plugin
+    torch_plugin.config.capture_tensor_branches = False  # the branch is the graph break
 
     def f(x):
         y = x + 1

@@ -18,11 +18,15 @@ import torch_plugin
 from torch_plugin import config, decompiler, report, trace
 from torch_plugin.logs import set_logs
 
+# a branch on a tensor is these tests' graph break (conftest.py)
+pytestmark = pytest.mark.usefixtures("tensor_branches_break")
+
 SCRIPT = textwrap.dedent(
     """
     import sys
     import torch
     import torch_plugin
+    torch_plugin.config.capture_tensor_branches = False  # the branch is the graph break
 
     def f(x, y):
         a = torch.relu(x * 2 + 1)

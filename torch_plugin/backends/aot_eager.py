@@ -31,6 +31,7 @@ import torch
 from torch_plugin.backends.registry import register_backend
 
 # Shared with the "plugin" compiler, which owns it (compiler/ never imports backends/).
+from torch_plugin.compiler.backward_graphs import drop_unused_random_ops
 from torch_plugin.compiler.graph_outputs import flatten_graph_outputs
 
 
@@ -43,7 +44,7 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> C
         gm,
         example_inputs,
         fw_compiler=_boxed_nop,
-        bw_compiler=_boxed_nop,
+        bw_compiler=_boxed_nop_backward,
         # Inference graphs that mutate an input keep the mutation in the graph (as
         # torch.compile's aot_eager does) instead of replaying it afterwards.
         keep_inference_input_mutations=True,
@@ -70,6 +71,15 @@ def _boxed_nop(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
 
     run._boxed_call = True  # type: ignore[attr-defined]
     return run
+
+
+def _boxed_nop_backward(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> Callable[..., Any]:
+    """:func:`_boxed_nop` for the backward graph, less its unused random ops
+    (:func:`torch_plugin.compiler.backward_graphs.drop_unused_random_ops`)."""
+    drop_unused_random_ops(gm)
+    return _boxed_nop(gm, example_inputs)
 
 
 def without_capture(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -52,7 +52,7 @@ def inductor(
     compiled = compile_fx(
         gm,
         example_inputs,
-        inner_compile=without_capture(compile_fx_inner),
+        inner_compile=without_capture(functools.partial(_inner_compile, compile_fx_inner)),
         config_patches=patches or None,
     )
 
@@ -63,6 +63,16 @@ def inductor(
 
 
 # Inductor's modes (torch._inductor.list_mode_options names the patches each makes).
+def _inner_compile(compile_fx_inner, gm, example_inputs, **kwargs):
+    """Inductor's ``compile_fx_inner``; a backward graph first loses its unused random ops
+    (:func:`torch_plugin.compiler.backward_graphs.drop_unused_random_ops`)."""
+    if kwargs.get("is_backward"):
+        from torch_plugin.compiler.backward_graphs import drop_unused_random_ops
+
+        drop_unused_random_ops(gm)
+    return compile_fx_inner(gm, example_inputs, **kwargs)
+
+
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 

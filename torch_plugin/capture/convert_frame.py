@@ -13,6 +13,7 @@ graph goes through :meth:`ConvertFrame._compile_graph` and ``contract.call_backe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 import types
@@ -26,7 +27,13 @@ from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 from .. import config, logs, trace
 from ..contract import DDP_SPLIT, OPTIMIZER_STEP, BackendCompilerFailed, CompilerFn, call_backend
 from ..decompiler import resume_codes
-from . import dynamic_shapes, shared_modules, shutdown, torch_compile_interop
+from . import (
+    conditional_execution,
+    dynamic_shapes,
+    shared_modules,
+    shutdown,
+    torch_compile_interop,
+)
 from . import graph_break_types as gbt
 from .bytecode_emission import (
     collect_installed_globals,
@@ -595,6 +602,9 @@ class ConvertFrame:
         graph_name = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
         if part:
             graph_name += ", part before a graph break"
+        if self.backend_name != "eager" and conditional_execution.has_conditionals(gm):
+            # eager ifs between compiled pieces (conditional_execution.py)
+            compiler = functools.partial(conditional_execution.compile_with_conditionals, compiler)
         with output.backend_context(), trace.stage("backend", backend=self.backend_name):
             compiled = call_backend(
                 compiler,

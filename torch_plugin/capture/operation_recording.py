@@ -74,7 +74,11 @@ class OperationRecorder:
         versions = tensor_versions(fake_args, fake_kwargs) if config.debug_check_pure else None
         try:
             with self.fake_mode, self._guard_context(target, fake_args):
-                example = run(*fake_args, **fake_kwargs)
+                if self.branch_dispatch_mode is not None:  # a branch traced (conditionals.py)
+                    with self.branch_dispatch_mode:
+                        example = run(*fake_args, **fake_kwargs)
+                else:
+                    example = run(*fake_args, **fake_kwargs)
         except (
             torch._subclasses.fake_tensor.DataDependentOutputException,
             torch._subclasses.fake_tensor.DynamicOutputShapeException,

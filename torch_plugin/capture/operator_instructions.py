@@ -157,7 +157,10 @@ class OperatorInstructions:
             return False  # an object built in the frame is no other object
         tensor_a, tensor_b = isinstance(a, TensorVariable), isinstance(b, TensorVariable)
         if tensor_a and tensor_b:
-            return a.node is b.node
+            # two get_attr nodes of one attribute read the same real tensor
+            return a.node is b.node or (
+                a.node.op == b.node.op == "get_attr" and a.node.target == b.node.target
+            )
         if tensor_a or tensor_b:
             return False
         if isinstance(a, (NullVariable,)) or isinstance(b, NullVariable):
@@ -196,7 +199,11 @@ class OperatorInstructions:
         if isinstance(op, str) and op.startswith("bool("):
             op = op[5:-1]
         result = self.compare(op, a, b)
-        if PY313 and inst.arg & 16:  # 3.13: the result converted to bool (a tensor: a break)
+        if (
+            PY313
+            and inst.arg & 16
+            and not (isinstance(result, TensorVariable) and self.next_is_conditional_jump())
+        ):  # 3.13: the result converted to bool (a tensor: a break, or a conditional)
             result = ConstantVariable(bool(result.truthiness(self)))
         self.push(result)
 
@@ -252,7 +259,13 @@ class OperatorInstructions:
         self._unary(operator.invert)
 
     def UNARY_NOT(self, inst):
-        self.push(ConstantVariable(not self.pop().truthiness(self)))
+        from .conditionals import TensorBoolVariable
+
+        value = self.pop()
+        if isinstance(value, TensorBoolVariable):  # a flag set in a captured branch
+            self.push(value.negated(self))
+            return
+        self.push(ConstantVariable(not value.truthiness(self)))
 
     def CALL_INTRINSIC_1(self, inst):  # 3.12
         if inst.argrepr == "INTRINSIC_UNARY_POSITIVE":

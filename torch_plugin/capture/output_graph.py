@@ -90,6 +90,9 @@ class OutputGraph(OperationRecorder):
         # Real contexts entered while tracing (autocast regions): (token, exit) pairs,
         # innermost last; restore_global_state exits the ones still open.
         self._real_contexts: list = []
+        # While a branch on a tensor is traced (conditionals.py): a TorchDispatchMode that
+        # sees each ATen op the recorded calls run (random ops are refused there).
+        self.branch_dispatch_mode = None
 
     # --- names and fakes ------------------------------------------------------------------
     def _unique(self, hint: str) -> str:

@@ -23,6 +23,8 @@ import dis
 import inspect
 import types
 
+from .. import config
+from . import conditionals
 from . import graph_break_types as gbt
 from .attribute_instructions import AttributeInstructions
 from .bytecode_compat import FOR_ITER_SKIPS, NULL_AFTER_CALLABLE
@@ -328,6 +330,12 @@ class InstructionTranslatorBase(
     # --- control flow ---------------------------------------------------------------------
     def _jump_if(self, inst, want: bool, pop: bool = True):
         value = self.pop() if pop else self.stack[-1]
+        if pop and isinstance(value, conditionals.TensorBoolVariable):
+            value = value.tensor  # a flag set in an earlier captured branch
+        if pop and isinstance(value, TensorVariable) and config.capture_tensor_branches:
+            # both ways traced into a conditional node, or Unsupported: a break here
+            conditionals.capture_branch(self, inst, value, want)
+            return
         if value.truthiness(self) == want:
             if not pop:
                 pass
@@ -336,7 +344,19 @@ class InstructionTranslatorBase(
             self.pop()
 
     def TO_BOOL(self, inst):  # 3.13: a tensor's truth is data-dependent (a graph break here)
-        self.push(ConstantVariable(bool(self.pop().truthiness(self))))
+        value = self.pop()
+        if isinstance(value, TensorVariable) and self.next_is_conditional_jump():
+            self.push(value)  # the jump captures it as a conditional (conditionals.py)
+            return
+        self.push(ConstantVariable(bool(value.truthiness(self))))
+
+    def next_is_conditional_jump(self) -> bool:
+        """The next instruction is POP_JUMP_IF_TRUE/FALSE (3.13's TO_BOOL and COMPARE_OP
+        bool bit leave a tensor for it to capture as a conditional)."""
+        return config.capture_tensor_branches and self.instructions[self.ip].opname in (
+            "POP_JUMP_IF_TRUE",
+            "POP_JUMP_IF_FALSE",
+        )
 
     def POP_JUMP_IF_TRUE(self, inst):
         self._jump_if(inst, True)

@@ -32,6 +32,7 @@ import torch
 
 from torch_plugin import _C
 from torch_plugin.compiler import stages
+from torch_plugin.compiler.backward_graphs import drop_unused_random_ops
 
 log = logging.getLogger("torch_plugin.backends.plugin")
 
@@ -49,6 +50,7 @@ def forward_compiler(
 
 
 def _backward(fx_graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+    drop_unused_random_ops(fx_graph)  # eager's backward draws no random number
     return _without_none_outputs(fx_graph, stages.compile_graph)
 
 

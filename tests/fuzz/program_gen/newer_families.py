@@ -18,6 +18,8 @@ NEW_FAMILIES = (
     "python-builtins",  # sets (of ints, of tensors), set algebra, functools.reduce,
     # dict.fromkeys, itertools.combinations/chain.from_iterable, sorted(key=), partial
     # attributes, user-class operators, containers changed while iterated (issue #31)
+    "tensor-branch",  # LayerDrop's `if torch.rand([]) < p: continue`, a flag set in a
+    # branch on a tensor, if/else on a reduction: conditionals in the graph (issue #31)
 )
 
 
@@ -422,3 +424,37 @@ class NewerFamilies:
         rng.shuffle(extra)
         rets += extra[: rng.randint(1, 3)]
         return preludes, args
+
+    def s_tensor_branch(self, top, depth):
+        """Issue #31: branches on one-element tensors that capture records as conditionals
+        (capture/conditionals.py): HF's LayerDrop loop (``if torch.rand([]) < p:
+        continue``, the generator consumed as in eager), BART's flag (``drop = True`` on one
+        way, then ``if not drop:``), and if/else on a reduction assigning on both ways."""
+        kind = self.pick(["C", "RC"])
+        # a tensor local of that kind, else the argument of that shape (x: RC, y: C)
+        targets = self.vars_of(kind) or ["x" if kind == "RC" else "y"]
+        self.features.add("tensor-branch")
+        t = self.pick(targets)
+        e1, e2 = self.expr(kind), self.expr(kind)
+        c = self.r()
+        if c < 0.4:
+            body = [f"{t} = {t} * 0.5 + {e1}"]
+            return [
+                Block(
+                    f"for i in range({self.pick(['2', 'n % 3 + 1'])}):",
+                    [
+                        Block(f"if torch.rand([]) < {self.pick(['0.5', '0.3'])}:", ["continue"]),
+                        *body,
+                    ],
+                )
+            ]
+        if c < 0.7:
+            flag = self.new("drop")
+            pred = self.pick(["torch.rand([]) < 0.5", "y.max() < 0.5", "x.sum() > 0"])
+            return [
+                f"{flag} = False",
+                Block(f"if {pred}:", [f"{flag} = True"]),
+                Block(f"if not {flag}:", [f"{t} = {e1}"]),
+            ]
+        pred = self.pick(["x.sum() > 0", "y.mean() < 0", f"{t}.sum() > 1"])
+        return [Block(f"if {pred}:", [f"{t} = {e1}"], [f"{t} = {e2} * 2"])]

@@ -32,7 +32,7 @@ from torch_plugin.python_versions import (
     is_free_threaded_build,
 )
 
-pytestmark = pytest.mark.usefixtures("fresh_capture")
+pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_break")
 PY313 = sys.version_info >= (3, 13)
 
 

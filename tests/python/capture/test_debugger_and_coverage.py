@@ -20,7 +20,7 @@ import torch
 
 import torch_plugin
 
-pytestmark = pytest.mark.usefixtures("fresh_capture")
+pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_break")
 
 
 def model(x, y):

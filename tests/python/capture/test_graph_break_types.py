@@ -10,6 +10,10 @@ import torch
 import torch_plugin
 from torch_plugin.capture import graph_break_types as gbt
 from torch_plugin.capture.exc import GraphBreakReason, Unsupported, unimplemented
+import pytest
+
+# a branch on a tensor is these tests' graph break (conftest.py)
+pytestmark = pytest.mark.usefixtures("tensor_branches_break")
 
 CAPTURE = Path(gbt.__file__).resolve().parent
 REGISTERED = {name for name, value in vars(gbt).items() if isinstance(value, gbt.GraphBreakType)}

@@ -19,7 +19,7 @@ def rand(*shapes):
     return lambda: tuple(torch.randn(*(s if isinstance(s, tuple) else (s,))) for s in shapes)
 
 
-pytestmark = pytest.mark.usefixtures("fresh_capture")
+pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_break")
 
 
 def bar(a, b):

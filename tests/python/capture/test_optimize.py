@@ -12,7 +12,7 @@ import torch
 import torch_plugin
 
 
-pytestmark = pytest.mark.usefixtures("fresh_capture")
+pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_break")
 
 
 def cos_sin(x, y):

@@ -6,9 +6,7 @@ with the reason, so a fix shows up as an unexpected pass."""
 
 from __future__ import annotations
 
-import inspect
 import io
-import re
 
 import pytest
 import torch
@@ -242,26 +240,6 @@ def _objects(out):
 
 TRAINING_GAPS: dict = {}
 
-# LayerDrop's draw as some transformers releases write it: ``torch.rand([])`` in train mode
-# whatever ``layerdrop`` is (5.17's OPT, BART, Whisper, Wav2Vec2), where later ones draw only
-# when ``layerdrop > 0``.
-_LAYERDROP_DRAW = re.compile(r"torch\.rand\(\[\]\)")
-_LAYERDROP_GUARD = re.compile(r"layerdrop\s*>\s*0")
-
-
-def _draws_layerdrop_at_zero(model) -> bool:
-    """Whether a module class of ``model`` draws LayerDrop's ``torch.rand([])`` in train mode
-    even when ``layerdrop`` is 0: its ``if dropout_probability < self.layerdrop`` is then a
-    data-dependent branch, a graph break in any capture (Dynamo's too)."""
-    for cls in {type(m) for m in model.modules()}:
-        try:
-            src = inspect.getsource(cls.forward)
-        except (OSError, TypeError):
-            continue
-        if _LAYERDROP_DRAW.search(src) and "layerdrop" in src and not _LAYERDROP_GUARD.search(src):
-            return True
-    return False
-
 
 @pytest.mark.parametrize(
     "name",
@@ -277,8 +255,8 @@ def test_one_graph_in_a_training_step_matching_eager(name):
     eager and the captured graph draw the same masks), loss = mean square of the first
     output; the loss and the gradient of every parameter equal eager's, over two steps with
     fresh inputs. wav2vec2 runs without SpecAugment (its masks come from NumPy's generator,
-    and a boolean-mask assignment under autograd is a graph break by design) and without
-    LayerDrop (``if torch.rand([]) < p`` is a data-dependent branch, a break in any capture);
+    and a boolean-mask assignment under autograd is a graph break by design), with its own
+    LayerDrop (``if torch.rand([]) < p``: a conditional in the graph, capture/conditionals.py);
     its feature encoder's ``hidden_states.requires_grad = True`` is part of the graph."""
     make, inputs = MODELS[name]
     torch.manual_seed(0)
@@ -287,8 +265,6 @@ def test_one_graph_in_a_training_step_matching_eager(name):
         model.config.use_cache = False
     if hasattr(model.config, "mask_time_prob"):
         model.config.mask_time_prob = 0.0
-    if getattr(model.config, "layerdrop", 0.0) > 0.0:
-        model.config.layerdrop = 0.0  # LayerDrop branches on torch.rand: data-dependent
     opt = torch_plugin.optimize("aot_eager")(model)
     for step in range(2):
         args, kwargs = inputs()
@@ -306,15 +282,6 @@ def test_one_graph_in_a_training_step_matching_eager(name):
             torch.testing.assert_close(got[k], g, rtol=1e-3, atol=1e-5, msg=k)
         if step == 0:
             compiled = torch_plugin.stats.graphs_compiled
-    if _draws_layerdrop_at_zero(model):
-        # Losses and gradients matched eager above; one graph is out of reach for any capture.
-        assert any("data-dependent branch" in b[1] for b in torch_plugin.stats.graph_breaks), (
-            torch_plugin.stats.graph_breaks
-        )
-        pytest.xfail(
-            "this transformers release draws LayerDrop's torch.rand([]) at layerdrop=0: "
-            "a data-dependent branch, a graph break in any capture"
-        )
     assert torch_plugin.stats.graph_breaks == [], torch_plugin.stats.graph_breaks
     assert torch_plugin.stats.failures == [], torch_plugin.stats.failures
     assert compiled == 1 and torch_plugin.stats.graphs_compiled == 1

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import inspect
 import types
+import weakref
 
 import torch
 
@@ -167,7 +168,36 @@ class UserDefinedObjectVariable(VariableTracker):
             from .functions import UserMethodVariable
 
             return UserMethodVariable(call, self).call_function(tx, args, kwargs)
+        if type(self.value) is weakref.ReferenceType and not args and not kwargs:
+            return self._weakref_referent(tx)
         unimplemented(gbt.NON_PYTHON_CALL, f"call of {type(self.value).__name__} object")
+
+    def _weakref_referent(self, tx) -> VariableTracker:
+        """``ref()`` of a ``weakref.ref`` (nn.RNNBase._weights_have_changed compares each
+        flat weight with its weakref): the variable of its referent, when the capture already
+        holds it with an identity guard (a parameter read through get_attr, a module). The
+        weakref is guarded on identity: the same weakref object has the same referent while
+        that is alive, and an identity-guarded referent's death drops the compiled entry
+        (docs/internals/capture_hook.md), so the call can never return None instead."""
+        referent = self.value()
+        known = tx.output.known_variable(referent, None) if referent is not None else None
+        if known is None and isinstance(referent, torch.Tensor):
+            # a parameter or buffer already read through get_attr (identity-guarded)
+            name = tx.output._attr_names.get(id(referent))
+            source = tx.output._attr_sources.get(name) if name is not None else None
+            if source is not None:
+                known = tx.output.register_attr_tensor(tx, referent, source)
+        if (
+            known is None
+            or known.source is None
+            or (known.source, "ID_MATCH", None) not in tx.output.guards._guards
+        ):
+            unimplemented(
+                gbt.NON_PYTHON_CALL,
+                "call of a weakref whose referent is not a value the capture guards by identity",
+            )
+        self.as_python_constant()  # ID_MATCH on the weakref object
+        return known
 
     def __repr__(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__name__})"

@@ -13,6 +13,9 @@ from eager_comparison import BACKENDS, run_against_eager
 
 import torch_plugin
 
+# a branch on a tensor is these tests' graph break (conftest.py)
+pytestmark = pytest.mark.usefixtures("tensor_branches_break")
+
 
 # --- 2. a user context manager's __exit__ runs (its effect is seen) ----------------------
 class _Recorder:

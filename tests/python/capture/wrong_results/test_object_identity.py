@@ -13,6 +13,9 @@ from eager_comparison import BACKENDS, run_against_eager, same
 
 import torch_plugin
 
+# a branch on a tensor is these tests' graph break (conftest.py)
+pytestmark = pytest.mark.usefixtures("tensor_branches_break")
+
 # --- 2. one Python object, one variable -------------------------------------------------
 GLOBAL_LIST: list = []
 GLOBAL_DICT: dict = {}
