@@ -115,8 +115,10 @@ AtenCall::AtenCall(const Node& node, const TableIndex& index_of)
       t.slots.push_back(idx < 0 ? -1 : index_of(node.inputs[idx]));
     tensor_args_.push_back(std::move(t));
   }
-  for (const Value* out : node.outputs)
+  for (const Value* out : node.outputs) {
     out_slots_.push_back(index_of(out));
+    out_dtypes_.push_back(out->dtype);
+  }
 }
 
 void AtenCall::run(std::vector<at::Tensor>& slots) const {
@@ -137,16 +139,24 @@ void AtenCall::run(std::vector<at::Tensor>& slots) const {
     }
   }
   op_.callBoxed(stack);
+  // The result as its IR value's dtype (see run's comment in aten_call.h).
+  auto store = [&](size_t k, at::Tensor t) {
+    if (k >= out_slots_.size())
+      return;
+    if (t.defined() && t.scalar_type() != out_dtypes_[k] &&
+        at::isFloatingType(t.scalar_type()) &&
+        at::isFloatingType(out_dtypes_[k]))
+      t = t.to(out_dtypes_[k]);
+    slots[out_slots_[k]] = std::move(t);
+  };
   size_t k = 0;
   for (c10::IValue& r : stack) {
     if (r.isTensor()) {
-      if (k < out_slots_.size())
-        slots[out_slots_[k]] = r.toTensor();
+      store(k, r.toTensor());
       ++k;
     } else if (r.isTensorList()) {
       for (const at::Tensor& e : r.toTensorVector()) {
-        if (k < out_slots_.size())
-          slots[out_slots_[k]] = e;
+        store(k, e);
         ++k;
       }
     } else if (r.isNone()) {

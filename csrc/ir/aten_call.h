@@ -32,7 +32,14 @@ class AtenCall {
   // the constant arguments.
   AtenCall(const Node& node, const TableIndex& index_of);
 
-  // Calls the op on the node's inputs in `table` and stores its outputs there.
+  // Calls the op on the node's inputs in `table` and stores its outputs there,
+  // each converted to its IR value's dtype where the op returned another one.
+  // The IR's dtypes are the meta kernels' (FakeTensor propagation), and a few
+  // real kernels disagree with their meta kernel: CPU native_batch_norm,
+  // native_layer_norm and native_group_norm of a bf16/fp16 input with fp32
+  // weights return fp32 statistics (mean, rstd) where the meta kernel says
+  // bf16/fp16. Left unconverted, a generated kernel reading such a slot
+  // reinterprets its bytes (garbage, NaN).
   // Const: one AtenCall may run many times, from several threads at once.
   void run(std::vector<at::Tensor>& table) const;
 
@@ -53,6 +60,7 @@ class AtenCall {
   torch::jit::Stack stack_template_;
   std::vector<TensorArg> tensor_args_;
   std::vector<int> out_slots_;
+  std::vector<c10::ScalarType> out_dtypes_; // the IR's, per output
 };
 
 } // namespace torch_plugin::ir

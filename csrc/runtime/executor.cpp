@@ -244,6 +244,25 @@ std::vector<at::Tensor> Executor::run(
         inputs[i].device(),
         ", the graph was compiled for ",
         device_);
+    const c10::ScalarType want = input_specs_[i].dtype;
+    if (inputs[i].defined() && inputs[i].scalar_type() != want) {
+      // The IR's dtypes are FakeTensor's, and a few real kernels return
+      // another floating dtype than their meta kernel (fp32 statistics of
+      // CPU batch/layer/group norm of bf16/fp16 inputs, saved for a backward
+      // graph by a forward graph that ran as ATen ops): converted, never
+      // reinterpreted by a kernel compiled for the IR's dtype.
+      TORCH_CHECK(
+          at::isFloatingType(inputs[i].scalar_type()) &&
+              at::isFloatingType(want),
+          "compiled graph: input ",
+          i,
+          " is ",
+          inputs[i].scalar_type(),
+          ", the graph was compiled for ",
+          want);
+      slots[input_slots_[i]] = inputs[i].to(want);
+      continue;
+    }
     slots[input_slots_[i]] = inputs[i];
   }
   for (const auto& [slot, t] : constants_)

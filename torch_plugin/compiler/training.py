@@ -15,10 +15,13 @@ follows a backward is compiled separately (:mod:`torch_plugin.compiler.optimizer
 A backward graph returns None for each input that needs no gradient (the data, buffers),
 which the IR cannot return: both graphs are compiled returning their tensors only, and the
 call puts the Nones back (:func:`_without_none_outputs`); before issue #30 such a backward
-graph, nearly every one, ran as its ATen graph, op by op. Not yet for a graph with bf16 or
-fp16 values: the CPU pipeline's fused kernels gave a wrong BatchNorm weight gradient in a
-bf16-autocast backward graph (tests/python/compiler/test_training_graphs.py, xfail), so such
-a graph still runs as its ATen graph.
+graph, nearly every one, ran as its ATen graph, op by op.
+
+The two graphs' dtypes are FakeTensor's. Where a real kernel returns another dtype than its
+meta kernel (CPU batch norm of a bf16/fp16 input with fp32 weights saves fp32 statistics;
+the meta kernel says bf16/fp16), the executor converts the result to the graph's dtype (the
+ATen-call step, and the executor's inputs for a forward graph run as its ATen graph): a
+generated kernel never reads it as another dtype (docs/internals/runtime.md).
 
 Key parts: :func:`forward_compiler`, :func:`backward_compiler`.
 """
@@ -63,13 +66,6 @@ def _without_none_outputs(fx_graph: torch.fx.GraphModule, compile_fn: Any) -> An
     outs = output.args[0]
     if not isinstance(outs, (list, tuple)) or all(o is not None for o in outs):
         return compile_fn(fx_graph)
-    why = _reduced_precision(fx_graph)
-    if why is not None:
-        # Known wrong: the CPU pipeline's fused kernels gave garbage for the BatchNorm
-        # backward of a bf16-autocast graph (test_training_graphs.py's xfail): such a graph
-        # runs as its ATen graph, as every None-returning graph did before.
-        log.info("plugin: the backward graph runs as its ATen graph: %s", why)
-        return compile_fn(fx_graph)  # the IR refuses the None outputs: runs unmodified
     kept = [i for i, o in enumerate(outs) if o is not None]
     n = len(outs)
     output.args = (tuple(outs[i] for i in kept),)
@@ -89,16 +85,6 @@ def _without_none_outputs(fx_graph: torch.fx.GraphModule, compile_fn: Any) -> An
     if unlowered is not None:
         run.unlowered = unlowered  # type: ignore[attr-defined]
     return run
-
-
-def _reduced_precision(fx_graph: torch.fx.GraphModule) -> str | None:
-    """Why ``fx_graph`` is not compiled with its None outputs removed: a bf16 or fp16 value
-    (see :func:`_without_none_outputs`); None when it has none."""
-    for node in fx_graph.graph.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16):
-            return f"{node.name} is {val.dtype} (a fusion bug under reduced precision)"
-    return None
 
 
 # AOTAutograd's ``bw_compiler``: the backward graph, compiled with capture off.
