@@ -189,9 +189,10 @@ TEST_F(CudnnPatterns, ConvolutionsOfEveryRankAndGroupingBecomeConvPointwise) {
       Value* y = conv(g, x, w, nullptr, c.spec);
       const std::vector<int64_t> eager = y->strides;
       g.set_outputs({y});
-      if (c.w[1] % 8 != 0) {
+      if (c.w[1] % 8 != 0 || c.x.size() > 4) {
         // Depthwise, the 3-channel stem, fewer than 8 channels per group:
-        // ATen's (measured faster than cuDNN's fused engines).
+        // ATen's (measured faster than cuDNN's fused engines); 3-d: ATen's
+        // (not yet verified in a model on the GPU).
         run_patterns(g);
         EXPECT_EQ(nodes_of(g, "aten::convolution").size(), 1u);
         EXPECT_TRUE(nodes_of(g, kConvOp).empty());
@@ -215,25 +216,10 @@ TEST_F(CudnnPatterns, ConvolutionsOfEveryRankAndGroupingBecomeConvPointwise) {
   }
 }
 
-// A 5-d output eager gives channels_last_3d needs no copy back.
-TEST_F(CudnnPatterns, Conv3dOutputInChannelsLast3dNeedsNoCopy) {
-  Graph g;
-  Value* x = input(g, {1, 8, 3, 5, 5});
-  Value* w = input(g, {8, 8, 1, 1, 1});
-  Value* y = conv(g, x, w, nullptr);
-  y->strides = channels_last_strides(y->sizes);
-  g.set_outputs({y});
-  ASSERT_TRUE(run_patterns(g));
-  const Node* n = the_conv(g);
-  ASSERT_NE(n, nullptr);
-  EXPECT_EQ(g.outputs()[0], n->outputs[0]);
-  EXPECT_EQ(g.outputs()[0]->strides, y->strides);
-}
-
 // batch norm (scale and shift [C, 1, ...], batch_norm_scale_shift's) then a
-// residual add and a relu: one conv_pointwise, at ranks 3, 4 and 5, grouped.
+// residual add and a relu: one conv_pointwise, at ranks 3 and 4, grouped.
 TEST_F(CudnnPatterns, EpilogueJoinsAtEveryRank) {
-  for (size_t rank : {3, 4, 5}) {
+  for (size_t rank : {3, 4}) {
     SCOPED_TRACE(rank);
     Graph g;
     std::vector<int64_t> xs = {2, 32}, ws = {8, 8};

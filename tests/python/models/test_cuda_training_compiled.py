@@ -178,6 +178,11 @@ def test_training_steps_compiled_match_eager(make, opt_name, precision):
     # Every training graph compiled: attention (no dropout here) is the leaf op with its
     # derivative (attention_training), in fp32 and bf16 alike; the log
     # (torch_plugin.backends.plugin) names what did not lower if this fails.
+    if make is _resnet18 and precision == "bf16":
+        # Batch norm under bf16 autocast: the eager graph until the mismatch the compiled
+        # graph showed on an H200 is understood (pipeline._unverified_cuda_training).
+        assert pipeline.counters["eager_graphs"] > eager_before
+        return
     assert pipeline.counters["eager_graphs"] == eager_before, "a training graph ran as eager"
     # the first step creates the optimizer state in eager; the other two compile
     assert optimizer_step.counters["compiled_steps"] - steps_before == 2
