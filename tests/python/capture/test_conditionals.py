@@ -13,6 +13,7 @@ express stay graph breaks and still equal eager.
 from __future__ import annotations
 
 import dis
+import sys
 
 import pytest
 import torch
@@ -23,7 +24,14 @@ from torch_plugin.capture import convert_frame
 from torch_plugin.capture.conditional_execution import Conditional
 from torch_plugin.capture.conditionals import join_point
 
-pytestmark = pytest.mark.usefixtures("fresh_capture")
+pytestmark = [
+    pytest.mark.usefixtures("fresh_capture"),
+    pytest.mark.skipif(
+        sys.version_info[:2] != (3, 11),
+        reason="tensor-branch conditionals are on for CPython 3.11 only "
+        "(config.capture_tensor_branches)",
+    ),
+]
 
 
 def rand(*shape, grad=False):
