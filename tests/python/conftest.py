@@ -21,6 +21,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
+def tensor_branches_capture():
+    """Branches on a one-element tensor are captured as conditionals
+    (``config.capture_tensor_branches`` on; off by default until the program generator's
+    mismatches with it are fixed)."""
+    import torch_plugin
+
+    before = torch_plugin.config.capture_tensor_branches
+    torch_plugin.config.capture_tensor_branches = True
+    yield
+    torch_plugin.config.capture_tensor_branches = before
+
+
+@pytest.fixture
 def tensor_branches_break():
     """A branch on a tensor breaks the graph (``config.capture_tensor_branches`` off), as
     before issue #31: for tests that use such a branch to make a graph break."""

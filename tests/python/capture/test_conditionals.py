@@ -25,7 +25,7 @@ from torch_plugin.capture.conditional_execution import Conditional
 from torch_plugin.capture.conditionals import join_point
 
 pytestmark = [
-    pytest.mark.usefixtures("fresh_capture"),
+    pytest.mark.usefixtures("fresh_capture", "tensor_branches_capture"),
     pytest.mark.skipif(
         sys.version_info[:2] != (3, 11),
         reason="tensor-branch conditionals are on for CPython 3.11 only "

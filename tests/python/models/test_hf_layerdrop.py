@@ -20,7 +20,7 @@ import torch_plugin
 
 T = pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.usefixtures("fresh_capture")
+pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_capture")
 
 _DROP = 0.1
 

@@ -250,6 +250,7 @@ TRAINING_GAPS: dict = {}
         for n in sorted(MODELS)
     ],
 )
+@pytest.mark.usefixtures("tensor_branches_capture")
 def test_one_graph_in_a_training_step_matching_eager(name):
     """Train mode with the models' own dropout (the generator reseeded before each call, so
     eager and the captured graph draw the same masks), loss = mean square of the first
