@@ -185,3 +185,42 @@ def _current_forward(gm: torch.fx.GraphModule) -> Callable[..., Any]:
     if real_recompile is not None:
         real_recompile()
     return gm.forward
+
+
+def is_static_value(value: Any) -> bool:
+    """Whether a recorded example value (a tensor, a symbolic number, a list or tuple of
+    them) has no symbolic size, and so can be made real by :func:`stand_in`."""
+    if isinstance(value, torch.Tensor):
+        return all(isinstance(s, int) for s in (*value.shape, *value.stride()))
+    if isinstance(value, (list, tuple)):
+        return all(is_static_value(v) for v in value)
+    return not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def real_like(value: Any) -> Any:
+    """A real value standing for a recorded example value: a tensor becomes a fresh tensor of
+    the same shape, strides, dtype, device and ``requires_grad`` (random floats from a
+    generator of its own, so the user's generators never move; zero integers); lists and
+    tuples are mapped; other values are kept."""
+    if isinstance(value, torch.Tensor):
+        t = torch.empty_strided(
+            tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device=value.device
+        )
+        if t.is_floating_point() or t.is_complex():
+            t.normal_(generator=torch.Generator(device=t.device))
+            if value.requires_grad:
+                t.requires_grad_(True)
+        else:
+            t.zero_()
+        return t
+    if isinstance(value, (list, tuple)):
+        return type(value)(real_like(v) for v in value)
+    return value
+
+
+def stand_in(value: Any) -> Any:
+    """What a piece of a captured graph (a DDP bucket's subgraph, the pieces around a
+    conditional) is compiled with for a value capture recorded: a real value like it
+    (:func:`real_like`), or, with symbolic sizes, the recorded FakeTensor or symbolic number
+    (the backend compiles inside the capture's TracingContext, as for the whole graph)."""
+    return real_like(value) if is_static_value(value) else value

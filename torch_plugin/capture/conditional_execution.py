@@ -29,6 +29,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..contract import stand_in
+
 __all__ = ["Conditional", "compile_with_conditionals", "has_conditionals"]
 
 
@@ -62,49 +64,13 @@ def has_conditionals(gm: torch.fx.GraphModule) -> bool:
     return bool(_conditional_nodes(gm))
 
 
-def _real_like(value: Any) -> Any:
-    """A real tensor like a recorded example value (shape, strides, dtype, device,
-    ``requires_grad``; random floats, zero integers), containers mapped."""
-    if isinstance(value, torch.Tensor):
-        t = torch.empty_strided(
-            tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device=value.device
-        )
-        if t.is_floating_point() or t.is_complex():
-            t.normal_(generator=torch.Generator(device=t.device))
-            if value.requires_grad:
-                t.requires_grad_(True)
-        else:
-            t.zero_()
-        return t
-    if isinstance(value, (list, tuple)):
-        return type(value)(_real_like(v) for v in value)
-    return value
-
-
 def _has_operations(gm: torch.fx.GraphModule) -> bool:
     return any(n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes)
 
 
-def _stand_in(value: Any) -> Any:
-    """What a piece is compiled with for a value capture recorded: a real tensor like it
-    (:func:`_real_like`), or, with symbolic sizes, the recorded FakeTensor or symbolic int
-    (the backend compiles inside the capture's TracingContext, as for the whole graph)."""
-    if _is_static(value):
-        return _real_like(value)
-    return value
-
-
-def _is_static(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return all(isinstance(s, int) for s in (*value.shape, *value.stride()))
-    if isinstance(value, (list, tuple)):
-        return all(_is_static(v) for v in value)
-    return not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
-
-
 def _examples(graph: torch.fx.GraphModule) -> list[Any]:
     return [
-        _stand_in(n.meta.get("example_value")) for n in graph.graph.nodes if n.op == "placeholder"
+        stand_in(n.meta.get("example_value")) for n in graph.graph.nodes if n.op == "placeholder"
     ]
 
 

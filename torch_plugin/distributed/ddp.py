@@ -50,6 +50,7 @@ import torch
 import torch.fx
 
 from torch_plugin.contract import CompilerFn
+from torch_plugin.contract import stand_in as _stand_in
 
 log = logging.getLogger("torch_plugin.ddp")
 
@@ -155,15 +156,6 @@ def _op_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
 
 
-def _is_static_value(value: Any) -> bool:
-    """Whether a recorded example value has no symbolic size (and can be made real)."""
-    if isinstance(value, torch.Tensor):
-        return all(isinstance(s, int) for s in (*value.shape, *value.stride()))
-    if isinstance(value, (list, tuple)):
-        return all(_is_static_value(v) for v in value)
-    return not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
-
-
 def plan_split(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -253,37 +245,6 @@ def plan_split(
     return assignment, DDPSplit(caps, num_buckets, subgraphs)
 
 
-def _real_like(value: Any) -> Any:
-    """A real value standing for a recorded example value: tensors become fresh tensors of
-    the same shape, strides, dtype, device and ``requires_grad`` (random floats, zero
-    integers); containers are mapped; other values are kept."""
-    if isinstance(value, torch.Tensor):
-        t = torch.empty_strided(
-            tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device=value.device
-        )
-        if t.is_floating_point() or t.is_complex():
-            t.normal_()
-            if value.requires_grad:
-                t.requires_grad_(True)
-        else:
-            t.zero_()
-        return t
-    if isinstance(value, (list, tuple)):
-        return type(value)(_real_like(v) for v in value)
-    return value
-
-
-def _stand_in(value: Any) -> Any:
-    """What a later subgraph is compiled with for a value an earlier one produces: a real
-    tensor like it (:func:`_real_like`), or, when its sizes are symbolic, the FakeTensor or
-    symbolic number capture recorded (its symbols are the graph inputs' ones: the backend
-    compiles the subgraph for every size those inputs may take, inside the capture's
-    TracingContext)."""
-    if _is_static_value(value):
-        return _real_like(value)
-    return value
-
-
 class _CompiledSubgraph(torch.nn.Module):
     """A compiled subgraph, called by the split graph where its submodule was."""
 
@@ -298,7 +259,7 @@ class _CompiledSubgraph(torch.nn.Module):
 
 class _SubgraphCompiler(torch.fx.Interpreter):
     """Walks the split graph once, compiling each subgraph with example inputs: the real
-    inputs of the whole graph, its parameters, and stand-ins (:func:`_real_like`) for the
+    inputs of the whole graph, its parameters, and stand-ins (:func:`torch_plugin.contract.real_like`) for the
     values earlier subgraphs produce. Nothing of the user's graph runs."""
 
     def __init__(self, split_gm: torch.fx.GraphModule, backend: CompilerFn) -> None:
