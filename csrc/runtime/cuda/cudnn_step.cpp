@@ -62,7 +62,15 @@ std::optional<cd::ConvDesc> desc_of(const Node& n) {
   d.x_sizes = plan_sizes(x->sizes);
   d.x_strides = channels_last(x->sizes);
   d.w_sizes = plan_sizes(w->sizes);
-  d.w_strides = channels_last(w->sizes);
+  // A contiguous 4-d weight is read in place (libs/cudnn_conv_run.cpp,
+  // native_filter: the same test on the same strides, so the pinned plan is
+  // the one the run looks up).
+  const auto meta = at::TensorOptions().dtype(w->dtype).device(at::kMeta);
+  const at::Tensor w_meta = at::empty_strided(w->sizes, w->strides, meta);
+  d.w_strides = rank == 4 && w_meta.is_contiguous() &&
+          !w_meta.is_contiguous(at::MemoryFormat::ChannelsLast)
+      ? w->strides
+      : channels_last(w->sizes);
   d.y_sizes = plan_sizes(out->sizes);
   d.y_strides = channels_last(out->sizes);
   d.stride = ints(n, cp::kStride);
@@ -104,6 +112,21 @@ int slot_or(const Node& n, size_t arg, const SlotMap& slots) {
   return v ? slots.slot(v) : -1;
 }
 
+// Whether the operand is in the channels-last layout the plans read (1-d:
+// [N, C, L] with stride 1 on C); run_conv_pointwise copies it otherwise.
+bool channels_last(const at::Tensor& t) {
+  switch (t.dim()) {
+    case 3:
+      return t.stride(1) == 1 || t.size(1) == 1;
+    case 4:
+      return t.is_contiguous(at::MemoryFormat::ChannelsLast);
+    case 5:
+      return t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+    default:
+      return true;
+  }
+}
+
 class CudnnConvStep final : public Step {
  public:
   CudnnConvStep(
@@ -141,6 +164,16 @@ class CudnnConvStep final : public Step {
     if (shift_ >= 0)
       a.shift = s[shift_];
     at::Tensor y = buffer_.get(s); // channels-last (library_patterns)
+    if (!channels_last(a.x))
+      count_layout_copy(
+          "cudnn conv input: sizes " + c10::str(a.x.sizes()) + " strides " +
+          c10::str(a.x.strides()));
+    if (!channels_last(a.w) && !(a.w.dim() == 4 && a.w.is_contiguous()))
+      count_layout_copy("cudnn conv weight");
+    if (a.residual.defined() && !channels_last(a.residual))
+      count_layout_copy(
+          "cudnn conv residual: sizes " + c10::str(a.residual.sizes()) +
+          " strides " + c10::str(a.residual.strides()));
     s[out_] = cd::run_conv_pointwise(
         a, std::move(y), plan_.get(), ir::apply_epilogue);
   }
