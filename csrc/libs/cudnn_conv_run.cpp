@@ -63,16 +63,6 @@ std::vector<int64_t> channels_last_strides(c10::IntArrayRef sizes) {
   return strides;
 }
 
-// A 4-d weight cuDNN reads in its own contiguous layout (KCRS) beside
-// channels-last activations, rather than a channels-last copy of it made at
-// every call (the module's weight is NCHW; a cached copy would add the
-// weights to the peak memory). Measured on an H100 (issue #29, fp32 b32, CUDA
-// graphs): ResNet-18 1.497 ms against 1.585 with the per-call copies,
-// ResNet-50 2.974 against 3.082; the same engines had plans for both.
-bool native_filter(const at::Tensor& w) {
-  return w.dim() == 4 && w.is_contiguous() && !is_channels_last(w);
-}
-
 // t (3-d, 4-d or 5-d) channels-last: itself when it is, else a copy.
 at::Tensor to_channels_last(const at::Tensor& t) {
   switch (t.dim()) {
@@ -186,8 +176,8 @@ std::optional<ConvDesc> conv_desc(
       y.dim() != rank || !plan_dtype(dtype) || w.scalar_type() != dtype ||
       y.scalar_type() != dtype || w.device() != x.device() ||
       y.device() != x.device() || !is_channels_last(x) ||
-      !(is_channels_last(w) || native_filter(w)) || !is_channels_last(y) ||
-      x.numel() == 0 || w.numel() == 0 || y.numel() == 0 || a.groups < 1 ||
+      !is_channels_last(w) || !is_channels_last(y) || x.numel() == 0 ||
+      w.numel() == 0 || y.numel() == 0 || a.groups < 1 ||
       a.stride.size() != spatial || a.padding.size() != spatial ||
       a.dilation.size() != spatial)
     return std::nullopt;
@@ -271,8 +261,7 @@ at::Tensor run_conv_pointwise(
       available();
   if (planable) {
     a.x = to_channels_last(a.x);
-    if (!native_filter(a.w))
-      a.w = to_channels_last(a.w);
+    a.w = to_channels_last(a.w);
     if (a.residual.defined() && a.residual.dim() == rank)
       a.residual = to_channels_last(a.residual);
   }

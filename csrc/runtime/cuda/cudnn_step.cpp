@@ -62,15 +62,7 @@ std::optional<cd::ConvDesc> desc_of(const Node& n) {
   d.x_sizes = plan_sizes(x->sizes);
   d.x_strides = channels_last(x->sizes);
   d.w_sizes = plan_sizes(w->sizes);
-  // A contiguous 4-d weight is read in place (libs/cudnn_conv_run.cpp,
-  // native_filter: the same test on the same strides, so the pinned plan is
-  // the one the run looks up).
-  const auto meta = at::TensorOptions().dtype(w->dtype).device(at::kMeta);
-  const at::Tensor w_meta = at::empty_strided(w->sizes, w->strides, meta);
-  d.w_strides = rank == 4 && w_meta.is_contiguous() &&
-          !w_meta.is_contiguous(at::MemoryFormat::ChannelsLast)
-      ? w->strides
-      : channels_last(w->sizes);
+  d.w_strides = channels_last(w->sizes);
   d.y_sizes = plan_sizes(out->sizes);
   d.y_strides = channels_last(out->sizes);
   d.stride = ints(n, cp::kStride);
@@ -168,7 +160,7 @@ class CudnnConvStep final : public Step {
       count_layout_copy(
           "cudnn conv input: sizes " + c10::str(a.x.sizes()) + " strides " +
           c10::str(a.x.strides()));
-    if (!channels_last(a.w) && !(a.w.dim() == 4 && a.w.is_contiguous()))
+    if (!channels_last(a.w))
       count_layout_copy("cudnn conv weight");
     if (a.residual.defined() && !channels_last(a.residual))
       count_layout_copy(
