@@ -189,8 +189,7 @@ std::optional<ConvDesc> conv_desc(
   d.x_sizes = x.sizes().vec();
   d.x_strides = channels_last_strides(x.sizes());
   d.w_sizes = w.sizes().vec();
-  d.w_strides =
-      native_filter(w) ? w.strides().vec() : channels_last_strides(w.sizes());
+  d.w_strides = channels_last_strides(w.sizes());
   d.y_sizes = y.sizes().vec();
   d.y_strides = channels_last_strides(y.sizes());
   d.stride = a.stride;
