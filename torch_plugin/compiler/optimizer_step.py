@@ -41,14 +41,12 @@ from typing import Any
 
 import torch
 
+from torch_plugin.compiler import multi_tensor
+
 log = logging.getLogger("torch_plugin.backends.plugin")
 
-# Per optimizer: its compiled group updates, by cache key. At most MAX_GRAPHS keys each.
+# Per optimizer: its kernels, one per (structure, device, dtype). At most MAX_GRAPHS each.
 MAX_GRAPHS = 64
-# The most bytes of new parameters and state one update graph returns (they live until
-# written back): larger groups are split into chunks, compiled and run one after the other,
-# so the step's transient memory stays near this whatever the model's size.
-CHUNK_BYTES = 256 << 20
 _compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Steps run compiled / run as eager in this process (tests read them).
 counters = {"compiled_steps": 0, "eager_steps": 0, "graphs_compiled": 0}
@@ -150,233 +148,193 @@ def run(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return None
 
 
-# --- the update graphs: one parameter's math, as eager's foreach and for-loop code -------
-# Columns of the hyperparameter tensor, per kind.
-_SGD_COLUMNS = ("weight_decay", "momentum", "one_minus_dampening", "neg_lr")
-_ADAM_COLUMNS = (
-    "weight_decay", "decay_factor", "one_minus_beta1", "beta2", "one_minus_beta2",
-    "bias_correction2_sqrt", "eps", "neg_step_size",
-)  # fmt: skip
+# --- the multi-tensor update ---------------------------------------------------------------
 
 
-def _columns(hyper, row_of, k):
-    """Each parameter's hyperparameters as 0-dim tensors: ``row_of[i]`` is parameter ``i``'s
-    row of ``hyper``; each distinct row is read (one select per column) once."""
-    rows = {}
-    for r in row_of:
-        if r not in rows:
-            row = hyper[r]
-            rows[r] = [row[j] for j in range(k)]
-    return [rows[r] for r in row_of]
+def _hyper_rows(kind: str, classes: list[tuple[dict, float | None]]) -> list[list[float]]:
+    """One row of :data:`multi_tensor.COLUMNS` per (param group, step count): eager's Python
+    arithmetic on the group's numbers, in double precision, read now."""
+    rows = []
+    for group, step in classes:
+        if kind == "sgd":
+            rows.append(
+                [group["weight_decay"], group["momentum"], 1 - group["dampening"], -group["lr"]]
+            )
+            continue
+        lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        rows.append(
+            [wd, 1 - lr * wd, 1 - beta1, beta2, 1 - beta2, bias_correction2**0.5, group["eps"],
+             (lr / bias_correction1) * -1]
+        )  # fmt: skip
+    return rows
 
 
-def _sgd_update(params, grads, bufs, hyper, structure, row_of):
-    """SGD (torch.optim.sgd): new parameters and momentum buffers."""
-    weight_decay, momentum, nesterov = structure
-    new_params, new_bufs = [], []
-    columns = _columns(hyper, row_of, len(_SGD_COLUMNS))
-    for i, (p, g) in enumerate(zip(params, grads)):
-        h = columns[i]
-        if weight_decay:
-            g = g + h[0] * p  # grad.add(param, alpha=weight_decay)
-        if momentum:
-            buf = bufs[i] * h[1] + h[2] * g  # buf.mul_(momentum).add_(grad, alpha=1-dampening)
-            new_bufs.append(buf)
-            g = g + h[1] * buf if nesterov else buf
-        new_params.append(p + h[3] * g)  # param.add_(grad, alpha=-lr)
-    return new_params + new_bufs
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # no subclass (DTensor, FakeTensor)
 
 
-def _adam_update(params, grads, exp_avgs, exp_avg_sqs, hyper, structure, row_of):
-    """Adam and AdamW (torch.optim.adam, amsgrad and maximize off): new parameters, first
-    and second moments."""
-    weight_decay, decoupled = structure
-    out_p, out_m, out_v = [], [], []
-    columns = _columns(hyper, row_of, len(_ADAM_COLUMNS))
-    for i, (p, g) in enumerate(zip(params, grads)):
-        h = columns[i]
-        if weight_decay:
-            if decoupled:
-                p = p * h[1]  # param.mul_(1 - lr * weight_decay)
-            else:
-                g = g + h[0] * p  # grad.add(param, alpha=weight_decay)
-        m = torch.lerp(exp_avgs[i], g, h[2])
-        v = exp_avg_sqs[i] * h[3] + (h[4] * g) * g  # mul_(beta2).addcmul_(g, g, 1-beta2)
-        denom = torch.sqrt(v) / h[5] + h[6]
-        out_p.append(p + (h[7] * m) / denom)  # param.addcdiv_(m, denom, value=-step_size)
-        out_m.append(m)
-        out_v.append(v)
-    return out_p + out_m + out_v
+class _Group:
+    """The tensors of one (structure, device, dtype) group of one step."""
+
+    __slots__ = ("structure", "device", "dtype", "lists", "groups", "steps", "written")
+
+    def __init__(self, structure: tuple, device: torch.device, dtype: torch.dtype, n: int):
+        self.structure, self.device, self.dtype = structure, device, dtype
+        self.lists: list[list[torch.Tensor]] = [[] for _ in range(n)]
+        self.groups: list[dict] = []  # each parameter's param group
+        self.steps: list[torch.Tensor] = []  # Adam's step counts
 
 
 class StepCompiler:
-    """The compiled group updates of one optimizer (``kind``: "sgd", "adam", "adamw")."""
+    """The multi-tensor updates of one optimizer (``kind``: "sgd", "adam", "adamw"): one kernel
+    per (structure, device, dtype) (:mod:`torch_plugin.compiler.multi_tensor`), one launch per
+    group and step."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.graphs: dict[Any, Callable[[list[torch.Tensor]], Any] | None] = {}  # None: failed
+        self.mt_kind = "sgd" if kind == "sgd" else "adam"
+        # (structure, device, dtype) -> (source, entry), or None: failed to compile.
+        self.kernels: dict[Any, tuple[str, str] | None] = {}
+        # (structure, device, dtype) -> (addresses, rows, table, blocks): the last table.
+        self.tables: dict[Any, tuple[list[int], list[int], torch.Tensor, int]] = {}
 
     def step(self, opt: torch.optim.Optimizer) -> bool:
-        """Update every parameter with a gradient; False (nothing changed) when a group would
-        need a graph beyond :data:`MAX_GRAPHS` (the caller then runs eager's step)."""
-        groups = self._groups(opt)
-        graphs = []
-        for key, plan in groups.items():
-            if key not in self.graphs:
-                if len(self.graphs) >= MAX_GRAPHS:
-                    log.info("plugin: optimizer step: %d graphs compiled; eager", MAX_GRAPHS)
+        """Update every parameter with a gradient; False (nothing changed) when the step must
+        run as eager's (a kernel beyond :data:`MAX_GRAPHS` or failed to compile, a tensor the
+        kernels do not take: :meth:`collect` says why)."""
+        groups = self.collect(opt)
+        if isinstance(groups, str):
+            log.debug("plugin: optimizer step runs as eager: %s", groups)
+            return False
+        for key, g in groups.items():
+            if key not in self.kernels:
+                if len(self.kernels) >= MAX_GRAPHS:
+                    log.info("plugin: optimizer step: %d kernels compiled; eager", MAX_GRAPHS)
                     return False
-                try:
-                    graph = self._compile(plan)
-                except Exception as e:  # noqa: BLE001 - the optimizer's own step is correct
-                    log.warning("plugin: optimizer step not compiled (%s); eager", e)
-                    graph = None
-                self.graphs[key] = graph
-            graph = self.graphs[key]
-            if graph is None:  # this key failed to compile: eager's step, every time
+                self.kernels[key] = self._compile(g)
+            if self.kernels[key] is None:  # failed to compile: eager's step, every time
                 return False
-            graphs.append((graph, plan))
         if self.kind != "sgd":  # eager's step increment, before the bias corrections
-            steps = [s for _, plan in graphs for s in plan["steps"]]
+            steps = [s for g in groups.values() for s in g.steps]
             if steps:
                 torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
-        for graph, plan in graphs:
-            hyper = self._hyper(plan)
-            outs = graph([*plan["inputs"], hyper])
-            targets = plan["targets"]
-            torch._foreach_copy_(targets, list(outs)[: len(targets)])
+        for key, g in groups.items():
+            self._run(key, g)
         return True
 
-    def _groups(self, opt: torch.optim.Optimizer) -> dict[Any, dict[str, Any]]:
-        """The parameters with gradients by (structure, device, dtype): each group's tensors,
-        hyperparameter rows and cache key."""
-        out: dict[Any, dict[str, Any]] = {}
+    def collect(self, opt: torch.optim.Optimizer) -> dict[Any, _Group] | str:
+        """The parameters with gradients by (structure, device, dtype) with their gradients and
+        state, or why the kernels cannot take them (a string): every tensor must be contiguous,
+        of its parameter's dtype, device and number of elements."""
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+
+        out: dict[Any, _Group] = {}
+        sgd = self.kind == "sgd"
         for group in opt.param_groups:
-            if self.kind == "sgd":
-                structure = (group["weight_decay"] != 0, group["momentum"] != 0, group["nesterov"])
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            # eager's foreach code or its for-loop (they round differently: below)
+            foreach = group.get("foreach")
+            if foreach is None:
+                foreach = _default_to_fused_or_foreach(params, False, False)[1]
+            if sgd:
+                momentum, nesterov = group["momentum"] != 0, group["nesterov"]
+                wd = group["weight_decay"] != 0
+                # eager's foreach SGD adds the nesterov term to the gradients in place when
+                # there is no weight decay (sgd.py _multi_tensor_sgd); its for-loop does not
+                write_grad = bool(momentum and nesterov and not wd and foreach)
+                structure = (wd, momentum, nesterov, write_grad, bool(foreach))
             else:
                 decoupled = self.kind == "adamw" or group.get("decoupled_weight_decay", False)
-                structure = (group["weight_decay"] != 0, bool(decoupled))
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                # A chunk of a (structure, device, dtype) group: its outputs, new tensors
-                # until written back, stay within CHUNK_BYTES (beyond one parameter's).
-                new_bytes = p.numel() * p.element_size() * self._outputs_per_param(structure)
-                chunks = out.setdefault((structure, p.device, p.dtype), [])
-                if not chunks or chunks[-1]["bytes"] + new_bytes > CHUNK_BYTES:
-                    chunks.append({"structure": structure, "device": p.device, "steps": [],
-                                   "groups": [], "bytes": 0})  # fmt: skip
-                chunks[-1]["groups"].append((group, p))
-                chunks[-1]["bytes"] += new_bytes
-        plans = {}
-        for k, chunks in out.items():
-            for i, plan in enumerate(chunks):
-                self._fill(opt, plan)
-                plans[(k, i, plan["key"])] = plan
-        return plans
+                structure = (group["weight_decay"] != 0, bool(decoupled), bool(foreach))
+            names = multi_tensor.lists_of(self.mt_kind, structure)[2:]
+            for p in params:
+                key = (structure, p.device, p.dtype)
+                g = out.get(key)
+                if g is None:
+                    if p.dtype not in multi_tensor.SUPPORTED_DTYPES:
+                        return f"parameters of dtype {p.dtype}"
+                    g = out[key] = _Group(structure, p.device, p.dtype, 2 + len(names))
+                state = opt.state.get(p)
+                tensors = [p, p.grad]
+                for name in names:
+                    t = state.get(name) if state else None
+                    if t is None:
+                        return f"no {name} yet (the first step)"
+                    tensors.append(t)
+                n = p.numel()
+                for t in tensors:
+                    if not (
+                        t.is_contiguous()
+                        and t.dtype == p.dtype
+                        and t.device == p.device
+                        and t.numel() == n
+                        and type(t) in _PLAIN
+                    ):
+                        return "a non-contiguous tensor, or state of another dtype or shape"
+                for ts, t in zip(g.lists, tensors):
+                    ts.append(t)
+                g.groups.append(group)
+                if not sgd:
+                    g.steps.append(state["step"])
+        return out
 
-    def _outputs_per_param(self, structure: tuple) -> int:
-        if self.kind == "sgd":
-            return 2 if structure[1] else 1  # the parameter, its momentum buffer
-        return 3  # the parameter, exp_avg, exp_avg_sq
-
-    def _fill(self, opt: torch.optim.Optimizer, plan: dict[str, Any]) -> None:
-        params = [p for _, p in plan["groups"]]
-        grads = [p.grad for p in params]
-        if self.kind == "sgd":
-            bufs = [opt.state[p]["momentum_buffer"] for p in params] if plan["structure"][1] else []
-            lists = [params, grads, bufs]
-            plan["targets"] = params + bufs
-        else:
-            m = [opt.state[p]["exp_avg"] for p in params]
-            v = [opt.state[p]["exp_avg_sq"] for p in params]
-            plan["steps"] = [opt.state[p]["step"] for p in params]
-            lists = [params, grads, m, v]
-            plan["targets"] = params + m + v
-        plan["lists"] = lists
-        plan["inputs"] = [t for ts in lists for t in ts]
-        # One hyperparameter row per param group (and, for Adam, per step count: parameters
-        # of one group normally step together); which row each parameter reads is part of
-        # the graph, so it is part of the key. The step counts are read before they are
-        # incremented: all move by one, so the rows' classes are the same after.
-        classes: dict[Any, int] = {}
-        row_of = []
-        firsts = []
-        for i, (group, _) in enumerate(plan["groups"]):
-            cls = (id(group), plan["steps"][i].item() if plan["steps"] else None)
-            if cls not in classes:
-                classes[cls] = len(classes)
-                firsts.append(i)
-            row_of.append(classes[cls])
-        plan["row_of"] = tuple(row_of)
-        plan["row_firsts"] = firsts  # the parameter whose group and step give each row
-        plan["key"] = (
-            tuple(len(ts) for ts in lists),
-            plan["row_of"],
-            tuple((tuple(t.shape), t.stride(), t.dtype) for t in plan["inputs"]),
-        )
-
-    def _hyper(self, plan: dict[str, Any]) -> torch.Tensor:
-        """The ``[rows, k]`` float32 hyperparameters of a group, on its device (eager's Python
-        arithmetic, in double precision, read now): one row per (param group, step count)."""
-        rows = []
-        firsts = plan["row_firsts"]
-        if self.kind == "sgd":
-            for group, _ in (plan["groups"][i] for i in firsts):
-                rows.append(
-                    [group["weight_decay"], group["momentum"], 1 - group["dampening"],
-                     -group["lr"]]
-                )  # fmt: skip
-        else:
-            for (group, _), step_t in ((plan["groups"][i], plan["steps"][i]) for i in firsts):
-                lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
-                step = step_t.item()  # a CPU tensor: no device synchronisation
-                bias_correction1 = 1 - beta1**step
-                bias_correction2 = 1 - beta2**step
-                rows.append(
-                    [wd, 1 - lr * wd, 1 - beta1, beta2, 1 - beta2, bias_correction2**0.5,
-                     group["eps"], (lr / bias_correction1) * -1]
-                )  # fmt: skip
-        hyper = torch.tensor(rows, dtype=torch.float32)
-        device = plan["device"]
-        if device.type == "cuda":
-            return hyper.pin_memory().to(device, non_blocking=True)
-        return hyper
-
-    def _compile(self, plan: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
-        """One group's update, traced to an ATen graph and compiled by the plugin compiler."""
-        from torch.fx.experimental.proxy_tensor import make_fx
-
-        from torch_plugin import _C
-        from torch_plugin.compiler import options as options_mod
-        from torch_plugin.compiler import stages
-        from torch_plugin.compiler.decompositions import decomposition_table
-
-        sizes = [len(ts) for ts in plan["lists"]]
-        structure = plan["structure"]
-        update = _sgd_update if self.kind == "sgd" else _adam_update
-
-        def flat(*tensors):
-            lists, pos = [], 0
-            for n in sizes:
-                lists.append(list(tensors[pos : pos + n]))
-                pos += n
-            return update(*lists, tensors[pos], structure, plan["row_of"])
-
-        columns = len(_SGD_COLUMNS if self.kind == "sgd" else _ADAM_COLUMNS)
-        example_hyper = torch.zeros(len(plan["row_firsts"]), columns, device=plan["device"])
-        with torch.no_grad():
-            gm = make_fx(flat, decomposition_table(), tracing_mode="fake")(
-                *plan["inputs"], example_hyper
-            )
+    def _compile(self, g: _Group) -> tuple[str, str] | None:
+        """The kernel of a group's (structure, device, dtype), compiled (or loaded from the
+        kernel cache); None when that fails (logged)."""
+        target = "cuda" if g.device.type == "cuda" else "cpp"
+        try:
+            source, entry = multi_tensor.kernel_source(self.mt_kind, g.structure, g.dtype, target)
+            k = len(multi_tensor.COLUMNS[self.mt_kind])
+            multi_tensor.warm_up(source, entry, g.device, k, f"optimizer step ({self.kind})")
+        except Exception as e:  # noqa: BLE001 - the optimizer's own step is correct
+            log.warning("plugin: optimizer step not compiled (%s); eager", e)
+            return None
         counters["graphs_compiled"] += 1
-        log.info(
-            "plugin: optimizer step (%s) compiled for %d tensors on %s",
-            self.kind, sizes[0], plan["device"],
-        )  # fmt: skip
-        # No CUDA graph: its runner would hold static copies of every output and return clones
-        # of them (the step's memory twice over), for launches the step makes once.
-        with options_mod.overridden({"cuda_graphs": False}):
-            compiled = _C.disable_wrapper(stages.compile_graph)(gm)
-        return compiled
+        log.info("plugin: optimizer step (%s) kernel for %s %s", self.kind, g.device, g.dtype)
+        return source, entry
+
+    def _run(self, key: Any, g: _Group) -> None:
+        """One group's launch: its hyperparameter rows (one per param group and step count),
+        its table (the last one when no address or row moved), the kernel; then the version
+        counters of what it wrote move, as eager's in-place ops move them."""
+        if self.kind == "sgd":
+            step_values = [None] * len(g.groups)
+        else:  # the counts after the increment, as eager's _get_value reads them
+            step_values = torch.stack(g.steps).tolist() if len(g.steps) > 1 else [
+                g.steps[0].item()]  # fmt: skip
+        classes: dict[Any, int] = {}
+        firsts: list[tuple[dict, float | None]] = []
+        rows = []
+        for group, step in zip(g.groups, step_values):
+            cls = (id(group), step)
+            r = classes.get(cls)
+            if r is None:
+                r = classes[cls] = len(firsts)
+                firsts.append((group, step))
+            rows.append(r)
+        hyper = multi_tensor.to_device(
+            torch.tensor(_hyper_rows(self.kind, firsts), dtype=torch.float64), g.device
+        )
+        addresses = [t.data_ptr() for ts in g.lists for t in ts]
+        cached = self.tables.get(key)
+        if cached is not None and cached[0] == addresses and cached[1] == rows:
+            table, blocks = cached[2], cached[3]
+        else:
+            table = multi_tensor.build_table(g.lists, rows, g.device)
+            blocks = len(multi_tensor.block_map([p.numel() for p in g.lists[0]],
+                                                multi_tensor.chunk_of(g.device)))  # fmt: skip
+            self.tables[key] = (addresses, rows, table, blocks)
+        source, entry = self.kernels[key]
+        multi_tensor.launch(source, entry, table, hyper, blocks, f"optimizer step ({self.kind})")
+        written = list(g.lists[0])
+        if self.kind == "sgd":
+            if g.structure[3]:
+                written += g.lists[1]
+            if g.structure[1]:
+                written += g.lists[2]
+        else:
+            written += g.lists[2] + g.lists[3]
+        torch.autograd.graph.increment_version(written)
