@@ -173,7 +173,7 @@ def _element_update(kind: str, structure: tuple, target: str) -> str:
     its result to the storage dtype)."""
     cpu = target == "cpp"
     if kind == "sgd":
-        weight_decay, momentum, nesterov, write_grad, _ = structure
+        weight_decay, momentum, nesterov, _, _ = structure
         lines = []
         if weight_decay:  # grads = _foreach_add(grads, params, alpha=weight_decay)
             lines.append("g = R(TP_FMA(p, A(h[0]), g));")

@@ -3,31 +3,33 @@
 Capture ends a graph at a call of ``optimizer.step()`` (graph-break type "optimizer step")
 and, when the backend offers one (:data:`torch_plugin.contract.OPTIMIZER_STEP`), runs the
 backend's step in its place: :func:`run` here. It updates SGD (with or without momentum),
-Adam and AdamW through graphs compiled by the plugin compiler, and calls the optimizer's own
-``step`` for everything else (:func:`why_eager` says why, on ``torch_plugin.backends.plugin``).
+Adam and AdamW with multi-tensor kernels, and calls the optimizer's own ``step`` for
+everything else (:func:`why_eager` says why, on ``torch_plugin.backends.plugin``).
 
-*One graph per (device, dtype) group.* The parameters that have a gradient are grouped by
-device and dtype (eager's foreach grouping), a group split into chunks whose new tensors stay
-within :data:`CHUNK_BYTES`; each chunk's update is one ATen graph, traced
-from :func:`_sgd_update` / :func:`_adam_update` (the math of PyTorch's foreach and for-loop
-implementations, written per tensor so that the fusion pass makes one kernel of each
-parameter's whole update) and compiled by :func:`torch_plugin.compiler.stages.compile_graph`.
-The graph is functional: it returns the new parameters and state, which one
-``torch._foreach_copy_`` per list writes back (parameters and state keep their identity and
-their version counters move, as eager's in-place update does).
+*One launch per group.* The parameters that have a gradient are grouped by structure (which
+terms the update has: weight decay, momentum, nesterov, decoupled decay, eager's foreach or
+for-loop code), device and dtype (eager's foreach grouping); each group is one launch of a
+multi-tensor kernel (:mod:`torch_plugin.compiler.multi_tensor`: PyTorch's
+``multi_tensor_apply`` with the whole update fused, as its FusedAdam) that reads parameters,
+gradients and state through a table of addresses and writes parameters and state in place
+(their identity kept, their version counters moved as eager's in-place ops move them). The
+kernel depends only on (structure, device, dtype): a new model, new shapes or a different
+number of tensors reuse it; the table is rebuilt when an address moves.
 
-*Hyperparameters are tensor inputs.* Every number of the update (learning rate, betas,
-momentum, dampening, weight decay, eps, and the bias corrections of each parameter's step
-count) is read from the optimizer at each call and passed as one ``[rows, k]`` float32
-tensor, a row per param group and step count, each row read once in the graph (on CUDA through pinned memory and a non-blocking copy: no host synchronisation), so an LR
-scheduler or a changed beta never recompiles and never meets a stale constant. What changes
-the graph's structure (which terms exist: weight decay on or off, momentum, nesterov,
-decoupled decay; the tensors' sizes, strides and dtypes) is the cache key.
+*Hyperparameters are data.* Every number of the update (learning rate, betas, momentum,
+dampening, weight decay, eps, and the bias corrections of each parameter's step count) is
+read from the optimizer at each call, computed in double precision as eager computes it, and
+passed as a ``[rows, k]`` float64 tensor, a row per param group and step count (on CUDA
+through pinned memory and a non-blocking copy: no host synchronisation), so an LR scheduler
+or a changed beta never recompiles and never meets a stale constant; which row each tensor
+reads is in the table.
 
 *State as eager keeps it.* Adam's ``step`` stays the CPU float32 tensor eager keeps and is
-incremented in place by eager's own ``_foreach_add_``; its bias corrections are computed on
-the host in double precision as eager computes them. A parameter without state yet (the first
-step) makes the whole call eager, which creates the state exactly as eager does.
+incremented in place by eager's own ``_foreach_add_``; its value is read on the host (a CPU
+tensor: no device synchronisation) as eager's ``_get_value`` reads it. A parameter without
+state yet (the first step) makes the whole call eager, which creates the state exactly as
+eager does. A tensor the kernels cannot take (non-contiguous, state of another dtype or
+shape, a dtype other than fp32/fp64/bf16/fp16) makes the call eager too.
 
 Key parts: :func:`run` (the backend's step), :func:`why_eager`, :class:`StepCompiler`.
 """
@@ -177,7 +179,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)  # no subclass (DTensor, FakeTensor)
 class _Group:
     """The tensors of one (structure, device, dtype) group of one step."""
 
-    __slots__ = ("structure", "device", "dtype", "lists", "groups", "steps", "written")
+    __slots__ = ("device", "dtype", "groups", "lists", "steps", "structure")
 
     def __init__(self, structure: tuple, device: torch.device, dtype: torch.dtype, n: int):
         self.structure, self.device, self.dtype = structure, device, dtype
