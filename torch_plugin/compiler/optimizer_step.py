@@ -37,6 +37,7 @@ Key parts: :func:`run` (the backend's step), :func:`why_eager`, :class:`StepComp
 from __future__ import annotations
 
 import logging
+import operator
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -77,9 +78,9 @@ def _optimizer_and_step(step: Callable[..., Any]) -> tuple[Any, bool]:
     return opt, True
 
 
-def why_eager(opt: Any, args: tuple, kwargs: dict) -> str | None:
-    """Why this call of ``opt.step(*args, **kwargs)`` runs the optimizer's own step; None
-    when :func:`run` compiles it."""
+def _why_eager_config(opt: Any, args: tuple, kwargs: dict) -> str | None:
+    """Why the optimizer's own step runs, from its class, the call and its param groups'
+    settings (the tensors are :meth:`StepCompiler.collect`'s)."""
     from torch.optim import optimizer as optim_mod
 
     kind = _KINDS.get(type(opt))
@@ -103,26 +104,17 @@ def why_eager(opt: Any, args: tuple, kwargs: dict) -> str | None:
                 return f"{name} is a tensor"
         if any(isinstance(b, torch.Tensor) for b in group.get("betas", ())):
             return "betas are tensors"
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            if p.grad.is_sparse or p.is_complex() or p.grad.dtype != p.dtype:
-                return "a sparse or complex gradient, or one of another dtype"
-            if type(p.grad) is not torch.Tensor or type(p.detach()) is not torch.Tensor:
-                return "a tensor subclass (DTensor under FSDP2)"
-            if p.grad.device != p.device or p.device.type not in ("cpu", "cuda"):
-                return "a parameter off cpu/cuda or its gradient on another device"
-            state = opt.state.get(p)
-            if kind == "sgd":
-                if group["momentum"] != 0 and (state is None or "momentum_buffer" not in state):
-                    return "no momentum buffer yet (the first step)"
-            else:
-                if not state or "exp_avg" not in state:
-                    return "no state yet (the first step)"
-                step = state["step"]
-                if not isinstance(step, torch.Tensor) or step.device.type != "cpu":
-                    return "the step count is not a CPU tensor"
     return None
+
+
+def why_eager(opt: Any, args: tuple, kwargs: dict) -> str | None:
+    """Why this call of ``opt.step(*args, **kwargs)`` runs the optimizer's own step; None
+    when :func:`run` compiles it (the configuration, then each parameter's tensors)."""
+    why = _why_eager_config(opt, args, kwargs)
+    if why is None:
+        found = StepCompiler(_KINDS[type(opt)]).collect(opt)
+        why = found if isinstance(found, str) else None
+    return why
 
 
 def run(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -130,7 +122,9 @@ def run(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     compiled update for SGD, Adam and AdamW (see the module docstring), else ``step`` itself.
     Returns what the optimizer's step returns (None without a closure)."""
     opt, is_class_step = _optimizer_and_step(step)
-    why = "not an optimizer's own step" if not is_class_step else why_eager(opt, args, kwargs)
+    why = (
+        "not an optimizer's own step" if not is_class_step else _why_eager_config(opt, args, kwargs)
+    )
     if why is not None:
         log.debug("plugin: optimizer step runs as eager: %s", why)
         counters["eager_steps"] += 1
@@ -198,6 +192,9 @@ class StepCompiler:
         self.mt_kind = "sgd" if kind == "sgd" else "adam"
         # (structure, device, dtype) -> (source, entry), or None: failed to compile.
         self.kernels: dict[Any, tuple[str, str] | None] = {}
+        # (structure, device, dtype) -> the parameters, state and steps checked last (the
+        # same objects), and the parameters' numbers of elements then.
+        self.checked: dict[Any, tuple[list[torch.Tensor], list[int]]] = {}
         # (structure, device, dtype) -> (addresses, rows, table, blocks): the last table.
         self.tables: dict[Any, tuple[list[int], list[int], torch.Tensor, int]] = {}
 
@@ -252,36 +249,82 @@ class StepCompiler:
                 decoupled = self.kind == "adamw" or group.get("decoupled_weight_decay", False)
                 structure = (group["weight_decay"] != 0, bool(decoupled), bool(foreach))
             names = multi_tensor.lists_of(self.mt_kind, structure)[2:]
-            for p in params:
-                key = (structure, p.device, p.dtype)
+            states = [opt.state.get(p) for p in params]
+            try:
+                lists = [params, [p.grad for p in params]]
+                lists += [[st[name] for st in states] for name in names]
+                steps = [] if sgd else [st["step"] for st in states]
+            except (KeyError, TypeError):  # TypeError: no state at all
+                return "no state yet (the first step)"
+            where = [(p.device, p.dtype) for p in params]
+            first = where[0]
+            if all(w == first for w in where):  # one device and dtype: the usual case
+                spans = [(first, range(len(params)))]
+            else:
+                spans = {}
+                for i, w in enumerate(where):
+                    spans.setdefault(w, []).append(i)
+                spans = list(spans.items())
+            for (device, dtype), idx in spans:
+                key = (structure, device, dtype)
                 g = out.get(key)
                 if g is None:
-                    if p.dtype not in multi_tensor.SUPPORTED_DTYPES:
-                        return f"parameters of dtype {p.dtype}"
-                    g = out[key] = _Group(structure, p.device, p.dtype, 2 + len(names))
-                state = opt.state.get(p)
-                tensors = [p, p.grad]
-                for name in names:
-                    t = state.get(name) if state else None
-                    if t is None:
-                        return f"no {name} yet (the first step)"
-                    tensors.append(t)
-                n = p.numel()
-                for t in tensors:
-                    if not (
-                        t.is_contiguous()
-                        and t.dtype == p.dtype
-                        and t.device == p.device
-                        and t.numel() == n
-                        and type(t) in _PLAIN
-                    ):
-                        return "a non-contiguous tensor, or state of another dtype or shape"
-                for ts, t in zip(g.lists, tensors):
-                    ts.append(t)
-                g.groups.append(group)
+                    g = out[key] = _Group(structure, device, dtype, len(lists))
+                whole = isinstance(idx, range)
+                for ts, new in zip(g.lists, lists):
+                    ts.extend(new if whole else [new[i] for i in idx])
+                g.groups.extend([group] * len(idx))
                 if not sgd:
-                    g.steps.append(state["step"])
+                    g.steps.extend(steps if whole else [steps[i] for i in idx])
+        for key, g in out.items():
+            why = self._check(key, g)
+            if why is not None:
+                return why
         return out
+
+    def _check(self, key: Any, g: _Group) -> str | None:
+        """Why the kernels cannot take a group's tensors, or None. Every tensor must be a plain
+        contiguous tensor of its parameter's dtype, device and number of elements (the kernel
+        reads them as flat arrays), Adam's step counts CPU tensors. The parameters, state and
+        step counts that passed last time (the same objects, kept here, and the parameters of the
+        same sizes) are not checked again; the gradients are, at every step."""
+        grads = g.lists[1]
+        try:
+            if not all(type(t) in _PLAIN and t.is_contiguous() for t in grads):
+                return "a non-contiguous gradient or a tensor subclass (DTensor under FSDP2)"
+        except RuntimeError:  # a sparse gradient has no is_contiguous
+            return "a sparse gradient"
+        known = [t for ts in g.lists[:1] + g.lists[2:] for t in ts] + g.steps
+        known_numels = [p.numel() for p in g.lists[0]]
+        last = self.checked.get(key)
+        if (
+            last is not None
+            and len(last[0]) == len(known)
+            and all(map(operator.is_, last[0], known))
+            and last[1] == known_numels
+        ):
+            return None
+        if g.dtype not in multi_tensor.SUPPORTED_DTYPES:
+            return f"parameters of dtype {g.dtype}"
+        if g.device.type not in ("cpu", "cuda"):
+            return f"parameters on {g.device}"
+        for i, p in enumerate(g.lists[0]):
+            n = p.numel()
+            for ts in g.lists:
+                t = ts[i]
+                if not (
+                    type(t) in _PLAIN
+                    and t.is_contiguous()
+                    and t.dtype == p.dtype
+                    and t.device == p.device
+                    and t.numel() == n
+                ):
+                    return "a non-contiguous tensor, or one of another dtype, device or size"
+        for s in g.steps:
+            if not isinstance(s, torch.Tensor) or s.device.type != "cpu":
+                return "the step count is not a CPU tensor"
+        self.checked[key] = (known, known_numels)
+        return None
 
     def _compile(self, g: _Group) -> tuple[str, str] | None:
         """The kernel of a group's (structure, device, dtype), compiled (or loaded from the
