@@ -173,13 +173,14 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)  # no subclass (DTensor, FakeTensor)
 class _Group:
     """The tensors of one (structure, device, dtype) group of one step."""
 
-    __slots__ = ("device", "dtype", "groups", "lists", "steps", "structure")
+    __slots__ = ("addresses", "device", "dtype", "groups", "lists", "steps", "structure")
 
     def __init__(self, structure: tuple, device: torch.device, dtype: torch.dtype, n: int):
         self.structure, self.device, self.dtype = structure, device, dtype
         self.lists: list[list[torch.Tensor]] = [[] for _ in range(n)]
         self.groups: list[dict] = []  # each parameter's param group
         self.steps: list[torch.Tensor] = []  # Adam's step counts
+        self.addresses: list[int] = []  # every tensor's, list by list (StepCompiler._check)
 
 
 class StepCompiler:
@@ -193,8 +194,8 @@ class StepCompiler:
         # (structure, device, dtype) -> (source, entry), or None: failed to compile.
         self.kernels: dict[Any, tuple[str, str] | None] = {}
         # (structure, device, dtype) -> the parameters, state and steps checked last (the
-        # same objects), and the parameters' numbers of elements then.
-        self.checked: dict[Any, tuple[list[torch.Tensor], list[int]]] = {}
+        # same objects), the parameters' numbers of elements and every tensor's address then.
+        self.checked: dict[Any, tuple[list[torch.Tensor], list[int], list[int]]] = {}
         # (structure, device, dtype) -> (addresses, rows, table, blocks): the last table.
         self.tables: dict[Any, tuple[list[int], list[int], torch.Tensor, int]] = {}
 
@@ -286,8 +287,9 @@ class StepCompiler:
         """Why the kernels cannot take a group's tensors, or None. Every tensor must be a plain
         contiguous tensor of its parameter's dtype, device and number of elements (the kernel
         reads them as flat arrays), Adam's step counts CPU tensors. The parameters, state and
-        step counts that passed last time (the same objects, kept here, and the parameters of the
-        same sizes) are not checked again; the gradients are, at every step."""
+        step counts that passed last time (the same objects, kept here, the parameters of the
+        same sizes, every tensor at the same address: a ``.data`` swapped in moves it) are not
+        checked again; the gradients are, at every step."""
         grads = g.lists[1]
         try:
             if not all(type(t) in _PLAIN and t.is_contiguous() for t in grads):
@@ -296,12 +298,16 @@ class StepCompiler:
             return "a sparse gradient"
         known = [t for ts in g.lists[:1] + g.lists[2:] for t in ts] + g.steps
         known_numels = [p.numel() for p in g.lists[0]]
+        g.addresses = [t.data_ptr() for ts in g.lists for t in ts]
+        n = len(grads)
+        known_addresses = g.addresses[:n] + g.addresses[2 * n :]  # all but the gradients'
         last = self.checked.get(key)
         if (
             last is not None
             and len(last[0]) == len(known)
             and all(map(operator.is_, last[0], known))
             and last[1] == known_numels
+            and last[2] == known_addresses
         ):
             return None
         if g.dtype not in multi_tensor.SUPPORTED_DTYPES:
@@ -323,7 +329,7 @@ class StepCompiler:
         for s in g.steps:
             if not isinstance(s, torch.Tensor) or s.device.type != "cpu":
                 return "the step count is not a CPU tensor"
-        self.checked[key] = (known, known_numels)
+        self.checked[key] = (known, known_numels, known_addresses)
         return None
 
     def _compile(self, g: _Group) -> tuple[str, str] | None:
@@ -363,7 +369,7 @@ class StepCompiler:
         hyper = multi_tensor.to_device(
             torch.tensor(_hyper_rows(self.kind, firsts), dtype=torch.float64), g.device
         )
-        addresses = [t.data_ptr() for ts in g.lists for t in ts]
+        addresses = g.addresses
         cached = self.tables.get(key)
         if cached is not None and cached[0] == addresses and cached[1] == rows:
             table, blocks = cached[2], cached[3]
