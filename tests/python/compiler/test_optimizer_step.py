@@ -348,8 +348,12 @@ MIXED_OPTIMIZERS = {
     ),
     "sgd_nesterov": lambda p, f: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, foreach=f),
 }
-MIXED_SHAPES = [(1,), (5,), (37, 3), (64, 64), (3, 7, 11), (20003,), (128, 300)]
-DTYPE_TOL = {torch.float32: 1e-6, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+# (70001,): two CUDA chunks, the second partial and not a multiple of the vector width
+MIXED_SHAPES = [(1,), (5,), (37, 3), (64, 64), (3, 7, 11), (20003,), (128, 300), (70001,)]
+# bf16/fp16: a few ulps after a few steps in a few elements (the scalar tails of ATen's
+# vectorized CPU loops round the bf16/fp16 scalars unlike their vector bodies, which the kernel
+# follows); fp32/fp64: ATen's CPU sqrt is not correctly rounded, the kernel's is.
+DTYPE_TOL = {torch.float32: 1e-6, torch.float64: 1e-12, torch.bfloat16: 3e-2, torch.float16: 4e-3}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -359,8 +363,7 @@ def test_mixed_dtypes_and_sizes(device, foreach, name):
     """Many tensors of mixed sizes (1 element to several chunks) and dtypes (fp32, fp64, bf16,
     fp16: one kernel each) in two param groups, against eager's foreach and for-loop
     optimizers on equal fresh gradients over several steps with an LR scheduler: parameters,
-    gradients, state and step counts equal to rounding (fp32 and fp64 to an ulp or so: ATen's
-    CPU sqrt is not correctly rounded, the kernel's is; bf16/fp16 to one ulp of theirs), one
+    gradients, state and step counts equal to rounding (DTYPE_TOL says why not bit for bit), one
     kernel per dtype for all steps, and the version counters of what the step wrote move."""
     torch.manual_seed(0)
     dtypes = list(DTYPE_TOL)
@@ -480,12 +483,11 @@ def test_cuda_misaligned_tensors(name):
     """Parameters at addresses not aligned for the vector path (views into one flat buffer at
     odd offsets) take the scalar path: equal to eager."""
     torch.manual_seed(0)
-    flat = torch.randn(10007, device="cuda")
+    flat = torch.randn(80000, device="cuda")
     flat2 = flat.clone()
-    sizes = [(3,), (1001,), (65537,)[:0] or (4000,), (5003,)]
-    offs = [1, 5, 1009, 5011]
-    ref = [torch.nn.Parameter(flat[o : o + s[0]]) for o, s in zip(offs, sizes)]
-    got = [torch.nn.Parameter(flat2[o : o + s[0]]) for o, s in zip(offs, sizes)]
+    spans = [(1, 3), (5, 1001), (1009, 4000), (5011, 70001)]  # (offset, size), disjoint
+    ref = [torch.nn.Parameter(flat[o : o + n]) for o, n in spans]
+    got = [torch.nn.Parameter(flat2[o : o + n]) for o, n in spans]
     o1, o2 = MIXED_OPTIMIZERS[name](ref, True), MIXED_OPTIMIZERS[name](got, True)
     for step in range(3):
         for p, q in zip(ref, got):
