@@ -343,6 +343,7 @@ MIXED_OPTIMIZERS = {
     "adam": lambda p, f: torch.optim.Adam(p, lr=0.01, betas=(0.6, 0.95), foreach=f),
     "adam_wd": lambda p, f: torch.optim.Adam(p, lr=0.01, weight_decay=0.1, foreach=f),
     "adamw": lambda p, f: torch.optim.AdamW(p, lr=0.01, weight_decay=0.05, foreach=f),
+    "adamw_eps": lambda p, f: torch.optim.AdamW(p, lr=0.01, eps=1e-3, weight_decay=0.05, foreach=f),
     "sgd_momentum_wd": lambda p, f: torch.optim.SGD(
         p, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01, foreach=f
     ),
@@ -367,7 +368,7 @@ def test_mixed_dtypes_and_sizes(device, foreach, name):
     kernel per dtype for all steps, and the version counters of what the step wrote move."""
     torch.manual_seed(0)
     dtypes = list(DTYPE_TOL)
-    if name.startswith("adam"):  # fp16 Adam: eps=1e-8 is 0 in fp16, 0/0 in eager and here
+    if name in ("adam", "adam_wd", "adamw"):  # eps=1e-8 is 0 in fp16: 0/0, eager and here
         dtypes.remove(torch.float16)
     ref = [
         torch.nn.Parameter(torch.randn(s, device=device, dtype=dtypes[i % len(dtypes)]))
