@@ -257,6 +257,8 @@ class StepCompiler:
                 steps = [] if sgd else [st["step"] for st in states]
             except (KeyError, TypeError):  # TypeError: no state at all
                 return "no state yet (the first step)"
+            if any(t is None for ts in lists[2:] for t in ts):
+                return "a state tensor is None (the first step)"
             where = [(p.device, p.dtype) for p in params]
             first = where[0]
             if all(w == first for w in where):  # one device and dtype: the usual case
