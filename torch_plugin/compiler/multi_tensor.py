@@ -359,15 +359,19 @@ def chunk_of(device: torch.device) -> int:
 
 
 def build_table(
-    lists: list[list[torch.Tensor]], rows: list[int], device: torch.device
+    lists: list[list[torch.Tensor]],
+    rows: list[int],
+    device: torch.device,
+    chunk: int | None = None,
 ) -> torch.Tensor:
     """The int64 table of a group (module docstring) on ``device``: ``lists`` are the group's
     tensor lists (each tensor dense and contiguous, every list's tensor t of one numel),
-    ``rows[t]`` tensor t's hyperparameter row. On CUDA the copy is asynchronous (from pinned
-    memory): no host synchronisation."""
+    ``rows[t]`` tensor t's hyperparameter row, ``chunk`` the elements per block (default:
+    :func:`chunk_of` the device). On CUDA the copy is asynchronous (from pinned memory): no
+    host synchronisation."""
     n = len(lists[0])
     numels = [t.numel() for t in lists[0]]
-    bm = block_map(numels, chunk_of(device))
+    bm = block_map(numels, chunk or chunk_of(device))
     values = [n, len(bm)]
     for ts in lists:
         values.extend(t.data_ptr() for t in ts)

@@ -498,3 +498,118 @@ def test_cuda_misaligned_tensors(name):
         optimizer_step.run(o2.step)
         for p, q in zip(ref, got):
             torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-6)
+
+
+# The CUDA kernel's source compiled as C++ for the CPU: CUDA's keywords as macros, the grid
+# run block after block and thread after thread (the kernel has no barrier and no shared
+# memory, so one thread at a time is a valid schedule). What it checks without a GPU: the
+# table's indexing, the chunking, the vector (ILP) path and the scalar path, the stores.
+_CUDA_ON_CPU_PRELUDE = r"""
+#include <cmath>
+#include <cstring>
+using std::fma; using std::sqrt; using std::fabs;
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __launch_bounds__(n)
+#define __align__(n) alignas(n)
+struct tp_dim { long long x; };
+static tp_dim threadIdx, blockIdx, blockDim;
+static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
+"""
+
+
+def _cuda_source_on_cpu(source: str, entry: str) -> str:
+    body = source[source.index("#define TP_INLINE") :]  # past the inline-PTX fp16 helpers
+    return (
+        _CUDA_ON_CPU_PRELUDE
+        + "static inline float tp_load_bf16(unsigned short b) {"
+        + " return __uint_as_float(((unsigned int)b) << 16); }\n"
+        + "static inline unsigned short tp_store_bf16(float f) {"
+        + " unsigned int u = __float_as_uint(f); if (f != f) return 0x7fc0u;"
+        + " return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n"
+        + body.replace("#define TP_INLINE __device__ __forceinline__", "#define TP_INLINE inline")
+        + f"""
+extern "C" void kernel(void** args) {{
+  const long long* table = (const long long*)args[1];
+  blockDim.x = {multi_tensor.CUDA_BLOCK};
+  for (long long b = 0; b < table[1]; ++b)
+    for (long long t = 0; t < blockDim.x; ++t) {{
+      blockIdx.x = b; threadIdx.x = t;
+      {entry}((long long*)args[0], table, (const double*)args[2]);
+    }}
+}}
+"""
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name", ["adam_wd", "adamw", "sgd_momentum_wd", "sgd_nesterov"])
+def test_cuda_kernel_source_run_on_cpu(dtype, name):
+    """The CUDA kernel (its text, run on the CPU as above) over tensors of mixed sizes (one
+    element; a multiple of the vector width; two chunks, the second partial and odd) and
+    alignments (views at odd offsets take the scalar path) equals eager's step on the CPU to
+    rounding (the CUDA formulas differ from ATen's CPU ones in their last bits: addcdiv's
+    order, lerp's form), over three steps; the tensors' neighbours stay untouched."""
+    torch.manual_seed(0)
+    foreach = True
+    make = MIXED_OPTIMIZERS[name]
+    # param / grad / state memory: views into padded flat buffers
+    sizes, offsets = [1, 64, 70001, 33], [0, 0, 0, 1]
+    flat = [torch.randn(s + 8, dtype=dtype) for s in sizes]
+    ref = [torch.nn.Parameter(f[o : o + s].clone()) for f, o, s in zip(flat, offsets, sizes)]
+    got_flat = [f.clone() for f in flat]
+    got = [f[o : o + s] for f, o, s in zip(got_flat, offsets, sizes)]
+    o1 = make(ref, foreach)
+    kind = "sgd" if name.startswith("sgd") else "adam"
+    group = o1.param_groups[0]
+    compiler = optimizer_step.StepCompiler(type(o1).__name__.lower())
+    state = None
+    tol = DTYPE_TOL[dtype] * 4
+    for step in range(3):
+        grads = [torch.randn(s, dtype=dtype) for s in sizes]
+        for p, g in zip(ref, grads):
+            p.grad = g.clone()
+        o1.step()
+        if step == 0:  # eager's first step made the state: start the kernel's from it
+            state = {k: [o1.state[p][k].clone() for p in ref] for k in o1.state[ref[0]]}
+            with torch.no_grad():
+                for p, q in zip(ref, got):
+                    q.copy_(p)
+            continue
+        g_cp = [g.clone() for g in grads]
+        if kind == "sgd":
+            structure = (
+                group["weight_decay"] != 0, True, group["nesterov"],
+                group["nesterov"] and group["weight_decay"] == 0, foreach,
+            )  # fmt: skip
+            lists = [got, g_cp, state["momentum_buffer"]]
+            classes = [(group, None)]
+        else:
+            structure = (group["weight_decay"] != 0, name == "adamw", foreach)
+            lists = [got, g_cp, state["exp_avg"], state["exp_avg_sq"]]
+            classes = [(group, o1.state[ref[0]]["step"].item())]
+        source, entry = multi_tensor.kernel_source(kind, structure, dtype, "cuda")
+        table = multi_tensor.build_table(
+            lists, [0] * len(sizes), torch.device("cpu"), multi_tensor.CUDA_CHUNK
+        )
+        hyper = torch.tensor(
+            optimizer_step._hyper_rows(compiler.kind, classes), dtype=torch.float64
+        )
+        torch.ops.torch_plugin.fused(
+            [table, hyper], _cuda_source_on_cpu(source, entry),
+            [list(table.shape), list(hyper.shape)], [[1], [hyper.shape[1], 1]],
+            [torch.int64, torch.float64], [[1]], [[1]], [torch.int64], "cuda-on-cpu",
+        )  # fmt: skip
+        for i, (p, q) in enumerate(zip(ref, got)):
+            what = f"step {step} tensor {i}"
+            torch.testing.assert_close(q, p.detach(), rtol=tol, atol=tol, msg=what)
+            torch.testing.assert_close(g_cp[i], p.grad, rtol=tol, atol=tol, msg=what + " grad")
+            for k, ts in state.items():
+                if k != "step":
+                    torch.testing.assert_close(ts[i], o1.state[p][k], rtol=tol, atol=tol,
+                                               msg=f"{what} {k}")  # fmt: skip
+        for f, o, s in zip(got_flat, offsets, sizes):  # the neighbours of each view
+            f0 = next(x for x in flat if x.numel() == f.numel())
+            assert torch.equal(f[:o], f0[:o]) and torch.equal(f[o + s :], f0[o + s :])
