@@ -296,6 +296,35 @@ def test_passes_and_cache_channels(capsys, tmp_path, monkeypatch):
     assert "[torch_plugin." not in capsys.readouterr().err
 
 
+def test_compiler_channels_kernels_and_patterns(capfd, monkeypatch):
+    """The "plugin" compiler's channels, read from TORCH_PLUGIN_LOGS at each compile and
+    written by C++ to stderr: each generated kernel with its fusion group and source, and
+    each library-pattern rule that fires or is rejected, with its row and the constraint."""
+    monkeypatch.setenv("TORCH_PLUGIN_GRAPH_CACHE", "0")
+    lin = torch.nn.Linear(8, 16).eval()
+
+    def f(x, w):
+        return ((torch.relu(lin(x)) + x @ w) * 2).sigmoid()  # the last three: one kernel
+
+    for spec, shown in [("kernels,patterns", True), ("-kernels,-patterns", False)]:
+        monkeypatch.setenv("TORCH_PLUGIN_LOGS", spec)
+        torch_plugin.reset()
+        opt = torch_plugin.optimize("plugin")(f)
+        with torch.no_grad():
+            for _ in range(2):
+                x, w = torch.randn(4, 8), torch.randn(8, 16)
+                torch.testing.assert_close(opt(x, w), f(x, w), rtol=1e-4, atol=1e-5)
+        err = capfd.readouterr().err
+        if not shown:
+            assert "[torch_plugin kernels]" not in err and "[torch_plugin patterns]" not in err
+            continue
+        rule = "[torch_plugin patterns] library_patterns: rule matmul_to_library ("
+        assert rule + "csrc/compiler/passes/library_patterns.cpp:" in err, err
+        assert ") fired at aten::addmm (%" in err, err
+        assert "rejected at aten::mm (%" in err and ": not a constant weight" in err, err
+        assert "[torch_plugin kernels] " in err and 'extern "C" void kernel(' in err, err
+
+
 def test_set_logs_is_exported():
     assert torch_plugin.set_logs is set_logs
 

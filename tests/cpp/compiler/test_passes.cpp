@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -368,6 +369,54 @@ TEST_F(Passes, LibraryPatternsLogRuleFiringsAndRejections) {
   EXPECT_NE(log.find("rule conv_to_library ("), std::string::npos) << log;
   EXPECT_NE(log.find(") fired at aten::convolution (%"), std::string::npos)
       << log;
+}
+
+// PassOptions::pattern_events (the compile trace, TORCH_PLUGIN_TRACE): the
+// same decisions as the log, recorded with the rule, its row, the node, the
+// device and the failed constraint; nothing is recorded without it.
+TEST_F(Passes, LibraryPatternsRecordRuleFiringsAndRejections) {
+  std::vector<PatternEvent> events;
+  PassOptions o = frozen();
+  o.pattern_events = &events;
+  Graph g;
+  Value* x = input(g, {1, 3, 5, 5});
+  Value* w = input(g, {4, 3, 3, 3}); // a graph input, not frozen
+  g.set_outputs({conv(g, x, w, nullptr)->outputs[0]});
+  EXPECT_FALSE(run("library_patterns", g, o));
+  auto conv_to_library = [](const PatternEvent& e) {
+    return e.rule == "conv_to_library";
+  };
+  auto rejected = std::find_if(events.begin(), events.end(), conv_to_library);
+  ASSERT_NE(rejected, events.end());
+  EXPECT_EQ(rejected->pass, "library_patterns");
+  EXPECT_EQ(rejected->outcome, "rejected");
+  EXPECT_EQ(rejected->reason, "not a constant weight");
+  EXPECT_EQ(rejected->device, "cpu");
+  EXPECT_EQ(rejected->node.rfind("aten::convolution (%", 0), 0u)
+      << rejected->node;
+  EXPECT_EQ(
+      rejected->source.rfind("csrc/compiler/passes/conv_patterns.cpp:", 0), 0u)
+      << rejected->source;
+
+  events.clear();
+  Graph f;
+  Value* fx = input(f, {1, 3, 5, 5});
+  Value* fw = f.add_constant(at::randn({4, 3, 3, 3}));
+  f.set_outputs({conv(f, fx, fw, nullptr)->outputs[0]});
+  EXPECT_TRUE(run("library_patterns", f, o));
+  auto fired = std::find_if(events.begin(), events.end(), conv_to_library);
+  ASSERT_NE(fired, events.end());
+  EXPECT_EQ(fired->outcome, "fired");
+  EXPECT_EQ(fired->reason, "");
+
+  events.clear();
+  PassOptions quiet = frozen(); // no recorder: nothing recorded
+  Graph h;
+  Value* hx = input(h, {1, 3, 5, 5});
+  h.set_outputs({conv(h, hx, h.add_constant(at::randn({4, 3, 3, 3})), nullptr)
+                     ->outputs[0]});
+  EXPECT_TRUE(run("library_patterns", h, quiet));
+  EXPECT_TRUE(events.empty());
 }
 
 TEST_F(Passes, PropagateStridesFollowsChannelsLastInputs) {
