@@ -21,7 +21,8 @@ import typing
 
 import pytest
 import torch
-from differential import check, check_one_graph
+from differential import check
+from one_graph import check_one_graph
 
 import torch_plugin
 from torch_plugin.capture import convert_frame

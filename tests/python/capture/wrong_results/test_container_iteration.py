@@ -22,7 +22,8 @@ import re
 
 import pytest
 import torch
-from differential import check, check_one_graph
+from differential import check
+from one_graph import check_one_graph
 
 import torch_plugin
 from torch_plugin.capture import convert_frame
