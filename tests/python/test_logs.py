@@ -296,6 +296,7 @@ def test_passes_and_cache_channels(capsys, tmp_path, monkeypatch):
     assert "[torch_plugin." not in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not torch_plugin._C._compiler.has_onednn, reason="built without oneDNN")
 def test_compiler_channels_kernels_and_patterns(capfd, monkeypatch):
     """The "plugin" compiler's channels, read from TORCH_PLUGIN_LOGS at each compile and
     written by C++ to stderr: each generated kernel with its fusion group and source, and
@@ -323,6 +324,34 @@ def test_compiler_channels_kernels_and_patterns(capfd, monkeypatch):
         assert ") fired at aten::addmm (%" in err, err
         assert "rejected at aten::mm (%" in err and ": not a constant weight" in err, err
         assert "[torch_plugin kernels] " in err and 'extern "C" void kernel(' in err, err
+
+
+def test_torch_logs_component_table(monkeypatch):
+    """Each TORCH_LOGS component that means something here gives its channel (config.
+    TORCH_LOGS_COMPONENTS, docs/coming_from_torch_compile.md), with or without a prefix;
+    torch's own components give none; TORCH_PLUGIN_LOGS comes last."""
+    monkeypatch.setenv("TORCH_PLUGIN_LOGS", "")
+    cases = {
+        "graph_breaks": "graph_breaks",
+        "+recompiles": "recompiles",
+        "recompiles_verbose": "+recompiles",
+        "-verbose_guards": "guards",
+        "bytecode": "bytecode",
+        "graph_code": "graph",
+        "graph": "graph",
+        "output_code": "kernels",
+        "kernel_code": "kernels",
+        "dynamo": "",
+        "+inductor": "",
+    }
+    for torch_logs, spec in cases.items():
+        monkeypatch.setenv("TORCH_LOGS", torch_logs)
+        assert config.logs_spec() == spec, torch_logs
+    monkeypatch.setenv("TORCH_LOGS", "output_code,graph_code")
+    monkeypatch.setenv("TORCH_PLUGIN_LOGS", "-kernels")
+    assert config.logs_spec() == "kernels,graph,-kernels"
+    assert parse_spec(config.logs_spec()) == ("graph",)
+    assert config.compiler_environment()["log_kernels"] is False
 
 
 def test_set_logs_is_exported():

@@ -194,6 +194,9 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     assert page.count("<summary>Resume function <code>") == sum(len(c["resume"]) for c in codes)
     misses = sum(1 for e in events if e["event"] == "graph_cache" and not e["hit"])
     assert " misses</td>" in page and f", {misses} misses" in page
+    # the plot of compile time per frame: one bar per frame
+    plot = page.split('aria-label="compile time per frame">')[1].split("</svg>")[0]
+    assert plot.count("<rect ") == len(frames)
     for tag in ("<script", "<link", "<img", "src=", "@import", "url("):
         assert tag not in page
 
@@ -283,6 +286,35 @@ def test_progress_lines_after_the_threshold(_clean, capsys):
     assert "[torch_plugin] bar: compiling for more than" in err and "bar: compiled in" in err
 
 
+def test_progress_lines_go_to_a_terminal_without_a_channel(_clean, monkeypatch):
+    """With no log channel on, the progress lines of a long compile go to stderr when it is
+    a terminal (issue #32), and nowhere when it is not."""
+    import io
+
+    class Terminal(io.StringIO):
+        def __init__(self, tty: bool) -> None:
+            super().__init__()
+            self.tty = tty
+
+        def isatty(self) -> bool:
+            return self.tty
+
+    monkeypatch.setattr(trace, "_PROGRESS_THRESHOLD_S", 0.0)
+    a, b = torch.randn(6), torch.randn(6)
+    for tty in (True, False):
+        torch_plugin.reset()
+        err = Terminal(tty)
+        monkeypatch.setattr(sys, "stderr", err)
+        torch.testing.assert_close(torch_plugin.optimize("eager")(bar)(a, b), bar(a, b))
+        monkeypatch.setattr(sys, "stderr", sys.__stderr__)
+        text = err.getvalue()
+        if tty:
+            assert "[torch_plugin] bar: compiling for more than" in text, text
+            assert "[torch_plugin] bar: compiled in" in text, text
+        else:
+            assert "[torch_plugin]" not in text, text
+
+
 def test_still_running_lines_while_one_stage_is_long(_clean, capsys):
     """A stage that runs long prints "still in" lines from a watcher thread, which is
     joined when the conversion ends; no watcher starts when no line is wanted."""
@@ -336,6 +368,7 @@ def _trace_into(monkeypatch, trace_dir) -> None:
     monkeypatch.setattr(trace, "_file", None)
 
 
+@pytest.mark.skipif(not torch_plugin._C._compiler.has_onednn, reason="built without oneDNN")
 def test_trace_and_report_name_library_patterns_fired_and_rejected(_clean, tmp_path):
     """Issue #32: the trace holds each library-pattern rule that fired or was rejected, with
     the constraint that failed; the report page shows them per frame and counts them."""
