@@ -95,6 +95,7 @@ def _frames(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "kernels": [],
                 "code": [],
                 "patterns": [],
+                "autotune": [],
             },
         )
         if kind == "frame":
@@ -116,6 +117,8 @@ def _frames(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             fr["code"].append(ev)
         elif kind == "patterns":
             fr["patterns"].extend(ev.get("decisions", []))
+        elif kind == "autotune":
+            fr["autotune"].append(ev)
     return [f for f in frames.values() if "name" in f]
 
 
@@ -241,6 +244,12 @@ def _frame_html(f: dict[str, Any]) -> str:
         parts.append(_e("\n".join(f["guards"])) + "</pre>")
     if f["patterns"]:
         parts.append(_patterns_html(f["patterns"]))
+    for a in f["autotune"]:
+        parts.append(
+            f"<p><b>max-autotune</b>: library plan {a.get('library_ms', 0.0):.3f} ms, "
+            f"generated kernels {a.get('kernels_ms', 0.0):.3f} ms: running the "
+            f"{_e(a.get('chosen'))}</p>"
+        )
     for k in f["kernels"]:
         steps = k.get("steps", [])
         kinds = collections.Counter(s[0] for s in steps)

@@ -40,7 +40,11 @@ its kind:
   in csrc, ``file:line``), ``outcome`` (``fired``, ``rejected``: a constraint failed, or
   ``off``: the rule has no library kernel for the device in this build), ``node`` (the root
   node in the IR, ``aten::relu (%7)``), ``device`` and ``reason`` (for ``rejected``, the
-  constraint that failed, ``not a constant weight``; for ``off``, why).
+  constraint that failed, ``not a constant weight``; for ``off``, why);
+- ``autotune`` ("plugin" backend, ``mode="max-autotune"``): ``library_ms``, ``kernels_ms``
+  (the graph's time with its library plan and with generated kernels instead) and
+  ``chosen`` (``"library plan"`` or ``"generated kernels"``): :mod:`torch_plugin.compiler.
+  autotune`.
 
 Writing never fails the program: an unwritable folder is warned about once and tracing is
 turned off. When ``TORCH_PLUGIN_TRACE`` is unset, :func:`enabled` is False and nothing is
