@@ -412,6 +412,29 @@ def test_trace_and_report_name_library_patterns_fired_and_rejected(_clean, tmp_p
     assert "<td>not a constant weight</td>" in page
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_trace_names_cuda_library_patterns(_clean, tmp_path):
+    """On CUDA the cuBLASLt rows fire (weights need not be constants there): the trace names
+    them with the device."""
+    monkeypatch = _clean
+    monkeypatch.setenv("TORCH_PLUGIN_GRAPH_CACHE", "0")
+    monkeypatch.setenv("TORCH_PLUGIN_ALWAYS_RUN_COMPILED", "1")
+    trace_dir = tmp_path / "trace"
+    _trace_into(monkeypatch, trace_dir)
+    net = _LinearAndMatmul().cuda().eval()
+    opt = torch_plugin.optimize("plugin")(net)
+    with torch.no_grad():
+        for _ in range(3):
+            x, w = torch.randn(4, 8, device="cuda"), torch.randn(8, 16, device="cuda")
+            torch.testing.assert_close(opt(x, w), net(x, w), rtol=1e-4, atol=1e-4)
+    trace._file.close()
+    decisions = [d for e in read_events(trace_dir) if e["event"] == "patterns"
+                 for d in e["decisions"]]  # fmt: skip
+    fired = {(d["rule"], d["node"].split(" ")[0], d["device"])
+             for d in decisions if d["outcome"] == "fired"}  # fmt: skip
+    assert ("cuda_matmul_to_library", "aten::addmm", "cuda") in fired, decisions
+
+
 def test_report_without_a_trace(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 1
     assert "no trace-*.jsonl file" in capsys.readouterr().err

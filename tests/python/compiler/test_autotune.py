@@ -177,3 +177,15 @@ def test_copy_graph_shares_the_parameters():
     assert [id(p) for p in copy.parameters()] == [id(p) for p in model.parameters()]
     x = torch.randn(3, 8)
     torch.testing.assert_close(copy(x), model(x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_is_timed_both_ways_and_matches_eager(caplog, builds):
+    """On CUDA, with the real timer: both builds (cuBLASLt with its epilogue, and ATen's
+    products with generated kernels) run and are timed; whichever wins matches eager."""
+    model = mlp().cuda()
+    opt = torch_plugin.optimize(model, mode="max-autotune", options={"graph_cache": False})
+    with caplog.at_level(logging.INFO, logger=LOG):
+        three_calls(opt, model, make=lambda n: (torch.randn(n, 8, device="cuda"),))
+    assert builds[:2] == [True, False], builds
+    assert "plugin: max-autotune: library plan " in caplog.text, caplog.text
