@@ -104,7 +104,8 @@ def choose(
     """``library`` (the graph built with the library patterns) or the graph
     ``build_alternative()`` builds without them (None when it does not lower), whichever runs
     ``example_inputs`` faster; ``library`` when timing is not safe (see the module
-    docstring: ``facts`` is the library build's). Timing that fails keeps ``library``."""
+    docstring: ``facts`` is the library build's). A second build or a timing that fails
+    keeps ``library``."""
     why = facts.get("impure")
     example_inputs = [getattr(a.node, "hint", None) if isinstance(a, torch.SymInt) else a
                       for a in example_inputs]  # fmt: skip
@@ -115,7 +116,11 @@ def choose(
     if why is not None:
         log.info("plugin: max-autotune: not timing generated kernels (%s): library plan", why)
         return library
-    alternative = build_alternative()
+    try:
+        alternative = build_alternative()
+    except Exception as e:  # noqa: BLE001 - the second build is optional; the first stands
+        log.info("plugin: max-autotune: the build without library patterns failed (%s)", e)
+        return library
     if alternative is None:
         log.info("plugin: max-autotune: the graph without library patterns does not lower")
         return library

@@ -85,6 +85,23 @@ def test_the_faster_build_runs_and_matches_eager(
     assert True in builds[2:] and False in builds[2:], builds
 
 
+def test_a_failing_second_build_keeps_the_library_plan(monkeypatch, caplog):
+    from torch_plugin.compiler import pipeline
+
+    timed = fake_timer(monkeypatch, 2.0, 1.0)
+
+    def broken(*args):
+        raise RuntimeError("lowering bug")
+
+    monkeypatch.setattr(pipeline, "_without_library_patterns", broken)
+    model = mlp()
+    opt = torch_plugin.optimize(model, mode="max-autotune", options={"graph_cache": False})
+    with caplog.at_level(logging.INFO, logger=LOG):
+        three_calls(opt, model)
+    assert not timed
+    assert "the build without library patterns failed (lowering bug)" in caplog.text
+
+
 def test_a_graph_without_a_product_is_built_once(monkeypatch, caplog, builds):
     timed = fake_timer(monkeypatch, 1.0, 2.0)
 
