@@ -84,10 +84,12 @@ def optimize(
         mode: None or "default"; for "plugin" and "inductor" also "reduce-overhead",
             "max-autotune" and "max-autotune-no-cudagraphs". "plugin": "reduce-overhead"
             keeps CUDA graphs wherever a graph can be captured (by default they are used
-            where safe and measured faster); "max-autotune" times 64 of cuBLASLt's candidates
-            for each CUDA matrix product instead of 8 (nothing else is tuned today, and on
-            the CPU it is "default"); "max-autotune-no-cudagraphs" is that without CUDA
-            graphs. "inductor": Inductor's own modes (``torch._inductor.list_mode_options``).
+            where safe and measured faster); "max-autotune" builds each inference graph
+            with a convolution or matrix product with its library plan and with generated
+            kernels instead, times both and runs the faster (CPU and CUDA:
+            ``torch_plugin.compiler.autotune``), and times 64 of cuBLASLt's candidates for
+            each CUDA matrix product instead of 8; "max-autotune-no-cudagraphs" is that
+            without CUDA graphs. "inductor": Inductor's own modes (``torch._inductor.list_mode_options``).
         options: the backend's options, checked now. "plugin": the compiler's options
             (``torch_plugin.compiler.options.USER_OPTIONS``: ``freeze``, ``fusion``,
             ``library_patterns``, ``memory_planning``, ``cuda_graphs``, ``graph_cache``,

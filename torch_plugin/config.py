@@ -52,9 +52,9 @@ Environment variables (read when needed, by the functions at the end of this mod
 
 | environment variable | default | read by | effect |
 |---|---|---|---|
-| ``TORCH_PLUGIN_LOGS`` | unset | :func:`logs_spec` (at import), :func:`compiler_environment` | log channels (``torch_plugin.logs``); ``kernels`` in it prints each generated kernel, ``patterns`` each library-pattern rule that fires or is rejected (rule name, source line, failed constraint) |
-| ``TORCH_PLUGIN_TRACE`` | unset | :func:`trace_dir` (at import, by ``torch_plugin.trace``) | a folder: each process writes its compile trace there (``trace-<pid>.jsonl``, one JSON object per event: frames, graphs, graph breaks, guards, recompiles, stage times, kernels); ``python -m torch_plugin.report DIR`` makes an HTML page of it |
-| ``TORCH_LOGS`` | unset | :func:`logs_spec` | torch.compile's log components; those in :data:`TORCH_LOGS_COMPONENTS` switch on the channel they mean here (``graph_code``: ``graph``, ``output_code``: ``kernels``) |
+| ``TORCH_PLUGIN_LOGS`` | unset | :func:`logs_spec` (at import), :func:`compiler_environment` | log channels (``torch_plugin.logs``; ``+name`` DEBUG, ``-name`` errors only, as in ``TORCH_LOGS``); ``kernels`` in it prints each generated kernel, ``patterns`` each library-pattern rule that fires or is rejected (rule name, source line, failed constraint) |
+| ``TORCH_PLUGIN_TRACE`` | unset | :func:`trace_dir` (at import, by ``torch_plugin.trace``) | a folder: each process writes its compile trace there (``trace-<pid>.jsonl``, one JSON object per event: frames, graphs, graph breaks, guards, recompiles, stage times, kernels, library-pattern decisions); ``python -m torch_plugin.report DIR`` makes an HTML page of it |
+| ``TORCH_LOGS`` | unset | :func:`logs_spec` | torch.compile's log components; those in :data:`TORCH_LOGS_COMPONENTS` switch on the channel they mean here (``graph_code``: ``graph``, ``output_code``: ``kernels``, ``recompiles_verbose``: ``+recompiles``; a ``+``/``-`` on them is ignored, as torch does; ``TORCH_PLUGIN_LOGS`` overrides them) |
 | ``TORCH_PLUGIN_DISABLE`` | ``0`` | :func:`optimization_disabled` (at each ``torch_plugin.optimize()`` call, and each graph ``torch.compile(backend="plugin")`` hands the backend) | ``1`` turns all optimization off: ``optimize`` returns the model or function unchanged (a context manager that captures nothing), as ``optimize(..., disable=True)`` does; the ``"plugin"`` backend under ``torch.compile`` returns each graph uncompiled (Dynamo's capture stays: ``TORCHDYNAMO_DISABLE=1`` turns that off) |
 | ``TORCH_PLUGIN_FREEZE`` | ``1`` | :func:`compiler_environment` | inference graphs take parameters as constants (guarded by identity and version): conv+BN folding, constant folding (views of weights stay views), prepacked convolution weights |
 | ``TORCH_PLUGIN_LIBRARY_PATTERNS`` | ``1`` | :func:`compiler_environment` | convolutions and matrix products (+epilogue) go to oneDNN / cuBLASLt |
@@ -166,12 +166,14 @@ logs: tuple = ()
 """The log channels printed to stderr, as a tuple of names from
 ``torch_plugin.logs.CHANNELS``: ``graph_breaks``, ``recompiles``, ``guards``, ``bytecode``,
 ``graph``, ``ddp``, ``perf`` (the stage times of compiles past about 2 s), ``passes`` (the IR
-before and after the "plugin" pass pipeline), ``cache`` (graph-cache look-ups). Set at import
-from the ``TORCH_PLUGIN_LOGS`` environment variable
-(``TORCH_PLUGIN_LOGS=graph_breaks,recompiles``, or ``all``). Unlike the other flags,
-assigning it acts at once: ``config.logs = "graph_breaks,guards"`` (a comma-separated string
-or a list of names) calls :func:`torch_plugin.set_logs`, which stores the normalized tuple
-here. Tested in ``tests/python/test_logs.py``."""
+before and after the "plugin" pass pipeline), ``cache`` (graph-cache look-ups), each with its
+verbosity prefix as in ``TORCH_LOGS``: ``name`` (INFO), ``+name`` (DEBUG: the channel's debug
+records too), ``-name`` (ERROR: only its errors). Set at import from the
+``TORCH_PLUGIN_LOGS`` environment variable (``TORCH_PLUGIN_LOGS=graph_breaks,+recompiles``,
+or ``all``). Unlike the other flags, assigning it acts at once: ``config.logs =
+"graph_breaks,guards"`` (a comma-separated string or a list of names) calls
+:func:`torch_plugin.set_logs`, which stores the normalized tuple here
+(``torch_plugin.logs.parse_spec``). Tested in ``tests/python/test_logs.py``."""
 
 error_on_recompile: bool = False
 """A frame whose compiled entries all fail their guards raises
@@ -281,12 +283,15 @@ def env_flag(name: str, default: bool) -> bool:
 LOGS_ENV_VAR = "TORCH_PLUGIN_LOGS"
 
 
-# torch.compile's TORCH_LOGS components that mean something here, and the channel each
-# switches on (torch/_logging/_registrations.py names them; the others are torch's own).
+# torch.compile's TORCH_LOGS components that mean something here, and the channel item each
+# gives (torch/_logging/_registrations.py names them; the others are torch's own). All are
+# torch's "artifacts", which take no verbosity prefix (torch._logging ignores a + or - on
+# them: TORCH_LOGS=-graph_breaks shows graph breaks too); recompiles_verbose, torch's
+# artifact for every failed guard, is the recompiles channel at DEBUG here.
 TORCH_LOGS_COMPONENTS = {
     "graph_breaks": "graph_breaks",
     "recompiles": "recompiles",
-    "recompiles_verbose": "recompiles",
+    "recompiles_verbose": "+recompiles",
     "guards": "guards",
     "verbose_guards": "guards",
     "bytecode": "bytecode",
@@ -299,16 +304,19 @@ TORCH_LOGS_COMPONENTS = {
 
 def logs_spec() -> str:
     """The log channels the environment asks for, as a comma-separated spec (``""`` when
-    none): ``TORCH_PLUGIN_LOGS`` as set, followed by the channels that torch.compile's
-    ``TORCH_LOGS`` components mean here (:data:`TORCH_LOGS_COMPONENTS`: ``TORCH_LOGS=
-    graph_breaks,recompiles,output_code`` switches on ``graph_breaks``, ``recompiles`` and
-    ``kernels``; its other components are torch's own and left to torch). Read at import
-    (``torch_plugin.logs``) and by :func:`compiler_environment`."""
-    names = [os.environ.get(LOGS_ENV_VAR, "")]
+    none): the channels that torch.compile's ``TORCH_LOGS`` components mean here
+    (:data:`TORCH_LOGS_COMPONENTS`: ``TORCH_LOGS=graph_breaks,recompiles,output_code``
+    switches on ``graph_breaks``, ``recompiles`` and ``kernels``; a ``+`` or ``-`` on them is
+    ignored, as torch ignores it on these components; its other components are torch's own
+    and left to torch), followed by ``TORCH_PLUGIN_LOGS`` as set, whose items come later and
+    so override them. Read at import (``torch_plugin.logs``) and by
+    :func:`compiler_environment`."""
+    names = []
     for item in os.environ.get("TORCH_LOGS", "").split(","):
         name = item.strip().lstrip("+-").strip()
-        if name in TORCH_LOGS_COMPONENTS and not item.strip().startswith("-"):
+        if name in TORCH_LOGS_COMPONENTS:
             names.append(TORCH_LOGS_COMPONENTS[name])
+    names.append(os.environ.get(LOGS_ENV_VAR, ""))
     return ",".join(n for n in names if n.strip())
 
 
@@ -322,8 +330,9 @@ def trace_dir() -> str:
 
 
 def _spec_has(spec: str, channel: str) -> bool:
-    """Whether a log spec switches ``channel`` on (``all`` does; a later ``-channel``
-    removes it; ``+`` and spaces are ignored), as ``torch_plugin.logs.parse_spec`` reads it."""
+    """Whether a log spec switches ``channel`` on (``all`` does; a later ``-channel``, which
+    would log only its errors, switches it off: the compiler's channels print no errors;
+    ``+`` and spaces are ignored), as ``torch_plugin.logs.parse_levels`` reads it."""
     on = False
     for item in spec.split(","):
         name = item.strip()

@@ -34,14 +34,20 @@ asks it whether records are wanted, and it installs :func:`set_logs` as the sett
 ``config.logs`` (:func:`torch_plugin.config.install_logs_setter`).
 
 Switch channels with the ``TORCH_PLUGIN_LOGS`` environment variable, read at import
-(``TORCH_PLUGIN_LOGS=graph_breaks,recompiles``; ``all`` or ``+all`` for every channel;
-``-name`` leaves one out, as in ``all,-bytecode``), with :func:`set_logs`, or by assigning
-``torch_plugin.config.logs``. A channel that is on has its own stderr handler and does not
-propagate to the root logger (so nothing is printed twice); a channel that is off is left to
+(``TORCH_PLUGIN_LOGS=graph_breaks,recompiles``; ``all`` for every channel), with
+:func:`set_logs`, or by assigning ``torch_plugin.config.logs``. As in torch.compile's
+``TORCH_LOGS`` (``torch._logging``), a prefix sets a channel's verbosity: ``name`` logs at
+``logging.INFO`` (what each channel prints), ``+name`` at ``logging.DEBUG`` (also the
+channel's debug records: ``graph_breaks`` adds the translator's traceback of each break,
+``recompiles`` the failed guard of every compiled entry, not only the first), ``-name`` at
+``logging.ERROR`` (only the channel's errors: none of the channels' records are errors, so
+``all,-bytecode`` is every channel but ``bytecode``); a later item overrides an earlier one
+(``+all,bytecode``). A channel that is named has its own stderr handler and does not
+propagate to the root logger (so nothing is printed twice); a channel not named is left to
 the ``logging`` configuration of the program.
 
-Key names: :data:`CHANNELS`, :func:`set_logs`, :func:`parse_spec`, :data:`ENV_VAR`,
-:func:`records_wanted`, :func:`log_record`.
+Key names: :data:`CHANNELS`, :func:`set_logs`, :func:`parse_spec`, :func:`parse_levels`,
+:func:`is_on`, :data:`ENV_VAR`, :func:`records_wanted`, :func:`log_record`.
 """
 
 from __future__ import annotations
@@ -74,7 +80,13 @@ COMPILER_CHANNELS: tuple[str, ...] = ("kernels", "patterns")
 # Channels written from CaptureRecords (the others are logged by convert_frame directly).
 _RECORD_CHANNELS = ("guards", "bytecode", "graph")
 
+# The verbosity prefixes of TORCH_LOGS (torch._logging's INCR_VERBOSITY_CHAR and
+# DECR_VERBOSITY_CHAR) and the level each gives; no prefix is INFO.
+_PREFIX_LEVEL = {"+": logging.DEBUG, "": logging.INFO, "-": logging.ERROR}
+_LEVEL_PREFIX = {level: prefix for prefix, level in _PREFIX_LEVEL.items()}
+
 _handlers: dict[str, logging.Handler] = {}
+_levels: dict[str, int] = {}
 _records_wanted = False
 
 
@@ -99,38 +111,52 @@ def logger_for(channel: str) -> logging.Logger:
     return logging.getLogger(f"torch_plugin.{channel}")
 
 
-def parse_spec(spec: str | Iterable[str] | None) -> tuple[str, ...]:
-    """The channels named by ``spec``, in :data:`CHANNELS` order (the compiler's own,
-    :data:`COMPILER_CHANNELS`, are accepted and left out).
+def parse_levels(spec: str | Iterable[str] | None) -> dict[str, int]:
+    """The channels named by ``spec`` and the ``logging`` level of each, in
+    :data:`CHANNELS` order (the compiler's own, :data:`COMPILER_CHANNELS`, are accepted and
+    left out).
 
-    ``spec`` is a comma-separated string (``"graph_breaks,guards"``; ``"all"``/``"+all"`` for
-    every channel; ``"-bytecode"`` removes one; ``"+graph"`` is the same as ``"graph"``; spaces
-    are ignored), an iterable of such names, or None/``""`` for no channel.
+    ``spec`` is a comma-separated string or an iterable of items, each a channel name or
+    ``all`` (every channel) with an optional prefix, as in ``TORCH_LOGS``: none is
+    ``logging.INFO``, ``+`` is ``logging.DEBUG``, ``-`` is ``logging.ERROR``; a later item
+    overrides an earlier one for the channels it names; spaces are ignored. None or ``""``
+    names no channel.
 
     Raises:
         ValueError: an unknown channel name (the message lists the known ones).
     """
     if spec is None:
-        return ()
+        return {}
     items = spec.split(",") if isinstance(spec, str) else list(spec)
-    on: set[str] = set()
+    levels: dict[str, int] = {}
     for item in items:
         name = str(item).strip()
         if not name:
             continue
-        remove = name.startswith("-")
-        name = name.lstrip("+-").strip()
+        prefix = name[0] if name[0] in "+-" else ""
+        name = name[len(prefix) :].strip()
         if name in COMPILER_CHANNELS:
             continue  # the compiler's (COMPILER_CHANNELS), not a Python logger
-        names = set(CHANNELS) if name == "all" else {name}
-        unknown = names - set(CHANNELS)
-        if unknown:
+        if name != "all" and name not in CHANNELS:
             raise ValueError(
-                f"unknown torch_plugin log channel {min(unknown)!r}; "
-                f"known: {', '.join(CHANNELS)}, all"
+                f"unknown torch_plugin log channel {name!r}; "
+                f"known: {', '.join(CHANNELS)}, all (each with an optional + or - prefix)"
             )
-        on = on - names if remove else on | names
-    return tuple(c for c in CHANNELS if c in on)
+        for channel in CHANNELS if name == "all" else (name,):
+            levels[channel] = _PREFIX_LEVEL[prefix]
+    return {c: levels[c] for c in CHANNELS if c in levels}
+
+
+def parse_spec(spec: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``spec`` normalized (as :func:`parse_levels` reads it): one item per channel it
+    names, in :data:`CHANNELS` order, ``name`` for INFO, ``+name`` for DEBUG and ``-name``
+    for ERROR (``"guards,+all,-bytecode"`` gives ``("+graph_breaks", ..., "-bytecode",
+    ...)``). This is the form ``torch_plugin.config.logs`` holds.
+
+    Raises:
+        ValueError: an unknown channel name (the message lists the known ones).
+    """
+    return tuple(_LEVEL_PREFIX[level] + c for c, level in parse_levels(spec).items())
 
 
 def set_logs(channels: str | Iterable[str] | None = None, **flags: bool) -> None:
@@ -139,45 +165,64 @@ def set_logs(channels: str | Iterable[str] | None = None, **flags: bool) -> None
     Examples::
 
         torch_plugin.set_logs("graph_breaks,recompiles")
+        torch_plugin.set_logs("+recompiles")              # with its debug records
         torch_plugin.set_logs(graph_breaks=True, graph=True)
         torch_plugin.set_logs("all", bytecode=False)
         torch_plugin.set_logs()                           # all off
 
     Args:
-        channels: a spec as :func:`parse_spec` reads it.
-        flags: ``channel=True`` adds a channel, ``channel=False`` removes one.
+        channels: a spec as :func:`parse_levels` reads it (``+name``: DEBUG, ``-name``:
+            ERROR).
+        flags: ``channel=True`` adds a channel (at INFO, or at the level ``channels`` gave
+            it), ``channel=False`` removes one.
 
-    The result is stored in ``torch_plugin.config.logs`` (a tuple of channel names).
+    The result is stored in ``torch_plugin.config.logs`` in :func:`parse_spec`'s form (a
+    tuple of names, each with its prefix).
 
     Raises:
         ValueError: an unknown channel name.
     """
-    on = set(parse_spec(channels))
+    levels = parse_levels(channels)
     for name, value in flags.items():
         if name not in CHANNELS:
             raise ValueError(
                 f"unknown torch_plugin log channel {name!r}; known: {', '.join(CHANNELS)}"
             )
-        on = on | {name} if value else on - {name}
-    enabled = tuple(c for c in CHANNELS if c in on)
+        if value:
+            levels.setdefault(name, logging.INFO)
+        else:
+            levels.pop(name, None)
+    levels = {c: levels[c] for c in CHANNELS if c in levels}
     for channel in CHANNELS:
         logger = logger_for(channel)
         handler = _handlers.get(channel)
-        if channel in on and handler is None:
-            handler = _StderrHandler()
-            handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
-            _handlers[channel] = handler
-            logger.addHandler(handler)
-            logger.setLevel(logging.DEBUG)
+        if channel in levels:
+            if handler is None:
+                handler = _StderrHandler()
+                handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+                _handlers[channel] = handler
+                logger.addHandler(handler)
+            logger.setLevel(levels[channel])
             logger.propagate = False
-        elif channel not in on and handler is not None:
+        elif handler is not None:
             logger.removeHandler(handler)
             del _handlers[channel]
             logger.setLevel(logging.NOTSET)
             logger.propagate = True
+    _levels.clear()
+    _levels.update(levels)
     global _records_wanted
-    _records_wanted = any(c in on for c in _RECORD_CHANNELS)
-    vars(config)["logs"] = enabled  # not config.logs = ...: that would call set_logs again
+    _records_wanted = any(is_on(c) for c in _RECORD_CHANNELS)
+    # not config.logs = ...: that would call set_logs again
+    vars(config)["logs"] = tuple(_LEVEL_PREFIX[level] + c for c, level in levels.items())
+
+
+def is_on(channel: str | None = None) -> bool:
+    """Whether ``channel`` prints its records (it was named without ``-``: INFO or DEBUG);
+    with no channel, whether any channel does."""
+    if channel is None:
+        return any(level <= logging.INFO for level in _levels.values())
+    return _levels.get(channel, logging.CRITICAL) <= logging.INFO
 
 
 def records_wanted() -> bool:
@@ -195,10 +240,10 @@ def log_record(record: Any) -> None:
     the ``guards``, ``bytecode`` and ``graph`` channels; capture calls it while
     :func:`records_wanted`."""
     where = _where(record.code)
-    if "guards" in _handlers:
+    if is_on("guards"):
         lines = [f"  {g}" for g in record.guards] or ["  (none)"]
         logger_for("guards").info("guards of a new entry for %s:\n%s", where, "\n".join(lines))
-    if "bytecode" in _handlers:
+    if is_on("bytecode"):
         bytecode_log = logger_for("bytecode")
         bytecode_log.info("original bytecode of %s:\n%s", where, dis.Bytecode(record.code).dis())
         if record.transformed_code is not None:
@@ -210,7 +255,7 @@ def log_record(record: Any) -> None:
             _log_readable(bytecode_log, "transformed code", where, record.transformed_code)
         for code in getattr(record, "resume_codes", ()):
             _log_readable(bytecode_log, "resume function", _where(code), code)
-    if "graph" in _handlers and record.graph is not None:
+    if is_on("graph") and record.graph is not None:
         part = ", part before a graph break" if record.graph_break is not None else ""
         logger_for("graph").info(
             "FX graph of %s%s:\n%s",
@@ -248,7 +293,8 @@ def _set_logs_from_env() -> None:
     if unknown:
         warnings.warn(
             f"{ENV_VAR}: unknown log channel(s) {', '.join(map(repr, unknown))} ignored; "
-            f"known: {', '.join((*CHANNELS, *COMPILER_CHANNELS))}, all",
+            f"known: {', '.join((*CHANNELS, *COMPILER_CHANNELS))}, all "
+            "(each with an optional + or - prefix)",
             stacklevel=2,
         )
     set_logs(",".join(known))

@@ -10,7 +10,8 @@ or ``torch_plugin.report.write(DIR)``. The page has a summary on top (frames, gr
 breaks, recompiles, compile time, time per stage), a bar plot of the compile time of each
 frame, then each frame: its recompile (with the guard that failed), its graphs (FX code),
 graph breaks with the user's source lines around them, the transformed code and its resume
-functions (Python source decompiled by depyf, or ``dis``), guards and the "plugin" backend's
+functions (Python source decompiled by depyf, or ``dis``), guards, the "plugin" backend's
+library-pattern rules that fired or were rejected (with the constraint that failed) and its
 kernels (executor steps and the IR with each generated kernel's source).
 
 Key names: :func:`load`, :func:`render`, :func:`write`, :func:`main`.
@@ -86,7 +87,16 @@ def _frames(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = (pid, fid)
         fr = frames.setdefault(
             key,
-            {"stages": [], "graphs": [], "breaks": [], "guards": [], "kernels": [], "code": []},
+            {
+                "stages": [],
+                "graphs": [],
+                "breaks": [],
+                "guards": [],
+                "kernels": [],
+                "code": [],
+                "patterns": [],
+                "autotune": [],
+            },
         )
         if kind == "frame":
             fr.update(name=ev["name"], file=ev["file"], line=ev["line"], pid=pid, id=fid)
@@ -105,6 +115,10 @@ def _frames(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             fr["kernels"].append(ev)
         elif kind == "bytecode":
             fr["code"].append(ev)
+        elif kind == "patterns":
+            fr["patterns"].extend(ev.get("decisions", []))
+        elif kind == "autotune":
+            fr["autotune"].append(ev)
     return [f for f in frames.values() if "name" in f]
 
 
@@ -149,6 +163,7 @@ def render(events: list[dict[str, Any]], title: str = "torch_plugin compile repo
         if e.get("event") == "stage" and e.get("frame") is None and e.get("depth", 0) == 0
     )
     cache = collections.Counter(e.get("hit") for e in events if e.get("event") == "graph_cache")
+    outcomes = collections.Counter(d.get("outcome") for f in frames for d in f["patterns"])
     out = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>",
         f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>",
@@ -163,6 +178,10 @@ def render(events: list[dict[str, Any]], title: str = "torch_plugin compile repo
             "(backward graphs, new sizes)</td></tr>"
         ),
         f"<tr><th>graph cache</th><td>{cache[True]} hits, {cache[False]} misses</td></tr>",
+        (
+            f"<tr><th>library patterns</th><td>{outcomes['fired']} fired, "
+            f"{outcomes['rejected']} rejected, {outcomes['off']} off in this build</td></tr>"
+        ),
         "</table>",
         "<h2>Time per stage</h2><table><tr><th>stage</th><th>count</th><th>total (s)</th></tr>",
     ]
@@ -223,6 +242,14 @@ def _frame_html(f: dict[str, Any]) -> str:
     if f["guards"]:
         parts.append(f"<h3>Guards ({len(f['guards'])})</h3><pre>")
         parts.append(_e("\n".join(f["guards"])) + "</pre>")
+    if f["patterns"]:
+        parts.append(_patterns_html(f["patterns"]))
+    for a in f["autotune"]:
+        parts.append(
+            f"<p><b>max-autotune</b>: library plan {a.get('library_ms', 0.0):.3f} ms, "
+            f"generated kernels {a.get('kernels_ms', 0.0):.3f} ms: running the "
+            f"{_e(a.get('chosen'))}</p>"
+        )
     for k in f["kernels"]:
         steps = k.get("steps", [])
         kinds = collections.Counter(s[0] for s in steps)
@@ -240,6 +267,24 @@ def _frame_html(f: dict[str, Any]) -> str:
                 f"<pre>{_e(_kernel_proper(kernel['source']))}</pre></details>"
             )
     return "\n".join(parts)
+
+
+def _patterns_html(decisions: list[dict[str, Any]]) -> str:
+    """The library-pattern rules' decisions of one frame: a count per outcome, then one row
+    per decision (rule, its row in csrc, node, device, outcome and why)."""
+    counts = collections.Counter(d.get("outcome") for d in decisions)
+    summary = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+    rows = "".join(
+        f"<tr class='{_e(d.get('outcome'))}'><td>{_e(d.get('rule'))}</td>"
+        f"<td>{_e(d.get('outcome'))}</td><td><code>{_e(d.get('node'))}</code></td>"
+        f"<td>{_e(d.get('device'))}</td><td>{_e(d.get('reason'))}</td>"
+        f"<td class='muted'>{_e(d.get('source'))}</td></tr>"
+        for d in decisions
+    )
+    return (
+        f"<h3>Library patterns: {_e(summary)}</h3><table><tr><th>rule</th><th>outcome</th>"
+        f"<th>node</th><th>device</th><th>why</th><th>rule row</th></tr>{rows}</table>"
+    )
 
 
 def _code_html(what: str, r: dict[str, Any]) -> str:

@@ -33,7 +33,18 @@ its kind:
   ``describe`` (the executor's steps as text), ``ir`` (the graph after the pass pipeline,
   each kernel's source replaced by ``<source of NAME>``: its fusion group's ops stay) and
   ``kernels`` (``name``, ``target`` (``cpp``, ``cuda``), ``group`` (the source's first
-  comment: what the fusion group computes) and ``source``, the whole generated source).
+  comment: what the fusion group computes) and ``source``, the whole generated source);
+- ``patterns`` ("plugin" backend, written after the pass pipeline of each lowered graph that
+  has a node a library-pattern rule starts from): ``decisions``, one per rule and candidate,
+  each with ``pass`` (``library_patterns``), ``rule`` (the rule's name), ``source`` (its row
+  in csrc, ``file:line``), ``outcome`` (``fired``, ``rejected``: a constraint failed, or
+  ``off``: the rule has no library kernel for the device in this build), ``node`` (the root
+  node in the IR, ``aten::relu (%7)``), ``device`` and ``reason`` (for ``rejected``, the
+  constraint that failed, ``not a constant weight``; for ``off``, why);
+- ``autotune`` ("plugin" backend, ``mode="max-autotune"``): ``library_ms``, ``kernels_ms``
+  (the graph's time with its library plan and with generated kernels instead) and
+  ``chosen`` (``"library plan"`` or ``"generated kernels"``): :mod:`torch_plugin.compiler.
+  autotune`.
 
 Writing never fails the program: an unwritable folder is warned about once and tracing is
 turned off. When ``TORCH_PLUGIN_TRACE`` is unset, :func:`enabled` is False and nothing is
@@ -268,8 +279,8 @@ def frame(code: Any) -> Iterator[None]:
 
 def _progress_wanted() -> bool:
     """Progress lines are printed while any log channel is on (issue #32: "when logging is
-    on"), or while stderr is a terminal."""
-    if config.logs:
+    on"; a channel named with ``-`` is not), or while stderr is a terminal."""
+    if logs.is_on():
         return True
     try:
         return sys.stderr is not None and sys.stderr.isatty()
@@ -279,8 +290,8 @@ def _progress_wanted() -> bool:
 
 def _progress_line(text: str) -> None:
     try:
-        if "perf" in config.logs:
-            logs.logger_for("perf").info("%s", text)
+        if any(c.lstrip("+-") == "perf" for c in config.logs):
+            logs.logger_for("perf").info("%s", text)  # "-perf": dropped there
         else:
             sys.stderr.write(f"[torch_plugin] {text}\n")
     except (OSError, ValueError, AttributeError):

@@ -5,7 +5,10 @@
 // (compiler/passes/pass.h) plus "cache_dir", the kernel cache's directory,
 // which is a runtime setting: the binding hands it to the runtime
 // (runtime::set_kernel_cache_dir) before the passes run; parsing the options
-// has no side effect. GIL: held (passes do not release it).
+// has no side effect. With "record_patterns": True, run_pipeline returns the
+// pattern rules' decisions (PassOptions::pattern_events) as a list of dicts
+// with the PatternEvent fields (the compile trace's "patterns" event); else
+// an empty list. GIL: held (passes do not release it).
 #include "python/bindings_graph.h"
 
 #include "compiler/passes/pipeline.h"
@@ -68,9 +71,26 @@ void init_pass_bindings(py::module_& m) {
             return compiler::run_pass(pass, *b.graph, pass_options);
           })
       .def("run_pipeline", [](GraphBuilder& b, py::dict options) {
-        const PassOptions pass_options = to_pass_options(options);
+        PassOptions pass_options = to_pass_options(options);
+        std::vector<compiler::PatternEvent> events;
+        if (options.contains("record_patterns") &&
+            options["record_patterns"].cast<bool>())
+          pass_options.pattern_events = &events;
         set_runtime_options(options);
         compiler::run_pipeline(*b.graph, pass_options);
+        py::list out;
+        for (const compiler::PatternEvent& e : events) {
+          py::dict d;
+          d["pass"] = e.pass;
+          d["rule"] = e.rule;
+          d["source"] = e.source;
+          d["outcome"] = e.outcome;
+          d["node"] = e.node;
+          d["device"] = e.device;
+          d["reason"] = e.reason;
+          out.append(d);
+        }
+        return out;
       });
   m.def(
       "pass_names",

@@ -55,8 +55,9 @@ def fresh_capture():
     torch_plugin.reset()
 
 
-# The differential harnesses (differential.py, against_eager.py) and the program generator
-# live in tests/fuzz/ (shared with the fuzzing script tests/fuzz/run.py). Tests are imported
+# The differential harnesses (differential.py, its one-graph checks one_graph.py,
+# against_eager.py) and the program generator live in tests/fuzz/ (shared with the fuzzing
+# script tests/fuzz/run.py). Tests are imported
 # with --import-mode=importlib, which leaves sys.path alone, so the folder is put on it here;
 # it holds only those helpers.
 _FUZZ_DIR = str(Path(__file__).resolve().parent.parent / "fuzz")

@@ -12,7 +12,15 @@ import torch
 
 import torch_plugin
 from torch_plugin import config
-from torch_plugin.logs import CHANNELS, logger_for, parse_spec, records_wanted, set_logs
+from torch_plugin.logs import (
+    CHANNELS,
+    is_on,
+    logger_for,
+    parse_levels,
+    parse_spec,
+    records_wanted,
+    set_logs,
+)
 
 # a branch on a tensor is these tests' graph break (conftest.py)
 pytestmark = pytest.mark.usefixtures("tensor_branches_break")
@@ -47,13 +55,53 @@ def run_bar(*shapes):
 def test_parse_spec():
     assert parse_spec("graph_breaks,guards") == ("graph_breaks", "guards")
     assert parse_spec(" guards , graph_breaks ") == ("graph_breaks", "guards")  # CHANNELS order
-    assert parse_spec("all") == parse_spec("+all") == CHANNELS
-    assert parse_spec("all,-bytecode") == tuple(c for c in CHANNELS if c != "bytecode")
-    assert parse_spec("+graph") == ("graph",)
+    assert parse_spec("all") == CHANNELS
+    assert parse_spec("+all") == tuple("+" + c for c in CHANNELS)
+    assert parse_spec("all,-bytecode") == tuple(
+        "-bytecode" if c == "bytecode" else c for c in CHANNELS
+    )
+    assert parse_spec("+graph") == ("+graph",)
+    assert parse_spec("+graph,graph") == ("graph",)  # a later item overrides, as in TORCH_LOGS
     assert parse_spec(["recompiles", "graph"]) == ("recompiles", "graph")
     assert parse_spec("") == parse_spec(None) == ()
     with pytest.raises(ValueError, match="unknown torch_plugin log channel 'graphs'"):
         parse_spec("graphs")
+    with pytest.raises(ValueError, match="unknown torch_plugin log channel 'graphs'"):
+        parse_spec("+graphs")
+
+
+def test_prefixes_are_torch_logs_levels():
+    """``name`` is INFO, ``+name`` DEBUG, ``-name`` ERROR, as torch._logging reads
+    TORCH_LOGS; ``all`` takes a prefix too."""
+    from torch._logging._internal import _parse_log_settings
+
+    torch_levels = _parse_log_settings("+dynamo,aot,-inductor").log_qname_to_level
+    expected = {
+        "+": torch_levels["torch._dynamo"],
+        "": torch_levels["torch._functorch._aot_autograd"],
+        "-": torch_levels["torch._inductor"],
+    }
+    assert expected == {"+": logging.DEBUG, "": logging.INFO, "-": logging.ERROR}
+    assert parse_levels("+recompiles,guards,-bytecode") == {
+        "recompiles": expected["+"],
+        "guards": expected[""],
+        "bytecode": expected["-"],
+    }
+    assert parse_levels("-all,+graph") == {
+        c: logging.DEBUG if c == "graph" else logging.ERROR for c in CHANNELS
+    }
+    set_logs("+recompiles,guards,-bytecode")
+    assert config.logs == ("+recompiles", "guards", "-bytecode")
+    assert logger_for("recompiles").level == logging.DEBUG
+    assert logger_for("guards").level == logging.INFO
+    assert logger_for("bytecode").level == logging.ERROR
+    assert logger_for("bytecode").propagate is False  # named: its own handler
+    assert is_on("recompiles") and is_on("guards") and not is_on("bytecode")
+    assert not is_on("graph")
+    set_logs(config.logs)  # config.logs round-trips, prefixes kept
+    assert config.logs == ("+recompiles", "guards", "-bytecode")
+    set_logs("-bytecode")
+    assert not is_on() and not records_wanted()
 
 
 def test_set_logs_forms_and_config():
@@ -63,6 +111,8 @@ def test_set_logs_forms_and_config():
     assert config.logs == ("recompiles", "graph")
     set_logs("all", bytecode=False)
     assert "bytecode" not in config.logs and len(config.logs) == len(CHANNELS) - 1
+    set_logs("+graph", graph=True, guards=True)  # True keeps the spec's level
+    assert config.logs == ("guards", "+graph")
     set_logs()
     assert config.logs == ()
     with pytest.raises(ValueError, match="unknown"):
@@ -110,6 +160,51 @@ def test_recompiles_channel(capsys):
     err = capsys.readouterr().err
     assert "[torch_plugin.recompiles] recompiling bar: L['a']" in err
     assert "expected size [4], got [7]" in err
+
+
+def test_debug_recompiles_names_every_entry(capsys):
+    """``+recompiles`` (TORCH_LOGS=recompiles_verbose) adds the failed guard of every
+    compiled entry; ``recompiles`` names the first one only."""
+    opt = torch_plugin.optimize("eager")(bar)
+
+    def call(dtype):
+        a, b = torch.randn(4, dtype=dtype), torch.randn(4, dtype=dtype)
+        torch.testing.assert_close(opt(a, b), bar(a, b))
+
+    set_logs("recompiles")
+    call(torch.float32)
+    call(torch.float64)
+    call(torch.bfloat16)  # two entries fail
+    err = capsys.readouterr().err
+    assert err.count("[torch_plugin.recompiles] recompiling bar: ") == 2, err
+    assert "entry 2 of bar" not in err
+    torch_plugin.reset()
+    set_logs("+recompiles")
+    call(torch.float32)
+    call(torch.float64)
+    call(torch.bfloat16)
+    err = capsys.readouterr().err
+    assert err.count("[torch_plugin.recompiles] recompiling bar: ") == 2, err
+    first = err.split("recompiling bar: ")[2].split("\n")[0]
+    second = err.split("entry 2 of bar: ")[1].split("\n")[0]
+    assert "float64" in first and "float32" in second, err
+
+
+def test_debug_graph_breaks_add_the_traceback_and_minus_silences(capsys):
+    set_logs("+graph_breaks")
+    run_bar()
+    err = capsys.readouterr().err
+    assert "[torch_plugin.graph_breaks] graph break in bar: data-dependent branch" in err
+    assert "Traceback (most recent call last)" in err
+    torch_plugin.reset()
+    set_logs("graph_breaks")
+    run_bar()
+    err = capsys.readouterr().err
+    assert "graph break in bar" in err and "Traceback" not in err
+    torch_plugin.reset()
+    set_logs("-graph_breaks")  # only errors: a graph break is none
+    run_bar()
+    assert "[torch_plugin." not in capsys.readouterr().err
 
 
 def test_bytecode_channel(capsys):
@@ -201,6 +296,64 @@ def test_passes_and_cache_channels(capsys, tmp_path, monkeypatch):
     assert "[torch_plugin." not in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not torch_plugin._C._compiler.has_onednn, reason="built without oneDNN")
+def test_compiler_channels_kernels_and_patterns(capfd, monkeypatch):
+    """The "plugin" compiler's channels, read from TORCH_PLUGIN_LOGS at each compile and
+    written by C++ to stderr: each generated kernel with its fusion group and source, and
+    each library-pattern rule that fires or is rejected, with its row and the constraint."""
+    monkeypatch.setenv("TORCH_PLUGIN_GRAPH_CACHE", "0")
+    lin = torch.nn.Linear(8, 16).eval()
+
+    def f(x, w):
+        return ((torch.relu(lin(x)) + x @ w) * 2).sigmoid()  # the last three: one kernel
+
+    for spec, shown in [("kernels,patterns", True), ("-kernels,-patterns", False)]:
+        monkeypatch.setenv("TORCH_PLUGIN_LOGS", spec)
+        torch_plugin.reset()
+        opt = torch_plugin.optimize("plugin")(f)
+        with torch.no_grad():
+            for _ in range(2):
+                x, w = torch.randn(4, 8), torch.randn(8, 16)
+                torch.testing.assert_close(opt(x, w), f(x, w), rtol=1e-4, atol=1e-5)
+        err = capfd.readouterr().err
+        if not shown:
+            assert "[torch_plugin kernels]" not in err and "[torch_plugin patterns]" not in err
+            continue
+        rule = "[torch_plugin patterns] library_patterns: rule matmul_to_library ("
+        assert rule + "csrc/compiler/passes/library_patterns.cpp:" in err, err
+        assert ") fired at aten::addmm (%" in err, err
+        assert "rejected at aten::mm (%" in err and ": not a constant weight" in err, err
+        assert "[torch_plugin kernels] " in err and 'extern "C" void kernel(' in err, err
+
+
+def test_torch_logs_component_table(monkeypatch):
+    """Each TORCH_LOGS component that means something here gives its channel (config.
+    TORCH_LOGS_COMPONENTS, docs/coming_from_torch_compile.md), with or without a prefix;
+    torch's own components give none; TORCH_PLUGIN_LOGS comes last."""
+    monkeypatch.setenv("TORCH_PLUGIN_LOGS", "")
+    cases = {
+        "graph_breaks": "graph_breaks",
+        "+recompiles": "recompiles",
+        "recompiles_verbose": "+recompiles",
+        "-verbose_guards": "guards",
+        "bytecode": "bytecode",
+        "graph_code": "graph",
+        "graph": "graph",
+        "output_code": "kernels",
+        "kernel_code": "kernels",
+        "dynamo": "",
+        "+inductor": "",
+    }
+    for torch_logs, spec in cases.items():
+        monkeypatch.setenv("TORCH_LOGS", torch_logs)
+        assert config.logs_spec() == spec, torch_logs
+    monkeypatch.setenv("TORCH_LOGS", "output_code,graph_code")
+    monkeypatch.setenv("TORCH_PLUGIN_LOGS", "-kernels")
+    assert config.logs_spec() == "kernels,graph,-kernels"
+    assert parse_spec(config.logs_spec()) == ("graph",)
+    assert config.compiler_environment()["log_kernels"] is False
+
+
 def test_set_logs_is_exported():
     assert torch_plugin.set_logs is set_logs
 
@@ -279,3 +432,12 @@ def test_torch_logs_components_that_mean_something_here(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "logs: graph_breaks,recompiles\n" in proc.stdout
     assert "[torch_plugin.graph_breaks] graph break in f" in proc.stderr
+    # torch ignores a prefix on these components (its artifacts); recompiles_verbose is
+    # +recompiles here; TORCH_PLUGIN_LOGS comes later and overrides
+    proc = run_script(tmp_path, "-graph_breaks,-guards", torch_logs="-guards,recompiles_verbose")
+    assert proc.returncode == 0, proc.stderr
+    assert "logs: graph_breaks,recompiles\n" not in proc.stdout
+    assert "logs: -graph_breaks,+recompiles,-guards\n" in proc.stdout
+    assert "[torch_plugin." not in proc.stderr
+    proc = run_script(tmp_path, "", torch_logs="-guards")
+    assert "logs: guards\n" in proc.stdout and "[torch_plugin.guards]" in proc.stderr

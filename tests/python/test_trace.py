@@ -133,8 +133,18 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
             assert 'extern "C" void kernel(' in x["source"]
         cache = [e["hit"] for e in events if e["event"] == "graph_cache"]
         assert len(cache) == len(graphs)  # one look-up per graph compiled
+        # relu(x * 2 + 1): the activation rule tries the relu and is rejected, with why
+        decisions = [d for e in events if e["event"] == "patterns" for d in e["decisions"]]
+        assert any(
+            d["rule"] == "fuse_activation"
+            and d["outcome"] == "rejected"
+            and d["node"].startswith("aten::relu (%")
+            and d["reason"] == "not after a library node"
+            for d in decisions
+        ), decisions
     else:
         assert not kernels
+        assert not any(e["event"] == "patterns" for e in events)
 
     # The transformed code of every compiled frame, and at f's graph break its resume
     # functions, as Python source (depyf) or, without it, the dis listing with the reason.
@@ -175,6 +185,8 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     assert page.count("<b>Recompile</b>") == len(recompiles)
     assert "L[&#x27;x&#x27;].size()[0] == 4 failed" in page
     assert page.count("<h3>Kernels:") == len(kernels)
+    if backend == "plugin":
+        assert "<h3>Library patterns:" in page and "not after a library node" in page
     for k in kernels:
         for x in k["kernels"]:
             assert f"kernel <code>{x['name']}</code> (cpp): " in page
@@ -182,6 +194,9 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     assert page.count("<summary>Resume function <code>") == sum(len(c["resume"]) for c in codes)
     misses = sum(1 for e in events if e["event"] == "graph_cache" and not e["hit"])
     assert " misses</td>" in page and f", {misses} misses" in page
+    # the plot of compile time per frame: one bar per frame
+    plot = page.split('aria-label="compile time per frame">')[1].split("</svg>")[0]
+    assert plot.count("<rect ") == len(frames)
     for tag in ("<script", "<link", "<img", "src=", "@import", "url("):
         assert tag not in page
 
@@ -271,6 +286,35 @@ def test_progress_lines_after_the_threshold(_clean, capsys):
     assert "[torch_plugin] bar: compiling for more than" in err and "bar: compiled in" in err
 
 
+def test_progress_lines_go_to_a_terminal_without_a_channel(_clean, monkeypatch):
+    """With no log channel on, the progress lines of a long compile go to stderr when it is
+    a terminal (issue #32), and nowhere when it is not."""
+    import io
+
+    class Terminal(io.StringIO):
+        def __init__(self, tty: bool) -> None:
+            super().__init__()
+            self.tty = tty
+
+        def isatty(self) -> bool:
+            return self.tty
+
+    monkeypatch.setattr(trace, "_PROGRESS_THRESHOLD_S", 0.0)
+    a, b = torch.randn(6), torch.randn(6)
+    for tty in (True, False):
+        torch_plugin.reset()
+        err = Terminal(tty)
+        monkeypatch.setattr(sys, "stderr", err)
+        torch.testing.assert_close(torch_plugin.optimize("eager")(bar)(a, b), bar(a, b))
+        monkeypatch.setattr(sys, "stderr", sys.__stderr__)
+        text = err.getvalue()
+        if tty:
+            assert "[torch_plugin] bar: compiling for more than" in text, text
+            assert "[torch_plugin] bar: compiled in" in text, text
+        else:
+            assert "[torch_plugin]" not in text, text
+
+
 def test_still_running_lines_while_one_stage_is_long(_clean, capsys):
     """A stage that runs long prints "still in" lines from a watcher thread, which is
     joined when the conversion ends; no watcher starts when no line is wanted."""
@@ -305,6 +349,92 @@ def test_still_running_lines_while_one_stage_is_long(_clean, capsys):
     assert "still in" not in capsys.readouterr().err
 
 
+class _LinearAndMatmul(torch.nn.Module):
+    """A linear layer (a constant weight once frozen: the library pattern fires) and a
+    product with a weight the caller passes (not constant: the pattern is rejected)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 16)
+
+    def forward(self, x, w):
+        return torch.relu(self.lin(x)) + x @ w
+
+
+def _trace_into(monkeypatch, trace_dir) -> None:
+    """Trace this process into ``trace_dir`` (as TORCH_PLUGIN_TRACE=DIR at import would)."""
+    monkeypatch.setattr(trace, "_dir", str(trace_dir))
+    monkeypatch.setattr(trace, "_enabled", True)
+    monkeypatch.setattr(trace, "_file", None)
+
+
+@pytest.mark.skipif(not torch_plugin._C._compiler.has_onednn, reason="built without oneDNN")
+def test_trace_and_report_name_library_patterns_fired_and_rejected(_clean, tmp_path):
+    """Issue #32: the trace holds each library-pattern rule that fired or was rejected, with
+    the constraint that failed; the report page shows them per frame and counts them."""
+    monkeypatch = _clean
+    monkeypatch.setenv("TORCH_PLUGIN_GRAPH_CACHE", "0")
+    trace_dir = tmp_path / "trace"
+    _trace_into(monkeypatch, trace_dir)
+    net = _LinearAndMatmul().eval()
+    opt = torch_plugin.optimize("plugin")(net)
+    with torch.no_grad():
+        for n in (4, 4, 6):
+            x, w = torch.randn(n, 8), torch.randn(8, 16)
+            torch.testing.assert_close(opt(x, w), net(x, w), rtol=1e-4, atol=1e-5)
+    trace._file.close()
+    events = read_events(trace_dir)
+    patterns = [e for e in events if e["event"] == "patterns"]
+    assert patterns and all(e["frame"] is not None for e in patterns)
+    decisions = [d for e in patterns for d in e["decisions"]]
+    for d in decisions:
+        assert d["pass"] == "library_patterns" and d["device"] == "cpu", d
+        assert re.fullmatch(r"csrc/compiler/passes/\w+\.cpp:\d+", d["source"]), d
+        assert d["outcome"] in ("fired", "rejected"), d
+        assert (d["reason"] == "") == (d["outcome"] == "fired"), d
+    fired = {(d["rule"], d["node"].split(" ")[0]) for d in decisions if d["outcome"] == "fired"}
+    assert ("matmul_to_library", "aten::addmm") in fired, decisions  # the linear layer
+    rejected = [
+        d for d in decisions if d["rule"] == "matmul_to_library" and d["outcome"] == "rejected"
+    ]
+    assert any(
+        d["node"].startswith("aten::mm (%") and d["reason"] == "not a constant weight"
+        for d in rejected
+    ), decisions
+
+    with open(report.write(str(trace_dir)), encoding="utf-8") as f:
+        page = f.read()
+    assert page.count("<h3>Library patterns:") == len({(e["pid"], e["frame"]) for e in patterns})
+    n_fired = sum(d["outcome"] == "fired" for d in decisions)
+    n_rejected = sum(d["outcome"] == "rejected" for d in decisions)
+    assert f"<td>{n_fired} fired, {n_rejected} rejected, 0 off in this build</td>" in page
+    assert "<td>matmul_to_library</td><td>rejected</td><td><code>aten::mm (%" in page
+    assert "<td>not a constant weight</td>" in page
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_trace_names_cuda_library_patterns(_clean, tmp_path):
+    """On CUDA the cuBLASLt rows fire (weights need not be constants there): the trace names
+    them with the device."""
+    monkeypatch = _clean
+    monkeypatch.setenv("TORCH_PLUGIN_GRAPH_CACHE", "0")
+    monkeypatch.setenv("TORCH_PLUGIN_ALWAYS_RUN_COMPILED", "1")
+    trace_dir = tmp_path / "trace"
+    _trace_into(monkeypatch, trace_dir)
+    net = _LinearAndMatmul().cuda().eval()
+    opt = torch_plugin.optimize("plugin")(net)
+    with torch.no_grad():
+        for _ in range(3):
+            x, w = torch.randn(4, 8, device="cuda"), torch.randn(8, 16, device="cuda")
+            torch.testing.assert_close(opt(x, w), net(x, w), rtol=1e-4, atol=1e-4)
+    trace._file.close()
+    decisions = [d for e in read_events(trace_dir) if e["event"] == "patterns"
+                 for d in e["decisions"]]  # fmt: skip
+    fired = {(d["rule"], d["node"].split(" ")[0], d["device"])
+             for d in decisions if d["outcome"] == "fired"}  # fmt: skip
+    assert ("cuda_matmul_to_library", "aten::addmm", "cuda") in fired, decisions
+
+
 def test_report_without_a_trace(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 1
     assert "no trace-*.jsonl file" in capsys.readouterr().err
@@ -327,9 +457,7 @@ def test_report_renders_in_a_headless_browser(_clean, tmp_path):
         pytest.skip("no chromium on PATH (apt-get install chromium)")
     monkeypatch = _clean
     trace_dir = tmp_path / "trace"
-    monkeypatch.setattr(trace, "_dir", str(trace_dir))
-    monkeypatch.setattr(trace, "_enabled", True)
-    monkeypatch.setattr(trace, "_file", None)
+    _trace_into(monkeypatch, trace_dir)
     a, b = torch.randn(6), torch.randn(6)
     torch.testing.assert_close(torch_plugin.optimize("eager")(bar)(a, b), bar(a, b))
     trace._file.close()

@@ -16,6 +16,8 @@ import torch_plugin
 DOC = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 _REQUIRES = re.compile(r"#\s*doc-test:\s*requires\s+torch_plugin\.(\w+)")
+# "f(x)  # [torch_plugin.recompiles] recompiling ...": a log line shown after a statement.
+_LOG_COMMENT = re.compile(r"^\S.*?\s#\s(\[torch_plugin\.\w+\] .*)$", re.MULTILINE)
 
 
 def examples() -> list[tuple[int, str]]:
@@ -51,6 +53,10 @@ def test_example(line, code, tmp_path, capsys):
     runpy.run_path(str(path), run_name="__doc_example__")
     out = capsys.readouterr()
     assert "Traceback" not in out.err
+    # A log line the doc shows after a statement, in full (no "..."), is the line printed.
+    for shown in _LOG_COMMENT.findall(code):
+        if "..." not in shown:
+            assert shown in out.err, (shown, out.err)
 
 
 def test_graph_break_types_table_matches_the_registry():

@@ -11,9 +11,12 @@ pipeline's mode plus option overrides (:data:`MODE_PLANS`):
 - ``"default"``: on CUDA the compiled graph is timed against the eager graph and the faster
   runs; a CUDA graph is kept where it is safe and measured faster.
 - ``"reduce-overhead"``: the CUDA graph is kept wherever it can be captured, untimed.
-- ``"max-autotune"``: as ``"default"``, and each CUDA matrix product times 64 of cuBLASLt's
-  candidates (instead of 8) with cuBLAS's gemm. That is all it tunes today: generated
-  kernels are not timed against library calls, and on the CPU it is ``"default"``.
+- ``"max-autotune"``: as ``"default"``, and each inference graph with a convolution or matrix
+  product is built twice, with its library plan (oneDNN, cuBLASLt, cuDNN calls with fused
+  epilogues) and with generated kernels around ATen's products (library patterns off); the
+  faster on the graph's example inputs runs (:mod:`torch_plugin.compiler.autotune`, CPU and
+  CUDA). Each CUDA matrix product also times 64 of cuBLASLt's candidates (instead of 8) with
+  cuBLAS's gemm.
 - ``"max-autotune-no-cudagraphs"``: ``"max-autotune"`` without CUDA graphs.
 
 Options (``options={...}``): :data:`torch_plugin.compiler.options.USER_OPTIONS`, checked by
@@ -48,8 +51,11 @@ __all__ = ["MODES", "MODE_PLANS", "check_options", "plugin", "plugin_reduce_over
 MODE_PLANS: dict[str, tuple[str, dict[str, Any]]] = {
     "default": ("default", {}),
     "reduce-overhead": ("reduce-overhead", {}),
-    "max-autotune": ("default", {"cublaslt_candidates": 64}),
-    "max-autotune-no-cudagraphs": ("default", {"cublaslt_candidates": 64, "cuda_graphs": False}),
+    "max-autotune": ("max-autotune", {"cublaslt_candidates": 64}),
+    "max-autotune-no-cudagraphs": (
+        "max-autotune",
+        {"cublaslt_candidates": 64, "cuda_graphs": False},
+    ),
 }
 MODES = tuple(MODE_PLANS)
 

@@ -143,6 +143,13 @@ class _capture_isolation:
         return False
 
 
+def _break_traceback_wanted() -> bool:
+    """Whether a graph break's log line carries the translator's traceback of where capture
+    stopped: with ``config.verbose``, or with the ``graph_breaks`` channel at DEBUG
+    (``TORCH_PLUGIN_LOGS=+graph_breaks``)."""
+    return config.verbose or graph_breaks_log.isEnabledFor(logging.DEBUG)
+
+
 class ConvertFrame:
     """The callback installed by ``optimize(backend)``.
 
@@ -224,6 +231,17 @@ class ConvertFrame:
                 len(entries),
                 config.cache_size_limit,
             )
+            if len(entries) > 1 and recompiles_log.isEnabledFor(logging.DEBUG):
+                # +recompiles (TORCH_LOGS=recompiles_verbose): every entry's failed guard
+                for i, (_, guard) in enumerate(entries[1:], 2):
+                    recompiles_log.debug(
+                        "  entry %d of %s: %s",
+                        i,
+                        code.co_qualname,
+                        guard.failure_reason(
+                            frame.arg_values, frame.f_globals, frame.f_builtins, frame.closure
+                        ),
+                    )
             if config.error_on_recompile:
                 raise RecompileError(
                     f"torch_plugin: recompiling {code.co_qualname} ({code.co_filename}:"
@@ -287,7 +305,12 @@ class ConvertFrame:
                         str(first.location) if first.location else None,
                     )
                 )
-                graph_breaks_log.info("graph break in %s: %s", code.co_qualname, first.describe())
+                graph_breaks_log.info(
+                    "graph break in %s: %s",
+                    code.co_qualname,
+                    first.describe(),
+                    exc_info=first if _break_traceback_wanted() else None,
+                )
                 trace.set_result("graph break")
                 trace.capture_stopped("graph_break", first)
                 return result
@@ -299,7 +322,7 @@ class ConvertFrame:
             "not capturing %s: %s",
             code.co_qualname,
             first.describe(),
-            exc_info=first if config.verbose else None,
+            exc_info=first if _break_traceback_wanted() else None,
         )
         trace.set_result("not captured")
         trace.capture_stopped("not_captured", first)

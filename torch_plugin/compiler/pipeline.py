@@ -25,6 +25,10 @@ On CUDA (any example input, parameter or buffer on a CUDA device) three more rul
 - ``mode="reduce-overhead"`` keeps the CUDA graph whenever it can be captured, without the
   timing.
 
+``mode="max-autotune"`` (CPU and CUDA): an inference graph with a convolution or matrix
+product is also built with the library patterns off, and the faster of the two builds runs
+(:mod:`.autotune`); on CUDA that one is then timed against the eager graph.
+
 Key parts: :func:`compile_captured` (the "plugin" backend's body), :data:`MODES`.
 """
 
@@ -40,7 +44,7 @@ from typing import Any
 import torch
 
 from torch_plugin import _C, config, trace
-from torch_plugin.compiler import options, training
+from torch_plugin.compiler import autotune, options, training
 from torch_plugin.compiler.cuda_graphs import median_cuda_ms
 from torch_plugin.compiler.graph_outputs import flatten_graph_outputs
 from torch_plugin.compiler.inference import InferenceStages
@@ -48,7 +52,7 @@ from torch_plugin.compiler.stages import Captured
 
 log = logging.getLogger("torch_plugin.backends.plugin")
 
-MODES = ("default", "reduce-overhead")
+MODES = ("default", "reduce-overhead", "max-autotune")
 
 # Captured graphs the backend returned as the eager graph (any reason above), in this
 # process: tests assert that a run compiled every graph.
@@ -60,12 +64,22 @@ def compile_captured(
 ) -> Callable[..., Any]:
     """Compile the captured graph ``gm`` with the "plugin" compiler (see the module docstring).
 
-    ``mode``: "default", or "reduce-overhead". Raises ValueError for another mode.
+    ``mode``: "default", "reduce-overhead" or "max-autotune". Raises ValueError for another
+    mode.
     """
     if mode not in MODES:
         raise ValueError(f"plugin: unknown mode {mode!r}; modes: {', '.join(MODES)}")
     captured = Captured.of(gm, example_inputs, mode)
     cuda = captured.cuda
+    # max-autotune's second build compiles a copy of the graph, made before the first build
+    # rewrites gm (autotune.copy_graph).
+    second = None
+    if mode == "max-autotune" and not captured.needs_grad:
+        why_not = autotune.wants_alternative(gm, options.current().library_patterns)
+        if why_not is None:
+            second = autotune.copy_graph(gm)
+        else:
+            log.info("plugin: max-autotune: one build (%s)", why_not)
     # Bound now: the compiler below rewrites gm's outputs (flatten_graph_outputs).
     eager = _C.disable_wrapper(gm.forward)
     facts: dict[str, Any] = {}
@@ -95,9 +109,29 @@ def compile_captured(
         log.info("plugin: the inference graph runs as the eager graph: %s", facts["unlowered"])
         counters["eager_graphs"] += 1
         return eager
+    if second is not None:
+        compiled = autotune.choose(
+            compiled,
+            functools.partial(_without_library_patterns, second, example_inputs, mode),
+            example_inputs,
+            facts,
+            cuda,
+        )
     if not cuda or mode == "reduce-overhead":
         return compiled
     return _faster_of(compiled, eager, example_inputs, facts)
+
+
+def _without_library_patterns(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
+) -> Callable[..., Any] | None:
+    """``gm`` compiled with the library patterns off (max-autotune's second build), or None
+    when its inference graph does not lower."""
+    facts: dict[str, Any] = {}
+    with options.overridden({"library_patterns": False}):
+        compiled = _compile(Captured.of(gm, example_inputs, mode), facts)
+        # Later compiles of this build (a new size of a graph with symbolic sizes): the same.
+        return None if "unlowered" in facts else options.bound(compiled)
 
 
 def _unverified_cuda_training(

@@ -126,10 +126,14 @@ class Lowered:
     ) -> None:
         pass_options = options.pass_options()
         pass_options["freeze"] = bool(frozen)
+        # The pattern rules' decisions are recorded only for the compile trace.
+        pass_options["record_patterns"] = trace.enabled()
         before = str(ir_graph) if passes_log.isEnabledFor(logging.INFO) else None
         t0 = time.perf_counter()
         with trace.stage("passes"):
-            ir_graph.run_pipeline(pass_options)
+            decisions = ir_graph.run_pipeline(pass_options)
+        if decisions:
+            trace.emit("patterns", decisions=decisions)
         self.ir_graph = ir_graph
         # Its text, kept: building the executor releases the IR (_new_executor).
         self.ir_text = str(ir_graph)

@@ -9,11 +9,26 @@
 #include "ir/ir.h"
 
 #include <string>
+#include <vector>
 
 namespace torch_plugin::compiler {
 
 // The graph IR (csrc/ir) that passes and codegen read and rewrite.
 using namespace ::torch_plugin::ir;
+
+// One decision of a pattern rule (pattern_rules.h) about one candidate, as
+// the compile trace (TORCH_PLUGIN_TRACE) records it: "fired", "rejected" (the
+// constraint that failed in `reason`) or "off" (the rule cannot fire on
+// `device` in this build; `reason` says why).
+struct PatternEvent {
+  std::string pass; // the pass that runs the rule ("library_patterns")
+  std::string rule; // the rule's name
+  std::string source; // its row: "csrc/compiler/passes/<file>.cpp:<line>"
+  std::string outcome; // "fired", "rejected", "off"
+  std::string node; // the root node, "aten::relu (%7)"; "" for "off"
+  std::string device; // the device of the node (or the rule is off on)
+  std::string reason; // rejected: the failed constraint; off: why; else ""
+};
 
 // Options of the whole pipeline; each field names the pass it configures.
 struct PassOptions {
@@ -30,6 +45,10 @@ struct PassOptions {
       false; // codegen: print each generated kernel (TORCH_PLUGIN_LOGS=kernels)
   bool log_patterns = false; // library_patterns: print each rule that fires
                              // or is rejected (TORCH_PLUGIN_LOGS=patterns)
+  // library_patterns: where each rule's decisions are appended (the compile
+  // trace); nullptr (the default): none are recorded, and the matcher's
+  // loop does no more than one test per rejected candidate.
+  std::vector<PatternEvent>* pattern_events = nullptr;
   bool codegen = true; // codegen: render kernels (false: un-fuse every group)
   bool memory_planning =
       true; // memory_planning: library outputs share one per-run arena

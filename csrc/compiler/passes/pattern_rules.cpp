@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 namespace torch_plugin::compiler {
 namespace {
@@ -63,6 +64,36 @@ void log(
   if (options.log_patterns)
     std::cerr << "[torch_plugin patterns] " << pass << ": rule " << r.name
               << " (" << source_of(r) << ") " << what << std::endl;
+}
+
+// Appends one decision to options.pattern_events (the compile trace); the
+// caller checks that it is set.
+void record(
+    const PassOptions& options,
+    const char* pass,
+    const Rule& r,
+    const char* outcome,
+    const Node* n,
+    c10::DeviceType device,
+    std::string reason) {
+  options.pattern_events->push_back(PatternEvent{
+      pass,
+      r.name,
+      source_of(r),
+      outcome,
+      n ? node_of(n) : std::string(),
+      c10::DeviceTypeName(device, true),
+      std::move(reason)});
+}
+
+// Whether `g` has a node the rule starts from with its tensors on `device`.
+bool has_root_on(const Graph& g, const Rule& r, c10::DeviceType device) {
+  for (Node* n : g.nodes())
+    if (std::find(r.roots.begin(), r.roots.end(), n->qualified_name()) !=
+            r.roots.end() &&
+        on_device(n, device))
+      return true;
+  return false;
 }
 
 } // namespace
@@ -224,14 +255,20 @@ bool run_rules(
   for (const Rule& rule : rules) {
     std::vector<c10::DeviceType> devices;
     for (c10::DeviceType d : rule.devices) {
-      if (has_kernel(rule.makes, d))
+      if (has_kernel(rule.makes, d)) {
         devices.push_back(d);
-      else
-        log(options,
-            pass,
-            rule,
-            std::string("is off on ") + c10::DeviceTypeName(d, true) + ": no " +
-                rule.makes + " kernel for it in this build");
+        continue;
+      }
+      const std::string why =
+          std::string("no ") + rule.makes + " kernel for it in this build";
+      log(options,
+          pass,
+          rule,
+          std::string("is off on ") + c10::DeviceTypeName(d, true) + ": " +
+              why);
+      // The trace names a rule that is off only where it had a node to try.
+      if (options.pattern_events && has_root_on(g, rule, d))
+        record(options, pass, rule, "off", nullptr, d, why);
     }
     if (devices.empty())
       continue;
@@ -242,11 +279,11 @@ bool run_rules(
               rule.roots.begin(), rule.roots.end(), n->qualified_name()) ==
           rule.roots.end())
         continue;
-      const bool on_rule_device =
-          std::any_of(devices.begin(), devices.end(), [&](c10::DeviceType d) {
+      const auto device =
+          std::find_if(devices.begin(), devices.end(), [&](c10::DeviceType d) {
             return on_device(n, d);
           });
-      if (!on_rule_device)
+      if (device == devices.end())
         continue;
       for (const Match& m : rule.bind(g, n)) {
         const Constraint* failed = nullptr;
@@ -261,9 +298,20 @@ bool run_rules(
               pass,
               rule,
               "rejected at " + node_of(n) + ": not " + failed->name);
+          if (options.pattern_events)
+            record(
+                options,
+                pass,
+                rule,
+                "rejected",
+                n,
+                *device,
+                std::string("not ") + failed->name);
           continue;
         }
         const std::string at = node_of(n);
+        if (options.pattern_events)
+          record(options, pass, rule, "fired", n, *device, "");
         rule.rewrite(g, m);
         changed = true;
         VLOG(1) << pass << ": rule " << rule.name << " (" << source_of(rule)

@@ -1,132 +1,25 @@
 // test_passes.cpp: unit tests of the compiler passes on small hand-built IR
 // graphs (csrc/compiler/passes/): dead_code_elimination,
 // batch_norm_scale_shift,
-// constant_folding, library_patterns, propagate_strides, memory_planning. Each
+// constant_folding, propagate_strides, memory_planning (library_patterns:
+// test_library_patterns.cpp). Each
 // test builds a graph, runs one pass, and asserts the rewritten graph; where a
 // pass changes values, the graph is also run by the Executor against eager ATen
 // on fresh random inputs.
 #include "compiler/passes/conv_patterns.h"
-#include "compiler/passes/pipeline.h"
-#include "ir/ir.h"
-#include "ir/verifier.h"
-#include "runtime/executor.h"
+#include "pass_test_helpers.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
 namespace torch_plugin::compiler {
 namespace {
 
-using runtime::Executor;
-
-const c10::Device kCpu(c10::kCPU);
-
-Value* input(
-    Graph& g,
-    std::vector<int64_t> sizes,
-    at::MemoryFormat format = at::MemoryFormat::Contiguous) {
-  std::vector<int64_t> strides =
-      at::empty(sizes, at::TensorOptions().memory_format(format))
-          .strides()
-          .vec();
-  return g.add_input(c10::ScalarType::Float, sizes, strides, kCpu);
-}
-
-// A node whose every argument is a tensor input (in order) followed by
-// `consts`.
-Node* node(
-    Graph& g,
-    const std::string& op,
-    const std::string& overload,
-    std::vector<Value*> ins,
-    std::vector<AttrValue> consts,
-    std::vector<std::vector<int64_t>> out_sizes) {
-  std::vector<Arg> args;
-  for (size_t i = 0; i < ins.size(); ++i)
-    args.push_back(Arg::tensor(static_cast<int64_t>(i)));
-  for (AttrValue& c : consts)
-    args.push_back(Arg::constant(std::move(c)));
-  Node* n = g.create_node(op, overload, ins, args, out_sizes.size());
-  for (size_t i = 0; i < out_sizes.size(); ++i)
-    Graph::set_type(
-        n->outputs[i],
-        c10::ScalarType::Float,
-        out_sizes[i],
-        contiguous_strides(out_sizes[i]),
-        kCpu);
-  return n;
-}
-
-// aten::convolution(x, w, b, stride 1, padding 1, dilation 1, not transposed,
-// groups 1).
-Node* conv(Graph& g, Value* x, Value* w, Value* b) {
-  std::vector<int64_t> out = {
-      x->sizes[0], w->sizes[0], x->sizes[2], x->sizes[3]};
-  std::vector<Value*> ins = {x, w};
-  std::vector<Arg> args = {Arg::tensor(0), Arg::tensor(1)};
-  if (b) {
-    ins.push_back(b);
-    args.push_back(Arg::tensor(2));
-  } else {
-    args.push_back(Arg::constant(std::monostate{}));
-  }
-  for (AttrValue v : std::vector<AttrValue>{
-           std::vector<int64_t>{1, 1},
-           std::vector<int64_t>{1, 1},
-           std::vector<int64_t>{1, 1},
-           false,
-           std::vector<int64_t>{0, 0},
-           int64_t{1}})
-    args.push_back(Arg::constant(v));
-  Node* n = g.create_node("aten::convolution", "default", ins, args, 1);
-  Graph::set_type(
-      n->outputs[0],
-      c10::ScalarType::Float,
-      out,
-      contiguous_strides(out),
-      kCpu);
-  return n;
-}
-
-at::Tensor conv_ref(
-    const at::Tensor& x,
-    const at::Tensor& w,
-    const at::Tensor& b) {
-  return at::conv2d(x, w, b, {1, 1}, {1, 1});
-}
-
-std::vector<std::string> ops(const Graph& g) {
-  std::vector<std::string> out;
-  for (Node* n : g.nodes())
-    out.push_back(n->qualified_name());
-  return out;
-}
-
-PassOptions frozen() {
-  PassOptions o;
-  o.freeze = true;
-  return o;
-}
-
-bool run(const char* pass, Graph& g, const PassOptions& o = frozen()) {
-  bool changed = run_pass(find_pass(pass), g, o);
-  verify(g);
-  return changed;
-}
-
-class Passes : public ::testing::Test {
- protected:
-  void SetUp() override {
-    // Fresh random inputs on every run; the seed is in the test's XML/JSON
-    // record.
-    uint64_t seed = std::random_device{}();
-    RecordProperty("seed", std::to_string(seed));
-    at::manual_seed(seed);
-  }
-};
+using namespace pass_test;
 
 TEST_F(Passes, DeadCodeEliminationErasesUnusedChainsKeepsInPlaceOps) {
   Graph g;
@@ -263,113 +156,6 @@ TEST_F(Passes, ConstantFoldingCopiesViewsThatAreNotDense) {
   EXPECT_TRUE(at::allclose(Executor(g).run({in})[0], in + b, 1e-6, 1e-6));
 }
 
-TEST_F(Passes, LibraryPatternsConvWithResidualAndRelu) {
-  at::Tensor w = at::randn({4, 4, 3, 3}), b = at::randn({4});
-  Graph g;
-  Value* x = input(g, {1, 4, 5, 5});
-  Value* r = input(g, {1, 4, 5, 5});
-  Value* y = conv(g, x, g.add_constant(w), g.add_constant(b))->outputs[0];
-  Value* s =
-      node(g, "aten::add", "Tensor", {y, r}, {int64_t{1}}, {{1, 4, 5, 5}})
-          ->outputs[0];
-  Value* o =
-      node(g, "aten::relu", "default", {s}, {}, {{1, 4, 5, 5}})->outputs[0];
-  g.set_outputs({o});
-
-  PassOptions off = frozen();
-  off.library_patterns = false;
-  EXPECT_FALSE(run("library_patterns", g, off));
-  EXPECT_TRUE(run("library_patterns", g));
-  ASSERT_EQ(ops(g), (std::vector<std::string>{"torch_plugin::conv_pointwise"}));
-  Node* lib = g.nodes()[0];
-  EXPECT_EQ(lib->tensor_arg(0), x);
-  EXPECT_EQ(lib->tensor_arg(3), r); // residual
-  EXPECT_EQ(std::get<std::string>(lib->const_arg(8)), "relu");
-  // conv_pointwise writes channels_last.
-  EXPECT_EQ(lib->outputs[0]->strides, (std::vector<int64_t>{100, 1, 20, 4}));
-
-  at::Tensor xi = at::randn({1, 4, 5, 5}), ri = at::randn({1, 4, 5, 5});
-  at::Tensor expected = at::relu(conv_ref(xi, w, b) + ri);
-  at::Tensor got = Executor(g).run({xi, ri})[0];
-  EXPECT_TRUE(at::allclose(got, expected, 1e-4, 1e-4))
-      << (got - expected).abs().max();
-}
-
-TEST_F(Passes, LibraryPatternsAddmmBecomesLinearWithTransposedWeight) {
-  at::Tensor wt = at::randn({5, 7}), b = at::randn({7}); // addmm(b, x, W^T)
-  Graph g;
-  Value* x = input(g, {3, 5});
-  Node* mm = node(
-      g,
-      "aten::addmm",
-      "default",
-      {g.add_constant(b), x, g.add_constant(wt)},
-      {int64_t{1}, int64_t{1}},
-      {{3, 7}});
-  Value* y = node(
-                 g,
-                 "aten::gelu",
-                 "default",
-                 {mm->outputs[0]},
-                 {std::string("none")},
-                 {{3, 7}})
-                 ->outputs[0];
-  g.set_outputs({y});
-
-  EXPECT_TRUE(run("library_patterns", g));
-  ASSERT_EQ(
-      ops(g), (std::vector<std::string>{"torch_plugin::linear_pointwise"}));
-  Node* lib = g.nodes()[0];
-  EXPECT_TRUE(at::equal(lib->tensor_arg(1)->constant, wt.t())); // [N, K]
-  EXPECT_EQ(std::get<std::string>(lib->const_arg(4)), "gelu");
-
-  at::Tensor xi = at::randn({3, 5});
-  at::Tensor expected = at::gelu(at::addmm(b, xi, wt));
-  EXPECT_TRUE(at::allclose(Executor(g).run({xi})[0], expected, 1e-4, 1e-4));
-}
-
-TEST_F(Passes, LibraryPatternsLeavesNonConstantWeights) {
-  Graph g;
-  Value* x = input(g, {1, 3, 5, 5});
-  Value* w = input(g, {4, 3, 3, 3}); // a graph input, not frozen
-  g.set_outputs({conv(g, x, w, nullptr)->outputs[0]});
-  EXPECT_FALSE(run("library_patterns", g));
-  EXPECT_EQ(ops(g), (std::vector<std::string>{"aten::convolution"}));
-}
-
-// PassOptions::log_patterns (TORCH_PLUGIN_LOGS=patterns): each rule row that
-// fires or is rejected is logged with its name, its source line and, for a
-// rejection, the constraint that failed.
-TEST_F(Passes, LibraryPatternsLogRuleFiringsAndRejections) {
-  PassOptions o = frozen();
-  o.log_patterns = true;
-  Graph g;
-  Value* x = input(g, {1, 3, 5, 5});
-  Value* w = input(g, {4, 3, 3, 3}); // a graph input, not frozen
-  g.set_outputs({conv(g, x, w, nullptr)->outputs[0]});
-  testing::internal::CaptureStderr();
-  EXPECT_FALSE(run("library_patterns", g, o));
-  std::string log = testing::internal::GetCapturedStderr();
-  EXPECT_NE(
-      log.find("rule conv_to_library (csrc/compiler/passes/conv_patterns.cpp:"),
-      std::string::npos)
-      << log;
-  EXPECT_NE(log.find("rejected at aten::convolution (%"), std::string::npos)
-      << log;
-  EXPECT_NE(log.find(": not a constant weight"), std::string::npos) << log;
-
-  Graph f;
-  Value* fx = input(f, {1, 3, 5, 5});
-  Value* fw = f.add_constant(at::randn({4, 3, 3, 3}));
-  f.set_outputs({conv(f, fx, fw, nullptr)->outputs[0]});
-  testing::internal::CaptureStderr();
-  EXPECT_TRUE(run("library_patterns", f, o));
-  log = testing::internal::GetCapturedStderr();
-  EXPECT_NE(log.find("rule conv_to_library ("), std::string::npos) << log;
-  EXPECT_NE(log.find(") fired at aten::convolution (%"), std::string::npos)
-      << log;
-}
-
 TEST_F(Passes, PropagateStridesFollowsChannelsLastInputs) {
   Graph g;
   Value* x = input(g, {2, 3, 4, 5}, at::MemoryFormat::ChannelsLast);
@@ -452,7 +238,7 @@ TEST_F(Passes, PropagateStridesUsesCudasConvolutionLayout) {
     // On the CPU the Meta kernel's answer stands (the rule is CUDA's only).
     Graph g;
     auto [conv, relu] =
-        depthwise_then_relu(g, kCpu, at::MemoryFormat::ChannelsLast);
+        depthwise_then_relu(g, kCpuDevice, at::MemoryFormat::ChannelsLast);
     run("propagate_strides", g);
     const auto meta = at::TensorOptions().device(at::kMeta);
     at::Tensor ref = at::convolution(

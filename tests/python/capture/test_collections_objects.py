@@ -18,7 +18,8 @@ import itertools
 
 import pytest
 import torch
-from differential import _copying_factory, check
+from differential import check
+from one_graph import check_one_graph
 
 import torch_plugin
 from torch_plugin.capture import convert_frame
@@ -35,20 +36,7 @@ CALLS = (rand(3), rand(3), rand(4))
 
 def one_graph(fn, *calls, observe=None):
     """``fn`` equals eager on every backend and is one graph under nopython."""
-    calls = calls or CALLS
-    check(fn, *calls, observe=observe)
-    build = _copying_factory(fn, calls, observe, None)
-    try:
-        world = build()
-        torch_plugin.reset()
-        opt = torch_plugin.optimize("eager", nopython=True)(world.fn)
-        for args in world.calls:
-            opt(*(args() if callable(args) else args))
-        assert convert_frame.stats.graph_breaks == [], convert_frame.stats.graph_breaks
-        assert convert_frame.stats.graphs_compiled >= 1
-    finally:
-        build()
-        torch_plugin.reset()
+    check_one_graph(fn, *(calls or CALLS), observe=observe)
 
 
 def breaks_and_matches(fn, *calls, observe=None):

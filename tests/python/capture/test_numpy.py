@@ -16,10 +16,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from differential import _copying_factory, check
+from differential import check
+from one_graph import check_one_graph
 
 import torch_plugin
-from torch_plugin.capture import convert_frame
 
 pytestmark = pytest.mark.usefixtures("fresh_capture")
 
@@ -45,19 +45,7 @@ G_LONG = np.longdouble(2.0)
 
 
 def one_graph(fn, calls=CALLS):
-    check(fn, *calls, observe={"globals": globals()})
-    build = _copying_factory(fn, calls, {"globals": globals()}, None)
-    try:
-        world = build()
-        torch_plugin.reset()
-        opt = torch_plugin.optimize("eager", nopython=True)(world.fn)
-        for args in world.calls:
-            opt(*args())
-        assert convert_frame.stats.graph_breaks == [], convert_frame.stats.graph_breaks
-        assert convert_frame.stats.graphs_compiled >= 1
-    finally:
-        build()
-        torch_plugin.reset()
+    check_one_graph(fn, *calls, observe={"globals": globals()})
 
 
 # --------------------------------------------------------------------------- captured

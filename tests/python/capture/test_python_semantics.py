@@ -21,7 +21,8 @@ import typing
 
 import pytest
 import torch
-from differential import _copying_factory, check
+from differential import check
+from one_graph import check_one_graph
 
 import torch_plugin
 from torch_plugin.capture import convert_frame
@@ -38,22 +39,7 @@ CALLS = (rand(3), rand(3), rand(4))
 
 def one_graph(fn, *calls, observe=None, graphs=1):
     """``fn`` equals eager on every backend (check) and is one graph under nopython."""
-    calls = calls or CALLS
-    check(fn, *calls, observe=observe)
-    build = _copying_factory(fn, calls, observe, None)
-    try:
-        world = build()
-        torch_plugin.reset()
-        opt = torch_plugin.optimize("eager", nopython=True)(world.fn)
-        for args in world.calls:
-            opt(*(args() if callable(args) else args))
-        stats = convert_frame.stats
-        assert stats.graph_breaks == [], stats.graph_breaks
-        if graphs:
-            assert stats.graphs_compiled >= graphs
-    finally:
-        build()
-        torch_plugin.reset()
+    check_one_graph(fn, *(calls or CALLS), observe=observe, graphs=graphs)
 
 
 # --------------------------------------------------------------------------- module state

@@ -12,27 +12,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from differential import _copying_factory, check
+from differential import check
+from one_graph import assert_one_graph, check_one_graph
 
 import torch_plugin
-from torch_plugin.capture import convert_frame
 
 pytestmark = pytest.mark.usefixtures("fresh_capture")
-
-
-def _one_graph(fn, *calls, observe=None):
-    build = _copying_factory(fn, calls, observe, None)
-    try:
-        world = build()
-        torch_plugin.reset()
-        opt = torch_plugin.optimize("eager", nopython=True)(world.fn)
-        for args in world.calls:
-            opt(*(args() if callable(args) else args))
-        assert convert_frame.stats.graph_breaks == []
-        assert convert_frame.stats.graphs_compiled >= 1
-    finally:
-        build()
-        torch_plugin.reset()
 
 
 @pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU])
@@ -53,7 +38,7 @@ def test_rnn_trains_as_one_graph(cls, bidirectional):
         return lambda: (torch.randn(2, n, 4, requires_grad=True),)
 
     check(step, call(5), call(5), call(3), observe={"rnn": rnn})
-    _one_graph(forward, call(5), call(5), call(3), observe={"rnn": rnn})
+    assert_one_graph(forward, call(5), call(5), call(3), observe={"rnn": rnn})
 
 
 def test_lstm_with_initial_state_in_eval():
@@ -70,8 +55,7 @@ def test_lstm_with_initial_state_in_eval():
     # "eager" only: AOTAutograd (torch 2.11) fails on this graph whatever capture does
     # ("expected all tensors_saved_with_vc_check to be Tensors": the LSTM's parameters,
     # which require grad while no input does, are saved as Parameters); so does main.
-    check(fn, call(4), call(4), call(6), observe={"rnn": rnn}, backends=("eager",))
-    _one_graph(fn, call(4), call(4), call(6), observe={"rnn": rnn})
+    check_one_graph(fn, call(4), call(4), call(6), observe={"rnn": rnn}, backends=("eager",))
 
 
 def test_replaced_weight_recompiles():

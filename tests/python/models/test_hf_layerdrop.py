@@ -4,7 +4,7 @@ LayerDrop (``if self.training and torch.rand([]) < self.layerdrop: skip the laye
 BART, Whisper's encoder and wav2vec2 write it) is a data-dependent branch in every layer: a
 graph break per layer under torch.compile and, before, here. Capture now records each as a
 conditional (capture/conditionals.py). Each model is built from a tiny config with random
-weights (no download), LayerDrop 0.5 and the models' dropouts on (random ops inside the
+weights (no download; hf_tiny.py, shared with test_hf_whole_graph.py), LayerDrop 0.5 and the models' dropouts on (random ops inside the
 skipped layers), in train mode; three steps of forward + backward, each from the same seed
 in eager and compiled: the loss, every parameter's gradient (None where eager's is None: a
 skipped layer's parameters), and the generator's state after the step must equal eager's,
@@ -19,39 +19,23 @@ import torch
 import torch_plugin
 
 T = pytest.importorskip("transformers")
+import hf_tiny  # after the importorskip: it imports transformers
 
 pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_capture")
 
 _DROP = 0.1
+_IDS = (0, hf_tiny.VOCAB)  # token ids drawn
 
 
 def _opt():
-    cfg = T.OPTConfig(
-        vocab_size=64,
-        hidden_size=16,
-        num_hidden_layers=3,
-        ffn_dim=32,
-        num_attention_heads=2,
-        max_position_embeddings=32,
-        word_embed_proj_dim=16,
-        layerdrop=0.5,
-        dropout=_DROP,
-        attention_dropout=_DROP,
+    cfg = hf_tiny.opt_config(
+        num_hidden_layers=3, layerdrop=0.5, dropout=_DROP, attention_dropout=_DROP
     )
-    return T.OPTForCausalLM(cfg), lambda: {"input_ids": torch.randint(0, 64, (2, 8))}
+    return T.OPTForCausalLM(cfg), lambda: {"input_ids": torch.randint(*_IDS, (2, 8))}
 
 
 def _bart():
-    cfg = T.BartConfig(
-        vocab_size=64,
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        max_position_embeddings=32,
+    cfg = hf_tiny.bart_config(
         encoder_layerdrop=0.5,
         decoder_layerdrop=0.5,
         dropout=_DROP,
@@ -60,24 +44,16 @@ def _bart():
     )
 
     def inputs():
-        ids = torch.randint(0, 64, (2, 8))
+        ids = torch.randint(*_IDS, (2, 8))
         return {"input_ids": ids, "decoder_input_ids": ids}
 
     return T.BartForConditionalGeneration(cfg), inputs
 
 
 def _wav2vec2():
-    cfg = T.Wav2Vec2Config(
+    cfg = hf_tiny.wav2vec2_config(
         vocab_size=32,
-        hidden_size=16,
         num_hidden_layers=3,
-        num_attention_heads=2,
-        intermediate_size=32,
-        conv_dim=(8, 8),
-        conv_stride=(4, 2),
-        conv_kernel=(8, 4),
-        num_conv_pos_embeddings=4,
-        num_conv_pos_embedding_groups=2,
         layerdrop=0.5,
         hidden_dropout=_DROP,
         attention_dropout=_DROP,
@@ -90,22 +66,10 @@ def _wav2vec2():
 
 
 def _whisper_encoder():
-    cfg = T.WhisperConfig(
-        vocab_size=64,
-        d_model=16,
+    cfg = hf_tiny.whisper_config(
         encoder_layers=3,
         decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        num_mel_bins=8,
-        max_source_positions=16,
         max_target_positions=16,
-        pad_token_id=1,
-        bos_token_id=2,
-        eos_token_id=3,
-        decoder_start_token_id=2,
         encoder_layerdrop=0.5,
         dropout=_DROP,
         attention_dropout=_DROP,

@@ -15,6 +15,7 @@ import torch_plugin
 
 transformers = pytest.importorskip("transformers")
 T = transformers
+import hf_tiny  # after the importorskip: it imports transformers
 
 pytestmark = pytest.mark.usefixtures("fresh_capture")
 
@@ -25,7 +26,7 @@ _S = {
     "intermediate_size": 64,
     "vocab_size": 100,
 }
-_TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+_TOKENS = hf_tiny.TOKENS
 
 
 def _ids(b=2, s=8):
@@ -64,44 +65,14 @@ MODELS = {
         lambda: T.BloomModel(T.BloomConfig(hidden_size=32, n_layer=2, n_head=4, vocab_size=100)),
         _tokens,
     ),
-    "opt": (
-        lambda: T.OPTModel(
-            T.OPTConfig(
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                ffn_dim=64,
-                vocab_size=100,
-                word_embed_proj_dim=32,
-                max_position_embeddings=64,
-                **_TOKENS,
-            )
-        ),
-        _tokens,
-    ),
+    "opt": (lambda: T.OPTModel(hf_tiny.opt_config()), _tokens),
     "t5": (
         lambda: T.T5Model(
             T.T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=100)
         ),
         lambda: ((_ids(),), {"decoder_input_ids": _ids()}),
     ),
-    "bart": (
-        lambda: T.BartModel(
-            T.BartConfig(
-                d_model=32,
-                encoder_layers=2,
-                decoder_layers=2,
-                encoder_attention_heads=4,
-                decoder_attention_heads=4,
-                encoder_ffn_dim=64,
-                decoder_ffn_dim=64,
-                vocab_size=100,
-                max_position_embeddings=64,
-                **_TOKENS,
-            )
-        ),
-        _tokens,
-    ),
+    "bart": (lambda: T.BartModel(hf_tiny.bart_config()), _tokens),
     "deberta_v2": (
         lambda: T.DebertaV2Model(T.DebertaV2Config(**_S, max_position_embeddings=64)),
         _tokens,
@@ -122,38 +93,11 @@ MODELS = {
         lambda: ((_ids(),), {"pixel_values": torch.randn(2, 3, 32, 32)}),
     ),
     "whisper_encoder": (
-        lambda: T.WhisperModel(
-            T.WhisperConfig(
-                d_model=32,
-                encoder_layers=2,
-                decoder_layers=2,
-                encoder_attention_heads=4,
-                decoder_attention_heads=4,
-                encoder_ffn_dim=64,
-                decoder_ffn_dim=64,
-                vocab_size=100,
-                num_mel_bins=8,
-                max_source_positions=16,
-                decoder_start_token_id=3,
-                **_TOKENS,
-            )
-        ).get_encoder(),
+        lambda: T.WhisperModel(hf_tiny.whisper_config()).get_encoder(),
         lambda: ((torch.randn(2, 8, 32),), {}),
     ),
     "wav2vec2": (
-        lambda: T.Wav2Vec2Model(
-            T.Wav2Vec2Config(
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                intermediate_size=64,
-                conv_dim=(16, 16),
-                conv_stride=(5, 2),
-                conv_kernel=(10, 3),
-                num_conv_pos_embeddings=16,
-                num_conv_pos_embedding_groups=4,
-            )
-        ),
+        lambda: T.Wav2Vec2Model(hf_tiny.wav2vec2_config()),
         lambda: ((torch.randn(2, 400),), {}),
     ),
 }

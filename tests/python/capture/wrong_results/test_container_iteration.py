@@ -22,7 +22,8 @@ import re
 
 import pytest
 import torch
-from differential import _copying_factory, check
+from differential import check
+from one_graph import check_one_graph
 
 import torch_plugin
 from torch_plugin.capture import convert_frame
@@ -34,21 +35,6 @@ CALLS = (lambda: (torch.randn(3),), lambda: (torch.randn(3),), lambda: (torch.ra
 G_DICT = {"a": 1, "b": 2}
 G_SET = {1, 2, 3}
 G_LIST = [1, 2, 3]
-
-
-def _nopython_one_graph(fn, calls):
-    build = _copying_factory(fn, calls, {"globals": globals()}, None)
-    try:
-        world = build()
-        torch_plugin.reset()
-        opt = torch_plugin.optimize("eager", nopython=True)(world.fn)
-        for args in world.calls:
-            opt(*(args() if callable(args) else args))
-        assert convert_frame.stats.graph_breaks == [], convert_frame.stats.graph_breaks
-        assert convert_frame.stats.graphs_compiled >= 1
-    finally:
-        build()
-        torch_plugin.reset()
 
 
 # --------------------------------------------------------------------------- dicts
@@ -491,8 +477,7 @@ def test_raises_as_eager(fn):
 
 @pytest.mark.parametrize("fn", RUNS, ids=lambda f: f.__name__)
 def test_runs_as_eager_in_one_graph(fn):
-    check(fn, *CALLS, observe={"globals": globals()})
-    _nopython_one_graph(fn, CALLS)
+    check_one_graph(fn, *CALLS, observe={"globals": globals()})
 
 
 def test_same_size_key_change_is_not_guessed():
