@@ -25,6 +25,22 @@ namespace {
 
 std::atomic<int64_t> padded_scratch_limit{int64_t{64} << 20};
 std::atomic<int64_t> padded_count{0};
+std::atomic<int64_t> split_count{0};
+
+int64_t gcd(int64_t a, int64_t b) {
+  while (b != 0) {
+    const int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+int offset_alignment(int base, int64_t bytes) {
+  return std::min(
+      base,
+      alignment_of(reinterpret_cast<void*>(static_cast<uintptr_t>(bytes))));
+}
 
 bool row_aligned(int64_t ld, int64_t elem) {
   return (ld * elem) % 16 == 0;
@@ -70,6 +86,51 @@ std::optional<MatmulDesc> padded_chunk_desc(const MatmulDesc& d) {
     rows *= 2;
   chunk.m = fit >= d.m ? d.m : rows;
   return chunk;
+}
+
+int64_t split_products() {
+  return split_count.load();
+}
+
+std::optional<PaddedSplit> padded_split(const MatmulDesc& d) {
+  if (!padded_chunk_desc(d) || d.trans_a || !d.trans_b)
+    return std::nullopt;
+  const int64_t elem = element_size(d.dtype);
+  const int64_t per = 16 / elem; // elements in 16 bytes
+  PaddedSplit split;
+  split.period = per / gcd(d.ldd % per, per);
+  const int64_t p = split.period;
+  int64_t head_cols = 0;
+  for (int64_t q = 0; q < p && q < d.m; ++q) {
+    PaddedSplit::Part part;
+    part.row0 = q;
+    part.col0 = (per - (q * d.ldd) % per) % per;
+    if (part.col0 >= d.n)
+      return std::nullopt; // n under 16 bytes (padded_chunk_desc bars it)
+    MatmulDesc& m = part.desc;
+    m = d;
+    m.m = (d.m - q + p - 1) / p;
+    m.n = d.n - part.col0;
+    m.lda = d.lda * p;
+    m.ldd = d.ldd * p;
+    m.align_a = offset_alignment(d.align_a, q * d.lda * elem);
+    m.align_b = offset_alignment(d.align_b, part.col0 * d.ldb * elem);
+    m.align_d = offset_alignment(d.align_d, (q * d.ldd + part.col0) * elem);
+    if (d.has_c) {
+      m.ldc = d.ldc * p;
+      m.align_c = offset_alignment(d.align_c, (q * d.ldc + part.col0) * elem);
+    }
+    if (m.align_a < 16 || m.align_b < 16 || m.align_d < 16 ||
+        (d.has_c && m.align_c < 16))
+      return std::nullopt;
+    head_cols = std::max(head_cols, part.col0);
+    split.parts.push_back(part);
+  }
+  split.head = d;
+  split.head.n = head_cols;
+  split.head.ldd = per;
+  split.head.align_d = 256;
+  return split;
 }
 
 MatmulDesc padded_tail_desc(
@@ -388,6 +449,106 @@ bool run_padded(
   return true;
 }
 
+// The product of padded_split(full) (see cublaslt.h): every plan found
+// before anything is written (false, nothing written, when cuBLASLt has none
+// for one of them); the head into its scratch, the classes in place, the
+// head's columns copied into the output.
+bool run_split(
+    const MatmulDesc& full,
+    const PaddedSplit& split,
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const at::Tensor& c,
+    const at::Tensor& bias,
+    const at::Tensor& y2d,
+    const MatmulPlan* hint) {
+  const int64_t elem = element_size(full.dtype);
+  std::vector<std::shared_ptr<const MatmulPlan>> held;
+  auto plan_of = [&](const MatmulDesc& d, const void* b) -> const MatmulPlan* {
+    if (hint && hint->desc() == d)
+      return hint;
+    for (const auto& p : held)
+      if (p->desc() == d)
+        return p.get();
+    held.push_back(plan_on_torch_handle(d, b));
+    return held.back().get();
+  };
+  const char* a0 = static_cast<const char*>(x.const_data_ptr());
+  const char* w0 = static_cast<const char*>(w.const_data_ptr());
+  const MatmulPlan* head = plan_of(split.head, w0);
+  if (!head)
+    return false;
+  std::vector<const MatmulPlan*> parts;
+  for (const PaddedSplit::Part& part : split.parts) {
+    const MatmulPlan* plan =
+        plan_of(part.desc, w0 + part.col0 * full.ldb * elem);
+    if (!plan)
+      return false;
+    parts.push_back(plan);
+  }
+  const int64_t per = 16 / elem;
+  // The bias of each class from its first column: where that is not 16
+  // bytes on, from a copy whose row s holds bias[s:] (rows 16 bytes apart).
+  at::Tensor shifted;
+  bool shift = false;
+  for (const PaddedSplit::Part& part : split.parts)
+    shift = shift || (part.col0 * elem) % 16 != 0;
+  const int64_t bias_ld = (full.n + per - 1) / per * per;
+  if (bias.defined() && shift) {
+    shifted = at::zeros({per, bias_ld}, bias.options());
+    const at::Tensor padded = at::cat({bias, at::zeros({per}, bias.options())});
+    shifted.narrow(1, 0, full.n)
+        .copy_(padded.as_strided({per, full.n}, {1, 1}));
+  }
+  auto bias_of = [&](int64_t col0) -> const char* {
+    if (!bias.defined())
+      return nullptr;
+    if ((col0 * elem) % 16 == 0)
+      return static_cast<const char*>(bias.const_data_ptr()) + col0 * elem;
+    return static_cast<const char*>(shifted.const_data_ptr()) +
+        col0 * bias_ld * elem;
+  };
+  const cudaStream_t stream =
+      at::cuda::getCurrentCUDAStream(y2d.device().index()).stream();
+  auto run = [&](const MatmulPlan* p,
+                 const char* a,
+                 const char* b,
+                 const char* cp,
+                 const char* bias_ptr,
+                 char* d) {
+    p->run(
+        at::cuda::getCurrentCUDABlasLtHandle(),
+        a,
+        b,
+        cp,
+        bias_ptr,
+        d,
+        at::cuda::getCUDABlasLtWorkspace(),
+        at::cuda::getCUDABlasLtWorkspaceSize(),
+        stream,
+        p->uses_gemm() ? at::cuda::getCurrentCUDABlasHandle() : nullptr);
+  };
+  const char* c0 =
+      c.defined() ? static_cast<const char*>(c.const_data_ptr()) : nullptr;
+  char* y0 = static_cast<char*>(y2d.data_ptr());
+  at::Tensor scratch = at::empty({full.m, per}, y2d.options());
+  char* s0 = static_cast<char*>(scratch.data_ptr());
+  run(head, a0, w0, c0, bias_of(0), s0);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PaddedSplit::Part& part = split.parts[i];
+    run(parts[i],
+        a0 + part.row0 * full.lda * elem,
+        w0 + part.col0 * full.ldb * elem,
+        c0 ? c0 + (part.row0 * full.ldc + part.col0) * elem : nullptr,
+        bias_of(part.col0),
+        y0 + (part.row0 * full.ldd + part.col0) * elem);
+  }
+  copy_rows(y0, full.ldd, s0, per, split.head.n, full.m, elem, stream);
+  split_count.fetch_add(1);
+  padded_count.fetch_add(1);
+  return true;
+}
+
 } // namespace
 
 bool run_linear(
@@ -481,6 +642,8 @@ bool run_linear(
   desc->align_c = c.defined() ? alignment_of(c.data_ptr()) : 256;
   desc->align_d = alignment_of(y2d.data_ptr());
 
+  if (std::optional<PaddedSplit> split = padded_split(*desc))
+    return run_split(*desc, *split, x, w, c, bias, y2d, hint);
   if (std::optional<MatmulDesc> chunk = padded_chunk_desc(*desc))
     return run_padded(*desc, *chunk, x, w, c, bias, y2d, hint);
 

@@ -10,12 +10,19 @@
 // (ATen/native/cudnn/Conv_v8.cpp): no engine that down-converts inputs, none
 // with tensor cores for fp32 without allow_tf32, none non-deterministic when
 // deterministic; the first candidate that builds (HEURISTICS_CHOICE).
+//
+// Plans persist across processes through the PlanStore (cudnn_conv.h): the
+// serialized execution plan (cudnn-frontend's Graph::serialize, which needs
+// its bundled JSON library: CUDNN_FRONTEND_SKIP_JSON_LIB is not defined) and
+// the engine id with its knob choices (Graph::create_execution_plan replays
+// them without a heuristics query).
 #define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
-#define CUDNN_FRONTEND_SKIP_JSON_LIB
 #include "libs/cudnn_conv.h"
 
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
@@ -25,7 +32,9 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace cudnn_frontend {
 // cudnn-frontend's dynamic loading reads its symbols from this handle.
@@ -43,6 +52,7 @@ enum Uid : int64_t { kX = 1, kW, kB, kScale, kShift, kR, kY };
 struct Loaded {
   bool ok = false;
   std::string why;
+  size_t version = 0; // cudnnGetVersion()
 };
 
 const Loaded& loaded() {
@@ -59,6 +69,7 @@ const Loaded& loaded() {
     auto get_version =
         reinterpret_cast<GetVersion>(dlsym(h, "cudnnGetVersion"));
     const size_t version = get_version ? get_version() : 0;
+    r.version = version;
     if (version < 90000) {
       r.why = "cuDNN " + std::to_string(version) + " is older than 9.0";
       return r;
@@ -128,7 +139,27 @@ struct Hash {
   }
 };
 
-std::atomic<int64_t> g_plans{0}, g_no_engine{0};
+std::atomic<int64_t> g_plans{0}, g_no_engine{0}, g_disk_hits{0},
+    g_disk_replays{0}, g_disk_writes{0}, g_disk_rejected{0},
+    g_parallel_builds{0};
+std::atomic<int> g_build_threads{0}; // 0: the default
+
+// The plan store, set from other files' static constructors (function-local:
+// no initialization order between files).
+struct StoreSlot {
+  std::mutex mu;
+  std::shared_ptr<PlanStore> store;
+};
+StoreSlot& store_slot() {
+  static StoreSlot slot;
+  return slot;
+}
+
+std::shared_ptr<PlanStore> store() {
+  StoreSlot& slot = store_slot();
+  std::lock_guard<std::mutex> lock(slot.mu);
+  return slot.store;
+}
 
 } // namespace
 
@@ -219,11 +250,9 @@ int64_t workspace_cap(const ConvDesc& d) {
   return std::max<int64_t>(bytes, int64_t{16} << 20);
 }
 
-// The plan of d from cuDNN's heuristics among the engines whose workspace is at
-// most max_workspace, or nullptr (no engine, or a build error).
-std::unique_ptr<ConvPlan::Impl> build(
-    const ConvDesc& d,
-    int64_t max_workspace) {
+// The operation graph of d (tensors and operations, not yet built), or
+// nullptr for a dtype or activation the plan cannot take.
+std::shared_ptr<fe::graph::Graph> make_graph(const ConvDesc& d) {
   const fe::DataType_t io = fe_type(d.dtype);
   if (io == fe::DataType_t::NOT_SET)
     return nullptr;
@@ -300,9 +329,32 @@ std::unique_ptr<ConvPlan::Impl> build(
       .set_stride(d.y_strides)
       .set_data_type(io)
       .set_alignment(d.alignment);
+  return g;
+}
 
-  cudnnHandle_t handle = torch_handle();
-  if (g->validate().is_bad() || g->build_operation_graph(handle).is_bad() ||
+// The plan of a built graph g: its workspace and engine name.
+std::unique_ptr<ConvPlan::Impl> finish(
+    const ConvDesc& d,
+    std::shared_ptr<fe::graph::Graph> g) {
+  auto impl = std::make_unique<ConvPlan::Impl>();
+  if (g->get_workspace_size(impl->workspace).is_bad())
+    return nullptr;
+  if (g->get_plan_name(impl->name).is_bad())
+    impl->name = "(unnamed plan)";
+  impl->desc = d;
+  impl->graph = std::move(g);
+  return impl;
+}
+
+// The plan of d from cuDNN's heuristics among the engines whose workspace is at
+// most max_workspace, or nullptr (no engine, or a build error).
+std::unique_ptr<ConvPlan::Impl> build(
+    const ConvDesc& d,
+    int64_t max_workspace,
+    cudnnHandle_t handle) {
+  std::shared_ptr<fe::graph::Graph> g = make_graph(d);
+  if (!g || g->validate().is_bad() ||
+      g->build_operation_graph(handle).is_bad() ||
       g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})
           .is_bad())
     return nullptr;
@@ -317,13 +369,201 @@ std::unique_ptr<ConvPlan::Impl> build(
   if (g->check_support(handle).is_bad() ||
       g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE).is_bad())
     return nullptr;
-  auto impl = std::make_unique<ConvPlan::Impl>();
-  if (g->get_workspace_size(impl->workspace).is_bad())
+  return finish(d, std::move(g));
+}
+
+// --- The plan store (cudnn_conv.h, PlanStore) --------------------------------
+
+constexpr const char* kStoreFormat =
+    "torch_plugin cudnn plan 1: heuristics A then FALLBACK, PyTorch's note "
+    "filters, workspace cap then any, first candidate that builds";
+
+// The GPU of `device` as the store key names it.
+std::string gpu_of(int device) {
+  const cudaDeviceProp* p =
+      at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
+  std::ostringstream s;
+  s << p->name << " sm_" << p->major << p->minor << " SMs "
+    << p->multiProcessorCount;
+  return s.str();
+}
+
+void put(
+    std::ostringstream& s,
+    const char* name,
+    const std::vector<int64_t>& v) {
+  s << ' ' << name << '[';
+  for (int64_t x : v)
+    s << x << ',';
+  s << ']';
+}
+
+// Splits the payload's NUL-terminated fields; the rest (the serialized plan,
+// binary) in *rest.
+bool split_fields(
+    const std::string& payload,
+    size_t count,
+    std::vector<std::string>* fields,
+    std::string* rest) {
+  size_t at = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t nul = payload.find('\0', at);
+    if (nul == std::string::npos)
+      return false;
+    fields->push_back(payload.substr(at, nul - at));
+    at = nul + 1;
+  }
+  *rest = payload.substr(at);
+  return true;
+}
+
+// The engine id and knob choices of g's chosen plan: the candidate whose name
+// is the chosen plan's (the graph does not expose the candidate's index).
+bool engine_of(
+    fe::graph::Graph& g,
+    const std::string& name,
+    int64_t* engine,
+    std::unordered_map<fe::KnobType_t, int64_t>* knobs) {
+  const int64_t count = g.get_execution_plan_count();
+  for (int64_t i = 0; i < count; ++i) {
+    std::string n;
+    if (g.get_plan_name_at_index(i, n).is_good() && n == name)
+      return g.get_engine_and_knobs_at_index(i, *engine, *knobs).is_good();
+  }
+  return false;
+}
+
+// The payload of a built plan (see PlanStore).
+std::string payload_of(const std::string& key, const ConvPlan::Impl& m) {
+  int64_t engine = -1;
+  std::unordered_map<fe::KnobType_t, int64_t> knobs;
+  if (!engine_of(*m.graph, m.name, &engine, &knobs))
+    engine = -1;
+  std::ostringstream k;
+  for (const auto& [type, value] : knobs)
+    k << static_cast<int64_t>(type) << ':' << value << ';';
+  std::vector<uint8_t> blob;
+  try {
+    if (m.graph->serialize(blob, /*serialize_structure=*/false).is_bad())
+      blob.clear(); // an engine cuDNN cannot serialize (not runtime-compiled)
+  } catch (const std::exception&) {
+    blob.clear();
+  }
+  std::string p = key;
+  p.push_back('\0');
+  p += m.name;
+  p.push_back('\0');
+  p += std::to_string(m.workspace);
+  p.push_back('\0');
+  p += std::to_string(engine);
+  p.push_back('\0');
+  p += k.str();
+  p.push_back('\0');
+  p.append(blob.begin(), blob.end());
+  return p;
+}
+
+// The plan of d from the store's payload, or nullptr.
+std::unique_ptr<ConvPlan::Impl> from_payload(
+    const ConvDesc& d,
+    const std::string& key,
+    const std::string& payload,
+    cudnnHandle_t handle) {
+  std::vector<std::string> f;
+  std::string blob;
+  if (!split_fields(payload, 5, &f, &blob) || f[0] != key)
     return nullptr;
-  if (g->get_plan_name(impl->name).is_bad())
-    impl->name = "(unnamed plan)";
-  impl->desc = d;
-  impl->graph = std::move(g);
+  const std::string& name = f[1];
+  int64_t workspace = 0, engine = -1;
+  try {
+    workspace = std::stoll(f[2]);
+    engine = std::stoll(f[3]);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+  if (!blob.empty()) {
+    auto g = std::make_shared<fe::graph::Graph>();
+    const std::vector<uint8_t> data(blob.begin(), blob.end());
+    bool good = false;
+    try { // the UBJSON parser throws on bytes that are no plan
+      good = g->deserialize(
+                  handle,
+                  data,
+                  /*enforce_precompiled=*/true,
+                  /*run_warmup=*/false)
+                 .is_good();
+    } catch (const std::exception&) {
+      good = false;
+    }
+    if (good) {
+      auto impl = std::make_unique<ConvPlan::Impl>();
+      if (g->get_workspace_size(impl->workspace).is_bad())
+        impl->workspace = workspace;
+      impl->name = name;
+      impl->desc = d;
+      impl->graph = std::move(g);
+      ++g_disk_hits;
+      return impl;
+    }
+  }
+  if (engine < 0)
+    return nullptr;
+  std::unordered_map<fe::KnobType_t, int64_t> knobs;
+  std::istringstream k(f[4]);
+  for (std::string item; std::getline(k, item, ';');) {
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos)
+      return nullptr;
+    try {
+      knobs[static_cast<fe::KnobType_t>(std::stoll(item.substr(0, colon)))] =
+          std::stoll(item.substr(colon + 1));
+    } catch (const std::exception&) {
+      return nullptr;
+    }
+  }
+  std::shared_ptr<fe::graph::Graph> g = make_graph(d);
+  if (!g || g->validate().is_bad() ||
+      g->build_operation_graph(handle).is_bad() ||
+      g->create_execution_plan(engine, knobs).is_bad() ||
+      g->check_support(handle).is_bad() ||
+      g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE).is_bad())
+    return nullptr;
+  std::unique_ptr<ConvPlan::Impl> impl = finish(d, std::move(g));
+  if (impl)
+    ++g_disk_replays;
+  return impl;
+}
+
+// The plan of d: from the store, else built (and saved there).
+std::unique_ptr<ConvPlan::Impl> make_plan(const ConvDesc& d) {
+  cudnnHandle_t handle = torch_handle();
+  std::shared_ptr<PlanStore> s = store();
+  std::string key;
+  if (s) {
+    key = plan_store_key(d);
+    std::string payload;
+    if (s->load(key, &payload)) {
+      std::unique_ptr<ConvPlan::Impl> impl;
+      try {
+        impl = from_payload(d, key, payload, handle);
+      } catch (const std::exception&) {
+        impl = nullptr;
+      }
+      if (impl)
+        return impl;
+      ++g_disk_rejected;
+      s->remove(key);
+    }
+  }
+  // Within the workspace cap first; where no engine fits, any workspace (a
+  // cuDNN plan beats ATen's convolution, which asks for workspace too).
+  auto impl = build(d, workspace_cap(d), handle);
+  if (!impl)
+    impl = build(d, std::numeric_limits<int64_t>::max(), handle);
+  if (impl && s) {
+    s->save(key, payload_of(key, *impl));
+    ++g_disk_writes;
+  }
   return impl;
 }
 
@@ -355,46 +595,136 @@ bool ConvPlan::execute(const ConvPointers& p) const {
   return m.graph->execute(torch_handle(), ptrs, n, workspace).is_good();
 }
 
+namespace {
+
+std::mutex g_cache_mu;
+std::unordered_map<ConvDesc, std::shared_ptr<const ConvPlan>, Hash> g_cache;
+
+// The cached plan of desc; *found false when it has none yet.
+std::shared_ptr<const ConvPlan> cached(const ConvDesc& desc, bool* found) {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  auto it = g_cache.find(desc);
+  *found = it != g_cache.end();
+  return *found ? it->second : nullptr;
+}
+
+} // namespace
+
 std::shared_ptr<const ConvPlan> plan_conv(const ConvDesc& desc) {
   if (!available())
     return nullptr;
-  static std::mutex mu;
-  static std::unordered_map<ConvDesc, std::shared_ptr<const ConvPlan>, Hash>
-      cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(desc);
-    if (it != cache.end())
-      return it->second;
-  }
-  std::shared_ptr<const ConvPlan> plan;
+  bool found = false;
+  std::shared_ptr<const ConvPlan> plan = cached(desc, &found);
+  if (found)
+    return plan;
   try {
-    // Within the workspace cap first; where no engine fits, any workspace (a
-    // cuDNN plan beats ATen's convolution, which asks for workspace too).
-    auto impl = build(desc, workspace_cap(desc));
-    if (!impl)
-      impl = build(desc, std::numeric_limits<int64_t>::max());
-    if (impl)
+    if (auto impl = make_plan(desc))
       plan = std::make_shared<ConvPlan>(std::move(impl));
-  } catch (const std::exception&) {
+  } catch (...) {
     plan = nullptr; // a frontend exception (a missing symbol): no plan
   }
   ++(plan ? g_plans : g_no_engine);
-  std::lock_guard<std::mutex> lock(mu);
-  return cache.emplace(desc, plan).first->second;
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  return g_cache.emplace(desc, plan).first->second;
+}
+
+int build_threads() {
+  const int n = g_build_threads.load();
+  if (n > 0)
+    return n;
+  return static_cast<int>(
+      std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+}
+
+void set_build_threads(int threads) {
+  g_build_threads.store(std::max(threads, 0));
+}
+
+void plan_convs(const std::vector<ConvDesc>& descs) {
+  if (!available())
+    return;
+  std::vector<const ConvDesc*> todo;
+  {
+    std::unordered_set<ConvDesc, Hash> seen;
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    for (const ConvDesc& d : descs) {
+      if (!g_cache.count(d) && seen.insert(d).second)
+        todo.push_back(&d);
+    }
+  }
+  const size_t workers =
+      std::min<size_t>(todo.size(), static_cast<size_t>(build_threads()));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < todo.size();) {
+      try {
+        c10::cuda::CUDAGuard guard(
+            static_cast<c10::DeviceIndex>(todo[i]->device));
+        plan_conv(*todo[i]);
+      } catch (...) {
+        // plan_conv catches its own; a device guard failure leaves the
+        // descriptor to the step's own plan_conv call (the calling thread).
+      }
+    }
+  };
+  if (workers > 1)
+    ++g_parallel_builds;
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < workers; ++t)
+    threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads)
+    t.join();
+}
+
+void set_plan_store(std::shared_ptr<PlanStore> s) {
+  StoreSlot& slot = store_slot();
+  std::lock_guard<std::mutex> lock(slot.mu);
+  slot.store = std::move(s);
+}
+
+std::string plan_store_key(const ConvDesc& d) {
+  std::ostringstream s;
+  s << kStoreFormat << "\ncuDNN " << loaded().version << " cudnn-frontend "
+    << CUDNN_FRONTEND_VERSION << "\n"
+    << gpu_of(d.device) << "\n";
+  put(s, "x", d.x_sizes);
+  put(s, "xs", d.x_strides);
+  put(s, "w", d.w_sizes);
+  put(s, "ws", d.w_strides);
+  put(s, "y", d.y_sizes);
+  put(s, "ys", d.y_strides);
+  put(s, "rs", d.r_strides);
+  put(s, "stride", d.stride);
+  put(s, "padding", d.padding);
+  put(s, "dilation", d.dilation);
+  s << " align " << d.alignment << " dtype " << c10::toString(d.dtype)
+    << " vectors " << c10::toString(d.vector_dtype) << " bias " << d.bias
+    << " scale " << d.scale << " shift " << d.shift << " residual "
+    << d.residual << " act '" << d.activation << "' tf32 " << d.allow_tf32
+    << " deterministic " << d.deterministic;
+  return s.str();
 }
 
 namespace detail {
 // For cudnn_conv_run.cpp's counters.
-int64_t plans_built() {
-  return g_plans.load();
-}
-int64_t no_engine() {
-  return g_no_engine.load();
+void plan_counters(Counters* c) {
+  c->plans = g_plans.load();
+  c->no_engine = g_no_engine.load();
+  c->disk_hits = g_disk_hits.load();
+  c->disk_replays = g_disk_replays.load();
+  c->disk_writes = g_disk_writes.load();
+  c->disk_rejected = g_disk_rejected.load();
+  c->parallel_builds = g_parallel_builds.load();
 }
 void reset_plan_counters() {
   g_plans = 0;
   g_no_engine = 0;
+  g_disk_hits = 0;
+  g_disk_replays = 0;
+  g_disk_writes = 0;
+  g_disk_rejected = 0;
+  g_parallel_builds = 0;
 }
 } // namespace detail
 

@@ -107,14 +107,16 @@ void init_cuda(py::module_& parent) {
         py::dict d;
         d["scratch_bytes"] = before;
         d["products"] = lt::padded_products();
+        d["in_place"] = lt::split_products();
         return d;
       },
       py::arg("scratch_bytes") = py::none(),
       "cuBLASLt products whose output rows are not 16-byte aligned, computed "
       "padded (libs/cublaslt.h, padded_chunk_desc): {'scratch_bytes': the "
       "scratch limit before this call, 'products': padded products run in "
-      "this process}; `scratch_bytes` sets the limit (0: off) for plans and "
-      "runs from now on.");
+      "this process, 'in_place': those of them computed in place by row "
+      "classes (padded_split)}; `scratch_bytes` sets the limit (0: off) for "
+      "plans and runs from now on.");
 }
 
 namespace {

@@ -21,8 +21,10 @@ Factories& factories() {
   return m;
 }
 
-std::map<c10::DeviceType, KernelPreloader>& preloaders() {
-  static std::map<c10::DeviceType, KernelPreloader> m;
+// Several per device (CUDA: the generated kernels', then cuDNN's plans), run
+// in registration order.
+std::map<c10::DeviceType, std::vector<KernelPreloader>>& preloaders() {
+  static std::map<c10::DeviceType, std::vector<KernelPreloader>> m;
   return m;
 }
 
@@ -58,7 +60,7 @@ StepRegistration::StepRegistration(
 KernelPreloaderRegistration::KernelPreloaderRegistration(
     c10::DeviceType device,
     KernelPreloader preload) {
-  preloaders()[device] = preload;
+  preloaders()[device].push_back(preload);
 }
 
 LibraryRegistration::LibraryRegistration(const char* name, LibraryProbe probe) {
@@ -70,8 +72,10 @@ c10::DeviceType step_device(const ir::Node& node) {
 }
 
 void preload_kernels(const std::vector<const ir::Node*>& nodes) {
-  for (const auto& [device, preload] : preloaders())
-    preload(nodes);
+  for (const auto& [device, preloads] : preloaders()) {
+    for (KernelPreloader preload : preloads)
+      preload(nodes);
+  }
 }
 
 bool library_available(const std::string& name, std::string* why) {

@@ -35,7 +35,9 @@ using StepFactory =
     std::unique_ptr<Step> (*)(const ir::Node& node, const SlotMap& slots);
 
 // Compiles the kernels of the fusion groups among `nodes` that are its
-// device's (every node of the graph is passed), before the steps are built.
+// device's, or builds its library plans (cuDNN's), before the steps are built
+// (every node of the graph is passed). A device may register several; they
+// run in registration order.
 using KernelPreloader = void (*)(const std::vector<const ir::Node*>& nodes);
 
 // Whether a library a device's steps use loads in this process; false with

@@ -1,6 +1,9 @@
 """cuBLASLt products whose output rows are not 16-byte aligned (an odd N: GPT-2's LM head,
-N = 50257) run padded: in chunks of rows into a scratch of aligned leading dimension, each
-copied into the contiguous output (csrc/libs/cublaslt_linear.cpp, padded_chunk_desc).
+N = 50257) run padded: in place by row classes (rows q, q + P, ... as one aligned product each,
+the first few columns through a scratch of 16 bytes a row; csrc/libs/cublaslt_linear.cpp,
+padded_split), or, where A is stored column-major, in chunks of rows into a scratch of aligned
+leading dimension, each copied into the contiguous output (padded_chunk_desc). Peak memory of
+an in-place product is eager's (no chunk scratch beside the output).
 Against eager on fresh random inputs over several calls, for the op called directly and
 through the "plugin" backend, asserting the path through the padded-product counter and the
 executor's step descriptions. GPU tests; they skip without a GPU."""
@@ -30,6 +33,12 @@ def padding():
     _padding(before)
 
 
+@pytest.fixture
+def in_place():
+    """The count of padded products computed in place (row classes)."""
+    return lambda: _padding()["in_place"]
+
+
 @pytest.fixture(autouse=True)
 def _no_tf32():
     saved = torch.backends.cuda.matmul.allow_tf32
@@ -56,7 +65,7 @@ def _close(got, want, dtype):
 )
 @pytest.mark.parametrize("epilogue", ["none", "bias_relu", "residual", "bias_residual_gelu"])
 @pytest.mark.parametrize("limit", [None, "rows8"])
-def test_linear_pointwise_padded(dtype, m, k, n, epilogue, limit, padding):
+def test_linear_pointwise_padded(dtype, m, k, n, epilogue, limit, padding, in_place):
     es = torch.tensor([], dtype=dtype).element_size()
     if limit == "rows8":  # chunks of 8 rows (the last one shorter when m % 8)
         ld = (n * es + 15) // 16 * 16
@@ -73,6 +82,7 @@ def test_linear_pointwise_padded(dtype, m, k, n, epilogue, limit, padding):
         b = torch.randn(n, device="cuda", dtype=dtype) if bias else None
         r = torch.randn(m, n, device="cuda", dtype=dtype) if res else None
         before = padding()
+        before_in_place = in_place()
         got = torch.ops.torch_plugin.linear_pointwise(x, w, b, r, act, 0.0, 0.0)
         ran = padding() - before
         want = x.double() @ w.double().T
@@ -87,6 +97,68 @@ def test_linear_pointwise_padded(dtype, m, k, n, epilogue, limit, padding):
         assert got.is_contiguous() and got.shape == (m, n) and got.dtype == dtype
         _close(got, want, dtype)
         assert ran == int(_expect_padded(m, k, n, dtype)), (m, k, n, dtype, ran)
+        # x and w row-major, C (the residual) contiguous: every padded product is in place.
+        assert in_place() - before_in_place == ran, (m, k, n, dtype)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("bias", [False, True])
+def test_column_major_x_runs_in_chunks(dtype, bias, padding, in_place):
+    """x stored column-major (its rows q, q + P, ... are no matrix): the chunked padded
+    product, against eager over several calls."""
+    m, k, n = 64, 64, 1001
+    for call in range(3):
+        torch.manual_seed(call)
+        x = torch.randn(k, m, device="cuda", dtype=dtype).T  # [m, k], column-major
+        w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+        b = torch.randn(n, device="cuda", dtype=dtype) if bias else None
+        before, before_in_place = padding(), in_place()
+        got = torch.ops.torch_plugin.linear_pointwise(x, w, b, None, "", 0.0, 0.0)
+        assert padding() - before == 1 and in_place() == before_in_place
+        want = x.double() @ w.double().T
+        if b is not None:
+            want = want + b.double()
+        _close(got, want, dtype)
+
+
+def _peak_bytes(fn):
+    """Peak bytes fn() allocates above what was allocated before it, after one warm-up call
+    (plans, tuning and torch's workspaces are made then)."""
+    fn()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_padded_product_peak_is_eagers(dtype, bias, padding, in_place):
+    """GPT-2's LM head at batch 32 ([4096, 768] x [768, 50257]): the padded product's peak is
+    eager's (its output) plus at most 1 MiB (the head columns' scratch and the shifted bias),
+    not a chunk scratch of tens of MB; and it agrees with eager."""
+    m, k, n = 4096, 768, 50257
+    torch.manual_seed(0)
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+    b = torch.randn(n, device="cuda", dtype=dtype) if bias else None
+    before = in_place()
+    plugin = _peak_bytes(
+        lambda: torch.ops.torch_plugin.linear_pointwise(x, w, b, None, "", 0.0, 0.0)
+    )
+    assert in_place() - before == 2
+    eager = _peak_bytes(lambda: F.linear(x, w, b))
+    out_bytes = m * n * x.element_size()
+    print(f"peak above the inputs: plugin {plugin / 2**20:.1f} MiB, eager {eager / 2**20:.1f} MiB")
+    assert plugin <= max(eager, out_bytes) + 2**20, (plugin, eager, out_bytes)
+    got = torch.ops.torch_plugin.linear_pointwise(x, w, b, None, "", 0.0, 0.0)
+    _close(got, F.linear(x.double(), w.double(), None if b is None else b.double()), dtype)
 
 
 @needs_gpu
@@ -154,3 +226,4 @@ def test_model_head_runs_padded(mode, k, n, monkeypatch, padding):
     assert padding() - before >= 3
     steps = "\n".join(g.describe() for g in built)
     assert "padded rows=" in steps and f"of m={3 * 41}" in steps, steps
+    assert "in place" in steps, steps  # row classes: x and w row-major
