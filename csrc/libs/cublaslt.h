@@ -319,10 +319,15 @@ struct PaddedSplit {
 // padding (padded_chunk_desc is nullopt), A stored column-major (its rows q,
 // q + P, ... are no matrix), B stored row-major (its rows from c_q on start
 // off 16 bytes), or a class's C or D pointer below 16-byte alignment. Such
-// products run in padded chunks (padded_chunk_desc).
+// products run in padded chunks (padded_chunk_desc). nullopt too while
+// padded_in_place() is false.
 std::optional<PaddedSplit> padded_split(const MatmulDesc& d);
 // Products run_linear has computed split in place (tests).
 int64_t split_products();
+// Whether padded_split is used (default true; false: every padded product in
+// chunks, for benchmarks). Process-wide.
+bool padded_in_place();
+void set_padded_in_place(bool on);
 
 // Scratch bytes a padded product may use per call (the chunk's rows x the
 // padded leading dimension; default 64 MiB: GPT-2's LM head at batch 32 in

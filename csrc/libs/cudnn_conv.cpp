@@ -1,7 +1,9 @@
-// cudnn_conv.cpp: cuDNN graphs and plans of conv_pointwise (see cudnn_conv.h).
-// The one translation unit that includes cudnn-frontend (compile time), with
-// its dynamic loading: every cuDNN call goes through dlsym on the handle of the
-// libcudnn.so.9 torch has loaded (cudnn_frontend::cudnn_dlhandle, set here).
+// cudnn_conv.cpp: cuDNN graphs and plans of conv_pointwise (see cudnn_conv.h),
+// their process-wide cache and their parallel builds (plan_convs). Includes
+// cudnn-frontend (cudnn_conv_detail.h; cudnn_plan_store.cpp is the other file
+// that does) with its dynamic loading: every cuDNN call goes through dlsym on
+// the handle of the libcudnn.so.9 torch has loaded
+// (cudnn_frontend::cudnn_dlhandle, set here).
 //
 // Graph (uids fixed, so the per-call variant pack is a sorted pointer array:
 // Graph::execute(handle, ptrs, n, workspace), no map):
@@ -10,21 +12,14 @@
 // (ATen/native/cudnn/Conv_v8.cpp): no engine that down-converts inputs, none
 // with tensor cores for fp32 without allow_tf32, none non-deterministic when
 // deterministic; the first candidate that builds (HEURISTICS_CHOICE).
-//
-// Plans persist across processes through the PlanStore (cudnn_conv.h): the
-// serialized execution plan (cudnn-frontend's Graph::serialize, which needs
-// its bundled JSON library: CUDNN_FRONTEND_SKIP_JSON_LIB is not defined) and
-// the engine id with its knob choices (Graph::create_execution_plan replays
-// them without a heuristics query).
-#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
-#include "libs/cudnn_conv.h"
+// Plans are loaded from and saved to the PlanStore by cudnn_plan_store.cpp.
+#include "libs/cudnn_conv_detail.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cudnn_frontend.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -139,27 +134,8 @@ struct Hash {
   }
 };
 
-std::atomic<int64_t> g_plans{0}, g_no_engine{0}, g_disk_hits{0},
-    g_disk_replays{0}, g_disk_writes{0}, g_disk_rejected{0},
-    g_parallel_builds{0};
+std::atomic<int64_t> g_plans{0}, g_no_engine{0}, g_parallel_builds{0};
 std::atomic<int> g_build_threads{0}; // 0: the default
-
-// The plan store, set from other files' static constructors (function-local:
-// no initialization order between files).
-struct StoreSlot {
-  std::mutex mu;
-  std::shared_ptr<PlanStore> store;
-};
-StoreSlot& store_slot() {
-  static StoreSlot slot;
-  return slot;
-}
-
-std::shared_ptr<PlanStore> store() {
-  StoreSlot& slot = store_slot();
-  std::lock_guard<std::mutex> lock(slot.mu);
-  return slot.store;
-}
 
 } // namespace
 
@@ -206,13 +182,6 @@ std::string ConvDesc::str() const {
   return s.str();
 }
 
-struct ConvPlan::Impl {
-  ConvDesc desc;
-  std::shared_ptr<fe::graph::Graph> graph;
-  int64_t workspace = 0;
-  std::string name;
-};
-
 ConvPlan::ConvPlan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ConvPlan::~ConvPlan() = default;
 
@@ -224,30 +193,10 @@ std::string ConvPlan::describe() const {
   return "cudnn " + impl_->desc.str() + " " + impl_->name;
 }
 
-namespace {
+namespace detail {
 
-cudnnHandle_t torch_handle() {
-  cudnnHandle_t h = at::native::getCudnnHandle();
-  fe::detail::set_stream(h, c10::cuda::getCurrentCUDAStream().stream());
-  return h;
-}
-
-int64_t numel(const std::vector<int64_t>& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes)
-    n *= s;
-  return n;
-}
-
-// The workspace a convolution of d may ask for: the bytes of its own input and
-// output, at least 16 MiB. Engines asking for more are dropped, so that a
-// convolution never raises the peak far above eager's (a small conv+BN graph's
-// first heuristic engine asked for more than 32 MiB;
-// tests/python/compiler/test_peak_memory.py).
-int64_t workspace_cap(const ConvDesc& d) {
-  const int64_t bytes = (numel(d.x_sizes) + numel(d.y_sizes)) *
-      static_cast<int64_t>(c10::elementSize(d.dtype));
-  return std::max<int64_t>(bytes, int64_t{16} << 20);
+size_t cudnn_version() {
+  return loaded().version;
 }
 
 // The operation graph of d (tensors and operations, not yet built), or
@@ -346,13 +295,41 @@ std::unique_ptr<ConvPlan::Impl> finish(
   return impl;
 }
 
+} // namespace detail
+
+namespace {
+
+cudnnHandle_t torch_handle() {
+  cudnnHandle_t h = at::native::getCudnnHandle();
+  fe::detail::set_stream(h, c10::cuda::getCurrentCUDAStream().stream());
+  return h;
+}
+
+int64_t numel(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    n *= s;
+  return n;
+}
+
+// The workspace a convolution of d may ask for: the bytes of its own input and
+// output, at least 16 MiB. Engines asking for more are dropped, so that a
+// convolution never raises the peak far above eager's (a small conv+BN graph's
+// first heuristic engine asked for more than 32 MiB;
+// tests/python/compiler/test_peak_memory.py).
+int64_t workspace_cap(const ConvDesc& d) {
+  const int64_t bytes = (numel(d.x_sizes) + numel(d.y_sizes)) *
+      static_cast<int64_t>(c10::elementSize(d.dtype));
+  return std::max<int64_t>(bytes, int64_t{16} << 20);
+}
+
 // The plan of d from cuDNN's heuristics among the engines whose workspace is at
 // most max_workspace, or nullptr (no engine, or a build error).
 std::unique_ptr<ConvPlan::Impl> build(
     const ConvDesc& d,
     int64_t max_workspace,
     cudnnHandle_t handle) {
-  std::shared_ptr<fe::graph::Graph> g = make_graph(d);
+  std::shared_ptr<fe::graph::Graph> g = detail::make_graph(d);
   if (!g || g->validate().is_bad() ||
       g->build_operation_graph(handle).is_bad() ||
       g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})
@@ -369,201 +346,21 @@ std::unique_ptr<ConvPlan::Impl> build(
   if (g->check_support(handle).is_bad() ||
       g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE).is_bad())
     return nullptr;
-  return finish(d, std::move(g));
-}
-
-// --- The plan store (cudnn_conv.h, PlanStore) --------------------------------
-
-constexpr const char* kStoreFormat =
-    "torch_plugin cudnn plan 1: heuristics A then FALLBACK, PyTorch's note "
-    "filters, workspace cap then any, first candidate that builds";
-
-// The GPU of `device` as the store key names it.
-std::string gpu_of(int device) {
-  const cudaDeviceProp* p =
-      at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
-  std::ostringstream s;
-  s << p->name << " sm_" << p->major << p->minor << " SMs "
-    << p->multiProcessorCount;
-  return s.str();
-}
-
-void put(
-    std::ostringstream& s,
-    const char* name,
-    const std::vector<int64_t>& v) {
-  s << ' ' << name << '[';
-  for (int64_t x : v)
-    s << x << ',';
-  s << ']';
-}
-
-// Splits the payload's NUL-terminated fields; the rest (the serialized plan,
-// binary) in *rest.
-bool split_fields(
-    const std::string& payload,
-    size_t count,
-    std::vector<std::string>* fields,
-    std::string* rest) {
-  size_t at = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const size_t nul = payload.find('\0', at);
-    if (nul == std::string::npos)
-      return false;
-    fields->push_back(payload.substr(at, nul - at));
-    at = nul + 1;
-  }
-  *rest = payload.substr(at);
-  return true;
-}
-
-// The engine id and knob choices of g's chosen plan: the candidate whose name
-// is the chosen plan's (the graph does not expose the candidate's index).
-bool engine_of(
-    fe::graph::Graph& g,
-    const std::string& name,
-    int64_t* engine,
-    std::unordered_map<fe::KnobType_t, int64_t>* knobs) {
-  const int64_t count = g.get_execution_plan_count();
-  for (int64_t i = 0; i < count; ++i) {
-    std::string n;
-    if (g.get_plan_name_at_index(i, n).is_good() && n == name)
-      return g.get_engine_and_knobs_at_index(i, *engine, *knobs).is_good();
-  }
-  return false;
-}
-
-// The payload of a built plan (see PlanStore).
-std::string payload_of(const std::string& key, const ConvPlan::Impl& m) {
-  int64_t engine = -1;
-  std::unordered_map<fe::KnobType_t, int64_t> knobs;
-  if (!engine_of(*m.graph, m.name, &engine, &knobs))
-    engine = -1;
-  std::ostringstream k;
-  for (const auto& [type, value] : knobs)
-    k << static_cast<int64_t>(type) << ':' << value << ';';
-  std::vector<uint8_t> blob;
-  try {
-    if (m.graph->serialize(blob, /*serialize_structure=*/false).is_bad())
-      blob.clear(); // an engine cuDNN cannot serialize (not runtime-compiled)
-  } catch (const std::exception&) {
-    blob.clear();
-  }
-  std::string p = key;
-  p.push_back('\0');
-  p += m.name;
-  p.push_back('\0');
-  p += std::to_string(m.workspace);
-  p.push_back('\0');
-  p += std::to_string(engine);
-  p.push_back('\0');
-  p += k.str();
-  p.push_back('\0');
-  p.append(blob.begin(), blob.end());
-  return p;
-}
-
-// The plan of d from the store's payload, or nullptr.
-std::unique_ptr<ConvPlan::Impl> from_payload(
-    const ConvDesc& d,
-    const std::string& key,
-    const std::string& payload,
-    cudnnHandle_t handle) {
-  std::vector<std::string> f;
-  std::string blob;
-  if (!split_fields(payload, 5, &f, &blob) || f[0] != key)
-    return nullptr;
-  const std::string& name = f[1];
-  int64_t workspace = 0, engine = -1;
-  try {
-    workspace = std::stoll(f[2]);
-    engine = std::stoll(f[3]);
-  } catch (const std::exception&) {
-    return nullptr;
-  }
-  if (!blob.empty()) {
-    auto g = std::make_shared<fe::graph::Graph>();
-    const std::vector<uint8_t> data(blob.begin(), blob.end());
-    bool good = false;
-    try { // the UBJSON parser throws on bytes that are no plan
-      good = g->deserialize(
-                  handle,
-                  data,
-                  /*enforce_precompiled=*/true,
-                  /*run_warmup=*/false)
-                 .is_good();
-    } catch (const std::exception&) {
-      good = false;
-    }
-    if (good) {
-      auto impl = std::make_unique<ConvPlan::Impl>();
-      if (g->get_workspace_size(impl->workspace).is_bad())
-        impl->workspace = workspace;
-      impl->name = name;
-      impl->desc = d;
-      impl->graph = std::move(g);
-      ++g_disk_hits;
-      return impl;
-    }
-  }
-  if (engine < 0)
-    return nullptr;
-  std::unordered_map<fe::KnobType_t, int64_t> knobs;
-  std::istringstream k(f[4]);
-  for (std::string item; std::getline(k, item, ';');) {
-    const size_t colon = item.find(':');
-    if (colon == std::string::npos)
-      return nullptr;
-    try {
-      knobs[static_cast<fe::KnobType_t>(std::stoll(item.substr(0, colon)))] =
-          std::stoll(item.substr(colon + 1));
-    } catch (const std::exception&) {
-      return nullptr;
-    }
-  }
-  std::shared_ptr<fe::graph::Graph> g = make_graph(d);
-  if (!g || g->validate().is_bad() ||
-      g->build_operation_graph(handle).is_bad() ||
-      g->create_execution_plan(engine, knobs).is_bad() ||
-      g->check_support(handle).is_bad() ||
-      g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE).is_bad())
-    return nullptr;
-  std::unique_ptr<ConvPlan::Impl> impl = finish(d, std::move(g));
-  if (impl)
-    ++g_disk_replays;
-  return impl;
+  return detail::finish(d, std::move(g));
 }
 
 // The plan of d: from the store, else built (and saved there).
 std::unique_ptr<ConvPlan::Impl> make_plan(const ConvDesc& d) {
   cudnnHandle_t handle = torch_handle();
-  std::shared_ptr<PlanStore> s = store();
-  std::string key;
-  if (s) {
-    key = plan_store_key(d);
-    std::string payload;
-    if (s->load(key, &payload)) {
-      std::unique_ptr<ConvPlan::Impl> impl;
-      try {
-        impl = from_payload(d, key, payload, handle);
-      } catch (const std::exception&) {
-        impl = nullptr;
-      }
-      if (impl)
-        return impl;
-      ++g_disk_rejected;
-      s->remove(key);
-    }
-  }
+  if (auto impl = detail::load_stored(d, handle))
+    return impl;
   // Within the workspace cap first; where no engine fits, any workspace (a
   // cuDNN plan beats ATen's convolution, which asks for workspace too).
   auto impl = build(d, workspace_cap(d), handle);
   if (!impl)
     impl = build(d, std::numeric_limits<int64_t>::max(), handle);
-  if (impl && s) {
-    s->save(key, payload_of(key, *impl));
-    ++g_disk_writes;
-  }
+  if (impl)
+    detail::save_stored(d, *impl);
   return impl;
 }
 
@@ -677,54 +474,19 @@ void plan_convs(const std::vector<ConvDesc>& descs) {
     t.join();
 }
 
-void set_plan_store(std::shared_ptr<PlanStore> s) {
-  StoreSlot& slot = store_slot();
-  std::lock_guard<std::mutex> lock(slot.mu);
-  slot.store = std::move(s);
-}
-
-std::string plan_store_key(const ConvDesc& d) {
-  std::ostringstream s;
-  s << kStoreFormat << "\ncuDNN " << loaded().version << " cudnn-frontend "
-    << CUDNN_FRONTEND_VERSION << "\n"
-    << gpu_of(d.device) << "\n";
-  put(s, "x", d.x_sizes);
-  put(s, "xs", d.x_strides);
-  put(s, "w", d.w_sizes);
-  put(s, "ws", d.w_strides);
-  put(s, "y", d.y_sizes);
-  put(s, "ys", d.y_strides);
-  put(s, "rs", d.r_strides);
-  put(s, "stride", d.stride);
-  put(s, "padding", d.padding);
-  put(s, "dilation", d.dilation);
-  s << " align " << d.alignment << " dtype " << c10::toString(d.dtype)
-    << " vectors " << c10::toString(d.vector_dtype) << " bias " << d.bias
-    << " scale " << d.scale << " shift " << d.shift << " residual "
-    << d.residual << " act '" << d.activation << "' tf32 " << d.allow_tf32
-    << " deterministic " << d.deterministic;
-  return s.str();
-}
-
 namespace detail {
 // For cudnn_conv_run.cpp's counters.
 void plan_counters(Counters* c) {
   c->plans = g_plans.load();
   c->no_engine = g_no_engine.load();
-  c->disk_hits = g_disk_hits.load();
-  c->disk_replays = g_disk_replays.load();
-  c->disk_writes = g_disk_writes.load();
-  c->disk_rejected = g_disk_rejected.load();
   c->parallel_builds = g_parallel_builds.load();
+  store_counters(c);
 }
 void reset_plan_counters() {
   g_plans = 0;
   g_no_engine = 0;
-  g_disk_hits = 0;
-  g_disk_replays = 0;
-  g_disk_writes = 0;
-  g_disk_rejected = 0;
   g_parallel_builds = 0;
+  reset_store_counters();
 }
 } // namespace detail
 
