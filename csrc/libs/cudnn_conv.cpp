@@ -27,6 +27,7 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -464,11 +465,16 @@ void plan_convs(const std::vector<ConvDesc>& descs) {
       }
     }
   };
-  if (workers > 1)
-    ++g_parallel_builds;
   std::vector<std::thread> threads;
-  for (size_t t = 1; t < workers; ++t)
-    threads.emplace_back(work);
+  for (size_t t = 1; t < workers; ++t) {
+    try {
+      threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      break; // no more threads: the others (and this one) do the rest
+    }
+  }
+  if (!threads.empty())
+    ++g_parallel_builds;
   work();
   for (std::thread& t : threads)
     t.join();
