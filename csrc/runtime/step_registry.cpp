@@ -4,7 +4,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <functional>
 #include <map>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 namespace torch_plugin::runtime {
@@ -21,10 +24,14 @@ Factories& factories() {
   return m;
 }
 
-// Several per device (CUDA: the generated kernels', then cuDNN's plans), run
-// in registration order.
-std::map<c10::DeviceType, std::vector<KernelPreloader>>& preloaders() {
-  static std::map<c10::DeviceType, std::vector<KernelPreloader>> m;
+// Several per device (CUDA: the generated kernels', and cuDNN's plans in the
+// background), run in registration order.
+struct Preloader {
+  KernelPreloader preload;
+  bool background;
+};
+std::map<c10::DeviceType, std::vector<Preloader>>& preloaders() {
+  static std::map<c10::DeviceType, std::vector<Preloader>> m;
   return m;
 }
 
@@ -59,8 +66,9 @@ StepRegistration::StepRegistration(
 
 KernelPreloaderRegistration::KernelPreloaderRegistration(
     c10::DeviceType device,
-    KernelPreloader preload) {
-  preloaders()[device].push_back(preload);
+    KernelPreloader preload,
+    bool background) {
+  preloaders()[device].push_back({preload, background});
 }
 
 LibraryRegistration::LibraryRegistration(const char* name, LibraryProbe probe) {
@@ -72,9 +80,31 @@ c10::DeviceType step_device(const ir::Node& node) {
 }
 
 void preload_kernels(const std::vector<const ir::Node*>& nodes) {
+  std::vector<std::thread> background;
   for (const auto& [device, preloads] : preloaders()) {
-    for (KernelPreloader preload : preloads)
-      preload(nodes);
+    for (const Preloader& p : preloads) {
+      if (!p.background)
+        continue;
+      try {
+        background.emplace_back(p.preload, std::cref(nodes));
+      } catch (const std::system_error&) {
+        p.preload(nodes); // no thread: here, before the others
+      }
+    }
+  }
+  // The background threads are joined however the foreground ones end.
+  struct Join {
+    std::vector<std::thread>& threads;
+    ~Join() {
+      for (std::thread& t : threads)
+        t.join();
+    }
+  } join{background};
+  for (const auto& [device, preloads] : preloaders()) {
+    for (const Preloader& p : preloads) {
+      if (!p.background)
+        p.preload(nodes);
+    }
   }
 }
 

@@ -19,7 +19,8 @@
 //
 // Before the steps are built, a CUDA preloader makes the plans of every
 // convolution of the graph at once (libs::cudnn::plan_convs: a few threads,
-// RuntimeOptions::cudnn_threads), so that the steps find them cached. Plans
+// RuntimeOptions::cudnn_threads), in the background while NVRTC compiles the
+// graph's generated kernels, so that the steps find them cached. Plans
 // persist across processes in the kernel cache folder's cudnn/ subfolder (one
 // verified file per plan, runtime/cache_file.h, named by the SHA-256 of the
 // plan's key: libs::cudnn::PlanStore).
@@ -193,18 +194,24 @@ bool cudnn_probe(std::string* why) {
 }
 
 // The plans of the graph's CUDA convolutions, built in parallel before the
-// steps (which then find them in the cache).
+// steps (which then find them in the cache). Runs on a thread of its own
+// (a background preloader): never throws; a descriptor it cannot derive is
+// left to its step (make_cudnn_step, on the calling thread).
 void preload_cudnn_plans(const std::vector<const Node*>& nodes) {
-  std::vector<cd::ConvDesc> descs;
-  for (const Node* n : nodes) {
-    if (n->op != "torch_plugin::conv_pointwise" || n->outputs.size() != 1 ||
-        !n->outputs[0]->device.is_cuda())
-      continue;
-    if (std::optional<cd::ConvDesc> d = desc_of(*n))
-      descs.push_back(std::move(*d));
+  try {
+    std::vector<cd::ConvDesc> descs;
+    for (const Node* n : nodes) {
+      if (n->op != "torch_plugin::conv_pointwise" || n->outputs.size() != 1 ||
+          !n->outputs[0]->device.is_cuda())
+        continue;
+      if (std::optional<cd::ConvDesc> d = desc_of(*n))
+        descs.push_back(std::move(*d));
+    }
+    if (!descs.empty() && cd::available())
+      cd::plan_convs(descs);
+  } catch (...) {
+    // The steps build what is missing.
   }
-  if (!descs.empty() && cd::available())
-    cd::plan_convs(descs);
 }
 
 bool make_dirs(const std::string& path) {
@@ -301,7 +308,8 @@ const StepRegistration kLibraryStep(
     make_cudnn_step);
 const KernelPreloaderRegistration kPlanPreloader(
     c10::kCUDA,
-    preload_cudnn_plans);
+    preload_cudnn_plans,
+    /*background=*/true);
 const LibraryRegistration kCudnn("cudnn", cudnn_probe);
 const OptionsListenerRegistration kOptionsListener(hand_options_to_cudnn);
 
