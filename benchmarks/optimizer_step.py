@@ -1,11 +1,14 @@
-"""The optimizer step alone: eager (foreach), eager ``fused=True``, and the plugin compiler's
-compiled step (``torch_plugin.optimize`` around ``opt.step()``), issue #30.
+"""The optimizer step alone: eager (foreach), eager ``fused=True``, ``torch.compile`` on the
+step (PyTorch's recipe), and the plugin compiler's step (``torch_plugin.optimize`` around
+``opt.step()``: the multi-tensor kernels), issue #30.
 
     python benchmarks/optimizer_step.py --device cuda --optimizers adam,adamw,sgd \\
-        --shapes mixed100 --out benchmarks/results/optimizer-step-h100
+        --shapes mixed100,bert_base,ten1024 --out benchmarks/results/optimizer-step-h100
 
-Shapes: ``mixed100`` (100 tensors of mixed sizes, 1e3 to 4e6 elements, seeded), ``ten1024``
-(ten 1024x1024 layers, the PyTorch recipe's example). Gradients are fixed random tensors kept
+Shapes: ``mixed100`` (100 tensors of mixed sizes, 1e3 to 4e6 elements, seeded), ``bert_base``
+(BERT-base's 199 parameters, 110M elements), ``ten1024`` (ten 1024x1024 layers, the PyTorch
+recipe's example). Variants: ``eager`` (foreach=True), ``eager-fused`` (fused=True),
+``torch-compile`` (``torch.compile`` on a function calling ``opt.step()``), ``plugin``. Gradients are fixed random tensors kept
 between steps (``zero_grad`` is not timed). Each row runs ``--warmup`` steps (the first
 compiles), then ``--steps`` timed steps (CUDA events around each step; the median is
 reported). Before timing, the compiled rows are checked against eager's foreach step on the
@@ -26,9 +29,20 @@ import torch_plugin
 from torch_plugin.compiler import optimizer_step
 
 
+def _bert_base() -> list[tuple[int, ...]]:
+    h, ff = 768, 3072
+    out = [(30522, h), (512, h), (2, h), (h,), (h,)]  # embeddings and their LayerNorm
+    for _ in range(12):
+        out += [(h, h), (h,)] * 4  # query, key, value, attention output
+        out += [(h,), (h,), (ff, h), (ff,), (h, ff), (h,), (h,), (h,)]
+    return out + [(h, h), (h,)]  # pooler
+
+
 def _shapes(name: str) -> list[tuple[int, ...]]:
     if name == "ten1024":
         return [(1024, 1024)] * 10
+    if name == "bert_base":
+        return _bert_base()
     g = torch.Generator().manual_seed(0)
     sizes = torch.logspace(3, 6.6, 100).long().tolist()
     out = []
@@ -59,6 +73,8 @@ def _setup(shapes, device, kind, variant):
 
     if variant == "plugin":
         step = torch_plugin.optimize(lambda: opt.step())
+    elif variant == "torch-compile":
+        step = torch.compile(eager)
     else:
         step = eager
     return params, opt, step
@@ -101,7 +117,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--optimizers", default="adam,adamw,sgd")
     ap.add_argument("--shapes", default="mixed100,ten1024")
-    ap.add_argument("--variants", default="eager,eager-fused,plugin")
+    ap.add_argument("--variants", default="eager,eager-fused,torch-compile,plugin")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--out", default=None)

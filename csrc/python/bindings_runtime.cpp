@@ -341,6 +341,15 @@ void init_runtime_bindings(py::module_& m) {
       "Forget the kernels loaded in this process (they stay mapped): the next "
       "compile reads the disk cache again. For tests.");
   m.def(
+      "layout_copies",
+      [] { return runtime::layout_copies(); },
+      "{what: count}: copies the executor's steps made because a tensor's "
+      "real layout differed from the planned one (runtime/step.h).");
+  m.def(
+      "reset_layout_copies",
+      &runtime::reset_layout_copies,
+      "Sets the layout-copy counts to none.");
+  m.def(
       "sha256_hex",
       [](const py::bytes& data) { return runtime::sha256_hex(data); },
       "SHA-256 of bytes as 64 hex digits (the kernel caches' hash; FIPS 180-4).");

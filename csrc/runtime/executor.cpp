@@ -11,6 +11,7 @@
 #include <atomic>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -319,6 +320,26 @@ void Executor::release_arena(at::Tensor arena) const {
   arena_pool_.push_back(std::move(arena));
 }
 
+namespace {
+std::mutex g_layout_copies_mutex;
+std::map<std::string, int64_t> g_layout_copies;
+} // namespace
+
+void count_layout_copy(const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_layout_copies_mutex);
+  ++g_layout_copies[what];
+}
+
+std::map<std::string, int64_t> layout_copies() {
+  std::lock_guard<std::mutex> lock(g_layout_copies_mutex);
+  return g_layout_copies;
+}
+
+void reset_layout_copies() {
+  std::lock_guard<std::mutex> lock(g_layout_copies_mutex);
+  g_layout_copies.clear();
+}
+
 std::vector<at::Tensor> Executor::collect_outputs(const Slots& slots) const {
   std::vector<at::Tensor> outputs;
   outputs.reserve(output_slots_.size());
@@ -332,6 +353,7 @@ std::vector<at::Tensor> Executor::collect_outputs(const Slots& slots) const {
           at::empty_strided(spec.sizes, spec.strides, t.options());
       promised.copy_(t);
       t = promised;
+      count_layout_copy("graph output");
     }
     outputs.push_back(std::move(t));
   }

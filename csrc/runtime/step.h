@@ -10,6 +10,7 @@
 
 #include "ir/ir.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -90,5 +91,14 @@ std::unique_ptr<Step> make_library_step(
 std::unique_ptr<Step> make_kernel_step(
     const ir::Node& node,
     const SlotMap& slots);
+
+// Copies steps make at run time because a tensor's real layout differs from
+// the one planned for it (a generated kernel's input, a cuDNN operand, a graph
+// output given back eager's strides): process-wide counts by `what` (a short
+// description: the step kind and the operand), for diagnostics and tests
+// (_C._compiler.layout_copies). Counting costs a lock, on the copy path only.
+void count_layout_copy(const std::string& what);
+std::map<std::string, int64_t> layout_copies();
+void reset_layout_copies();
 
 } // namespace torch_plugin::runtime

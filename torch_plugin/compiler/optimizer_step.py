@@ -3,31 +3,33 @@
 Capture ends a graph at a call of ``optimizer.step()`` (graph-break type "optimizer step")
 and, when the backend offers one (:data:`torch_plugin.contract.OPTIMIZER_STEP`), runs the
 backend's step in its place: :func:`run` here. It updates SGD (with or without momentum),
-Adam and AdamW through graphs compiled by the plugin compiler, and calls the optimizer's own
-``step`` for everything else (:func:`why_eager` says why, on ``torch_plugin.backends.plugin``).
+Adam and AdamW with multi-tensor kernels, and calls the optimizer's own ``step`` for
+everything else (:func:`why_eager` says why, on ``torch_plugin.backends.plugin``).
 
-*One graph per (device, dtype) group.* The parameters that have a gradient are grouped by
-device and dtype (eager's foreach grouping), a group split into chunks whose new tensors stay
-within :data:`CHUNK_BYTES`; each chunk's update is one ATen graph, traced
-from :func:`_sgd_update` / :func:`_adam_update` (the math of PyTorch's foreach and for-loop
-implementations, written per tensor so that the fusion pass makes one kernel of each
-parameter's whole update) and compiled by :func:`torch_plugin.compiler.stages.compile_graph`.
-The graph is functional: it returns the new parameters and state, which one
-``torch._foreach_copy_`` per list writes back (parameters and state keep their identity and
-their version counters move, as eager's in-place update does).
+*One launch per group.* The parameters that have a gradient are grouped by structure (which
+terms the update has: weight decay, momentum, nesterov, decoupled decay, eager's foreach or
+for-loop code), device and dtype (eager's foreach grouping); each group is one launch of a
+multi-tensor kernel (:mod:`torch_plugin.compiler.multi_tensor`: PyTorch's
+``multi_tensor_apply`` with the whole update fused, as its FusedAdam) that reads parameters,
+gradients and state through a table of addresses and writes parameters and state in place
+(their identity kept, their version counters moved as eager's in-place ops move them). The
+kernel depends only on (structure, device, dtype): a new model, new shapes or a different
+number of tensors reuse it; the table is rebuilt when an address moves.
 
-*Hyperparameters are tensor inputs.* Every number of the update (learning rate, betas,
-momentum, dampening, weight decay, eps, and the bias corrections of each parameter's step
-count) is read from the optimizer at each call and passed as one ``[rows, k]`` float32
-tensor, a row per param group and step count, each row read once in the graph (on CUDA through pinned memory and a non-blocking copy: no host synchronisation), so an LR
-scheduler or a changed beta never recompiles and never meets a stale constant. What changes
-the graph's structure (which terms exist: weight decay on or off, momentum, nesterov,
-decoupled decay; the tensors' sizes, strides and dtypes) is the cache key.
+*Hyperparameters are data.* Every number of the update (learning rate, betas, momentum,
+dampening, weight decay, eps, and the bias corrections of each parameter's step count) is
+read from the optimizer at each call, computed in double precision as eager computes it, and
+passed as a ``[rows, k]`` float64 tensor, a row per param group and step count (on CUDA
+through pinned memory and a non-blocking copy: no host synchronisation), so an LR scheduler
+or a changed beta never recompiles and never meets a stale constant; which row each tensor
+reads is in the table.
 
 *State as eager keeps it.* Adam's ``step`` stays the CPU float32 tensor eager keeps and is
-incremented in place by eager's own ``_foreach_add_``; its bias corrections are computed on
-the host in double precision as eager computes them. A parameter without state yet (the first
-step) makes the whole call eager, which creates the state exactly as eager does.
+incremented in place by eager's own ``_foreach_add_``; its value is read on the host (a CPU
+tensor: no device synchronisation) as eager's ``_get_value`` reads it. A parameter without
+state yet (the first step) makes the whole call eager, which creates the state exactly as
+eager does. A tensor the kernels cannot take (non-contiguous, state of another dtype or
+shape, a dtype other than fp32/fp64/bf16/fp16) makes the call eager too.
 
 Key parts: :func:`run` (the backend's step), :func:`why_eager`, :class:`StepCompiler`.
 """
@@ -35,20 +37,19 @@ Key parts: :func:`run` (the backend's step), :func:`why_eager`, :class:`StepComp
 from __future__ import annotations
 
 import logging
+import operator
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from torch_plugin.compiler import multi_tensor
+
 log = logging.getLogger("torch_plugin.backends.plugin")
 
-# Per optimizer: its compiled group updates, by cache key. At most MAX_GRAPHS keys each.
+# Per optimizer: its kernels, one per (structure, device, dtype). At most MAX_GRAPHS each.
 MAX_GRAPHS = 64
-# The most bytes of new parameters and state one update graph returns (they live until
-# written back): larger groups are split into chunks, compiled and run one after the other,
-# so the step's transient memory stays near this whatever the model's size.
-CHUNK_BYTES = 256 << 20
 _compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Steps run compiled / run as eager in this process (tests read them).
 counters = {"compiled_steps": 0, "eager_steps": 0, "graphs_compiled": 0}
@@ -77,9 +78,9 @@ def _optimizer_and_step(step: Callable[..., Any]) -> tuple[Any, bool]:
     return opt, True
 
 
-def why_eager(opt: Any, args: tuple, kwargs: dict) -> str | None:
-    """Why this call of ``opt.step(*args, **kwargs)`` runs the optimizer's own step; None
-    when :func:`run` compiles it."""
+def _why_eager_config(opt: Any, args: tuple, kwargs: dict) -> str | None:
+    """Why the optimizer's own step runs, from its class, the call and its param groups'
+    settings (the tensors are :meth:`StepCompiler.collect`'s)."""
     from torch.optim import optimizer as optim_mod
 
     kind = _KINDS.get(type(opt))
@@ -103,26 +104,17 @@ def why_eager(opt: Any, args: tuple, kwargs: dict) -> str | None:
                 return f"{name} is a tensor"
         if any(isinstance(b, torch.Tensor) for b in group.get("betas", ())):
             return "betas are tensors"
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            if p.grad.is_sparse or p.is_complex() or p.grad.dtype != p.dtype:
-                return "a sparse or complex gradient, or one of another dtype"
-            if type(p.grad) is not torch.Tensor or type(p.detach()) is not torch.Tensor:
-                return "a tensor subclass (DTensor under FSDP2)"
-            if p.grad.device != p.device or p.device.type not in ("cpu", "cuda"):
-                return "a parameter off cpu/cuda or its gradient on another device"
-            state = opt.state.get(p)
-            if kind == "sgd":
-                if group["momentum"] != 0 and (state is None or "momentum_buffer" not in state):
-                    return "no momentum buffer yet (the first step)"
-            else:
-                if not state or "exp_avg" not in state:
-                    return "no state yet (the first step)"
-                step = state["step"]
-                if not isinstance(step, torch.Tensor) or step.device.type != "cpu":
-                    return "the step count is not a CPU tensor"
     return None
+
+
+def why_eager(opt: Any, args: tuple, kwargs: dict) -> str | None:
+    """Why this call of ``opt.step(*args, **kwargs)`` runs the optimizer's own step; None
+    when :func:`run` compiles it (the configuration, then each parameter's tensors)."""
+    why = _why_eager_config(opt, args, kwargs)
+    if why is None:
+        found = StepCompiler(_KINDS[type(opt)]).collect(opt)
+        why = found if isinstance(found, str) else None
+    return why
 
 
 def run(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -130,7 +122,9 @@ def run(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     compiled update for SGD, Adam and AdamW (see the module docstring), else ``step`` itself.
     Returns what the optimizer's step returns (None without a closure)."""
     opt, is_class_step = _optimizer_and_step(step)
-    why = "not an optimizer's own step" if not is_class_step else why_eager(opt, args, kwargs)
+    why = (
+        "not an optimizer's own step" if not is_class_step else _why_eager_config(opt, args, kwargs)
+    )
     if why is not None:
         log.debug("plugin: optimizer step runs as eager: %s", why)
         counters["eager_steps"] += 1
@@ -150,233 +144,250 @@ def run(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return None
 
 
-# --- the update graphs: one parameter's math, as eager's foreach and for-loop code -------
-# Columns of the hyperparameter tensor, per kind.
-_SGD_COLUMNS = ("weight_decay", "momentum", "one_minus_dampening", "neg_lr")
-_ADAM_COLUMNS = (
-    "weight_decay", "decay_factor", "one_minus_beta1", "beta2", "one_minus_beta2",
-    "bias_correction2_sqrt", "eps", "neg_step_size",
-)  # fmt: skip
+# --- the multi-tensor update ---------------------------------------------------------------
 
 
-def _columns(hyper, row_of, k):
-    """Each parameter's hyperparameters as 0-dim tensors: ``row_of[i]`` is parameter ``i``'s
-    row of ``hyper``; each distinct row is read (one select per column) once."""
-    rows = {}
-    for r in row_of:
-        if r not in rows:
-            row = hyper[r]
-            rows[r] = [row[j] for j in range(k)]
-    return [rows[r] for r in row_of]
+def _hyper_rows(kind: str, classes: list[tuple[dict, float | None]]) -> list[list[float]]:
+    """One row of :data:`multi_tensor.COLUMNS` per (param group, step count): eager's Python
+    arithmetic on the group's numbers, in double precision, read now."""
+    rows = []
+    for group, step in classes:
+        if kind == "sgd":
+            rows.append(
+                [group["weight_decay"], group["momentum"], 1 - group["dampening"], -group["lr"]]
+            )
+            continue
+        lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        rows.append(
+            [wd, 1 - lr * wd, 1 - beta1, beta2, 1 - beta2, bias_correction2**0.5, group["eps"],
+             (lr / bias_correction1) * -1]
+        )  # fmt: skip
+    return rows
 
 
-def _sgd_update(params, grads, bufs, hyper, structure, row_of):
-    """SGD (torch.optim.sgd): new parameters and momentum buffers."""
-    weight_decay, momentum, nesterov = structure
-    new_params, new_bufs = [], []
-    columns = _columns(hyper, row_of, len(_SGD_COLUMNS))
-    for i, (p, g) in enumerate(zip(params, grads)):
-        h = columns[i]
-        if weight_decay:
-            g = g + h[0] * p  # grad.add(param, alpha=weight_decay)
-        if momentum:
-            buf = bufs[i] * h[1] + h[2] * g  # buf.mul_(momentum).add_(grad, alpha=1-dampening)
-            new_bufs.append(buf)
-            g = g + h[1] * buf if nesterov else buf
-        new_params.append(p + h[3] * g)  # param.add_(grad, alpha=-lr)
-    return new_params + new_bufs
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # no subclass (DTensor, FakeTensor)
 
 
-def _adam_update(params, grads, exp_avgs, exp_avg_sqs, hyper, structure, row_of):
-    """Adam and AdamW (torch.optim.adam, amsgrad and maximize off): new parameters, first
-    and second moments."""
-    weight_decay, decoupled = structure
-    out_p, out_m, out_v = [], [], []
-    columns = _columns(hyper, row_of, len(_ADAM_COLUMNS))
-    for i, (p, g) in enumerate(zip(params, grads)):
-        h = columns[i]
-        if weight_decay:
-            if decoupled:
-                p = p * h[1]  # param.mul_(1 - lr * weight_decay)
-            else:
-                g = g + h[0] * p  # grad.add(param, alpha=weight_decay)
-        m = torch.lerp(exp_avgs[i], g, h[2])
-        v = exp_avg_sqs[i] * h[3] + (h[4] * g) * g  # mul_(beta2).addcmul_(g, g, 1-beta2)
-        denom = torch.sqrt(v) / h[5] + h[6]
-        out_p.append(p + (h[7] * m) / denom)  # param.addcdiv_(m, denom, value=-step_size)
-        out_m.append(m)
-        out_v.append(v)
-    return out_p + out_m + out_v
+class _Group:
+    """The tensors of one (structure, device, dtype) group of one step."""
+
+    __slots__ = ("addresses", "device", "dtype", "groups", "lists", "steps", "structure")
+
+    def __init__(self, structure: tuple, device: torch.device, dtype: torch.dtype, n: int):
+        self.structure, self.device, self.dtype = structure, device, dtype
+        self.lists: list[list[torch.Tensor]] = [[] for _ in range(n)]
+        self.groups: list[dict] = []  # each parameter's param group
+        self.steps: list[torch.Tensor] = []  # Adam's step counts
+        self.addresses: list[int] = []  # every tensor's, list by list (StepCompiler._check)
 
 
 class StepCompiler:
-    """The compiled group updates of one optimizer (``kind``: "sgd", "adam", "adamw")."""
+    """The multi-tensor updates of one optimizer (``kind``: "sgd", "adam", "adamw"): one kernel
+    per (structure, device, dtype) (:mod:`torch_plugin.compiler.multi_tensor`), one launch per
+    group and step."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.graphs: dict[Any, Callable[[list[torch.Tensor]], Any] | None] = {}  # None: failed
+        self.mt_kind = "sgd" if kind == "sgd" else "adam"
+        # (structure, device, dtype) -> (source, entry), or None: failed to compile.
+        self.kernels: dict[Any, tuple[str, str] | None] = {}
+        # (structure, device, dtype) -> the parameters, state and steps checked last (the
+        # same objects), the parameters' numbers of elements and every tensor's address then.
+        self.checked: dict[Any, tuple[list[torch.Tensor], list[int], list[int]]] = {}
+        # (structure, device, dtype) -> (addresses, rows, table, blocks): the last table.
+        self.tables: dict[Any, tuple[list[int], list[int], torch.Tensor, int]] = {}
 
     def step(self, opt: torch.optim.Optimizer) -> bool:
-        """Update every parameter with a gradient; False (nothing changed) when a group would
-        need a graph beyond :data:`MAX_GRAPHS` (the caller then runs eager's step)."""
-        groups = self._groups(opt)
-        graphs = []
-        for key, plan in groups.items():
-            if key not in self.graphs:
-                if len(self.graphs) >= MAX_GRAPHS:
-                    log.info("plugin: optimizer step: %d graphs compiled; eager", MAX_GRAPHS)
+        """Update every parameter with a gradient; False (nothing changed) when the step must
+        run as eager's (a kernel beyond :data:`MAX_GRAPHS` or failed to compile, a tensor the
+        kernels do not take: :meth:`collect` says why)."""
+        groups = self.collect(opt)
+        if isinstance(groups, str):
+            log.debug("plugin: optimizer step runs as eager: %s", groups)
+            return False
+        for key, g in groups.items():
+            if key not in self.kernels:
+                if len(self.kernels) >= MAX_GRAPHS:
+                    log.info("plugin: optimizer step: %d kernels compiled; eager", MAX_GRAPHS)
                     return False
-                try:
-                    graph = self._compile(plan)
-                except Exception as e:  # noqa: BLE001 - the optimizer's own step is correct
-                    log.warning("plugin: optimizer step not compiled (%s); eager", e)
-                    graph = None
-                self.graphs[key] = graph
-            graph = self.graphs[key]
-            if graph is None:  # this key failed to compile: eager's step, every time
+                self.kernels[key] = self._compile(g)
+            if self.kernels[key] is None:  # failed to compile: eager's step, every time
                 return False
-            graphs.append((graph, plan))
         if self.kind != "sgd":  # eager's step increment, before the bias corrections
-            steps = [s for _, plan in graphs for s in plan["steps"]]
+            steps = [s for g in groups.values() for s in g.steps]
             if steps:
                 torch._foreach_add_(steps, torch.tensor(1.0, device="cpu"), alpha=1.0)
-        for graph, plan in graphs:
-            hyper = self._hyper(plan)
-            outs = graph([*plan["inputs"], hyper])
-            targets = plan["targets"]
-            torch._foreach_copy_(targets, list(outs)[: len(targets)])
+        for key, g in groups.items():
+            self._run(key, g)
         return True
 
-    def _groups(self, opt: torch.optim.Optimizer) -> dict[Any, dict[str, Any]]:
-        """The parameters with gradients by (structure, device, dtype): each group's tensors,
-        hyperparameter rows and cache key."""
-        out: dict[Any, dict[str, Any]] = {}
+    def collect(self, opt: torch.optim.Optimizer) -> dict[Any, _Group] | str:
+        """The parameters with gradients by (structure, device, dtype) with their gradients and
+        state, or why the kernels cannot take them (a string): every tensor must be contiguous,
+        of its parameter's dtype, device and number of elements."""
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+
+        out: dict[Any, _Group] = {}
+        sgd = self.kind == "sgd"
         for group in opt.param_groups:
-            if self.kind == "sgd":
-                structure = (group["weight_decay"] != 0, group["momentum"] != 0, group["nesterov"])
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            # eager's foreach code or its for-loop (they round differently: below)
+            foreach = group.get("foreach")
+            if foreach is None:
+                foreach = _default_to_fused_or_foreach(params, False, False)[1]
+            if sgd:
+                momentum, nesterov = group["momentum"] != 0, group["nesterov"]
+                wd = group["weight_decay"] != 0
+                # eager's foreach SGD adds the nesterov term to the gradients in place when
+                # there is no weight decay (sgd.py _multi_tensor_sgd); its for-loop does not
+                write_grad = bool(momentum and nesterov and not wd and foreach)
+                structure = (wd, momentum, nesterov, write_grad, bool(foreach))
             else:
                 decoupled = self.kind == "adamw" or group.get("decoupled_weight_decay", False)
-                structure = (group["weight_decay"] != 0, bool(decoupled))
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                # A chunk of a (structure, device, dtype) group: its outputs, new tensors
-                # until written back, stay within CHUNK_BYTES (beyond one parameter's).
-                new_bytes = p.numel() * p.element_size() * self._outputs_per_param(structure)
-                chunks = out.setdefault((structure, p.device, p.dtype), [])
-                if not chunks or chunks[-1]["bytes"] + new_bytes > CHUNK_BYTES:
-                    chunks.append({"structure": structure, "device": p.device, "steps": [],
-                                   "groups": [], "bytes": 0})  # fmt: skip
-                chunks[-1]["groups"].append((group, p))
-                chunks[-1]["bytes"] += new_bytes
-        plans = {}
-        for k, chunks in out.items():
-            for i, plan in enumerate(chunks):
-                self._fill(opt, plan)
-                plans[(k, i, plan["key"])] = plan
-        return plans
+                structure = (group["weight_decay"] != 0, bool(decoupled), bool(foreach))
+            names = multi_tensor.lists_of(self.mt_kind, structure)[2:]
+            states = [opt.state.get(p) for p in params]
+            try:
+                lists = [params, [p.grad for p in params]]
+                lists += [[st[name] for st in states] for name in names]
+                steps = [] if sgd else [st["step"] for st in states]
+            except (KeyError, TypeError):  # TypeError: no state at all
+                return "no state yet (the first step)"
+            if any(t is None for ts in lists[2:] for t in ts):
+                return "a state tensor is None (the first step)"
+            where = [(p.device, p.dtype) for p in params]
+            first = where[0]
+            if all(w == first for w in where):  # one device and dtype: the usual case
+                spans = [(first, range(len(params)))]
+            else:
+                spans = {}
+                for i, w in enumerate(where):
+                    spans.setdefault(w, []).append(i)
+                spans = list(spans.items())
+            for (device, dtype), idx in spans:
+                key = (structure, device, dtype)
+                g = out.get(key)
+                if g is None:
+                    g = out[key] = _Group(structure, device, dtype, len(lists))
+                whole = isinstance(idx, range)
+                for ts, new in zip(g.lists, lists):
+                    ts.extend(new if whole else [new[i] for i in idx])
+                g.groups.extend([group] * len(idx))
+                if not sgd:
+                    g.steps.extend(steps if whole else [steps[i] for i in idx])
+        for key, g in out.items():
+            why = self._check(key, g)
+            if why is not None:
+                return why
+        return out
 
-    def _outputs_per_param(self, structure: tuple) -> int:
-        if self.kind == "sgd":
-            return 2 if structure[1] else 1  # the parameter, its momentum buffer
-        return 3  # the parameter, exp_avg, exp_avg_sq
+    def _check(self, key: Any, g: _Group) -> str | None:
+        """Why the kernels cannot take a group's tensors, or None. Every tensor must be a plain
+        contiguous tensor of its parameter's dtype, device and number of elements (the kernel
+        reads them as flat arrays), Adam's step counts CPU tensors. The parameters, state and
+        step counts that passed last time (the same objects, kept here, the parameters of the
+        same sizes, every tensor at the same address: a ``.data`` swapped in moves it) are not
+        checked again; the gradients are, at every step."""
+        grads = g.lists[1]
+        try:
+            if not all(type(t) in _PLAIN and t.is_contiguous() for t in grads):
+                return "a non-contiguous gradient or a tensor subclass (DTensor under FSDP2)"
+        except RuntimeError:  # a sparse gradient has no is_contiguous
+            return "a sparse gradient"
+        known = [t for ts in g.lists[:1] + g.lists[2:] for t in ts] + g.steps
+        known_numels = [p.numel() for p in g.lists[0]]
+        g.addresses = [t.data_ptr() for ts in g.lists for t in ts]
+        n = len(grads)
+        known_addresses = g.addresses[:n] + g.addresses[2 * n :]  # all but the gradients'
+        last = self.checked.get(key)
+        if (
+            last is not None
+            and len(last[0]) == len(known)
+            and all(map(operator.is_, last[0], known))
+            and last[1] == known_numels
+            and last[2] == known_addresses
+        ):
+            return None
+        if g.dtype not in multi_tensor.SUPPORTED_DTYPES:
+            return f"parameters of dtype {g.dtype}"
+        if g.device.type not in ("cpu", "cuda"):
+            return f"parameters on {g.device}"
+        for i, p in enumerate(g.lists[0]):
+            n = p.numel()
+            for ts in g.lists:
+                t = ts[i]
+                if not (
+                    type(t) in _PLAIN
+                    and t.is_contiguous()
+                    and t.dtype == p.dtype
+                    and t.device == p.device
+                    and t.numel() == n
+                ):
+                    return "a non-contiguous tensor, or one of another dtype, device or size"
+        for s in g.steps:
+            if not isinstance(s, torch.Tensor) or s.device.type != "cpu":
+                return "the step count is not a CPU tensor"
+        self.checked[key] = (known, known_numels, known_addresses)
+        return None
 
-    def _fill(self, opt: torch.optim.Optimizer, plan: dict[str, Any]) -> None:
-        params = [p for _, p in plan["groups"]]
-        grads = [p.grad for p in params]
-        if self.kind == "sgd":
-            bufs = [opt.state[p]["momentum_buffer"] for p in params] if plan["structure"][1] else []
-            lists = [params, grads, bufs]
-            plan["targets"] = params + bufs
-        else:
-            m = [opt.state[p]["exp_avg"] for p in params]
-            v = [opt.state[p]["exp_avg_sq"] for p in params]
-            plan["steps"] = [opt.state[p]["step"] for p in params]
-            lists = [params, grads, m, v]
-            plan["targets"] = params + m + v
-        plan["lists"] = lists
-        plan["inputs"] = [t for ts in lists for t in ts]
-        # One hyperparameter row per param group (and, for Adam, per step count: parameters
-        # of one group normally step together); which row each parameter reads is part of
-        # the graph, so it is part of the key. The step counts are read before they are
-        # incremented: all move by one, so the rows' classes are the same after.
-        classes: dict[Any, int] = {}
-        row_of = []
-        firsts = []
-        for i, (group, _) in enumerate(plan["groups"]):
-            cls = (id(group), plan["steps"][i].item() if plan["steps"] else None)
-            if cls not in classes:
-                classes[cls] = len(classes)
-                firsts.append(i)
-            row_of.append(classes[cls])
-        plan["row_of"] = tuple(row_of)
-        plan["row_firsts"] = firsts  # the parameter whose group and step give each row
-        plan["key"] = (
-            tuple(len(ts) for ts in lists),
-            plan["row_of"],
-            tuple((tuple(t.shape), t.stride(), t.dtype) for t in plan["inputs"]),
-        )
-
-    def _hyper(self, plan: dict[str, Any]) -> torch.Tensor:
-        """The ``[rows, k]`` float32 hyperparameters of a group, on its device (eager's Python
-        arithmetic, in double precision, read now): one row per (param group, step count)."""
-        rows = []
-        firsts = plan["row_firsts"]
-        if self.kind == "sgd":
-            for group, _ in (plan["groups"][i] for i in firsts):
-                rows.append(
-                    [group["weight_decay"], group["momentum"], 1 - group["dampening"],
-                     -group["lr"]]
-                )  # fmt: skip
-        else:
-            for (group, _), step_t in ((plan["groups"][i], plan["steps"][i]) for i in firsts):
-                lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
-                step = step_t.item()  # a CPU tensor: no device synchronisation
-                bias_correction1 = 1 - beta1**step
-                bias_correction2 = 1 - beta2**step
-                rows.append(
-                    [wd, 1 - lr * wd, 1 - beta1, beta2, 1 - beta2, bias_correction2**0.5,
-                     group["eps"], (lr / bias_correction1) * -1]
-                )  # fmt: skip
-        hyper = torch.tensor(rows, dtype=torch.float32)
-        device = plan["device"]
-        if device.type == "cuda":
-            return hyper.pin_memory().to(device, non_blocking=True)
-        return hyper
-
-    def _compile(self, plan: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
-        """One group's update, traced to an ATen graph and compiled by the plugin compiler."""
-        from torch.fx.experimental.proxy_tensor import make_fx
-
-        from torch_plugin import _C
-        from torch_plugin.compiler import options as options_mod
-        from torch_plugin.compiler import stages
-        from torch_plugin.compiler.decompositions import decomposition_table
-
-        sizes = [len(ts) for ts in plan["lists"]]
-        structure = plan["structure"]
-        update = _sgd_update if self.kind == "sgd" else _adam_update
-
-        def flat(*tensors):
-            lists, pos = [], 0
-            for n in sizes:
-                lists.append(list(tensors[pos : pos + n]))
-                pos += n
-            return update(*lists, tensors[pos], structure, plan["row_of"])
-
-        columns = len(_SGD_COLUMNS if self.kind == "sgd" else _ADAM_COLUMNS)
-        example_hyper = torch.zeros(len(plan["row_firsts"]), columns, device=plan["device"])
-        with torch.no_grad():
-            gm = make_fx(flat, decomposition_table(), tracing_mode="fake")(
-                *plan["inputs"], example_hyper
-            )
+    def _compile(self, g: _Group) -> tuple[str, str] | None:
+        """The kernel of a group's (structure, device, dtype), compiled (or loaded from the
+        kernel cache); None when that fails (logged)."""
+        target = "cuda" if g.device.type == "cuda" else "cpp"
+        try:
+            source, entry = multi_tensor.kernel_source(self.mt_kind, g.structure, g.dtype, target)
+            k = len(multi_tensor.COLUMNS[self.mt_kind])
+            multi_tensor.warm_up(source, entry, g.device, k, f"optimizer step ({self.kind})")
+        except Exception as e:  # noqa: BLE001 - the optimizer's own step is correct
+            log.warning("plugin: optimizer step not compiled (%s); eager", e)
+            return None
         counters["graphs_compiled"] += 1
-        log.info(
-            "plugin: optimizer step (%s) compiled for %d tensors on %s",
-            self.kind, sizes[0], plan["device"],
-        )  # fmt: skip
-        # No CUDA graph: its runner would hold static copies of every output and return clones
-        # of them (the step's memory twice over), for launches the step makes once.
-        with options_mod.overridden({"cuda_graphs": False}):
-            compiled = _C.disable_wrapper(stages.compile_graph)(gm)
-        return compiled
+        log.info("plugin: optimizer step (%s) kernel for %s %s", self.kind, g.device, g.dtype)
+        return source, entry
+
+    def _run(self, key: Any, g: _Group) -> None:
+        """One group's launch: its hyperparameter rows (one per param group and step count),
+        its table (the last one when no address or row moved), the kernel; then the version
+        counters of what it wrote move, as eager's in-place ops move them."""
+        if self.kind == "sgd":
+            step_values = [None] * len(g.groups)
+        else:  # the counts after the increment, as eager's _get_value reads them
+            step_values = torch.stack(g.steps).tolist() if len(g.steps) > 1 else [
+                g.steps[0].item()]  # fmt: skip
+        classes: dict[Any, int] = {}
+        firsts: list[tuple[dict, float | None]] = []
+        rows = []
+        for group, step in zip(g.groups, step_values):
+            cls = (id(group), step)
+            r = classes.get(cls)
+            if r is None:
+                r = classes[cls] = len(firsts)
+                firsts.append((group, step))
+            rows.append(r)
+        hyper = multi_tensor.to_device(
+            torch.tensor(_hyper_rows(self.kind, firsts), dtype=torch.float64), g.device
+        )
+        addresses = g.addresses
+        cached = self.tables.get(key)
+        if cached is not None and cached[0] == addresses and cached[1] == rows:
+            table, blocks = cached[2], cached[3]
+        else:
+            table = multi_tensor.build_table(g.lists, rows, g.device)
+            blocks = len(multi_tensor.block_map([p.numel() for p in g.lists[0]],
+                                                multi_tensor.chunk_of(g.device)))  # fmt: skip
+            self.tables[key] = (addresses, rows, table, blocks)
+        source, entry = self.kernels[key]
+        multi_tensor.launch(source, entry, table, hyper, blocks, f"optimizer step ({self.kind})")
+        written = list(g.lists[0])
+        if self.kind == "sgd":
+            if g.structure[3]:
+                written += g.lists[1]
+            if g.structure[1]:
+                written += g.lists[2]
+        else:
+            written += g.lists[2] + g.lists[3]
+        torch.autograd.graph.increment_version(written)

@@ -450,8 +450,35 @@ bool restore_output_strides(
     any |= is_cuda_conv(n);
   if (!any)
     return false;
-  kPropagateStrides.run(g, options);
   bool changed = false;
+  for (Node* n : g.nodes()) {
+    if (n->op != "aten::convolution" || n->inputs.size() < 2)
+      continue;
+    Value* x = n->tensor_arg(conv::kInput);
+    const Value* out = n->outputs.empty() ? nullptr : n->outputs[0];
+    if (!x || !out || !out->device.is_cuda() || x->sizes.size() != 4 ||
+        x->dtype == c10::ScalarType::Double ||
+        x->strides == channels_last_strides(x->sizes))
+      continue;
+    Node* copy = g.create_node(
+        "aten::clone",
+        "default",
+        {x},
+        {Arg::tensor(0), Arg::constant(int64_t{2})}, // channels_last
+        1,
+        n);
+    Graph::set_type(
+        copy->outputs[0],
+        x->dtype,
+        x->sizes,
+        channels_last_strides(x->sizes),
+        x->device);
+    for (size_t i = 0; i < n->inputs.size(); ++i)
+      if (n->inputs[i] == x)
+        g.replace_input(n, i, copy->outputs[0]);
+    changed = true;
+  }
+  kPropagateStrides.run(g, options);
   std::vector<Value*> outputs = g.outputs();
   for (size_t i = 0; i < outputs.size() && i < before.size(); ++i) {
     Value* v = outputs[i];

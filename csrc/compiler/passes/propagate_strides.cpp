@@ -8,6 +8,17 @@
 // without a Meta kernel keep their strides; fused groups and library nodes
 // set their own. An aten::view whose input strides no longer allow a view
 // becomes aten::reshape (a copy there).
+//
+// Convolutions on CUDA: the Meta kernel of aten::convolution picks a contiguous
+// output for a channels-last input (it cannot see the backend), where CUDA
+// picks cuDNN and a channels-last output (ATen's _select_conv_backend:
+// use_cudnn_depthwise "always use cudnn_depthwise for channels_last format";
+// determine_backend_memory_format -> cudnn_conv_suggest_memory_format: channels
+// last when the input or the weight suggests it, never for double). The CUDA
+// rule is applied here; a node it mispredicts costs a copy at run time (the
+// steps copy an operand whose real strides differ from the planned ones), never
+// a wrong value.
+#include <ATen/Context.h>
 #include "compiler/passes/pass.h"
 #include "ir/aten_call.h"
 
@@ -18,6 +29,26 @@
 
 namespace torch_plugin::compiler {
 namespace {
+
+// Whether CUDA's convolution writes `n`'s output channels-last (see the top).
+template <typename IndexOf>
+bool cuda_conv_channels_last(
+    const Node& n,
+    const std::vector<at::Tensor>& values,
+    const IndexOf& index_of) {
+  if (n.op != "aten::convolution" || n.inputs.size() < 2 ||
+      n.outputs.size() != 1 || !n.outputs[0]->device.is_cuda() ||
+      !at::globalContext().userEnabledCuDNN())
+    return false;
+  const at::Tensor& x = values[index_of(n.inputs[0])];
+  const at::Tensor& w = values[index_of(n.inputs[1])];
+  if (x.scalar_type() == at::kDouble || w.scalar_type() == at::kDouble ||
+      x.dim() != w.dim() || (w.dim() != 4 && w.dim() != 5))
+    return false;
+  const at::MemoryFormat cl = w.dim() == 4 ? at::MemoryFormat::ChannelsLast
+                                           : at::MemoryFormat::ChannelsLast3d;
+  return x.suggest_memory_format() == cl || w.suggest_memory_format() == cl;
+}
 
 bool run(Graph& g, const PassOptions& options) {
   if (!options.library_patterns)
@@ -70,8 +101,11 @@ bool run(Graph& g, const PassOptions& options) {
       const at::Tensor& t = values[slot_of.at(out->id)];
       if (!t.defined() || t.sizes().vec() != out->sizes)
         continue;
-      if (t.strides().vec() != out->strides) {
-        out->strides = t.strides().vec();
+      std::vector<int64_t> strides = t.strides().vec();
+      if (cuda_conv_channels_last(*n, values, index_of))
+        strides = channels_last_strides(out->sizes);
+      if (strides != out->strides) {
+        out->strides = std::move(strides);
         changed = true;
       }
     }

@@ -123,6 +123,21 @@ int slot_or(const Node& n, size_t arg, const SlotMap& slots) {
   return v ? slots.slot(v) : -1;
 }
 
+// Whether the operand is in the channels-last layout the plans read (1-d:
+// [N, C, L] with stride 1 on C); run_conv_pointwise copies it otherwise.
+bool channels_last(const at::Tensor& t) {
+  switch (t.dim()) {
+    case 3:
+      return t.stride(1) == 1 || t.size(1) == 1;
+    case 4:
+      return t.is_contiguous(at::MemoryFormat::ChannelsLast);
+    case 5:
+      return t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+    default:
+      return true;
+  }
+}
+
 class CudnnConvStep final : public Step {
  public:
   CudnnConvStep(
@@ -160,6 +175,16 @@ class CudnnConvStep final : public Step {
     if (shift_ >= 0)
       a.shift = s[shift_];
     at::Tensor y = buffer_.get(s); // channels-last (library_patterns)
+    if (!channels_last(a.x))
+      count_layout_copy(
+          "cudnn conv input: sizes " + c10::str(a.x.sizes()) + " strides " +
+          c10::str(a.x.strides()));
+    if (!channels_last(a.w))
+      count_layout_copy("cudnn conv weight");
+    if (a.residual.defined() && !channels_last(a.residual))
+      count_layout_copy(
+          "cudnn conv residual: sizes " + c10::str(a.residual.sizes()) +
+          " strides " + c10::str(a.residual.strides()));
     s[out_] = cd::run_conv_pointwise(
         a, std::move(y), plan_.get(), ir::apply_epilogue);
   }

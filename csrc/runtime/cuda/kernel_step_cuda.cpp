@@ -111,6 +111,10 @@ class CudaKernelStep final : public Step {
         keep.push_back(at::empty_strided(
             inputs_[i].sizes, inputs_[i].strides, t.options()));
         keep.back().copy_(t);
+        count_layout_copy(
+            "cuda kernel input: " + name_ + " #" + std::to_string(i) +
+            " planned " + c10::str(c10::IntArrayRef(inputs_[i].strides)) +
+            " got " + c10::str(t.strides()) + " sizes " + c10::str(t.sizes()));
         args[num_out + i] = keep.back().data_ptr();
       }
     }

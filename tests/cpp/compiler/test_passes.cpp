@@ -5,6 +5,7 @@
 // test builds a graph, runs one pass, and asserts the rewritten graph; where a
 // pass changes values, the graph is also run by the Executor against eager ATen
 // on fresh random inputs.
+#include "compiler/passes/conv_patterns.h"
 #include "compiler/passes/pipeline.h"
 #include "ir/ir.h"
 #include "ir/verifier.h"
@@ -350,8 +351,7 @@ TEST_F(Passes, LibraryPatternsLogRuleFiringsAndRejections) {
   EXPECT_FALSE(run("library_patterns", g, o));
   std::string log = testing::internal::GetCapturedStderr();
   EXPECT_NE(
-      log.find(
-          "rule conv_to_library (csrc/compiler/passes/conv_patterns.cpp:"),
+      log.find("rule conv_to_library (csrc/compiler/passes/conv_patterns.cpp:"),
       std::string::npos)
       << log;
   EXPECT_NE(log.find("rejected at aten::convolution (%"), std::string::npos)
@@ -392,6 +392,148 @@ TEST_F(Passes, PropagateStridesFollowsChannelsLastInputs) {
   EXPECT_EQ(y->strides, ref.strides().vec());
   EXPECT_EQ(z->strides, at::sum(ref, {1}).strides().vec());
   EXPECT_FALSE(run("propagate_strides", g)); // already up to date
+}
+
+// A depthwise 3x3 convolution [N, C, H, W] on `device` (IR metadata only: no
+// tensor is allocated there), then relu; returns {conv output, relu output}.
+std::pair<Value*, Value*> depthwise_then_relu(
+    Graph& g,
+    c10::Device device,
+    at::MemoryFormat x_format,
+    c10::ScalarType dtype = c10::ScalarType::Float) {
+  const std::vector<int64_t> sizes = {2, 8, 5, 5};
+  Value* x = g.add_input(
+      dtype,
+      sizes,
+      at::empty(sizes, at::TensorOptions().memory_format(x_format))
+          .strides()
+          .vec(),
+      device);
+  Value* w = g.add_input(dtype, {8, 1, 3, 3}, {9, 9, 3, 1}, device);
+  std::vector<Arg> args = {
+      Arg::tensor(0), Arg::tensor(1), Arg::constant(std::monostate{})};
+  for (AttrValue v : std::vector<AttrValue>{
+           std::vector<int64_t>{1, 1},
+           std::vector<int64_t>{1, 1},
+           std::vector<int64_t>{1, 1},
+           false,
+           std::vector<int64_t>{0, 0},
+           int64_t{8}})
+    args.push_back(Arg::constant(v));
+  Node* c = g.create_node("aten::convolution", "default", {x, w}, args, 1);
+  Graph::set_type(
+      c->outputs[0], dtype, sizes, contiguous_strides(sizes), device);
+  Node* r = g.create_node(
+      "aten::relu", "default", {c->outputs[0]}, {Arg::tensor(0)}, 1);
+  Graph::set_type(
+      r->outputs[0], dtype, sizes, contiguous_strides(sizes), device);
+  g.set_outputs({r->outputs[0]});
+  return {c->outputs[0], r->outputs[0]};
+}
+
+// CUDA's convolution writes channels-last for a channels-last input (cuDNN,
+// depthwise included), where the Meta kernel answers contiguous: the pass
+// applies CUDA's rule, so the generated kernels after a depthwise convolution
+// are planned for the layout they will really read (issue #29: MobileNetV3
+// made 29 layout copies per call without it).
+TEST_F(Passes, PropagateStridesUsesCudasConvolutionLayout) {
+  const c10::Device cuda(c10::kCUDA, 0);
+  const auto cl = channels_last_strides({2, 8, 5, 5});
+  {
+    Graph g;
+    auto [conv, relu] =
+        depthwise_then_relu(g, cuda, at::MemoryFormat::ChannelsLast);
+    EXPECT_TRUE(run("propagate_strides", g));
+    EXPECT_EQ(conv->strides, cl);
+    EXPECT_EQ(relu->strides, cl);
+    EXPECT_FALSE(run("propagate_strides", g));
+  }
+  {
+    // On the CPU the Meta kernel's answer stands (the rule is CUDA's only).
+    Graph g;
+    auto [conv, relu] =
+        depthwise_then_relu(g, kCpu, at::MemoryFormat::ChannelsLast);
+    run("propagate_strides", g);
+    const auto meta = at::TensorOptions().device(at::kMeta);
+    at::Tensor ref = at::convolution(
+        at::empty({2, 8, 5, 5}, meta)
+            .contiguous(at::MemoryFormat::ChannelsLast),
+        at::empty({8, 1, 3, 3}, meta),
+        std::nullopt,
+        {1, 1},
+        {1, 1},
+        {1, 1},
+        false,
+        {0, 0},
+        8);
+    EXPECT_EQ(conv->strides, ref.strides().vec());
+  }
+  {
+    // double: CUDA never picks channels-last (cudnn_conv_suggest_memory_format)
+    Graph g;
+    auto [conv, relu] = depthwise_then_relu(
+        g, cuda, at::MemoryFormat::ChannelsLast, c10::ScalarType::Double);
+    run("propagate_strides", g);
+    EXPECT_NE(conv->strides, cl);
+  }
+}
+
+// stem (an ATen convolution of a 3-channel NCHW input) -> a cuDNN
+// conv_pointwise -> output, on CUDA (IR metadata only). restore_output_strides
+// gives the stem a channels-last copy of its input, so the stem and the
+// conv_pointwise read and write channels-last (no per-call layout copy of the
+// stem's output), and the graph output gets eager's strides back.
+TEST_F(Passes, CudaStemConvolutionReadsChannelsLast) {
+  const c10::Device cuda(c10::kCUDA, 0);
+  const auto f32 = c10::ScalarType::Float;
+  Graph g;
+  Value* x = g.add_input(f32, {2, 3, 8, 8}, {192, 64, 8, 1}, cuda);
+  Value* w1 = g.add_input(f32, {16, 3, 3, 3}, {27, 9, 3, 1}, cuda);
+  Value* w2 = g.add_input(f32, {16, 16, 3, 3}, {144, 9, 3, 1}, cuda);
+  std::vector<Arg> args = {
+      Arg::tensor(0), Arg::tensor(1), Arg::constant(std::monostate{})};
+  for (AttrValue v : std::vector<AttrValue>{
+           std::vector<int64_t>{1, 1},
+           std::vector<int64_t>{1, 1},
+           std::vector<int64_t>{1, 1},
+           false,
+           std::vector<int64_t>{0, 0},
+           int64_t{1}})
+    args.push_back(Arg::constant(v));
+  Node* stem = g.create_node("aten::convolution", "default", {x, w1}, args, 1);
+  const std::vector<int64_t> ys = {2, 16, 8, 8};
+  Graph::set_type(stem->outputs[0], f32, ys, contiguous_strides(ys), cuda);
+  std::vector<Arg> lib_args = {
+      Arg::tensor(0),
+      Arg::tensor(1),
+      Arg::constant(std::monostate{}),
+      Arg::constant(std::monostate{}),
+      Arg::constant(std::vector<int64_t>{1, 1}),
+      Arg::constant(std::vector<int64_t>{1, 1}),
+      Arg::constant(std::vector<int64_t>{1, 1}),
+      Arg::constant(int64_t{1}),
+      Arg::constant(std::string()),
+      Arg::constant(0.0),
+      Arg::constant(0.0)};
+  Node* lib = g.create_node(
+      "torch_plugin::conv_pointwise",
+      "default",
+      {stem->outputs[0], w2},
+      lib_args,
+      1);
+  Graph::set_type(lib->outputs[0], f32, ys, channels_last_strides(ys), cuda);
+  g.set_outputs({lib->outputs[0]});
+
+  EXPECT_TRUE(restore_output_strides(g, {contiguous_strides(ys)}, frozen()));
+  verify(g);
+  Value* read = stem->inputs[0];
+  ASSERT_NE(read, x);
+  ASSERT_NE(read->producer, nullptr);
+  EXPECT_EQ(read->producer->op, "aten::clone");
+  EXPECT_EQ(read->strides, channels_last_strides({2, 3, 8, 8}));
+  EXPECT_EQ(stem->outputs[0]->strides, channels_last_strides(ys));
+  ASSERT_EQ(g.outputs().size(), 1u);
+  EXPECT_EQ(g.outputs()[0]->strides, contiguous_strides(ys));
 }
 
 // x -> c1 -> c2 -> c3 -> c4 (output), all conv_pointwise; view(c1) read after

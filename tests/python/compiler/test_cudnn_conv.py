@@ -393,6 +393,7 @@ def _check_model(model, shapes, dtype, autocast, layout="nchw", min_fused=1):
 
     cd = _cudnn_module()
     torch_plugin.reset()
+    torch_plugin._C._compiler.reset_layout_copies()
     # The convolutions the CUDA rule takes: 1-d and 2-d ones with input channels per group a
     # multiple of 8 (depthwise ones and the 3-channel stem stay ATen's, measured faster
     # there; 3-d ones ATen's until verified in a model).
@@ -427,6 +428,7 @@ def _check_model(model, shapes, dtype, autocast, layout="nchw", min_fused=1):
     c = cd.counters()
     assert c["executions"] == convs * len(shapes) and c["fused"] >= min_fused, (convs, c)
     assert c["aten"] == 0, c
+    c["layout_copies"] = torch_plugin._C._compiler.layout_copies()
     return c
 
 
@@ -462,7 +464,17 @@ def test_torchvision_models_through_plugin(name, dtype, autocast, cudnn_settings
     model = getattr(torchvision.models, name)(num_classes=10)
     _randomize_bn(model)
     model = model.to("cuda").eval()
-    _check_model(model, [(2, 3, 64, 64)] * 3, dtype, autocast, min_fused=5)
+    c = _check_model(model, [(2, 3, 64, 64)] * 3, dtype, autocast, min_fused=5)
+    # One layout for the whole graph (issue #29): the stem reads a channels-last copy of the
+    # image and the convolutions ATen keeps (depthwise) write channels-last as the generated
+    # kernels after them are planned to read; only the graph's outputs (back to eager's
+    # strides) and the NCHW weights (a channels-last copy per call for cuDNN) are copied.
+    copies = {
+        k: v
+        for k, v in c["layout_copies"].items()
+        if not k.startswith(("graph output", "cudnn conv weight"))
+    }
+    assert not copies, copies
 
 
 BLOCKS = {
