@@ -250,6 +250,10 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_float32_matmul_precision(args.matmul_precision)
+    if args.padded_chunks:  # padded cuBLASLt products in chunks, not in place (A/B runs)
+        from torch_plugin import _C
+
+        _C._cuda.cublaslt_padding(in_place=False)
     cuda = args.device == "cuda"
     gpu = torch.cuda.get_device_name() if cuda else "cpu"
     versions = f"torch {torch.__version__}, CUDA {torch.version.cuda}"
@@ -325,6 +329,8 @@ def launch_child(job, worker, timeout: float, args) -> tuple[list[dict], dict | 
                "--matmul-precision", args.matmul_precision, "--device", args.device]  # fmt: skip
         if worker.cpus:
             cmd += ["--cpus", worker.cpus]
+        if args.padded_chunks:
+            cmd += ["--padded-chunks"]
         recs, meta, timed_out = _run(cmd, env, timeout)
         if args.warm and job.kind == "main" and not timed_out:
             i = cmd.index("--runs") + 1
@@ -397,6 +403,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--merge", nargs="+", default=[], help="join results JSON files; no GPU")
     ap.add_argument("--plan", action="store_true", help="print the schedule and exit")
     ap.add_argument("--warm", action="store_true", help="second child per row: warm compile")
+    ap.add_argument(
+        "--padded-chunks",
+        action="store_true",
+        help="padded cuBLASLt products (odd N: GPT-2's LM head) in chunks through a scratch, "
+        "as before row classes (A/B against the in-place default)",
+    )
     ap.add_argument("--out", default="", help="markdown path; the JSON goes beside it")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--row", help=argparse.SUPPRESS)

@@ -31,6 +31,7 @@ GPU_TESTS=(
   tests/python/compiler/test_cublaslt.py
   tests/python/compiler/test_cublaslt_padded.py
   tests/python/compiler/test_cudnn_conv.py
+  tests/python/compiler/test_cudnn_plans.py
   tests/python/compiler/test_cuda_glue.py
   tests/python/compiler/test_cuda_graph_inputs.py
   tests/python/compiler/test_fusion_casts.py

@@ -180,7 +180,7 @@ class RootGuardManager(GuardManager):
 # (csrc/runtime/options.h); the C++ side reads no environment variable.
 #   configure(options: dict[str, str]) -> None
 #       keys: "cache_dir", "cxx", "onednn_library", "onednn_weights", "cublaslt_tuning",
-#       "cublaslt_candidates" ("" = the default; a key left out keeps its value; another key
+#       "cublaslt_candidates", "cudnn_threads" ("" = the default; a key left out keeps its value; another key
 #       is a ValueError). Called at import (torch_plugin/__init__.py) and when a graph is
 #       compiled (torch_plugin/compiler/__init__.py, configure_runtime).
 #   options() -> dict[str, str]   the options now in effect

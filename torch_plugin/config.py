@@ -73,6 +73,7 @@ Environment variables (read when needed, by the functions at the end of this mod
 | ``TORCH_PLUGIN_ONEDNN_WEIGHTS`` | ``borrowed`` | :func:`runtime_options` | CPU linear steps read the frozen weight where it is (one copy of each weight: peak memory as eager's); ``packed`` reorders a copy into oneDNN's blocked layout (BERT-base batch 1 on 2 cores: about 5-10% faster, 300 MB more) |
 | ``TORCH_PLUGIN_CUBLASLT_TUNING`` | ``1`` | :func:`runtime_options` | CUDA products: time cuBLASLt's candidates and cuBLAS's gemm; ``0``: the heuristic's first; ``verbose``; ``gemm`` (tests) |
 | ``TORCH_PLUGIN_CUBLASLT_CANDIDATES`` | ``8`` | :func:`runtime_options` | how many candidates cuBLASLt's heuristic is asked for (1 to 64) |
+| ``TORCH_PLUGIN_CUDNN_THREADS`` | min(8, cores) | :func:`runtime_options` | threads that build a compiled graph's cuDNN convolution plans at once (1: one after another) |
 
 The C++ side reads none of these itself: :func:`runtime_options` is the dict it receives
 (``torch_plugin.compiler.configure_runtime`` hands it to ``_C._runtime.configure`` at import,
@@ -422,6 +423,8 @@ def runtime_options() -> dict[str, str | int | bool]:
       ``gemm``);
     - ``cublaslt_candidates``: ``TORCH_PLUGIN_CUBLASLT_CANDIDATES`` ("" for 8; C++ clamps the
       number to 1..64).
+    - ``cudnn_threads``: ``TORCH_PLUGIN_CUDNN_THREADS`` ("" for min(8, cores); an integer
+      >= 1).
 
     The values are the raw strings of the environment ("" when unset), so C++ keeps its own
     defaults and parsing. A variable set to the empty string reads as unset (for
@@ -434,4 +437,5 @@ def runtime_options() -> dict[str, str | int | bool]:
         "onednn_weights": os.environ.get("TORCH_PLUGIN_ONEDNN_WEIGHTS", ""),
         "cublaslt_tuning": os.environ.get("TORCH_PLUGIN_CUBLASLT_TUNING", ""),
         "cublaslt_candidates": os.environ.get("TORCH_PLUGIN_CUBLASLT_CANDIDATES", ""),
+        "cudnn_threads": os.environ.get("TORCH_PLUGIN_CUDNN_THREADS", ""),
     }

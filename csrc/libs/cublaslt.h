@@ -289,6 +289,46 @@ MatmulDesc padded_tail_desc(
     const MatmulDesc& full,
     const MatmulDesc& chunk,
     int64_t rows);
+
+// Such a product computed in place instead (no scratch of chunks: the chunks'
+// scratch sat beside GPT-2's 412 MB logits at the LM head, 50-80 MB above
+// eager's peak). The output's rows fall in P classes by their address modulo
+// 16 bytes (P = 16 bytes / gcd(ldd, 16 bytes) rows: 8 for an odd bf16 n):
+// rows q, q + P, q + 2P, ... (q < P) are one matrix of leading dimension P *
+// ldd, a multiple of 16 bytes, and each class's columns [c_q, n) start on a
+// 16-byte boundary (c_q < 16 bytes' elements). One aligned product per class
+// writes those columns where they belong (A's rows q, q + P, ... at leading
+// dimension P * lda; B's rows from c_q on; C's likewise; the bias from a copy
+// shifted by c_q, when c_q is not 16 bytes' worth), and one small product,
+// the head, computes the first max(c_q) columns of every row into a scratch
+// of m rows x 16 bytes, copied into the output's first columns after the
+// class products (the head reads C before any class product writes D, which
+// may be C itself). Nothing beside the output but that scratch (64 KB for
+// GPT-2's logits) and the shifted bias; the output is written once.
+struct PaddedSplit {
+  struct Part {
+    MatmulDesc desc; // m: the class's rows, n: n - c_q, lda/ldc/ldd: P times
+    int64_t row0 = 0; // q
+    int64_t col0 = 0; // c_q
+  };
+  int64_t period = 1; // P
+  std::vector<Part> parts; // the classes with rows, by q
+  MatmulDesc head; // m rows, n = max c_q, ldd = 16 bytes, align_d 256
+};
+// The split of d (see above), or nullopt where it does not apply: d needs no
+// padding (padded_chunk_desc is nullopt), A stored column-major (its rows q,
+// q + P, ... are no matrix), B stored row-major (its rows from c_q on start
+// off 16 bytes), or a class's C or D pointer below 16-byte alignment. Such
+// products run in padded chunks (padded_chunk_desc). nullopt too while
+// padded_in_place() is false.
+std::optional<PaddedSplit> padded_split(const MatmulDesc& d);
+// Products run_linear has computed split in place (tests).
+int64_t split_products();
+// Whether padded_split is used (default true; false: every padded product in
+// chunks, for benchmarks). Process-wide.
+bool padded_in_place();
+void set_padded_in_place(bool on);
+
 // Scratch bytes a padded product may use per call (the chunk's rows x the
 // padded leading dimension; default 64 MiB: GPT-2's LM head at batch 32 in
 // 8 chunks of 512 rows (bf16) or 16 of 256 (fp32) rather than one scratch of

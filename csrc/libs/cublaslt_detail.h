@@ -1,7 +1,8 @@
 // cublaslt_detail.h: what the files of the cuBLASLt wrapper share
 // (cublaslt.cpp: descriptors, the plan cache and running a plan;
 // cublaslt_calls.cpp: the cuBLAS and cuBLASLt calls below the plans;
-// cublaslt_tuning.cpp: building a plan and choosing its algorithm). Private
+// cublaslt_tuning.cpp: building a plan and choosing its algorithm;
+// cublaslt_padded.cpp: products whose output rows are misaligned). Private
 // to csrc/libs/cublaslt*.cpp.
 #pragma once
 
@@ -94,5 +95,31 @@ std::shared_ptr<MatmulPlan> build_plan(
     std::optional<cudaStream_t> tune_stream,
     cublasHandle_t gemm_handle,
     const TuneResources* resources);
+
+// --- cublaslt_padded.cpp -------------------------------------------------
+// The product of padded_split(full) (see cublaslt.h), in place: every plan
+// found before anything is written; false (nothing written) when cuBLASLt has
+// none for one of them. `hint`: a plan to use where its descriptor is one of
+// the pieces'.
+bool run_split(
+    const MatmulDesc& full,
+    const PaddedSplit& split,
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const at::Tensor& c,
+    const at::Tensor& bias,
+    const at::Tensor& y2d,
+    const MatmulPlan* hint);
+// The product of padded_chunk_desc(full) == chunk, in chunks through a
+// scratch; false (nothing written) as run_split.
+bool run_padded(
+    const MatmulDesc& full,
+    const MatmulDesc& chunk,
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const at::Tensor& c,
+    const at::Tensor& bias,
+    const at::Tensor& y2d,
+    const MatmulPlan* hint);
 
 } // namespace torch_plugin::libs::cublaslt

@@ -1,13 +1,14 @@
 // cublaslt_linear.cpp: the at::Tensor glue of libs/cublaslt.h — layouts of
 // 2-d tensors for cuBLASLt, the descriptor of the linear product
 // y = act(x @ w^T + bias + c) with torch's current settings, and its run on
-// torch's cuBLASLt handle, workspace and current stream.
+// torch's cuBLASLt handle, workspace and current stream (products whose output
+// rows are misaligned: cublaslt_padded.cpp).
 //
 // The handle, workspace and settings are the ones PyTorch's own cuBLASLt
 // calls use (ATen/cuda/CUDAContextLight.h: getCurrentCUDABlasLtHandle,
 // getCUDABlasLtWorkspace/Size; ATen/Context.h: allowTF32CuBLAS,
 // allowFP16/BF16ReductionCuBLAS).
-#include "libs/cublaslt.h"
+#include "libs/cublaslt_detail.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -17,80 +18,11 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <atomic>
 
 namespace torch_plugin::libs::cublaslt {
 
-namespace {
-
-std::atomic<int64_t> padded_scratch_limit{int64_t{64} << 20};
-std::atomic<int64_t> padded_count{0};
-
-bool row_aligned(int64_t ld, int64_t elem) {
-  return (ld * elem) % 16 == 0;
-}
-
-} // namespace
-
 int64_t element_size(DType d) {
   return d == DType::kFloat32 ? 4 : 2;
-}
-
-int64_t padded_scratch_bytes() {
-  return padded_scratch_limit.load();
-}
-
-void set_padded_scratch_bytes(int64_t bytes) {
-  padded_scratch_limit.store(std::max<int64_t>(bytes, 0));
-}
-
-int64_t padded_products() {
-  return padded_count.load();
-}
-
-std::optional<MatmulDesc> padded_chunk_desc(const MatmulDesc& d) {
-  const int64_t elem = element_size(d.dtype);
-  const int64_t limit = padded_scratch_bytes();
-  if (limit <= 0 || d.batch != 1 || d.m <= 1 || d.n * elem < 16 ||
-      row_aligned(d.ldd, elem) || !row_aligned(d.lda, elem) ||
-      !row_aligned(d.ldb, elem) || d.align_a < 16 || d.align_b < 16)
-    return std::nullopt;
-  MatmulDesc chunk = d;
-  const int64_t per_element = 16 / elem;
-  chunk.ldd = (d.n + per_element - 1) / per_element * per_element;
-  chunk.n = d.n / per_element * per_element; // the tail is padded_tail_desc's
-  if (d.has_c)
-    chunk.ldc = chunk.ldd;
-  chunk.align_c = chunk.align_d = 256;
-  // Rows per chunk: what the scratch limit holds, a power of two when more
-  // than one chunk is needed (equal chunks: one plan).
-  const int64_t fit = std::max<int64_t>(limit / (chunk.ldd * elem), 1);
-  int64_t rows = 1;
-  while (rows * 2 <= fit)
-    rows *= 2;
-  chunk.m = fit >= d.m ? d.m : rows;
-  return chunk;
-}
-
-MatmulDesc padded_tail_desc(
-    const MatmulDesc& full,
-    const MatmulDesc& chunk,
-    int64_t rows) {
-  const int64_t elem = element_size(full.dtype);
-  MatmulDesc tail = chunk;
-  tail.m = rows;
-  tail.n = full.n - chunk.n;
-  // B's first tail row (column when B is stored row-major) and the scratch's
-  // first tail column: chunk.n elements on, a multiple of 16 bytes.
-  const int64_t offset = chunk.n * elem;
-  tail.align_b = std::min(
-      full.align_b,
-      alignment_of(reinterpret_cast<void*>(
-          static_cast<uintptr_t>((full.trans_b ? full.ldb : 1) * offset))));
-  tail.align_c = tail.align_d = std::min(
-      chunk.align_d,
-      alignment_of(reinterpret_cast<void*>(static_cast<uintptr_t>(offset))));
-  return tail;
 }
 
 std::optional<DType> dtype_of(c10::ScalarType t) {
@@ -237,159 +169,6 @@ std::shared_ptr<const MatmulPlan> plan_on_torch_handle(
       tune ? &resources : nullptr);
 }
 
-namespace {
-
-void copy_rows(
-    void* dst,
-    int64_t dst_ld,
-    const void* src,
-    int64_t src_ld,
-    int64_t cols,
-    int64_t rows,
-    int64_t elem,
-    cudaStream_t stream) {
-  TORCH_CHECK(
-      cudaMemcpy2DAsync(
-          dst,
-          dst_ld * elem,
-          src,
-          src_ld * elem,
-          cols * elem,
-          rows,
-          cudaMemcpyDeviceToDevice,
-          stream) == cudaSuccess,
-      "cuBLASLt linear (padded): cudaMemcpy2DAsync failed: ",
-      cudaGetErrorString(cudaGetLastError()));
-}
-
-// Rows [row0, row0 + rows) of y2d from the first rows of the scratch (its
-// first n columns). fp32 through ATen's copy kernel, 2-byte types through
-// cudaMemcpy2DAsync: the faster of the two for each on an H100 (GPT-2's
-// logits, 4096 x 50257: bf16 0.40 against 0.50 ms, fp32 0.69 against 0.99
-// ms).
-void copy_out(
-    const at::Tensor& y2d,
-    int64_t row0,
-    int64_t rows,
-    const at::Tensor& scratch,
-    int64_t n,
-    cudaStream_t stream) {
-  const int64_t elem = y2d.element_size();
-  if (elem == 4) {
-    y2d.narrow(0, row0, rows).copy_(scratch.narrow(0, 0, rows).narrow(1, 0, n));
-    return;
-  }
-  copy_rows(
-      static_cast<char*>(y2d.data_ptr()) + row0 * y2d.stride(0) * elem,
-      y2d.stride(0),
-      scratch.const_data_ptr(),
-      scratch.stride(0),
-      n,
-      rows,
-      elem,
-      stream);
-}
-
-// The padded product of padded_chunk_desc (see cublaslt.h): chunks of
-// chunk.m rows of x (the last one shorter), each computed into one scratch of
-// leading dimension chunk.ldd as its aligned columns [0, chunk.n) and its
-// tail [chunk.n, n) (padded_tail_desc), then copied into y2d's rows. Every
-// plan is found before anything is written: false (nothing written) when
-// cuBLASLt has none for one of them.
-bool run_padded(
-    const MatmulDesc& full,
-    const MatmulDesc& chunk,
-    const at::Tensor& x,
-    const at::Tensor& w,
-    const at::Tensor& c,
-    const at::Tensor& bias,
-    const at::Tensor& y2d,
-    const MatmulPlan* hint) {
-  const int64_t elem = element_size(full.dtype);
-  at::Tensor scratch = at::empty({chunk.m, chunk.ldd}, y2d.options());
-  struct Piece {
-    int64_t row0;
-    const MatmulPlan* main;
-    const MatmulPlan* tail;
-  };
-  std::vector<Piece> pieces;
-  std::vector<std::shared_ptr<const MatmulPlan>> held;
-  auto plan_of = [&](const MatmulDesc& d, const void* b) {
-    if (hint && hint->desc() == d)
-      return hint;
-    for (const auto& p : held)
-      if (p->desc() == d)
-        return p.get();
-    held.push_back(plan_on_torch_handle(d, b));
-    return held.back().get();
-  };
-  const char* a0 = static_cast<const char*>(x.const_data_ptr());
-  auto a_of = [&](int64_t row0) {
-    return a0 + (full.trans_a ? row0 : row0 * full.lda) * elem;
-  };
-  const int64_t offset = chunk.n * elem; // of the tail's columns
-  const char* w0 = static_cast<const char*>(w.const_data_ptr());
-  const char* w_tail = w0 + (full.trans_b ? full.ldb : 1) * offset;
-  char* s0 = static_cast<char*>(scratch.data_ptr());
-  for (int64_t row0 = 0; row0 < full.m; row0 += chunk.m) {
-    MatmulDesc d = chunk;
-    d.m = std::min(chunk.m, full.m - row0);
-    d.align_a = std::min(full.align_a, alignment_of(a_of(row0)));
-    d.align_c = d.align_d = alignment_of(s0);
-    MatmulDesc t = padded_tail_desc(full, d, d.m);
-    const MatmulPlan* main = plan_of(d, w0);
-    const MatmulPlan* tail = main ? plan_of(t, w_tail) : nullptr;
-    if (!main || !tail)
-      return false;
-    pieces.push_back({row0, main, tail});
-  }
-  const cudaStream_t stream =
-      at::cuda::getCurrentCUDAStream(y2d.device().index()).stream();
-  char* y0 = static_cast<char*>(y2d.data_ptr());
-  const char* c0 =
-      c.defined() ? static_cast<const char*>(c.const_data_ptr()) : nullptr;
-  const char* b0 = bias.defined()
-      ? static_cast<const char*>(bias.const_data_ptr())
-      : nullptr;
-  auto run = [&](const MatmulPlan* p,
-                 const char* a,
-                 const char* b,
-                 const char* bias_ptr,
-                 char* d) {
-    p->run(
-        at::cuda::getCurrentCUDABlasLtHandle(),
-        a,
-        b,
-        c0 ? d : nullptr, // C was copied into the scratch: D = C there
-        bias_ptr,
-        d,
-        at::cuda::getCUDABlasLtWorkspace(),
-        at::cuda::getCUDABlasLtWorkspaceSize(),
-        stream,
-        p->uses_gemm() ? at::cuda::getCurrentCUDABlasHandle() : nullptr);
-  };
-  for (const Piece& p : pieces) {
-    const int64_t rows = p.main->desc().m;
-    if (c0)
-      copy_rows(
-          s0,
-          chunk.ldd,
-          c0 + p.row0 * full.ldc * elem,
-          full.ldc,
-          full.n,
-          rows,
-          elem,
-          stream);
-    run(p.main, a_of(p.row0), w0, b0, s0);
-    run(p.tail, a_of(p.row0), w_tail, b0 ? b0 + offset : nullptr, s0 + offset);
-    copy_out(y2d, p.row0, rows, scratch, full.n, stream);
-  }
-  padded_count.fetch_add(1);
-  return true;
-}
-
-} // namespace
-
 bool run_linear(
     const at::Tensor& x2d,
     const at::Tensor& w_in,
@@ -481,6 +260,8 @@ bool run_linear(
   desc->align_c = c.defined() ? alignment_of(c.data_ptr()) : 256;
   desc->align_d = alignment_of(y2d.data_ptr());
 
+  if (std::optional<PaddedSplit> split = padded_split(*desc))
+    return run_split(*desc, *split, x, w, c, bias, y2d, hint);
   if (std::optional<MatmulDesc> chunk = padded_chunk_desc(*desc))
     return run_padded(*desc, *chunk, x, w, c, bias, y2d, hint);
 

@@ -1,7 +1,9 @@
-// cudnn_conv.cpp: cuDNN graphs and plans of conv_pointwise (see cudnn_conv.h).
-// The one translation unit that includes cudnn-frontend (compile time), with
-// its dynamic loading: every cuDNN call goes through dlsym on the handle of the
-// libcudnn.so.9 torch has loaded (cudnn_frontend::cudnn_dlhandle, set here).
+// cudnn_conv.cpp: cuDNN graphs and plans of conv_pointwise (see cudnn_conv.h),
+// their process-wide cache and their parallel builds (plan_convs). Includes
+// cudnn-frontend (cudnn_conv_detail.h; cudnn_plan_store.cpp is the other file
+// that does) with its dynamic loading: every cuDNN call goes through dlsym on
+// the handle of the libcudnn.so.9 torch has loaded
+// (cudnn_frontend::cudnn_dlhandle, set here).
 //
 // Graph (uids fixed, so the per-call variant pack is a sorted pointer array:
 // Graph::execute(handle, ptrs, n, workspace), no map):
@@ -10,14 +12,14 @@
 // (ATen/native/cudnn/Conv_v8.cpp): no engine that down-converts inputs, none
 // with tensor cores for fp32 without allow_tf32, none non-deterministic when
 // deterministic; the first candidate that builds (HEURISTICS_CHOICE).
-#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
-#define CUDNN_FRONTEND_SKIP_JSON_LIB
-#include "libs/cudnn_conv.h"
+// Plans are loaded from and saved to the PlanStore by cudnn_plan_store.cpp.
+#include "libs/cudnn_conv_detail.h"
 
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cudnn_frontend.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -25,7 +27,10 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace cudnn_frontend {
 // cudnn-frontend's dynamic loading reads its symbols from this handle.
@@ -43,6 +48,7 @@ enum Uid : int64_t { kX = 1, kW, kB, kScale, kShift, kR, kY };
 struct Loaded {
   bool ok = false;
   std::string why;
+  size_t version = 0; // cudnnGetVersion()
 };
 
 const Loaded& loaded() {
@@ -59,6 +65,7 @@ const Loaded& loaded() {
     auto get_version =
         reinterpret_cast<GetVersion>(dlsym(h, "cudnnGetVersion"));
     const size_t version = get_version ? get_version() : 0;
+    r.version = version;
     if (version < 90000) {
       r.why = "cuDNN " + std::to_string(version) + " is older than 9.0";
       return r;
@@ -128,7 +135,8 @@ struct Hash {
   }
 };
 
-std::atomic<int64_t> g_plans{0}, g_no_engine{0};
+std::atomic<int64_t> g_plans{0}, g_no_engine{0}, g_parallel_builds{0};
+std::atomic<int> g_build_threads{0}; // 0: the default
 
 } // namespace
 
@@ -175,13 +183,6 @@ std::string ConvDesc::str() const {
   return s.str();
 }
 
-struct ConvPlan::Impl {
-  ConvDesc desc;
-  std::shared_ptr<fe::graph::Graph> graph;
-  int64_t workspace = 0;
-  std::string name;
-};
-
 ConvPlan::ConvPlan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ConvPlan::~ConvPlan() = default;
 
@@ -193,37 +194,15 @@ std::string ConvPlan::describe() const {
   return "cudnn " + impl_->desc.str() + " " + impl_->name;
 }
 
-namespace {
+namespace detail {
 
-cudnnHandle_t torch_handle() {
-  cudnnHandle_t h = at::native::getCudnnHandle();
-  fe::detail::set_stream(h, c10::cuda::getCurrentCUDAStream().stream());
-  return h;
+size_t cudnn_version() {
+  return loaded().version;
 }
 
-int64_t numel(const std::vector<int64_t>& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes)
-    n *= s;
-  return n;
-}
-
-// The workspace a convolution of d may ask for: the bytes of its own input and
-// output, at least 16 MiB. Engines asking for more are dropped, so that a
-// convolution never raises the peak far above eager's (a small conv+BN graph's
-// first heuristic engine asked for more than 32 MiB;
-// tests/python/compiler/test_peak_memory.py).
-int64_t workspace_cap(const ConvDesc& d) {
-  const int64_t bytes = (numel(d.x_sizes) + numel(d.y_sizes)) *
-      static_cast<int64_t>(c10::elementSize(d.dtype));
-  return std::max<int64_t>(bytes, int64_t{16} << 20);
-}
-
-// The plan of d from cuDNN's heuristics among the engines whose workspace is at
-// most max_workspace, or nullptr (no engine, or a build error).
-std::unique_ptr<ConvPlan::Impl> build(
-    const ConvDesc& d,
-    int64_t max_workspace) {
+// The operation graph of d (tensors and operations, not yet built), or
+// nullptr for a dtype or activation the plan cannot take.
+std::shared_ptr<fe::graph::Graph> make_graph(const ConvDesc& d) {
   const fe::DataType_t io = fe_type(d.dtype);
   if (io == fe::DataType_t::NOT_SET)
     return nullptr;
@@ -300,9 +279,60 @@ std::unique_ptr<ConvPlan::Impl> build(
       .set_stride(d.y_strides)
       .set_data_type(io)
       .set_alignment(d.alignment);
+  return g;
+}
 
-  cudnnHandle_t handle = torch_handle();
-  if (g->validate().is_bad() || g->build_operation_graph(handle).is_bad() ||
+// The plan of a built graph g: its workspace and engine name.
+std::unique_ptr<ConvPlan::Impl> finish(
+    const ConvDesc& d,
+    std::shared_ptr<fe::graph::Graph> g) {
+  auto impl = std::make_unique<ConvPlan::Impl>();
+  if (g->get_workspace_size(impl->workspace).is_bad())
+    return nullptr;
+  if (g->get_plan_name(impl->name).is_bad())
+    impl->name = "(unnamed plan)";
+  impl->desc = d;
+  impl->graph = std::move(g);
+  return impl;
+}
+
+} // namespace detail
+
+namespace {
+
+cudnnHandle_t torch_handle() {
+  cudnnHandle_t h = at::native::getCudnnHandle();
+  fe::detail::set_stream(h, c10::cuda::getCurrentCUDAStream().stream());
+  return h;
+}
+
+int64_t numel(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    n *= s;
+  return n;
+}
+
+// The workspace a convolution of d may ask for: the bytes of its own input and
+// output, at least 16 MiB. Engines asking for more are dropped, so that a
+// convolution never raises the peak far above eager's (a small conv+BN graph's
+// first heuristic engine asked for more than 32 MiB;
+// tests/python/compiler/test_peak_memory.py).
+int64_t workspace_cap(const ConvDesc& d) {
+  const int64_t bytes = (numel(d.x_sizes) + numel(d.y_sizes)) *
+      static_cast<int64_t>(c10::elementSize(d.dtype));
+  return std::max<int64_t>(bytes, int64_t{16} << 20);
+}
+
+// The plan of d from cuDNN's heuristics among the engines whose workspace is at
+// most max_workspace, or nullptr (no engine, or a build error).
+std::unique_ptr<ConvPlan::Impl> build(
+    const ConvDesc& d,
+    int64_t max_workspace,
+    cudnnHandle_t handle) {
+  std::shared_ptr<fe::graph::Graph> g = detail::make_graph(d);
+  if (!g || g->validate().is_bad() ||
+      g->build_operation_graph(handle).is_bad() ||
       g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})
           .is_bad())
     return nullptr;
@@ -317,13 +347,21 @@ std::unique_ptr<ConvPlan::Impl> build(
   if (g->check_support(handle).is_bad() ||
       g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE).is_bad())
     return nullptr;
-  auto impl = std::make_unique<ConvPlan::Impl>();
-  if (g->get_workspace_size(impl->workspace).is_bad())
-    return nullptr;
-  if (g->get_plan_name(impl->name).is_bad())
-    impl->name = "(unnamed plan)";
-  impl->desc = d;
-  impl->graph = std::move(g);
+  return detail::finish(d, std::move(g));
+}
+
+// The plan of d: from the store, else built (and saved there).
+std::unique_ptr<ConvPlan::Impl> make_plan(const ConvDesc& d) {
+  cudnnHandle_t handle = torch_handle();
+  if (auto impl = detail::load_stored(d, handle))
+    return impl;
+  // Within the workspace cap first; where no engine fits, any workspace (a
+  // cuDNN plan beats ATen's convolution, which asks for workspace too).
+  auto impl = build(d, workspace_cap(d), handle);
+  if (!impl)
+    impl = build(d, std::numeric_limits<int64_t>::max(), handle);
+  if (impl)
+    detail::save_stored(d, *impl);
   return impl;
 }
 
@@ -355,46 +393,106 @@ bool ConvPlan::execute(const ConvPointers& p) const {
   return m.graph->execute(torch_handle(), ptrs, n, workspace).is_good();
 }
 
+namespace {
+
+std::mutex g_cache_mu;
+std::unordered_map<ConvDesc, std::shared_ptr<const ConvPlan>, Hash> g_cache;
+
+// The cached plan of desc; *found false when it has none yet.
+std::shared_ptr<const ConvPlan> cached(const ConvDesc& desc, bool* found) {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  auto it = g_cache.find(desc);
+  *found = it != g_cache.end();
+  return *found ? it->second : nullptr;
+}
+
+} // namespace
+
 std::shared_ptr<const ConvPlan> plan_conv(const ConvDesc& desc) {
   if (!available())
     return nullptr;
-  static std::mutex mu;
-  static std::unordered_map<ConvDesc, std::shared_ptr<const ConvPlan>, Hash>
-      cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(desc);
-    if (it != cache.end())
-      return it->second;
-  }
-  std::shared_ptr<const ConvPlan> plan;
+  bool found = false;
+  std::shared_ptr<const ConvPlan> plan = cached(desc, &found);
+  if (found)
+    return plan;
   try {
-    // Within the workspace cap first; where no engine fits, any workspace (a
-    // cuDNN plan beats ATen's convolution, which asks for workspace too).
-    auto impl = build(desc, workspace_cap(desc));
-    if (!impl)
-      impl = build(desc, std::numeric_limits<int64_t>::max());
-    if (impl)
+    if (auto impl = make_plan(desc))
       plan = std::make_shared<ConvPlan>(std::move(impl));
-  } catch (const std::exception&) {
+  } catch (...) {
     plan = nullptr; // a frontend exception (a missing symbol): no plan
   }
   ++(plan ? g_plans : g_no_engine);
-  std::lock_guard<std::mutex> lock(mu);
-  return cache.emplace(desc, plan).first->second;
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  return g_cache.emplace(desc, plan).first->second;
+}
+
+int build_threads() {
+  const int n = g_build_threads.load();
+  if (n > 0)
+    return n;
+  return static_cast<int>(
+      std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+}
+
+void set_build_threads(int threads) {
+  g_build_threads.store(std::max(threads, 0));
+}
+
+void plan_convs(const std::vector<ConvDesc>& descs) {
+  if (!available())
+    return;
+  std::vector<const ConvDesc*> todo;
+  {
+    std::unordered_set<ConvDesc, Hash> seen;
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    for (const ConvDesc& d : descs) {
+      if (!g_cache.count(d) && seen.insert(d).second)
+        todo.push_back(&d);
+    }
+  }
+  const size_t workers =
+      std::min<size_t>(todo.size(), static_cast<size_t>(build_threads()));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < todo.size();) {
+      try {
+        c10::cuda::CUDAGuard guard(
+            static_cast<c10::DeviceIndex>(todo[i]->device));
+        plan_conv(*todo[i]);
+      } catch (...) {
+        // plan_conv catches its own; a device guard failure leaves the
+        // descriptor to the step's own plan_conv call (the calling thread).
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < workers; ++t) {
+    try {
+      threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      break; // no more threads: the others (and this one) do the rest
+    }
+  }
+  if (!threads.empty())
+    ++g_parallel_builds;
+  work();
+  for (std::thread& t : threads)
+    t.join();
 }
 
 namespace detail {
 // For cudnn_conv_run.cpp's counters.
-int64_t plans_built() {
-  return g_plans.load();
-}
-int64_t no_engine() {
-  return g_no_engine.load();
+void plan_counters(Counters* c) {
+  c->plans = g_plans.load();
+  c->no_engine = g_no_engine.load();
+  c->parallel_builds = g_parallel_builds.load();
+  store_counters(c);
 }
 void reset_plan_counters() {
   g_plans = 0;
   g_no_engine = 0;
+  g_parallel_builds = 0;
+  reset_store_counters();
 }
 } // namespace detail
 

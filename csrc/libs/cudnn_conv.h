@@ -98,17 +98,64 @@ class ConvPlan {
   std::unique_ptr<Impl> impl_;
 };
 
-// The plan of `desc` from the process-wide cache, built on first use (graph,
-// heuristics mode A then FALLBACK, the first candidate that builds); nullptr
-// when cuDNN is not available or has no engine for it (also cached).
+// The plan of `desc` from the process-wide cache, made on first use: loaded
+// from the plan store when one is set and holds it (see PlanStore), else built
+// (graph, heuristics mode A then FALLBACK, the first candidate that builds)
+// and saved there; nullptr when cuDNN is not available or has no engine for
+// it (also cached). Thread-safe.
 std::shared_ptr<const ConvPlan> plan_conv(const ConvDesc& desc);
+
+// Makes the plans of `descs` that are not in the cache yet, on up to
+// build_threads() threads at once (a compiled graph's convolutions, before its
+// first run: runtime-fusion engines compile their kernels with NVRTC inside
+// cuDNN, hundreds of ms each). Each thread sets the descriptor's device and
+// uses torch's cuDNN handle of that thread (handles are per thread; cuDNN may
+// be called from several threads that share none); a plan built on one
+// thread's handle runs on any handle of its device. Duplicates are made once;
+// failures are cached as plan_conv's are. Never throws.
+void plan_convs(const std::vector<ConvDesc>& descs);
+// Threads plan_convs uses: set_build_threads(n) with n >= 1, or 0 for the
+// default, min(8, the host's cores). Process-wide.
+int build_threads();
+void set_build_threads(int threads);
+
+// Where plans persist across processes (the runtime's on-disk cache: libs
+// knows nothing of it). Keys are text naming everything a plan depends on:
+// the format, cuDNN's version (the loaded library's), cudnn-frontend's, the
+// GPU (name, compute capability, SM count) and every descriptor field but the
+// device index; the store hashes them into file names. The payload holds the
+// key again (checked on load), the engine's name, workspace, engine id and
+// knob choices, and the serialized execution plan when cuDNN can serialize it
+// (its runtime-compiled engines: the compiled kernel comes back without
+// NVRTC). Load order: the serialized plan; else the engine id and knobs
+// replayed on a fresh graph; an entry neither of which gives a plan is
+// rejected (removed) and the plan built as without a store.
+class PlanStore {
+ public:
+  virtual ~PlanStore() = default;
+  // The payload saved under `key`; false when there is none (or it is
+  // damaged: the store reports that itself).
+  virtual bool load(const std::string& key, std::string* payload) = 0;
+  virtual void save(const std::string& key, const std::string& payload) = 0;
+  // Removes the entry of `key` (it gave no plan).
+  virtual void remove(const std::string& key) = 0;
+};
+// Sets the process-wide store (nullptr: none, plans are kept in memory only).
+void set_plan_store(std::shared_ptr<PlanStore> store);
+// The store key of `desc` (see PlanStore), for tests and logs.
+std::string plan_store_key(const ConvDesc& desc);
 
 // Process-wide counts, for tests and logs.
 struct Counters {
   int64_t executions = 0; // cuDNN plans executed
   int64_t fused = 0; // executions with some epilogue fused
-  int64_t plans = 0; // plans built
+  int64_t plans = 0; // plans made (built, or loaded from the store)
   int64_t no_engine = 0; // descriptors cuDNN had no engine for
+  int64_t disk_hits = 0; // plans deserialized from the store (no NVRTC)
+  int64_t disk_replays = 0; // plans rebuilt from the store's engine and knobs
+  int64_t disk_writes = 0; // plans saved to the store
+  int64_t disk_rejected = 0; // store entries that gave no plan (removed)
+  int64_t parallel_builds = 0; // plan_convs calls that used several threads
   int64_t split = 0; // runs: conv through cuDNN, epilogue after it (ATen)
   int64_t aten = 0; // runs of ATen's convolution (no cuDNN plan at all)
 };

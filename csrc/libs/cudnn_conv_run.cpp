@@ -11,8 +11,7 @@
 namespace torch_plugin::libs::cudnn {
 
 namespace detail {
-int64_t plans_built();
-int64_t no_engine();
+void plan_counters(Counters* c);
 void reset_plan_counters();
 } // namespace detail
 
@@ -148,8 +147,7 @@ Counters counters() {
   Counters c;
   c.executions = g_executions.load();
   c.fused = g_fused.load();
-  c.plans = detail::plans_built();
-  c.no_engine = detail::no_engine();
+  detail::plan_counters(&c);
   c.split = g_split.load();
   c.aten = g_aten.load();
   return c;

@@ -99,22 +99,93 @@ void init_cuda(py::module_& parent) {
       "The folder of cached CUDA kernels (<kernel cache dir>/cuda).");
   m.def(
       "cublaslt_padding",
-      [](std::optional<int64_t> scratch_bytes) {
+      [](std::optional<int64_t> scratch_bytes, std::optional<bool> in_place) {
         namespace lt = libs::cublaslt;
         const int64_t before = lt::padded_scratch_bytes();
+        const bool in_place_before = lt::padded_in_place();
         if (scratch_bytes)
           lt::set_padded_scratch_bytes(*scratch_bytes);
+        if (in_place)
+          lt::set_padded_in_place(*in_place);
         py::dict d;
         d["scratch_bytes"] = before;
+        d["in_place_on"] = in_place_before;
         d["products"] = lt::padded_products();
+        d["in_place"] = lt::split_products();
         return d;
       },
       py::arg("scratch_bytes") = py::none(),
+      py::arg("in_place") = py::none(),
       "cuBLASLt products whose output rows are not 16-byte aligned, computed "
       "padded (libs/cublaslt.h, padded_chunk_desc): {'scratch_bytes': the "
       "scratch limit before this call, 'products': padded products run in "
-      "this process}; `scratch_bytes` sets the limit (0: off) for plans and "
+      "this process, 'in_place': those of them computed in place by row "
+      "classes (padded_split), 'in_place_on': whether row classes were on "
+      "before this call}; `scratch_bytes` sets the limit (0: off) and "
+      "`in_place` turns row classes on or off (off: chunks) for plans and "
       "runs from now on.");
+  m.def(
+      "padded_split",
+      [](int64_t m_rows,
+         int64_t n,
+         int64_t k,
+         const std::string& dtype,
+         std::optional<int64_t> ldd,
+         bool residual) {
+        namespace lt = libs::cublaslt;
+        lt::MatmulDesc d;
+        d.m = m_rows;
+        d.n = n;
+        d.k = k;
+        d.dtype = dtype == "fp32" ? lt::DType::kFloat32
+            : dtype == "fp16"     ? lt::DType::kFloat16
+                                  : lt::DType::kBFloat16;
+        d.lda = k; // x [m, k] row-major, w [n, k] row-major (B transposed)
+        d.trans_b = true;
+        d.ldb = k;
+        d.ldd = ldd.value_or(n);
+        d.has_c = residual;
+        d.ldc = residual ? d.ldd : 0;
+        py::object out = py::none();
+        const std::optional<lt::PaddedSplit> split = lt::padded_split(d);
+        if (!split)
+          return out;
+        py::list parts;
+        for (const lt::PaddedSplit::Part& p : split->parts) {
+          py::dict e;
+          e["row0"] = p.row0;
+          e["col0"] = p.col0;
+          e["m"] = p.desc.m;
+          e["n"] = p.desc.n;
+          e["lda"] = p.desc.lda;
+          e["ldd"] = p.desc.ldd;
+          e["ldc"] = p.desc.ldc;
+          e["align_a"] = p.desc.align_a;
+          e["align_b"] = p.desc.align_b;
+          e["align_c"] = p.desc.align_c;
+          e["align_d"] = p.desc.align_d;
+          parts.append(e);
+        }
+        py::dict r;
+        r["period"] = split->period;
+        r["parts"] = parts;
+        r["head_n"] = split->head.n;
+        r["head_ldd"] = split->head.ldd;
+        r["head_m"] = split->head.m;
+        return py::object(r);
+      },
+      py::arg("m"),
+      py::arg("n"),
+      py::arg("k"),
+      py::arg("dtype"),
+      py::arg("ldd") = py::none(),
+      py::arg("residual") = false,
+      "The in-place split (libs/cublaslt.h, padded_split) of the product of "
+      "x [m, k] and w [n, k], both row-major and 256-byte aligned, into an "
+      "output of row stride ldd (default n): None where it does not apply, "
+      "else {'period', 'parts': [{row0, col0, m, n, lda, ldd, ldc, align_a, "
+      "align_b, align_c, align_d}], 'head_m', 'head_n', 'head_ldd'}. No GPU "
+      "needed (tests).");
 }
 
 namespace {

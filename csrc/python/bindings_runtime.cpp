@@ -38,7 +38,8 @@ constexpr const char* kOptionKeys[] = {
     "onednn_library",
     "onednn_weights",
     "cublaslt_tuning",
-    "cublaslt_candidates"};
+    "cublaslt_candidates",
+    "cudnn_threads"};
 
 std::string* option_field(runtime::RuntimeOptions& o, const std::string& key) {
   if (key == "cache_dir")
@@ -53,6 +54,8 @@ std::string* option_field(runtime::RuntimeOptions& o, const std::string& key) {
     return &o.cublaslt_tuning;
   if (key == "cublaslt_candidates")
     return &o.cublaslt_candidates;
+  if (key == "cudnn_threads")
+    return &o.cudnn_threads;
   return nullptr;
 }
 
@@ -366,7 +369,7 @@ void init_runtime_options_bindings(py::module_& parent) {
             throw py::value_error(
                 "_runtime.configure: unknown option '" + key +
                 "'; expected cache_dir, cxx, onednn_library, onednn_weights, "
-                "cublaslt_tuning or cublaslt_candidates");
+                "cublaslt_tuning, cublaslt_candidates or cudnn_threads");
           if (!py::isinstance<py::str>(item.second))
             throw py::type_error(
                 "_runtime.configure: option '" + key + "' must be a str");
@@ -376,8 +379,8 @@ void init_runtime_options_bindings(py::module_& parent) {
       },
       py::arg("options"),
       "Sets the runtime's options from a dict of str: cache_dir, cxx, "
-      "onednn_library, onednn_weights, cublaslt_tuning, cublaslt_candidates "
-      "(\"\" = the default; a key left out keeps its value). See "
+      "onednn_library, onednn_weights, cublaslt_tuning, cublaslt_candidates, "
+      "cudnn_threads (\"\" = the default; a key left out keeps its value). See "
       "csrc/runtime/options.h.");
   m.def(
       "options",

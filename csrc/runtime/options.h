@@ -36,6 +36,9 @@ struct RuntimeOptions {
   // How many candidates cuBLASLt's heuristic is asked for: an integer, clamped
   // to 1..64; "": 8.
   std::string cublaslt_candidates;
+  // Threads that build a compiled graph's cuDNN convolution plans at once: an
+  // integer >= 1; "" (or anything else): min(8, the host's cores).
+  std::string cudnn_threads;
 };
 
 // The options now in effect (a copy).

@@ -4,7 +4,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <functional>
 #include <map>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 namespace torch_plugin::runtime {
@@ -21,8 +24,14 @@ Factories& factories() {
   return m;
 }
 
-std::map<c10::DeviceType, KernelPreloader>& preloaders() {
-  static std::map<c10::DeviceType, KernelPreloader> m;
+// Several per device (CUDA: the generated kernels', and cuDNN's plans in the
+// background), run in registration order.
+struct Preloader {
+  KernelPreloader preload;
+  bool background;
+};
+std::map<c10::DeviceType, std::vector<Preloader>>& preloaders() {
+  static std::map<c10::DeviceType, std::vector<Preloader>> m;
   return m;
 }
 
@@ -57,8 +66,9 @@ StepRegistration::StepRegistration(
 
 KernelPreloaderRegistration::KernelPreloaderRegistration(
     c10::DeviceType device,
-    KernelPreloader preload) {
-  preloaders()[device] = preload;
+    KernelPreloader preload,
+    bool background) {
+  preloaders()[device].push_back({preload, background});
 }
 
 LibraryRegistration::LibraryRegistration(const char* name, LibraryProbe probe) {
@@ -70,8 +80,32 @@ c10::DeviceType step_device(const ir::Node& node) {
 }
 
 void preload_kernels(const std::vector<const ir::Node*>& nodes) {
-  for (const auto& [device, preload] : preloaders())
-    preload(nodes);
+  std::vector<std::thread> background;
+  for (const auto& [device, preloads] : preloaders()) {
+    for (const Preloader& p : preloads) {
+      if (!p.background)
+        continue;
+      try {
+        background.emplace_back(p.preload, std::cref(nodes));
+      } catch (const std::system_error&) {
+        p.preload(nodes); // no thread: here, before the others
+      }
+    }
+  }
+  // The background threads are joined however the foreground ones end.
+  struct Join {
+    std::vector<std::thread>& threads;
+    ~Join() {
+      for (std::thread& t : threads)
+        t.join();
+    }
+  } join{background};
+  for (const auto& [device, preloads] : preloaders()) {
+    for (const Preloader& p : preloads) {
+      if (!p.background)
+        p.preload(nodes);
+    }
+  }
 }
 
 bool library_available(const std::string& name, std::string* why) {

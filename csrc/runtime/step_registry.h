@@ -35,7 +35,9 @@ using StepFactory =
     std::unique_ptr<Step> (*)(const ir::Node& node, const SlotMap& slots);
 
 // Compiles the kernels of the fusion groups among `nodes` that are its
-// device's (every node of the graph is passed), before the steps are built.
+// device's, or builds its library plans (cuDNN's), before the steps are built
+// (every node of the graph is passed). A device may register several; they
+// run in registration order.
 using KernelPreloader = void (*)(const std::vector<const ir::Node*>& nodes);
 
 // Whether a library a device's steps use loads in this process; false with
@@ -47,8 +49,16 @@ using LibraryProbe = bool (*)(std::string* why);
 struct StepRegistration {
   StepRegistration(c10::DeviceType device, StepKind kind, StepFactory factory);
 };
+// `background`: the preloader runs on a thread of its own while the others
+// run on the calling thread (cuDNN's plans while NVRTC compiles the generated
+// kernels); it must not throw and should not warn (a warning from that thread
+// reaches stderr, not Python's warnings). preload_kernels returns when all
+// are done.
 struct KernelPreloaderRegistration {
-  KernelPreloaderRegistration(c10::DeviceType device, KernelPreloader preload);
+  KernelPreloaderRegistration(
+      c10::DeviceType device,
+      KernelPreloader preload,
+      bool background = false);
 };
 struct LibraryRegistration {
   LibraryRegistration(const char* name, LibraryProbe probe);
@@ -57,7 +67,10 @@ struct LibraryRegistration {
 // The device whose step a node gets: its first output's (CPU without outputs).
 c10::DeviceType step_device(const ir::Node& node);
 
-// Runs every registered preloader on `nodes`, in device order.
+// Runs every registered preloader on `nodes`: the background ones on threads
+// of their own, the others on the calling thread in device and registration
+// order; returns when all are done (rethrowing the first error of a
+// foreground one).
 void preload_kernels(const std::vector<const ir::Node*>& nodes);
 
 // Whether library `name` ("onednn") is usable here: false with *why empty when

@@ -29,12 +29,14 @@ def _fill(root, n_kernels: int = 3, n_graphs: int = 2, size: int = 1000):
     """Entries named as the caches name them, with distinct ages (oldest first)."""
     (root / "graphs").mkdir(parents=True)
     (root / "cuda").mkdir()
+    (root / "cudnn").mkdir()
     paths = []
     for i in range(n_kernels):
         paths.append(root / f"{i:064x}.kernel")
     for i in range(n_graphs):
         paths.append(root / "graphs" / f"{i + 100:064x}.json")
     paths.append(root / "cuda" / f"{7:040x}.cubin")
+    paths.append(root / "cudnn" / f"{9:064x}.plan")
     now = time.time()
     for age, p in enumerate(reversed(paths)):
         p.write_bytes(b"x" * size)
@@ -60,8 +62,9 @@ def test_info_and_clear_from_the_command_line(root):
     assert str(root) in out.stdout
     assert "cpu kernels: 3 entries" in out.stdout and "graphs: 2 entries" in out.stdout
     assert "cuda kernels: 1 entries" in out.stdout and "limit" in out.stdout
+    assert "cudnn plans: 1 entries" in out.stdout
     out = _cli("clear")
-    assert out.returncode == 0 and "removed 6 entries" in out.stdout, out
+    assert out.returncode == 0 and "removed 7 entries" in out.stdout, out
     assert cache.entries(root) == []
     assert (root / "notes.txt").exists(), "files that are not entries stay"
 
@@ -73,10 +76,10 @@ def test_bad_limit_is_a_clear_error(root, monkeypatch):
 
 
 def test_evict_removes_least_recently_used_first(root):
-    paths = _fill(root, size=1000)  # 6 entries, 6000 bytes
+    paths = _fill(root, size=1000)  # 7 entries, 7000 bytes
     freed = cache.enforce_limit(root, limit=3500)
-    assert freed == 3000
-    assert [p.exists() for p in paths] == [False] * 3 + [True] * 3
+    assert freed == 4000
+    assert [p.exists() for p in paths] == [False] * 4 + [True] * 3
     assert cache.enforce_limit(root, limit=3500) == 0
 
 

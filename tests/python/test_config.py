@@ -13,6 +13,7 @@ RUNTIME_VARS = {
     "TORCH_PLUGIN_ONEDNN_WEIGHTS": "onednn_weights",
     "TORCH_PLUGIN_CUBLASLT_TUNING": "cublaslt_tuning",
     "TORCH_PLUGIN_CUBLASLT_CANDIDATES": "cublaslt_candidates",
+    "TORCH_PLUGIN_CUDNN_THREADS": "cudnn_threads",
 }
 
 
@@ -32,6 +33,7 @@ def test_runtime_options_keys_and_defaults(bare_env):
         "onednn_weights": "",
         "cublaslt_tuning": "",
         "cublaslt_candidates": "",
+        "cudnn_threads": "",
     }
 
 

@@ -18,7 +18,7 @@ from torch_plugin import config
 
 # The runtime options its steps read as they are built (csrc/runtime/options.h); the others
 # (cache folder, host compiler, oneDNN library) are read once, at import.
-_PER_GRAPH = ("onednn_weights", "cublaslt_tuning", "cublaslt_candidates")
+_PER_GRAPH = ("onednn_weights", "cublaslt_tuning", "cublaslt_candidates", "cudnn_threads")
 
 
 def configure_runtime(at_import: bool = False) -> None:

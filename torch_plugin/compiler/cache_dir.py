@@ -10,6 +10,8 @@ C++ kernel cache receives the resolved root from Python (``PassOptions.cache_dir
 
 - ``<sha256>.kernel``: generated CPU kernels (verified entries, csrc/runtime/cache_file.h);
 - ``cuda/<sha256>.cubin`` / ``.ptx``: generated CUDA kernels (same format);
+- ``cudnn/<sha256>.plan``: cuDNN convolution plans (same format; csrc/libs/cudnn_conv.h,
+  PlanStore; the payload names its key, checked on load);
 - ``graphs/<sha256>.json``: lowered inference graphs (:mod:`torch_plugin.compiler.graph_format`);
 - ``<16 hex>.so``: CPU kernels of the format before 2026-11-25 (never loaded now; removed by
   ``clear`` and ``evict``).
@@ -42,6 +44,7 @@ DEFAULT_LIMIT_GB = config.DEFAULT_CACHE_LIMIT_GB
 _KINDS = {
     "cpu kernels": ("", re.compile(r"[0-9a-f]{64}\.kernel")),
     "cuda kernels": ("cuda", re.compile(r"[0-9a-f]{40,64}\.(cubin|ptx)")),
+    "cudnn plans": ("cudnn", re.compile(r"[0-9a-f]{64}\.plan")),
     "graphs": ("graphs", re.compile(r"[0-9a-f]{64}\.json")),
     "old-format kernels": ("", re.compile(r"[0-9a-f]{16}\.so")),
 }
@@ -98,7 +101,7 @@ def entries(root: Path | None = None) -> list[Entry]:
 def _stale_temporaries(root: Path) -> list[Path]:
     now = time.time()
     out = []
-    for folder in (root, root / "cuda", root / "graphs"):
+    for folder in (root, root / "cuda", root / "cudnn", root / "graphs"):
         try:
             with os.scandir(folder) as it:
                 for e in it:

@@ -38,7 +38,8 @@ class CublasLtLinearStep final : public Step {
       lt::Epilogue epilogue,
       std::shared_ptr<const lt::MatmulPlan> plan,
       int64_t m,
-      bool padded)
+      bool padded,
+      bool split)
       : x_(slots.slot(n.tensor_arg(0))),
         w_(slots.slot(n.tensor_arg(1))),
         b_(n.tensor_arg(2) ? slots.slot(n.tensor_arg(2)) : -1),
@@ -51,6 +52,7 @@ class CublasLtLinearStep final : public Step {
             n.const_arg(ir::schema::linear_pointwise::kActivation))),
         epilogue_(epilogue),
         padded_(padded),
+        split_(split),
         plan_(std::move(plan)),
         buffer_(*n.outputs[0], slots),
         sizes_(n.outputs[0]->sizes),
@@ -87,10 +89,10 @@ class CublasLtLinearStep final : public Step {
 
   std::string describe() const override {
     std::string s = "cublaslt linear_pointwise " + plan_->describe();
-    if (padded_) // the plan is one chunk's (libs/cublaslt.h)
+    if (padded_) // the plan is one chunk's or class's (libs/cublaslt.h)
       s += " padded rows=" + std::to_string(plan_->desc().m) +
           " ld=" + std::to_string(plan_->desc().ldd) +
-          " of m=" + std::to_string(m_);
+          " of m=" + std::to_string(m_) + (split_ ? " in place" : "");
     return s;
   }
 
@@ -99,7 +101,7 @@ class CublasLtLinearStep final : public Step {
   int64_t m_, n_, k_;
   std::string activation_;
   lt::Epilogue epilogue_;
-  bool padded_;
+  bool padded_, split_;
   std::shared_ptr<const lt::MatmulPlan> plan_;
   OutputBuffer buffer_;
   std::vector<int64_t> sizes_, strides_;
@@ -195,8 +197,30 @@ std::unique_ptr<Step> make_cublaslt_step(
     }
   }
   // An output whose rows are not 16-byte aligned (GPT-2's LM head, N =
-  // 50257): the plan is the padded product's chunk (run_linear computes it
-  // so; libs/cublaslt.h, padded_chunk_desc).
+  // 50257): computed in place by row classes where it can be (every class's
+  // plan and the head's tuned now, the first class's pinned: run_linear finds
+  // the others cached; libs/cublaslt.h, padded_split), else in padded chunks
+  // (the chunk's plan pinned; padded_chunk_desc).
+  const std::optional<lt::PaddedSplit> split = lt::padded_split(*desc);
+  if (split) {
+    const char* w0 = static_cast<const char*>(w_ptr);
+    const int64_t elem = lt::element_size(desc->dtype);
+    std::shared_ptr<const lt::MatmulPlan> first;
+    for (const lt::PaddedSplit::Part& part : split->parts) {
+      auto plan = lt::plan_on_torch_handle(
+          part.desc,
+          w0 ? w0 + part.col0 * desc->ldb * elem : nullptr,
+          flush_from);
+      if (!plan)
+        return nullptr;
+      if (!first)
+        first = std::move(plan);
+    }
+    if (!first || !lt::plan_on_torch_handle(split->head, w_ptr, flush_from))
+      return nullptr;
+    return std::make_unique<CublasLtLinearStep>(
+        node, slots, epilogue, std::move(first), m, true, true);
+  }
   const std::optional<lt::MatmulDesc> chunk = lt::padded_chunk_desc(*desc);
   std::shared_ptr<const lt::MatmulPlan> plan =
       lt::plan_on_torch_handle(chunk ? *chunk : *desc, w_ptr, flush_from);
@@ -216,7 +240,7 @@ std::unique_ptr<Step> make_cublaslt_step(
     }
   }
   return std::make_unique<CublasLtLinearStep>(
-      node, slots, epilogue, std::move(plan), m, chunk.has_value());
+      node, slots, epilogue, std::move(plan), m, chunk.has_value(), false);
 }
 
 namespace {

@@ -16,12 +16,31 @@
 // cuDNN does not compute, and the fallbacks, are run_conv_pointwise's.
 // Registered for (CUDA, library) beside the cuBLASLt step (the registry tries
 // each factory of a key in turn).
+//
+// Before the steps are built, a CUDA preloader makes the plans of every
+// convolution of the graph at once (libs::cudnn::plan_convs: a few threads,
+// RuntimeOptions::cudnn_threads), in the background while NVRTC compiles the
+// graph's generated kernels, so that the steps find them cached. Plans
+// persist across processes in the kernel cache folder's cudnn/ subfolder (one
+// verified file per plan, runtime/cache_file.h, named by the SHA-256 of the
+// plan's key: libs::cudnn::PlanStore).
 #include "ir/op_schema.h"
 #include "ir/op_table.h"
 #include "libs/cudnn_conv.h"
+#include "runtime/cache_file.h"
+#include "runtime/options.h"
 #include "runtime/step_registry.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+#include <utime.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace torch_plugin::runtime::cuda {
 
@@ -199,11 +218,125 @@ bool cudnn_probe(std::string* why) {
   return cd::available(why);
 }
 
+// The plans of the graph's CUDA convolutions, built in parallel before the
+// steps (which then find them in the cache). Runs on a thread of its own
+// (a background preloader): never throws; a descriptor it cannot derive is
+// left to its step (make_cudnn_step, on the calling thread).
+void preload_cudnn_plans(const std::vector<const Node*>& nodes) {
+  try {
+    std::vector<cd::ConvDesc> descs;
+    for (const Node* n : nodes) {
+      if (n->op != "torch_plugin::conv_pointwise" || n->outputs.size() != 1 ||
+          !n->outputs[0]->device.is_cuda())
+        continue;
+      if (std::optional<cd::ConvDesc> d = desc_of(*n))
+        descs.push_back(std::move(*d));
+    }
+    if (!descs.empty() && cd::available())
+      cd::plan_convs(descs);
+  } catch (...) {
+    // The steps build what is missing.
+  }
+}
+
+bool make_dirs(const std::string& path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      const std::string part = path.substr(0, i);
+      if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+        return false;
+    }
+  }
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// cuDNN plans on disk: <kernel cache>/cudnn/<sha256 of the key>.plan, each a
+// verified cache entry (runtime/cache_file.h). The key is in the payload too
+// (libs::cudnn checks it). Failures to write are warnings: the plan is then
+// only kept in memory.
+class DiskPlanStore final : public cd::PlanStore {
+ public:
+  bool load(const std::string& key, std::string* payload) override {
+    const std::string path = path_of(key);
+    std::string why;
+    if (read_cache_entry(path, payload, &why)) {
+      utime(path.c_str(), nullptr); // used now (least-recently-used eviction)
+      return true;
+    }
+    if (why != "missing") {
+      TORCH_WARN(
+          "torch_plugin: the cached cuDNN plan ",
+          path,
+          " is damaged (",
+          why,
+          "); building the plan again");
+      unlink(path.c_str());
+    }
+    return false;
+  }
+
+  void save(const std::string& key, const std::string& payload) override {
+    const std::string dir = dir_of();
+    if (!make_dirs(dir)) {
+      TORCH_WARN_ONCE(
+          "torch_plugin: cannot create the cuDNN plan cache folder ",
+          dir,
+          ": ",
+          std::strerror(errno),
+          " (plans are not cached on disk)");
+      return;
+    }
+    std::string why;
+    if (!write_cache_entry(dir, name_of(key), payload, &why))
+      TORCH_WARN(
+          "torch_plugin: cannot write ", dir, "/", name_of(key), ": ", why);
+  }
+
+  void remove(const std::string& key) override {
+    unlink(path_of(key).c_str());
+  }
+
+ private:
+  static std::string dir_of() {
+    return kernel_cache_dir() + "/cudnn";
+  }
+  static std::string name_of(const std::string& key) {
+    return sha256_hex(key) + ".plan";
+  }
+  static std::string path_of(const std::string& key) {
+    return dir_of() + "/" + name_of(key);
+  }
+};
+
+// The plan builders' thread count comes from the runtime options (libs knows
+// nothing of the runtime).
+void hand_options_to_cudnn(const RuntimeOptions& options) {
+  int threads = 0;
+  try {
+    threads =
+        options.cudnn_threads.empty() ? 0 : std::stoi(options.cudnn_threads);
+  } catch (const std::exception&) {
+    threads = 0;
+  }
+  cd::set_build_threads(std::max(threads, 0));
+}
+
+const bool kStoreSet = [] {
+  cd::set_plan_store(std::make_shared<DiskPlanStore>());
+  return true;
+}();
+
 const StepRegistration kLibraryStep(
     c10::kCUDA,
     StepKind::kLibrary,
     make_cudnn_step);
+const KernelPreloaderRegistration kPlanPreloader(
+    c10::kCUDA,
+    preload_cudnn_plans,
+    /*background=*/true);
 const LibraryRegistration kCudnn("cudnn", cudnn_probe);
+const OptionsListenerRegistration kOptionsListener(hand_options_to_cudnn);
 
 } // namespace
 

@@ -1,9 +1,14 @@
 """cuBLASLt products whose output rows are not 16-byte aligned (an odd N: GPT-2's LM head,
-N = 50257) run padded: in chunks of rows into a scratch of aligned leading dimension, each
-copied into the contiguous output (csrc/libs/cublaslt_linear.cpp, padded_chunk_desc).
+N = 50257) run padded: in place by row classes (rows q, q + P, ... as one aligned product each,
+the first few columns through a scratch of 16 bytes a row; csrc/libs/cublaslt_linear.cpp,
+padded_split), or, where A is stored column-major, in chunks of rows into a scratch of aligned
+leading dimension, each copied into the contiguous output (padded_chunk_desc). Peak memory of
+an in-place product is eager's (no chunk scratch beside the output).
 Against eager on fresh random inputs over several calls, for the op called directly and
 through the "plugin" backend, asserting the path through the padded-product counter and the
 executor's step descriptions. GPU tests; they skip without a GPU."""
+
+import math
 
 import pytest
 import torch
@@ -28,6 +33,12 @@ def padding():
     before = _padding()["scratch_bytes"]
     yield lambda limit=None: _padding(limit)["products"]
     _padding(before)
+
+
+@pytest.fixture
+def in_place():
+    """The count of padded products computed in place (row classes)."""
+    return lambda: _padding()["in_place"]
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +67,7 @@ def _close(got, want, dtype):
 )
 @pytest.mark.parametrize("epilogue", ["none", "bias_relu", "residual", "bias_residual_gelu"])
 @pytest.mark.parametrize("limit", [None, "rows8"])
-def test_linear_pointwise_padded(dtype, m, k, n, epilogue, limit, padding):
+def test_linear_pointwise_padded(dtype, m, k, n, epilogue, limit, padding, in_place):
     es = torch.tensor([], dtype=dtype).element_size()
     if limit == "rows8":  # chunks of 8 rows (the last one shorter when m % 8)
         ld = (n * es + 15) // 16 * 16
@@ -73,6 +84,7 @@ def test_linear_pointwise_padded(dtype, m, k, n, epilogue, limit, padding):
         b = torch.randn(n, device="cuda", dtype=dtype) if bias else None
         r = torch.randn(m, n, device="cuda", dtype=dtype) if res else None
         before = padding()
+        before_in_place = in_place()
         got = torch.ops.torch_plugin.linear_pointwise(x, w, b, r, act, 0.0, 0.0)
         ran = padding() - before
         want = x.double() @ w.double().T
@@ -87,6 +99,126 @@ def test_linear_pointwise_padded(dtype, m, k, n, epilogue, limit, padding):
         assert got.is_contiguous() and got.shape == (m, n) and got.dtype == dtype
         _close(got, want, dtype)
         assert ran == int(_expect_padded(m, k, n, dtype)), (m, k, n, dtype, ran)
+        # x and w row-major, C (the residual) contiguous: every padded product is in place.
+        assert in_place() - before_in_place == ran, (m, k, n, dtype)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("bias", [False, True])
+def test_column_major_x_runs_in_chunks(dtype, bias, padding, in_place):
+    """x stored column-major (its rows q, q + P, ... are no matrix): the chunked padded
+    product, against eager over several calls."""
+    m, k, n = 64, 64, 1001
+    for call in range(3):
+        torch.manual_seed(call)
+        x = torch.randn(k, m, device="cuda", dtype=dtype).T  # [m, k], column-major
+        w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+        b = torch.randn(n, device="cuda", dtype=dtype) if bias else None
+        before, before_in_place = padding(), in_place()
+        got = torch.ops.torch_plugin.linear_pointwise(x, w, b, None, "", 0.0, 0.0)
+        assert padding() - before == 1 and in_place() == before_in_place
+        want = x.double() @ w.double().T
+        if b is not None:
+            want = want + b.double()
+        _close(got, want, dtype)
+
+
+def _peak_bytes(fn):
+    """Peak bytes fn() allocates above what was allocated before it, after one warm-up call
+    (plans, tuning and torch's workspaces are made then)."""
+    fn()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_padded_product_peak_is_eagers(dtype, bias, padding, in_place):
+    """GPT-2's LM head at batch 32 ([4096, 768] x [768, 50257]): the padded product's peak is
+    eager's (its output) plus at most 2 MiB (the head columns' scratch and the shifted bias),
+    not a chunk scratch of tens of MB; and it agrees with eager."""
+    m, k, n = 4096, 768, 50257
+    torch.manual_seed(0)
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+    b = torch.randn(n, device="cuda", dtype=dtype) if bias else None
+    before = in_place()
+    plugin = _peak_bytes(
+        lambda: torch.ops.torch_plugin.linear_pointwise(x, w, b, None, "", 0.0, 0.0)
+    )
+    assert in_place() - before == 2
+    eager = _peak_bytes(lambda: F.linear(x, w, b))
+    out_bytes = m * n * x.element_size()
+    print(f"peak above the inputs: plugin {plugin / 2**20:.1f} MiB, eager {eager / 2**20:.1f} MiB")
+    assert plugin <= max(eager, out_bytes) + 2 * 2**20, (plugin, eager, out_bytes)
+    got = torch.ops.torch_plugin.linear_pointwise(x, w, b, None, "", 0.0, 0.0)
+    _close(got, F.linear(x.double(), w.double(), None if b is None else b.double()), dtype)
+
+
+def _cuda_module():
+    from torch_plugin import _C
+
+    return getattr(_C, "_cuda", None)
+
+
+@pytest.mark.skipif(_cuda_module() is None, reason="built without CUDA")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize(
+    "m,n", [(4096, 50257), (37, 1001), (300, 2049), (4, 50257), (64, 1002), (5, 1003), (129, 1006)]
+)
+@pytest.mark.parametrize("residual", [False, True])
+def test_split_writes_every_element_aligned(dtype, m, n, residual):
+    """The in-place split's descriptors (no GPU): each class product's rows, columns, leading
+    dimensions and pointers are 16-byte aligned; the classes and the head's copy together
+    write every output element, the head's copy last over the first columns; and what sits
+    beside the output (the head's scratch: 16 bytes a row) is under 1% of it, where the
+    chunked product's scratch was up to 64 MiB (the CPU-side model of the peak)."""
+    es = 4 if dtype == "fp32" else 2
+    per, k = 16 // es, 768
+    split = _cuda_module().padded_split(m, n, k, dtype, residual=residual)
+    if (n * es) % 16 == 0:
+        assert split is None
+        return
+    assert split is not None
+    p = split["period"]
+    assert p == per // math.gcd(n % per, per) and (p * n * es) % 16 == 0
+    written = torch.zeros(m, n, dtype=torch.int32)
+    for part in split["parts"]:
+        q, c0 = part["row0"], part["col0"]
+        rows = list(range(q, m, p))
+        assert part["m"] == len(rows) > 0 and part["n"] == n - c0 and 0 <= c0 < per
+        assert part["lda"] == p * k and part["ldd"] == p * n
+        assert ((q * n + c0) * es) % 16 == 0 and part["align_d"] >= 16
+        assert part["align_a"] >= 16 and part["align_b"] >= 16
+        if residual:
+            assert part["ldc"] == p * n and part["align_c"] >= 16
+        written[rows, c0:] += 1
+    assert sorted(part["row0"] for part in split["parts"]) == list(range(min(p, m)))
+    head = split["head_n"]
+    assert head == max(part["col0"] for part in split["parts"]) and 0 < head < per
+    assert split["head_m"] == m and split["head_ldd"] == per
+    assert (written <= 1).all()  # no element written twice by the classes
+    assert (written[:, head:] == 1).all()  # past the head, by its class only
+    # The head's copy (last) writes columns [0, head) of every row: with it, all are written.
+    scratch = m * per * es
+    assert scratch * 100 <= m * n * es, (scratch, m * n * es)
+
+
+@pytest.mark.skipif(_cuda_module() is None, reason="built without CUDA")
+def test_split_does_not_apply():
+    split = _cuda_module().padded_split
+    assert split(64, 1024, 768, "bf16") is None  # aligned rows: no padding
+    assert split(1, 1001, 768, "bf16") is None  # one row
+    assert split(64, 1001, 33, "bf16") is None  # odd K: A and B rows misaligned
+    assert split(64, 3, 768, "bf16") is None  # n under 16 bytes
 
 
 @needs_gpu
@@ -154,3 +286,4 @@ def test_model_head_runs_padded(mode, k, n, monkeypatch, padding):
     assert padding() - before >= 3
     steps = "\n".join(g.describe() for g in built)
     assert "padded rows=" in steps and f"of m={3 * 41}" in steps, steps
+    assert "in place" in steps, steps  # row classes: x and w row-major

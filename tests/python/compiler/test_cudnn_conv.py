@@ -39,6 +39,11 @@ def test_cuda_kernel_is_registered():
         "no_engine",
         "split",
         "aten",
+        "disk_hits",
+        "disk_replays",
+        "disk_writes",
+        "disk_rejected",
+        "parallel_builds",
     }
 
 
