@@ -38,16 +38,16 @@ PURE_METHODS = frozenset(
         "is_complex",
         "is_signed",
         "is_inference",
-        "is_set_to",
         "element_size",
         "get_device",
-        "has_names",
-        "is_pinned",
-        "is_shared",
         "__len__",
         "type",  # with no argument: the type name (with one, a tensor: recorded)
     }
 )
+# Not listed, though pure: ``is_set_to``, ``is_shared``, ``is_pinned`` and ``has_names``
+# answer from the storage, its memory kind or the names, which a FakeTensor does not carry
+# (its answer is False whatever the real tensor's): folding them gave wrong results. They are
+# graph breaks, so CPython asks the real tensor.
 
 # torch functions returning metadata (no tensor) that never change state.
 PURE_FUNCTIONS = frozenset(

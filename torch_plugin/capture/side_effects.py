@@ -61,13 +61,19 @@ class SideEffects:
             unimplemented(gbt.EXCEPTION, f"attribute {name!r} was deleted in the frame")
         return entry[3] if entry is not None else None
 
-    def delete_attr(self, obj: Any, name: str, source: Source | None = None) -> None:
-        """``del obj.name`` (attribute_rules.delete_object_attr checked it can succeed)."""
+    def delete_attr(
+        self, obj: Any, name: str, source: Source | None = None, existed: bool = True
+    ) -> None:
+        """``del obj.name`` (attribute_rules.delete_object_attr checked it can succeed).
+        ``existed``: the real object has the attribute now (guarded); when False the
+        attribute was set in this frame, and deleting it only drops that pending write."""
         from .variables.constant import ConstantVariable
 
         target = source if source is not None else obj
         key = ("setattr", id(obj), name)
         self._effects.pop(key, None)  # a write before the deletion is not replayed
+        if not existed:
+            return
         self._effects[key] = ("delattr", target, name, ConstantVariable(None))
         self._written[id(obj)] = obj
 

@@ -110,12 +110,15 @@ def delete_object_attr(tx, obj, name: str) -> None:
         unimplemented(gbt.SIDE_EFFECT, f"deletion of attribute {name!r} of a {cls.__name__}")
     effects = tx.output.side_effects
     pending = effects.pending_attr(real, name)
-    if pending is None:
-        inst_dict = getattr(real, "__dict__", None)
-        if inst_dict is None or name not in inst_dict:
-            unimplemented(gbt.EXCEPTION, f"{cls.__name__} object has no attribute {name!r}")
+    inst_dict = getattr(real, "__dict__", None)
+    existed = inst_dict is not None and name in inst_dict
+    if pending is None and not existed:
+        unimplemented(gbt.EXCEPTION, f"{cls.__name__} object has no attribute {name!r}")
+    if inst_dict is not None:
         tx.output.guards.dict_keys_match(AttrSource(obj.source, "__dict__"), inst_dict)
-    effects.delete_attr(real, name, obj.source)
+    # An attribute first set in this frame is deleted by dropping the pending write: the
+    # real object never had it, and ``delattr`` on it after the graph would raise.
+    effects.delete_attr(real, name, obj.source, existed=existed)
 
 
 def class_store_attr(tx, cls_var, name: str, value: VariableTracker) -> None:
