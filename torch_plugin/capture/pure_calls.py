@@ -88,6 +88,11 @@ PURE_FUNCTIONS = frozenset(
         torch.overrides.has_torch_function_unary,
         torch.overrides.has_torch_function_variadic,
         torch.overrides.is_tensor_like,
+        # nn.MultiheadAttention / TransformerEncoderLayer's Python helpers: a mask's dtype,
+        # a None mask (a given mask is a tensor result, recorded), the input-shape check
+        torch.nn.functional._none_or_dtype,
+        torch.nn.functional._canonical_mask,
+        torch.nn.functional._mha_shape_check,
         # Checks of a condition known at capture time: a true one returns None; a false one
         # raises during the fake run (the graph breaks there and CPython raises it).
         torch._assert,

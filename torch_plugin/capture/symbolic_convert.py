@@ -42,7 +42,7 @@ from .variables.container_iterators import make_iterator
 from .variables.functions import CellVariable
 from .variables.iterators import IteratorVariable
 from .variables.tensor import TensorVariable
-from .variables.torch import AutocastVariable, GradModeVariable
+from .variables.torch import AutocastVariable, GradModeVariable, InferenceModeVariable
 from .variables.user_defined import SuperVariable
 
 __all__ = [
@@ -426,7 +426,7 @@ class InstructionTranslatorBase(
         from .variables import context_managers
 
         ctx = self.pop()
-        if isinstance(ctx, (GradModeVariable, AutocastVariable)):
+        if isinstance(ctx, (GradModeVariable, AutocastVariable, InferenceModeVariable)):
             exit_var, entered = WithExitVariable(ctx), ctx.enter(self)
         else:
             exit_var, entered = context_managers.enter(self, ctx)

@@ -1,4 +1,4 @@
-# ruff: noqa: B009, C405, FURB192
+# ruff: noqa: B009, C405, FURB192, SIM117
 """Issue #31 audit: one probe per example the issue names, class by class, both outside
 suites' lists.
 
@@ -25,7 +25,7 @@ import typing
 import numpy as np
 import pytest
 import torch
-from differential import _copying_factory, _run_world, compare_runs
+from differential import _copying_factory, _run_world, check, compare_runs
 
 import torch_plugin
 from torch_plugin.capture import convert_frame
@@ -512,7 +512,7 @@ PROBES: dict[str, tuple] = {
         _defaultdict_setitem,
         None,
         None,
-        "defaultdict.__setitem__ (a wrapper_descriptor) is not in the builtin table",
+        None,
     ),
     "dict_fromkeys": ("builtins", lambda x: dict.fromkeys(["a", "b"], x + 1), None, None, None),
     "set_add_isdisjoint": ("builtins", _set_add_isdisjoint, None, None, None),
@@ -653,7 +653,7 @@ PROBES: dict[str, tuple] = {
         _check_message_lambda,
         None,
         None,
-        "torch._check with a message lambda: the lambda is an argument to a torch op",
+        None,
     ),
     # class: data-dependent scalars (6)
     "foreach_0d_scalar": ("data-dependent", _foreach_0d, None, None, None),
@@ -685,7 +685,7 @@ PROBES: dict[str, tuple] = {
         _dtype_casts,
         None,
         None,
-        "Tensor.type(dtype) returns an unwrapped FakeTensor",
+        None,
     ),
     "set_operations": ("suite2", _set_ops, None, None, None),
     "collections_types": (
@@ -710,7 +710,7 @@ PROBES: dict[str, tuple] = {
         _inference_mode,
         None,
         None,
-        "torch.inference_mode() as a context manager is not modelled",
+        None,
     ),
     "class_attr_mutation": (
         "suite2",
@@ -729,14 +729,21 @@ PROBES: dict[str, tuple] = {
         BufMod(),
         (rand(4), rand(4), lambda: (torch.randn(1),)),
         None,
-        "slice assignment to a module buffer is refused as an assignment",
+        None,
     ),
     "transformer_encoder_layer": (
         "suite2",
         torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0).eval(),
         (rand(2, 3, 8), rand(2, 3, 8), rand(2, 5, 8)),
         None,
-        "_none_or_dtype() is not known pure",
+        None,
+    ),
+    "transformer_encoder_layer_batch_first_train": (
+        "suite2",
+        torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True),
+        (rand(2, 3, 8), rand(2, 3, 8), rand(3, 3, 8)),
+        None,
+        None,
     ),
     "activation_checkpointing": (
         "suite2",
@@ -826,3 +833,61 @@ def test_deleting_an_attribute_set_in_the_frame():
     """``o.tmp = 1; del o.tmp`` on an object without ``tmp``: the replay deleted ``tmp`` from
     the real object, which never got it, and raised AttributeError."""
     one_graph(_set_then_delete, (_obj_calls(3), _obj_calls(3), _obj_calls(4)))
+
+
+def _check_fails(x):
+    y = x + 1
+    torch._check(y.shape[0] == 3, lambda: f"want 3, got {y.shape}")
+    torch._check_value(True, lambda: "never built")
+    return y * 2
+
+
+def test_check_with_a_message_lambda_that_fails_raises_as_eager():
+    """A false ``torch._check`` condition known at capture is a graph break: CPython runs the
+    message lambda and raises (RuntimeError, as in eager) on the 4-element call."""
+    m, _, _ = _probe(_check_fails, CALLS, None, fullgraph=False)
+    assert m is None, m
+
+
+# --------------------------------------------------------------------------- inference mode
+
+
+@torch_plugin.disable
+def _opaque():
+    """A call capture never traces: a graph break."""
+
+
+def _inference_nested(x):
+    with torch.no_grad():
+        with torch.inference_mode():
+            y = x.sin()
+    return y + x, y.is_inference(), torch.is_inference_mode_enabled()
+
+
+def _inference_off(x):
+    with torch.inference_mode(False):
+        y = x * 2
+    return y
+
+
+def _inference_break_inside(x):
+    with torch.inference_mode():
+        y = x * 2
+        _opaque()
+        z = y + 1
+    return z * 3
+
+
+def _grad_calls(n):
+    return lambda: (torch.randn(n, requires_grad=True),)
+
+
+@pytest.mark.parametrize(
+    "fn", [_inference_mode, _inference_nested, _inference_off, _inference_break_inside]
+)
+@pytest.mark.parametrize("calls", [CALLS, (_grad_calls(3), _grad_calls(3), _grad_calls(4))])
+def test_inference_mode_blocks_every_backend(fn, calls):
+    """``with torch.inference_mode():`` is entered and exited inside the graph (as
+    torch.compile's graphs do), on every backend, inputs requiring grad or not; a graph
+    break inside the block breaks at the ``with`` statement."""
+    check(fn, *calls)

@@ -234,6 +234,14 @@ class UserDefinedClassVariable(VariableTracker):
             return UserMethodVariable(static.__func__, self)
         if isinstance(static, types.FunctionType):
             return UserFunctionVariable(static)
+        if isinstance(static, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+            owner = getattr(static, "__objclass__", None)
+            if owner in (dict, list, set, frozenset, tuple):
+                # ``defaultdict.__setitem__``, ``MyDict.get``: a builtin type's C method read
+                # through a subclass, called with the object first
+                from .builtin_table import UnboundMethodVariable
+
+                return UnboundMethodVariable(owner, name)
         try:
             value = getattr(self.value, name)
         except AttributeError:
