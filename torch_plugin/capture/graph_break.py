@@ -40,7 +40,13 @@ from .reconstruct import (
 from .resume_execution import ResumeSpec, live_locals, push_function, resume_code
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
-from .variables.container_iterators import EnumerateVariable, ZipVariable
+from .variables.container_iterators import (
+    DictIteratorVariable,
+    EnumerateVariable,
+    SetIteratorVariable,
+    ZipVariable,
+    hand_iterator,
+)
 from .variables.iterators import IteratorVariable
 from .variables.lists import ListIteratorVariable, TupleVariable
 from .variables.tensor import TensorVariable
@@ -289,6 +295,12 @@ def compile_graph_break(
             for item in parts:
                 rebuild(item)
             gen._emit("BUILD_LIST", len(parts))
+        elif kind == "live_iter":  # (real iterator, container, kind, reverse, pos)
+            for part in parts:
+                rebuild(part)
+            for value in extra:
+                gen.load_const(value)
+            gen._emit("BUILD_TUPLE", len(parts) + len(extra))
         else:  # "list_iter": (lst, index); "enum_list_iter": (lst, index, count)
             rebuild(parts[0])
             for value in extra:
@@ -370,6 +382,10 @@ def _loop_iterators(stack: list, local_values: dict, f_globals: dict) -> dict[in
         if items is not None:
             out[id(v)] = ("iter", items)
             continue
+        live = _live_iterator_parts(v)
+        if live is not None:
+            out[id(v)] = ("live_iter", [v, live[0]], *live[1:])
+            continue
         inner, count = (v.inner, v.count) if isinstance(v, EnumerateVariable) else (v, None)
         if type(inner) is not ListIteratorVariable or inner.reverse or inner.exhausted:
             continue
@@ -378,6 +394,22 @@ def _loop_iterators(stack: list, local_values: dict, f_globals: dict) -> dict[in
         elif f_globals.get("enumerate", enumerate) is enumerate:  # not shadowed
             out[id(v)] = ("enum_list_iter", [inner.seq], inner.index, count)
     return out
+
+
+def _live_iterator_parts(v) -> tuple | None:
+    """``(container, kind, reverse, pos)`` of a loop's dict or set iterator that the resume
+    function can make again (``"live_iter"``: the real iterator goes along, and
+    ``container_iterators.hand_iterator`` picks, after the breaking instruction, which of
+    the two the resume function gets), else None."""
+    if type(v) is DictIteratorVariable:
+        if v.exhausted or not v._unchanged():
+            return None
+        return (v.dict_var, v.kind, v.reverse, v.pos)
+    if type(v) is SetIteratorVariable:
+        if v.exhausted or not v._unchanged() or list(set(v.order)) != v.order:
+            return None
+        return (v.set_var, "set", False, v.pos)
+    return None
 
 
 def _fixed_remaining(v) -> list | None:
@@ -514,7 +546,12 @@ def _call_resume(
     for name, kind in zip(temps, kinds):
         if kind == "null":
             continue
-        gen.load_fast(name)
+        if kind == "live_iter":  # the container and position, or the real iterator
+            gen.load_global(gen.install_global(hand_iterator, "hand_iterator"), push_null=True)
+            gen.load_fast(name)
+            gen.call(1)
+        else:
+            gen.load_fast(name)
         nargs += 1
     for v in values:
         rebuild(v)

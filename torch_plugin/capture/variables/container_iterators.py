@@ -363,6 +363,71 @@ def dict_iterator_at(d: dict, kind: str, reverse: bool, pos: int):
     return it
 
 
+def _iterator_at(container, kind: str, reverse: bool, pos: int):
+    if kind == "set":
+        return set_iterator_at(container, pos)
+    return dict_iterator_at(container, kind, reverse, pos)
+
+
+def _same_item(a, b) -> bool:
+    if type(a) is tuple and type(b) is tuple:  # an items() pair: a new tuple each time
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return a is b
+
+
+def hand_iterator(handed: tuple):
+    """Graph-break bytecode, after the breaking instruction: ``handed`` is ``(it, container,
+    kind, reverse, pos)`` for a loop's live dict or set iterator ``it`` (made at the break as
+    ``_iterator_at(container, kind, reverse, pos)``). Returns ``(container, kind, reverse,
+    pos)`` when a fresh iterator there gives exactly what ``it`` would still give (the
+    resume function then makes, and capture models, that iterator), else ``it`` itself (the
+    instruction changed the container: the resume function runs with the real iterator, so
+    it raises or continues as CPython's does)."""
+    it, container, kind, reverse, pos = handed
+    try:
+        remaining = it.__reduce__()[1][0]  # a copy of the iterator's state, listed
+    except RuntimeError:  # changed size: the next step raises
+        return it
+    fresh = list(_iterator_at(container, kind, reverse, pos))
+    if len(fresh) != len(remaining) or not all(map(_same_item, fresh, remaining)):
+        return it
+    return (container, kind, reverse, pos)
+
+
+def resume_iterator(handed):
+    """A resume function's prologue: the loop iterator from :func:`hand_iterator`'s result."""
+    if type(handed) is tuple:
+        return _iterator_at(*handed)
+    return handed
+
+
+def model_resume_iterator(tx, args, kwargs) -> IteratorVariable:
+    """:func:`resume_iterator` while capturing a resume function: a dict or set iterator
+    over the input container, advanced to its position (``pos`` is guarded, as a list
+    iterator's index is)."""
+    from ..dynamic_shapes import specialize_deep
+    from .dicts import ConstDictVariable
+    from .lists import TupleVariable
+    from .sets import SetVariable
+
+    handed = args[0] if len(args) == 1 and not kwargs else None
+    if not isinstance(handed, TupleVariable) or len(handed.items) != 4:
+        unimplemented(gbt.UNMODELLED_VALUE, "a loop's real iterator handed to a resume function")
+    container, kind, reverse, pos = handed.items
+    kind, reverse = kind.as_python_constant(), reverse.as_python_constant()
+    pos = int(specialize_deep(pos.as_python_constant()))
+    if kind == "set" and isinstance(container, SetVariable):
+        it = SetIteratorVariable(container)
+    elif kind != "set" and isinstance(container, ConstDictVariable):
+        it = DictIteratorVariable(container, kind, reverse)
+    else:
+        unimplemented(gbt.UNMODELLED_VALUE, f"a resumed loop over {container}")
+    for _ in range(pos):
+        if it.next_item() is None:
+            unimplemented(gbt.UNMODELLED_VALUE, "a resumed loop past its container's end")
+    return it
+
+
 def set_iterator_at(s, pos: int):
     """``iter(s)`` that has given ``pos`` elements."""
     it = iter(s)

@@ -150,6 +150,78 @@ def break_map(x):
     return x
 
 
+def break_dict_items(x):
+    d = {"a": x, "b": x * 2, "c": 3}
+    for k, v in d.items():
+        x = x + v
+        opaque()
+    return x
+
+
+def break_reversed_dict(x):
+    d = {"a": 1, "b": 2, "c": 3}
+    for k in reversed(d):
+        x = x * d[k]
+        opaque()
+    return x
+
+
+def break_set(x):
+    s = {1, 2, 3}
+    for e in s:
+        x = x * e
+        opaque()
+    return x
+
+
+@torch_plugin.disable
+def opaque_swap_key(d):
+    """Inside the breaking call: a same-size key change (a removal, then an insertion)."""
+    first = next(iter(d))
+    del d[first]
+    d[first + "z"] = 7
+
+
+@torch_plugin.disable
+def opaque_update(d, k):
+    d[k] = d[k] * 2
+
+
+@torch_plugin.disable
+def opaque_grow(container):
+    if isinstance(container, set):
+        container.add(100)
+    else:
+        container["new"] = 1
+
+
+def break_dict_changed_by_the_call(x):
+    d = {"a": 1, "b": 2, "c": 3, "d": 4}
+    for k, v in d.items():
+        x = x + v
+        if k == "b":
+            opaque_swap_key(d)  # CPython's iterator goes on from its slot: the real one runs
+        else:
+            opaque_update(d, k)
+    return x, d
+
+
+def break_dict_grown_by_the_call(x):
+    d = {"a": 1, "b": 2}
+    for k in d:
+        x = x + d[k]
+        opaque_grow(d)  # RuntimeError at the next step, as in eager
+    return x
+
+
+def break_set_grown_by_the_call(x):
+    s = {1, 2}
+    for e in s:
+        x = x + e
+        opaque_grow(s)
+    return x
+
+
 BREAKS = [
     break_list_append,
     break_enumerate_tuple,
@@ -163,10 +235,18 @@ BREAKS = [
     break_reversed_pop,
     break_deque,
     break_map,
+    break_dict_items,
+    break_reversed_dict,
+    break_set,
+    break_dict_changed_by_the_call,
+    break_dict_grown_by_the_call,
+    break_set_grown_by_the_call,
 ]
 # the resume functions capture the rest of the loop (the iterator is made there again)
 RESUMES_CAPTURED = {break_list_append, break_enumerate_tuple, break_zip_tuples}
 RESUMES_CAPTURED |= {break_tensor_list, break_list_pop_in_try}
+# a dict's or set's iterator too, when the breaking call left it as a new one would be
+RESUMES_CAPTURED |= {break_dict_values_updated, break_dict_items, break_reversed_dict, break_set}
 
 
 @pytest.mark.parametrize("fn", BREAKS, ids=lambda f: f.__name__)
