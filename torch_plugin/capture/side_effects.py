@@ -77,6 +77,10 @@ class SideEffects:
         self._effects[key] = ("delattr", target, name, ConstantVariable(None))
         self._written[id(obj)] = obj
 
+    def has_attr_writes(self, obj: Any) -> bool:
+        """True if an attribute of ``obj`` was written or deleted in this frame."""
+        return any(k[0] == "setattr" and k[1] == id(obj) for k in self._effects)
+
     def store_global(self, f_globals: dict, name: str, value: VariableTracker) -> None:
         self._effects[("global", id(f_globals), name)] = ("global", f_globals, name, value)
 

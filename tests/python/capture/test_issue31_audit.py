@@ -240,8 +240,15 @@ def _namedtuple_attr(x):
 
 
 def _obj_dict(x, o):
+    total = x * o.__dict__["v"] + len(vars(o)) + ("v" in o.__dict__)
+    for k, v in vars(o).items():
+        total = total + v
+    return total, list(o.__dict__)
+
+
+def _obj_dict_write(x, o):
     o.__dict__["w"] = 4
-    return x * o.__dict__["v"] + o.w + len(vars(o))
+    return x * o.w
 
 
 def _slots(x, s):
@@ -391,7 +398,7 @@ def _collections_types(x):
 
 
 def _vars_dict(x, o):
-    return x * sum(vars(o).values() if False else [o.__dict__["v"]])
+    return x * sum(vars(o).values()), sorted(vars(o))
 
 
 def _gen(x):
@@ -586,7 +593,14 @@ PROBES: dict[str, tuple] = {
         _obj_dict,
         _BOX_CALLS,
         None,
-        "the instance __dict__ (a getset descriptor) is not modelled",
+        None,
+    ),
+    "obj_dict_write": (
+        "attributes",
+        _obj_dict_write,
+        _BOX_CALLS,
+        None,
+        "a write through obj.__dict__ is not modelled (reads are)",
     ),
     "slots": (
         "attributes",
@@ -700,7 +714,7 @@ PROBES: dict[str, tuple] = {
         _vars_dict,
         _BOX_CALLS,
         None,
-        "vars()/__dict__ of an object is not modelled",
+        None,
     ),
     "yield_from": ("suite2", _yield_from, None, None, "GET_YIELD_FROM_ITER is not supported"),
     "generator_send": ("suite2", _generator_send, None, None, "generator.send is not modelled"),
