@@ -107,6 +107,10 @@ class AttributeInstructions:
         if isinstance(obj, UserDefinedClassVariable):
             attribute_rules.class_store_attr(self, obj, name, value)
             return
+        if isinstance(obj, UserDefinedObjectVariable) and attribute_rules.descriptor_store(
+            self, obj, name, value
+        ):
+            return  # a property setter or a descriptor's __set__, inlined
         if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
             real = _object_seen(obj)
             refuse_code_running_write(real, name)

@@ -125,6 +125,21 @@ class WithDescriptor:
         self._v = v
 
 
+class WithProperty:
+    def __init__(self, v):
+        self._v = v
+        self.log = []
+
+    @property
+    def v(self):
+        return self._v
+
+    @v.setter
+    def v(self, value):
+        self.log.append(len(self.log))
+        self._v = value * 3
+
+
 class Counter:
     count = 0
 
@@ -259,6 +274,12 @@ def _slots(x, s):
 def _descriptor(x, o):
     o.d = 3
     return x * o.d
+
+
+def _property_setter(x, o):
+    o.v = x + 1
+    o.v = o.v * 2
+    return o.v, o.log
 
 
 def _function_attr(x):
@@ -622,7 +643,18 @@ PROBES: dict[str, tuple] = {
             lambda: (torch.randn(4), WithDescriptor(3)),
         ),
         None,
-        "a user data descriptor's __set__ is not inlined",
+        None,
+    ),
+    "property_setter": (
+        "attributes",
+        _property_setter,
+        (
+            lambda: (torch.randn(3), WithProperty(1)),
+            lambda: (torch.randn(3), WithProperty(2)),
+            lambda: (torch.randn(4), WithProperty(3)),
+        ),
+        None,
+        None,
     ),
     "function_attr": ("attributes", _function_attr, None, None, None),
     # class: objects built inside captured code (12)

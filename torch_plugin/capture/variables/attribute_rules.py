@@ -252,6 +252,36 @@ class InstanceDictVariable(_instance_dict_base()):
         return super().call_method(tx, name, args, kwargs)
 
 
+def descriptor_store(tx, obj_var, name: str, value: VariableTracker) -> bool:
+    """``obj.name = value`` on a user object whose class has, at ``name``, a property with a
+    Python setter or a data descriptor whose ``__set__`` is Python: that setter is inlined
+    (what it does is traced like any code: its own attribute writes are side effects).
+    False when neither applies (the caller's rules then decide)."""
+    from .builder import wrap_value
+    from .user_defined import UserDefinedObjectVariable, class_lookup
+
+    real = getattr(obj_var, "value", None)
+    if not isinstance(obj_var, UserDefinedObjectVariable) or real is None:
+        return False
+    cls = type(real)
+    if class_lookup(cls, "__setattr__") is not object.__setattr__:
+        return False
+    static = class_lookup(cls, name)
+    if isinstance(static, property):
+        if not isinstance(static.fset, types.FunctionType):
+            return False
+        tx.inline_user_function_obj(static.fset, [obj_var, value], {})
+        return True
+    setter = getattr(type(static), "__set__", None)
+    if not isinstance(setter, types.FunctionType) or isinstance(static, torch.nn.Module):
+        return False
+    from ..sources import ObjectSource
+
+    desc = wrap_value(tx, static, ObjectSource(static, f"{cls.__name__}.{name}"))
+    tx.inline_user_function_obj(setter, [desc, obj_var, value], {})
+    return True
+
+
 def function_attribute(tx, fn_var, name: str) -> VariableTracker | None:
     """``fn.name`` for a function attribute in ``fn.__dict__`` (needs the function's
     source for the guard), or None."""

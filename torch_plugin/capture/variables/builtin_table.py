@@ -78,6 +78,7 @@ def _chain_from_iterable(tx, args, kwargs):
 
 TABLE = {
     container_iterators.resume_iterator: container_iterators.model_resume_iterator,
+    container_iterators.resume_lazy_iterator: container_iterators.model_resume_lazy_iterator,
     functools.reduce: _reduce,
     dict.fromkeys: _fromkeys,
     itertools.chain.from_iterable: _chain_from_iterable,

@@ -428,6 +428,58 @@ def model_resume_iterator(tx, args, kwargs) -> IteratorVariable:
     return it
 
 
+def resume_lazy_iterator(spec: tuple):
+    """A resume function's prologue: the loop iterator described by ``spec`` (made by
+    ``graph_break._lazy_spec``): ``("list", lst, index, reverse)`` a list iterator at
+    ``index``; ``("enumerate", inner, count)``, ``("zip", inners, strict)``, ``("map", fn,
+    inners)``, ``("filter", fn, inner)`` the lazy builtins over such iterators, each in the
+    state the captured loop left it (CPython's list iterators keep only their index)."""
+    kind = spec[0]
+    if kind == "list":
+        return list_iterator_at(spec[1], spec[2], spec[3])
+    if kind == "enumerate":
+        return enumerate(resume_lazy_iterator(spec[1]), spec[2])
+    if kind == "zip":
+        return zip(*[resume_lazy_iterator(s) for s in spec[1]], strict=spec[2])
+    if kind == "map":
+        return map(spec[1], *[resume_lazy_iterator(s) for s in spec[2]])
+    return filter(spec[1], resume_lazy_iterator(spec[2]))
+
+
+def model_resume_lazy_iterator(tx, args, kwargs) -> IteratorVariable:
+    """:func:`resume_lazy_iterator` while capturing a resume function (list indices are
+    guarded, as a list iterator's are)."""
+    from ..dynamic_shapes import specialize_deep
+    from .lists import ListVariable, TupleVariable
+
+    def const(var):
+        return specialize_deep(var.as_python_constant())
+
+    def build(spec):
+        if not isinstance(spec, TupleVariable) or not spec.items:
+            unimplemented(gbt.UNMODELLED_VALUE, "a resumed loop's iterator")
+        kind = const(spec.items[0])
+        parts = spec.items[1:]
+        if kind == "list":
+            lst, index, reverse = parts[0], int(const(parts[1])), bool(const(parts[2]))
+            if type(lst) is not ListVariable:
+                unimplemented(gbt.UNMODELLED_VALUE, f"a resumed loop over {lst}")
+            it = make_reversed(tx, lst) if reverse else make_iterator(tx, lst)
+            it.call_method(tx, "__setstate__", [ConstantVariable(index)], {})
+            return it
+        if kind == "enumerate":
+            return EnumerateVariable(build(parts[0]), int(const(parts[1])))
+        if kind == "zip":
+            return ZipVariable([build(s) for s in parts[0].items], bool(const(parts[1])))
+        if kind == "map":
+            return MapVariable(tx, parts[0], [build(s) for s in parts[1].items])
+        return FilterVariable(tx, parts[0], build(parts[1]))
+
+    if len(args) != 1 or kwargs:
+        unimplemented(gbt.UNMODELLED_VALUE, "resume_lazy_iterator with these arguments")
+    return build(args[0])
+
+
 def set_iterator_at(s, pos: int):
     """``iter(s)`` that has given ``pos`` elements."""
     it = iter(s)
