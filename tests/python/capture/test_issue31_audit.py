@@ -410,12 +410,35 @@ def _set_ops(x):
     return x * len((a | b) - (a & b)) + len(a ^ b) + a.issubset(b)
 
 
+def _ordered_dict_iteration_then_move(x):
+    o = collections.OrderedDict(a=1, b=2, c=3)
+    o.move_to_end("a", last=False)
+    total = x
+    for k, v in o.items():
+        total = total * v + len(k)
+    o.move_to_end("c", last=False)
+    return total, list(o), o.popitem(), o.popitem(last=False)
+
+
+def _ordered_dict_moved_while_iterated(x):
+    o = collections.OrderedDict(a=1, b=2)
+    for k in o:
+        o.move_to_end(k)  # RuntimeError at the next step, as in eager
+        x = x + 1
+    return x
+
+
 def _collections_types(x):
     c = collections.Counter("abca")
+    return x * c["a"], c.most_common(1)
+
+
+def _ordered_dict(x):
     o = collections.OrderedDict(a=x)
-    o["b"] = x * c["a"]
+    o["b"] = x * 2
     o.move_to_end("a")
-    return list(o.values()), c.most_common(1)
+    o.popitem(last=False)
+    return list(o.values()), o, list(o)
 
 
 def _vars_dict(x, o):
@@ -739,7 +762,15 @@ PROBES: dict[str, tuple] = {
         _collections_types,
         None,
         None,
-        "collections.Counter / OrderedDict built inside are not modelled",
+        "collections.Counter built inside is not modelled (a dict subclass with dunders)",
+    ),
+    "ordered_dict": ("suite2", _ordered_dict, None, None, None),
+    "ordered_dict_iteration_then_move": (
+        "suite2",
+        _ordered_dict_iteration_then_move,
+        None,
+        None,
+        None,
     ),
     "vars_dict": (
         "suite2",
@@ -886,6 +917,30 @@ def _check_fails(x):
     torch._check(y.shape[0] == 3, lambda: f"want 3, got {y.shape}")
     torch._check_value(True, lambda: "never built")
     return y * 2
+
+
+def _ordered_dict_argument(x, o):
+    o.move_to_end("a")
+    k, v = o.popitem(last=False)
+    return x * v, k, list(o)
+
+
+def _od_calls(n):
+    return lambda: (torch.randn(n), collections.OrderedDict(a=1, b=2, c=3))
+
+
+def test_ordered_dict_argument_mutation_replayed():
+    """``move_to_end``/``popitem`` on an OrderedDict argument: replayed on the caller's
+    object in the captured order."""
+    one_graph(_ordered_dict_argument, (_od_calls(3), _od_calls(3), _od_calls(4)))
+    o = collections.OrderedDict(a=1, b=2, c=3)
+    torch_plugin.optimize("eager")(_ordered_dict_argument)(torch.randn(3), o)
+    assert list(o.items()) == [("c", 3), ("a", 1)]
+
+
+def test_ordered_dict_moved_while_iterated_raises_as_eager():
+    m, _, _ = _probe(_ordered_dict_moved_while_iterated, CALLS, None, fullgraph=False)
+    assert m is None, m
 
 
 def test_check_with_a_message_lambda_that_fails_raises_as_eager():
