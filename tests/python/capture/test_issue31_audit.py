@@ -587,7 +587,7 @@ PROBES: dict[str, tuple] = {
         _getset_descriptor,
         None,
         None,
-        "a getset descriptor's __get__ (method-wrapper) is not modelled",
+        None,
     ),
     # class: NumPy (20)
     "tensor_numpy": (
@@ -1057,3 +1057,22 @@ def test_yield_from_and_send_every_backend(fn):
     """``yield from`` (GET_YIELD_FROM_ITER, SEND, END_SEND; its value is the sub-generator's
     return value) and ``generator.send`` in inlined generators, on every backend."""
     check(fn, *CALLS)
+
+
+# --------------------------------------------------------------------------- descriptors' __get__
+
+
+def _desc_get_none(x):
+    d = torch.Tensor.ndim.__get__(None, torch.Tensor)
+    return x * (d is torch.Tensor.ndim)
+
+
+def _desc_get_member(x):
+    p = functools.partial(_usr, b=2)
+    return type(p).func.__get__(p)(x), type(p).keywords.__get__(p)["b"]
+
+
+@pytest.mark.parametrize("fn", [_desc_get_none, _desc_get_member, _getset_descriptor])
+def test_c_descriptor_get(fn):
+    """``desc.__get__(obj)`` of a C getset or member descriptor is the attribute read."""
+    one_graph(fn)
