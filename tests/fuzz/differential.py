@@ -442,13 +442,17 @@ class CallResult:
 
 
 def _run_world(
-    build: Callable[[], World], backend: str | None, seed: int, calls: int | None = None
+    build: Callable[[], World],
+    backend: str | None,
+    seed: int,
+    calls: int | None = None,
+    fullgraph: bool = False,
 ) -> list[CallResult]:
     torch.manual_seed(seed)
     world = build()
     fn = world.fn
     if backend is not None:
-        fn = torch_plugin.optimize(backend)(fn)
+        fn = torch_plugin.optimize(backend, fullgraph=fullgraph)(fn)
     results = []
     n_calls = len(world.calls) if calls is None else min(calls, len(world.calls))
     for i in range(n_calls):

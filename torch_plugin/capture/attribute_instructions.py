@@ -107,11 +107,27 @@ class AttributeInstructions:
         if isinstance(obj, UserDefinedClassVariable):
             attribute_rules.class_store_attr(self, obj, name, value)
             return
+        if isinstance(obj, UserDefinedObjectVariable) and attribute_rules.descriptor_store(
+            self, obj, name, value
+        ):
+            return  # a property setter or a descriptor's __set__, inlined
         if isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
             real = _object_seen(obj)
             refuse_code_running_write(real, name)
             if isinstance(real, torch.nn.Module) and isinstance(value, TensorVariable):
                 if name in real._parameters or name in real._buffers:
+                    current = obj.var_getattr(self, name)
+                    mod = torch.nn.modules.module
+                    if (
+                        isinstance(current, TensorVariable)
+                        and current.example is value.example
+                        and not mod._global_buffer_registration_hooks
+                        and not mod._global_parameter_registration_hooks
+                    ):
+                        # ``self.buf += 1``: the in-place op already changed the buffer, and
+                        # Module.__setattr__ stores the same tensor again (no effect; no
+                        # registration hook would see it)
+                        return
                     unimplemented(
                         gbt.NN_MODULE,
                         f"assignment to parameter/buffer {name!r} of {type(real).__name__}",

@@ -26,7 +26,7 @@ import bytecode as bc
 
 from . import graph_break_types as gbt
 from . import try_blocks
-from .bytecode_compat import PY312, PY313, compare_arg
+from .bytecode_compat import FOR_ITER_SKIPS, PY312, PY313, compare_arg
 from .bytecode_emission import CodeGen, assemble
 from .exc import Unsupported, unimplemented
 from .reconstruct import (
@@ -40,9 +40,17 @@ from .reconstruct import (
 from .resume_execution import ResumeSpec, live_locals, push_function, resume_code
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
-from .variables.container_iterators import EnumerateVariable, ZipVariable
+from .variables.container_iterators import (
+    DictIteratorVariable,
+    EnumerateVariable,
+    FilterVariable,
+    MapVariable,
+    SetIteratorVariable,
+    ZipVariable,
+    hand_iterator,
+)
 from .variables.iterators import IteratorVariable
-from .variables.lists import ListIteratorVariable, TupleVariable
+from .variables.lists import ListIteratorVariable, ListVariable, TupleVariable
 from .variables.tensor import TensorVariable
 
 _COND_JUMPS = {
@@ -69,7 +77,6 @@ _NOT_BREAKABLE = {
     "RETURN_CONST",
     "YIELD_VALUE",
     "RETURN_GENERATOR",
-    "FOR_ITER",
     "GET_ITER",
     "JUMP_IF_TRUE_OR_POP",
     "JUMP_IF_FALSE_OR_POP",
@@ -140,9 +147,16 @@ def compile_graph_break(
         if not isinstance(v, NullVariable):
             check_rebuildable(v)
     jump_kind = None if resume_only else _COND_JUMPS.get(inst.opname)
+    # FOR_ITER (the iterator's next step cannot be captured: a map function that breaks, a
+    # dict changed size): it runs natively on the real iterator; the loop body, or the code
+    # after the loop once the iterator is exhausted, resumes
+    for_iter = not resume_only and inst.opname == "FOR_ITER"
     if resume_only:
         targets = [inst.offset]
         n_after = len(stack)
+    elif for_iter:
+        targets = [tx.instructions[inst_index + 1].offset, _loop_exit(tx, inst)]
+        n_after = len(stack) + 1
     elif jump_kind is not None:
         targets = [tx.instructions[inst_index + 1].offset, inst.argval]
         n_after = len(stack) - 1
@@ -262,6 +276,8 @@ def compile_graph_break(
         gen.store_fast("__tp_memo")
         rebuild.replayed = ("__tp_memo", replay.container_ids)
     handed = _loop_iterators(stack, local_values, tx.f_globals)
+    if for_iter:
+        handed.pop(id(stack[-1]), None)  # FOR_ITER runs on the real iterator
     for v in [*stack, *local_values.values()]:
         if isinstance(v, NullVariable):
             continue
@@ -289,6 +305,25 @@ def compile_graph_break(
             for item in parts:
                 rebuild(item)
             gen._emit("BUILD_LIST", len(parts))
+        elif kind == "lazy_iter":  # nested tuples of constants and rebuilt variables
+
+            def emit(part) -> None:
+                if isinstance(part, VariableTracker):
+                    rebuild(part)
+                elif isinstance(part, tuple):
+                    for p in part:
+                        emit(p)
+                    gen._emit("BUILD_TUPLE", len(part))
+                else:
+                    gen.load_const(part)
+
+            emit(extra[0])
+        elif kind == "live_iter":  # (real iterator, container, kind, reverse, pos)
+            for part in parts:
+                rebuild(part)
+            for value in extra:
+                gen.load_const(value)
+            gen._emit("BUILD_TUPLE", len(parts) + len(extra))
         else:  # "list_iter": (lst, index); "enum_list_iter": (lst, index, count)
             rebuild(parts[0])
             for value in extra:
@@ -300,6 +335,16 @@ def compile_graph_break(
     # the instruction itself
     if resume_only:
         _call_resume(gen, code, rebuild, targets[0], stack_kinds, local_values)
+    elif for_iter:
+        exhausted = bc.Label()
+        gen._emit("FOR_ITER", exhausted)
+        if inst_handler is not None:
+            gen.instrs.append(bc.TryEnd(inst_begin))
+        _call_resume(gen, code, rebuild, targets[0], [*stack_kinds, "value"], local_values)
+        gen.instrs.append(exhausted)
+        for skipped in FOR_ITER_SKIPS:  # an exhausted FOR_ITER jumps past these (3.12+)
+            gen._emit(skipped)
+        _call_resume(gen, code, rebuild, targets[1], stack_kinds[:-1], local_values)
     elif jump_kind is not None:
         other = bc.Label()
         name = f"POP_JUMP_{jump_kind}" if PY312 else f"POP_JUMP_FORWARD_{jump_kind}"
@@ -370,14 +415,81 @@ def _loop_iterators(stack: list, local_values: dict, f_globals: dict) -> dict[in
         if items is not None:
             out[id(v)] = ("iter", items)
             continue
-        inner, count = (v.inner, v.count) if isinstance(v, EnumerateVariable) else (v, None)
-        if type(inner) is not ListIteratorVariable or inner.reverse or inner.exhausted:
+        live = _live_iterator_parts(v)
+        if live is not None:
+            out[id(v)] = ("live_iter", [v, live[0]], *live[1:])
             continue
-        if count is None:
-            out[id(v)] = ("list_iter", [inner.seq], inner.index)
-        elif f_globals.get("enumerate", enumerate) is enumerate:  # not shadowed
-            out[id(v)] = ("enum_list_iter", [inner.seq], inner.index, count)
+        inner, count = (v.inner, v.count) if isinstance(v, EnumerateVariable) else (v, None)
+        if type(inner) is ListIteratorVariable and not inner.reverse and not inner.exhausted:
+            if count is None:
+                out[id(v)] = ("list_iter", [inner.seq], inner.index)
+                continue
+            if f_globals.get("enumerate", enumerate) is enumerate:  # not shadowed
+                out[id(v)] = ("enum_list_iter", [inner.seq], inner.index, count)
+                continue
+        parts: list = []
+        spec = _lazy_spec(v, parts)
+        if spec is not None:
+            out[id(v)] = ("lazy_iter", parts, spec)
     return out
+
+
+def _lazy_spec(v, parts: list):
+    """The description ``container_iterators.resume_lazy_iterator`` makes ``v`` again from
+    (``"lazy_iter"``): list iterators over live lists (by index) and ``enumerate``/``zip``/
+    ``map``/``filter`` over such; the variables it holds (lists, functions) are appended to
+    ``parts``. None for any other iterator (or an exhausted list iterator, which stays
+    exhausted in CPython even if its list grows)."""
+    if type(v) is ListIteratorVariable:
+        if type(v.seq) is not ListVariable or v.exhausted:
+            return None
+        parts.append(v.seq)
+        return ("list", v.seq, v.index, v.reverse)
+    if type(v) is EnumerateVariable:
+        inner = _lazy_spec(v.inner, parts)
+        return None if inner is None else ("enumerate", inner, v.count)
+    if type(v) is ZipVariable:
+        inners = [_lazy_spec(i, parts) for i in v.inners]
+        return None if None in inners else ("zip", tuple(inners), v.strict)
+    if type(v) is MapVariable:
+        inners = [_lazy_spec(i, parts) for i in v.inners]
+        if None in inners:
+            return None
+        parts.append(v.fn)
+        return ("map", v.fn, tuple(inners))
+    if type(v) is FilterVariable:
+        inner = _lazy_spec(v.inner, parts)
+        if inner is None:
+            return None
+        parts.append(v.fn)
+        return ("filter", v.fn, inner)
+    return None
+
+
+def _loop_exit(tx, inst) -> int:
+    """The offset an exhausted FOR_ITER continues at (past 3.12+'s END_FOR/POP_TOP)."""
+    pos = next(i for i, ins in enumerate(tx.instructions) if ins.offset == inst.argval)
+    for skipped in FOR_ITER_SKIPS:
+        if tx.instructions[pos].opname != skipped:
+            break
+        pos += 1
+    return tx.instructions[pos].offset
+
+
+def _live_iterator_parts(v) -> tuple | None:
+    """``(container, kind, reverse, pos)`` of a loop's dict or set iterator that the resume
+    function can make again (``"live_iter"``: the real iterator goes along, and
+    ``container_iterators.hand_iterator`` picks, after the breaking instruction, which of
+    the two the resume function gets), else None."""
+    if type(v) is DictIteratorVariable:
+        if v.exhausted or not v._unchanged():
+            return None
+        return (v.dict_var, v.kind, v.reverse, v.pos)
+    if type(v) is SetIteratorVariable:
+        if v.exhausted or not v._unchanged() or list(set(v.order)) != v.order:
+            return None
+        return (v.set_var, "set", False, v.pos)
+    return None
 
 
 def _fixed_remaining(v) -> list | None:
@@ -514,7 +626,12 @@ def _call_resume(
     for name, kind in zip(temps, kinds):
         if kind == "null":
             continue
-        gen.load_fast(name)
+        if kind == "live_iter":  # the container and position, or the real iterator
+            gen.load_global(gen.install_global(hand_iterator, "hand_iterator"), push_null=True)
+            gen.load_fast(name)
+            gen.call(1)
+        else:
+            gen.load_fast(name)
         nargs += 1
     for v in values:
         rebuild(v)

@@ -38,16 +38,16 @@ PURE_METHODS = frozenset(
         "is_complex",
         "is_signed",
         "is_inference",
-        "is_set_to",
         "element_size",
         "get_device",
-        "has_names",
-        "is_pinned",
-        "is_shared",
         "__len__",
         "type",  # with no argument: the type name (with one, a tensor: recorded)
     }
 )
+# Not listed, though pure: ``is_set_to``, ``is_shared``, ``is_pinned`` and ``has_names``
+# answer from the storage, its memory kind or the names, which a FakeTensor does not carry
+# (its answer is False whatever the real tensor's): folding them gave wrong results. They are
+# graph breaks, so CPython asks the real tensor.
 
 # torch functions returning metadata (no tensor) that never change state.
 PURE_FUNCTIONS = frozenset(
@@ -88,6 +88,11 @@ PURE_FUNCTIONS = frozenset(
         torch.overrides.has_torch_function_unary,
         torch.overrides.has_torch_function_variadic,
         torch.overrides.is_tensor_like,
+        # nn.MultiheadAttention / TransformerEncoderLayer's Python helpers: a mask's dtype,
+        # a None mask (a given mask is a tensor result, recorded), the input-shape check
+        torch.nn.functional._none_or_dtype,
+        torch.nn.functional._canonical_mask,
+        torch.nn.functional._mha_shape_check,
         # Checks of a condition known at capture time: a true one returns None; a false one
         # raises during the fake run (the graph breaks there and CPython raises it).
         torch._assert,

@@ -457,12 +457,19 @@ def tensors_in(var: VariableTracker, out: list[TensorVariable], seen: set[int]) 
 
 def check_rebuildable(var: VariableTracker, seen: set | None = None) -> None:
     from .variables.functions import CellVariable, NestedUserFunctionVariable
-    from .variables.torch import AutocastVariable, GradModeVariable
+    from .variables.torch import AutocastVariable, GradModeVariable, InferenceModeVariable
 
     if isinstance(var, GradModeVariable) and var.prev is None:
         return  # not entered yet: rebuilt as a new torch.no_grad() / torch.enable_grad()
     if isinstance(
-        var, (NestedUserFunctionVariable, CellVariable, GradModeVariable, AutocastVariable)
+        var,
+        (
+            NestedUserFunctionVariable,
+            CellVariable,
+            GradModeVariable,
+            AutocastVariable,
+            InferenceModeVariable,
+        ),
     ):
         unimplemented(gbt.ESCAPING_VALUE, f"cannot rebuild {var} after a graph break")
     if isinstance(var, TensorVariable) and var.source is None:

@@ -23,6 +23,7 @@ import bytecode as bc
 from . import graph_break_types as gbt
 from .bytecode_compat import PY312, PY313, local_accesses
 from .exc import unimplemented
+from .variables.container_iterators import resume_iterator, resume_lazy_iterator
 
 _UNCONDITIONAL = {
     "JUMP_FORWARD",
@@ -95,7 +96,10 @@ class ResumeSpec:
     (the next ``__stack`` argument), ``"iter"`` (``iter()`` of the next argument, a list) or
     ``"list_iter"`` (the next argument is ``(lst, index)``: ``iter(lst)`` positioned at
     ``index`` by its ``__setstate__``, a loop's live iterator over a list) or
-    ``"enum_list_iter"`` (``(lst, index, count)``: ``enumerate`` of that, from ``count``).
+    ``"enum_list_iter"`` (``(lst, index, count)``: ``enumerate`` of that, from ``count``)
+    or ``"live_iter"`` (``container_iterators.resume_iterator`` of the next argument: a dict's
+    or set's iterator made again at its position, or the real one) or ``"lazy_iter"``
+    (``resume_lazy_iterator``: ``zip``/``map``/``filter``/``enumerate`` over list iterators).
     ``argnames`` are the parameters: the ``__stack<k>`` values, then the live locals.
     """
 
@@ -140,6 +144,19 @@ def _list_iter_at(instr, arg: str) -> list:
     if not PY312:
         out.append(instr("PRECALL", 1))
     out += [instr("CALL", 1), instr("POP_TOP")]
+    return out
+
+
+def _call_const(instr, fn, arg: str) -> list:
+    """``fn(arg)`` with ``fn`` a constant of the code, left on the stack."""
+    if PY313:
+        out = [instr("LOAD_CONST", fn), instr("PUSH_NULL")]
+    else:
+        out = [instr("PUSH_NULL"), instr("LOAD_CONST", fn)]
+    out.append(instr("LOAD_FAST", arg))
+    if not PY312:
+        out.append(instr("PRECALL", 1))
+    out.append(instr("CALL", 1))
     return out
 
 
@@ -203,6 +220,10 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
                 prologue.append(instr("GET_ITER"))
             elif kind == "list_iter":
                 prologue += _list_iter_at(instr, arg)
+            elif kind == "live_iter":  # resume_iterator(arg): a dict's or set's iterator
+                prologue[-1:] = _call_const(instr, resume_iterator, arg)
+            elif kind == "lazy_iter":  # zip/map/filter/enumerate over list iterators
+                prologue[-1:] = _call_const(instr, resume_lazy_iterator, arg)
             elif kind == "enum_list_iter":  # enumerate(<list_iter>, arg[2])
                 prologue[-1:] = [instr("LOAD_GLOBAL", (True, "enumerate")), prologue[-1]]
                 prologue += _list_iter_at(instr, arg)

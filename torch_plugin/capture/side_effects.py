@@ -61,15 +61,25 @@ class SideEffects:
             unimplemented(gbt.EXCEPTION, f"attribute {name!r} was deleted in the frame")
         return entry[3] if entry is not None else None
 
-    def delete_attr(self, obj: Any, name: str, source: Source | None = None) -> None:
-        """``del obj.name`` (attribute_rules.delete_object_attr checked it can succeed)."""
+    def delete_attr(
+        self, obj: Any, name: str, source: Source | None = None, existed: bool = True
+    ) -> None:
+        """``del obj.name`` (attribute_rules.delete_object_attr checked it can succeed).
+        ``existed``: the real object has the attribute now (guarded); when False the
+        attribute was set in this frame, and deleting it only drops that pending write."""
         from .variables.constant import ConstantVariable
 
         target = source if source is not None else obj
         key = ("setattr", id(obj), name)
         self._effects.pop(key, None)  # a write before the deletion is not replayed
+        if not existed:
+            return
         self._effects[key] = ("delattr", target, name, ConstantVariable(None))
         self._written[id(obj)] = obj
+
+    def has_attr_writes(self, obj: Any) -> bool:
+        """True if an attribute of ``obj`` was written or deleted in this frame."""
+        return any(k[0] == "setattr" and k[1] == id(obj) for k in self._effects)
 
     def store_global(self, f_globals: dict, name: str, value: VariableTracker) -> None:
         self._effects[("global", id(f_globals), name)] = ("global", f_globals, name, value)

@@ -27,7 +27,7 @@ from .. import config
 from . import conditionals
 from . import graph_break_types as gbt
 from .attribute_instructions import AttributeInstructions
-from .bytecode_compat import FOR_ITER_SKIPS, NULL_AFTER_CALLABLE
+from .bytecode_compat import FOR_ITER_SKIPS, NULL_AFTER_CALLABLE, PY312
 from .call_instructions import CallInstructions
 from .container_instructions import ContainerInstructions
 from .exc import Unsupported, UserSourceLocation, unimplemented
@@ -42,7 +42,7 @@ from .variables.container_iterators import make_iterator
 from .variables.functions import CellVariable
 from .variables.iterators import IteratorVariable
 from .variables.tensor import TensorVariable
-from .variables.torch import AutocastVariable, GradModeVariable
+from .variables.torch import AutocastVariable, GradModeVariable, InferenceModeVariable
 from .variables.user_defined import SuperVariable
 
 __all__ = [
@@ -208,9 +208,11 @@ class InstructionTranslatorBase(
         """Run an inlined generator's body up to its next ``yield``: the yielded value, or
         None once the body returned (StopIteration). Its state is kept between calls."""
         try:
-            self.run()
+            value = self.run()
         except GeneratorYield as y:
             return y.value
+        # the body returned: StopIteration(value), what ``yield from`` evaluates to
+        self.generator_return = value if value is not None else ConstantVariable(None)
         return None
 
     def inlining_translator(
@@ -426,7 +428,7 @@ class InstructionTranslatorBase(
         from .variables import context_managers
 
         ctx = self.pop()
-        if isinstance(ctx, (GradModeVariable, AutocastVariable)):
+        if isinstance(ctx, (GradModeVariable, AutocastVariable, InferenceModeVariable)):
             exit_var, entered = WithExitVariable(ctx), ctx.enter(self)
         else:
             exit_var, entered = context_managers.enter(self, ctx)
@@ -445,6 +447,37 @@ class InstructionTranslatorBase(
         value = self.pop()
         self.push(ConstantVariable(None))  # what `yield` evaluates to on resume (no send())
         raise GeneratorYield(value)
+
+    def GET_YIELD_FROM_ITER(self, inst):
+        # a generator stays itself; anything else is iter()'d (no coroutines are modelled)
+        self.push(make_iterator(self, self.pop()))
+
+    def SEND(self, inst):
+        """``STACK[-1] = STACK[-2].send(STACK[-1])`` (``yield from``): on StopIteration the
+        sent value is replaced by the return value (3.11: the receiver too) and it jumps."""
+        from .variables.iterators import GeneratorVariable
+
+        value = self.pop()
+        receiver = self.stack[-1]
+        if isinstance(receiver, GeneratorVariable):
+            item = receiver.send_item(value)
+        elif isinstance(receiver, IteratorVariable) and self._is_none(value):
+            item = receiver.next_item()
+        else:
+            unimplemented(gbt.GENERATOR, f"yield from {receiver} with a sent value")
+        if item is not None:
+            self.push(item)
+            return
+        ret = receiver.return_value() if isinstance(receiver, GeneratorVariable) else None
+        if not PY312:
+            self.pop()  # 3.11 pops the receiver here; 3.12+ at END_SEND
+        self.push(ret if ret is not None else ConstantVariable(None))
+        self.jump(inst)
+
+    def END_SEND(self, inst):  # 3.12+: drop the receiver below the value
+        value = self.pop()
+        self.pop()
+        self.push(value)
 
     # --- exits ----------------------------------------------------------------------------
     def RETURN_VALUE(self, inst):

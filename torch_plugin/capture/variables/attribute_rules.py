@@ -110,12 +110,15 @@ def delete_object_attr(tx, obj, name: str) -> None:
         unimplemented(gbt.SIDE_EFFECT, f"deletion of attribute {name!r} of a {cls.__name__}")
     effects = tx.output.side_effects
     pending = effects.pending_attr(real, name)
-    if pending is None:
-        inst_dict = getattr(real, "__dict__", None)
-        if inst_dict is None or name not in inst_dict:
-            unimplemented(gbt.EXCEPTION, f"{cls.__name__} object has no attribute {name!r}")
+    inst_dict = getattr(real, "__dict__", None)
+    existed = inst_dict is not None and name in inst_dict
+    if pending is None and not existed:
+        unimplemented(gbt.EXCEPTION, f"{cls.__name__} object has no attribute {name!r}")
+    if inst_dict is not None:
         tx.output.guards.dict_keys_match(AttrSource(obj.source, "__dict__"), inst_dict)
-    effects.delete_attr(real, name, obj.source)
+    # An attribute first set in this frame is deleted by dropping the pending write: the
+    # real object never had it, and ``delattr`` on it after the graph would raise.
+    effects.delete_attr(real, name, obj.source, existed=existed)
 
 
 def class_store_attr(tx, cls_var, name: str, value: VariableTracker) -> None:
@@ -165,6 +168,8 @@ def descriptor_attribute(tx, obj_var, static, name: str) -> VariableTracker | No
         except AttributeError:
             unimplemented(gbt.EXCEPTION, f"slot {name!r} of {type(real).__name__} is unset")
         return wrap_value(tx, value, AttrSource(source, name))
+    if name == "__dict__" and isinstance(static, types.GetSetDescriptorType):
+        return instance_dict(tx, obj_var)
     getter = getattr(type(static), "__get__", None)
     if isinstance(getter, types.FunctionType) and not isinstance(static, torch.nn.Module):
         from ..sources import ObjectSource
@@ -176,6 +181,105 @@ def descriptor_attribute(tx, obj_var, static, name: str) -> VariableTracker | No
         args = [desc, obj_var, UserDefinedClassVariable(cls)]
         return tx.inline_user_function_obj(getter, args, {})
     return None
+
+
+_DICT_WRITES = frozenset(
+    {"__setitem__", "__delitem__", "update", "pop", "popitem", "clear", "setdefault", "__ior__"}
+)
+
+
+def instance_dict(tx, obj_var) -> VariableTracker | None:
+    """``obj.__dict__`` (and ``vars(obj)``) of a user object read through a source: its
+    attributes as a dict, read only (:class:`InstanceDictVariable`), or None."""
+    from .user_defined import UserDefinedObjectVariable
+
+    real = getattr(obj_var, "value", None)
+    if (
+        not isinstance(obj_var, UserDefinedObjectVariable)
+        or obj_var.source is None
+        or type(getattr(real, "__dict__", None)) is not dict
+    ):
+        return None
+    return InstanceDictVariable(tx, obj_var, AttrSource(obj_var.source, "__dict__"))
+
+
+def _instance_dict_base():
+    from .dicts import ConstDictVariable
+
+    return ConstDictVariable
+
+
+class InstanceDictVariable(_instance_dict_base()):
+    """An instance's ``__dict__`` read in the frame: the real dict's entries (keys guarded,
+    values read through item sources). Reading it (items, ``in``, ``len``, iteration, ``get``)
+    is modelled; writing through it, or reading it once an attribute of the object was
+    written in the frame (the dict would show the write), is a graph break. Returned or live
+    at a break it is the same object (its source)."""
+
+    def __init__(self, tx, obj_var, source) -> None:
+        from ..sources import ItemSource
+        from .builder import wrap_value
+
+        real = obj_var.value
+        self.obj = real
+        self.effects = tx.output.side_effects
+        self._check_unwritten()
+        d = real.__dict__
+        tx.output.guards.dict_keys_match(source, d)
+        super().__init__(
+            {k: wrap_value(tx, v, ItemSource(source, k)) for k, v in d.items()}, source
+        )
+
+    def _check_unwritten(self) -> None:
+        if self.effects.has_attr_writes(self.obj):
+            unimplemented(
+                gbt.SIDE_EFFECT,
+                f"the __dict__ of a {type(self.obj).__name__} whose attributes the frame wrote",
+            )
+
+    def make_iterator(self, tx=None):
+        self._check_unwritten()
+        return super().make_iterator(tx)
+
+    def unpack_var_sequence(self, tx):
+        self._check_unwritten()
+        return super().unpack_var_sequence(tx)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in _DICT_WRITES:
+            unimplemented(gbt.SIDE_EFFECT, f"__dict__.{name}() of a {type(self.obj).__name__}")
+        self._check_unwritten()
+        return super().call_method(tx, name, args, kwargs)
+
+
+def descriptor_store(tx, obj_var, name: str, value: VariableTracker) -> bool:
+    """``obj.name = value`` on a user object whose class has, at ``name``, a property with a
+    Python setter or a data descriptor whose ``__set__`` is Python: that setter is inlined
+    (what it does is traced like any code: its own attribute writes are side effects).
+    False when neither applies (the caller's rules then decide)."""
+    from .builder import wrap_value
+    from .user_defined import UserDefinedObjectVariable, class_lookup
+
+    real = getattr(obj_var, "value", None)
+    if not isinstance(obj_var, UserDefinedObjectVariable) or real is None:
+        return False
+    cls = type(real)
+    if class_lookup(cls, "__setattr__") is not object.__setattr__:
+        return False
+    static = class_lookup(cls, name)
+    if isinstance(static, property):
+        if not isinstance(static.fset, types.FunctionType):
+            return False
+        tx.inline_user_function_obj(static.fset, [obj_var, value], {})
+        return True
+    setter = getattr(type(static), "__set__", None)
+    if not isinstance(setter, types.FunctionType) or isinstance(static, torch.nn.Module):
+        return False
+    from ..sources import ObjectSource
+
+    desc = wrap_value(tx, static, ObjectSource(static, f"{cls.__name__}.{name}"))
+    tx.inline_user_function_obj(setter, [desc, obj_var, value], {})
+    return True
 
 
 def function_attribute(tx, fn_var, name: str) -> VariableTracker | None:

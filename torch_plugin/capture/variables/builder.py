@@ -330,6 +330,10 @@ def _wrap_callable(tx, value, source) -> VariableTracker:
 
     if isinstance(value, _SCRIPTED):
         return _wrap_scripted(value, source)
+    from .builtin_table import PureBuiltinVariable, lookup
+
+    if lookup(value) is not None:  # e.g. a resume function's resume_iterator (a constant)
+        return PureBuiltinVariable(value, source)
     if numpy_calls.foldable(value):  # np.float32 (a type), np.finfo
         return numpy_calls.NumpyFunctionVariable(value, source)
     if value in _checkpoint_functions():

@@ -45,7 +45,6 @@ _UNSUPPORTED = {
     compile,
     globals,
     locals,
-    vars,
     breakpoint,
     id,
     hash,
@@ -201,6 +200,11 @@ class BuiltinVariable(CallableVariable):
             unimplemented(gbt.VALUE_NOT_CONSTANT, "delattr() with a name not known at capture")
         tx.delete_attr(obj, name.as_python_constant())
         return ConstantVariable(None)
+
+    def call_vars(self, tx, *args):
+        if len(args) != 1:  # vars(): the frame's locals
+            unimplemented(gbt.UNSUPPORTED_BUILTIN, "vars() without an argument")
+        return tx.getattr(args[0], "__dict__")
 
     def call_hasattr(self, tx, obj, name):
         result = _hasattr(tx, obj, name.as_python_constant())

@@ -21,6 +21,7 @@ import itertools
 import types
 
 from .. import graph_break_types as gbt
+from . import container_iterators
 from ..exc import Unsupported, unimplemented
 from .base import CallableVariable, VariableTracker
 from .constant import ConstantVariable, is_immutable
@@ -76,6 +77,8 @@ def _chain_from_iterable(tx, args, kwargs):
 
 
 TABLE = {
+    container_iterators.resume_iterator: container_iterators.model_resume_iterator,
+    container_iterators.resume_lazy_iterator: container_iterators.model_resume_lazy_iterator,
     functools.reduce: _reduce,
     dict.fromkeys: _fromkeys,
     itertools.chain.from_iterable: _chain_from_iterable,

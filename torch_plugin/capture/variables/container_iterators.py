@@ -363,6 +363,123 @@ def dict_iterator_at(d: dict, kind: str, reverse: bool, pos: int):
     return it
 
 
+def _iterator_at(container, kind: str, reverse: bool, pos: int):
+    if kind == "set":
+        return set_iterator_at(container, pos)
+    return dict_iterator_at(container, kind, reverse, pos)
+
+
+def _same_item(a, b) -> bool:
+    if type(a) is tuple and type(b) is tuple:  # an items() pair: a new tuple each time
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return a is b
+
+
+def hand_iterator(handed: tuple):
+    """Graph-break bytecode, after the breaking instruction: ``handed`` is ``(it, container,
+    kind, reverse, pos)`` for a loop's live dict or set iterator ``it`` (made at the break as
+    ``_iterator_at(container, kind, reverse, pos)``). Returns ``(container, kind, reverse,
+    pos)`` when a fresh iterator there gives exactly what ``it`` would still give (the
+    resume function then makes, and capture models, that iterator), else ``it`` itself (the
+    instruction changed the container: the resume function runs with the real iterator, so
+    it raises or continues as CPython's does)."""
+    it, container, kind, reverse, pos = handed
+    try:
+        remaining = it.__reduce__()[1][0]  # a copy of the iterator's state, listed
+    except RuntimeError:  # changed size: the next step raises
+        return it
+    fresh = list(_iterator_at(container, kind, reverse, pos))
+    if len(fresh) != len(remaining) or not all(map(_same_item, fresh, remaining)):
+        return it
+    return (container, kind, reverse, pos)
+
+
+def resume_iterator(handed):
+    """A resume function's prologue: the loop iterator from :func:`hand_iterator`'s result."""
+    if type(handed) is tuple:
+        return _iterator_at(*handed)
+    return handed
+
+
+def model_resume_iterator(tx, args, kwargs) -> IteratorVariable:
+    """:func:`resume_iterator` while capturing a resume function: a dict or set iterator
+    over the input container, advanced to its position (``pos`` is guarded, as a list
+    iterator's index is)."""
+    from ..dynamic_shapes import specialize_deep
+    from .dicts import ConstDictVariable
+    from .lists import TupleVariable
+    from .sets import SetVariable
+
+    handed = args[0] if len(args) == 1 and not kwargs else None
+    if not isinstance(handed, TupleVariable) or len(handed.items) != 4:
+        unimplemented(gbt.UNMODELLED_VALUE, "a loop's real iterator handed to a resume function")
+    container, kind, reverse, pos = handed.items
+    kind, reverse = kind.as_python_constant(), reverse.as_python_constant()
+    pos = int(specialize_deep(pos.as_python_constant()))
+    if kind == "set" and isinstance(container, SetVariable):
+        it = SetIteratorVariable(container)
+    elif kind != "set" and isinstance(container, ConstDictVariable):
+        it = DictIteratorVariable(container, kind, reverse)
+    else:
+        unimplemented(gbt.UNMODELLED_VALUE, f"a resumed loop over {container}")
+    for _ in range(pos):
+        if it.next_item() is None:
+            unimplemented(gbt.UNMODELLED_VALUE, "a resumed loop past its container's end")
+    return it
+
+
+def resume_lazy_iterator(spec: tuple):
+    """A resume function's prologue: the loop iterator described by ``spec`` (made by
+    ``graph_break._lazy_spec``): ``("list", lst, index, reverse)`` a list iterator at
+    ``index``; ``("enumerate", inner, count)``, ``("zip", inners, strict)``, ``("map", fn,
+    inners)``, ``("filter", fn, inner)`` the lazy builtins over such iterators, each in the
+    state the captured loop left it (CPython's list iterators keep only their index)."""
+    kind = spec[0]
+    if kind == "list":
+        return list_iterator_at(spec[1], spec[2], spec[3])
+    if kind == "enumerate":
+        return enumerate(resume_lazy_iterator(spec[1]), spec[2])
+    if kind == "zip":
+        return zip(*[resume_lazy_iterator(s) for s in spec[1]], strict=spec[2])
+    if kind == "map":
+        return map(spec[1], *[resume_lazy_iterator(s) for s in spec[2]])
+    return filter(spec[1], resume_lazy_iterator(spec[2]))
+
+
+def model_resume_lazy_iterator(tx, args, kwargs) -> IteratorVariable:
+    """:func:`resume_lazy_iterator` while capturing a resume function (list indices are
+    guarded, as a list iterator's are)."""
+    from ..dynamic_shapes import specialize_deep
+    from .lists import ListVariable, TupleVariable
+
+    def const(var):
+        return specialize_deep(var.as_python_constant())
+
+    def build(spec):
+        if not isinstance(spec, TupleVariable) or not spec.items:
+            unimplemented(gbt.UNMODELLED_VALUE, "a resumed loop's iterator")
+        kind = const(spec.items[0])
+        parts = spec.items[1:]
+        if kind == "list":
+            lst, index, reverse = parts[0], int(const(parts[1])), bool(const(parts[2]))
+            if type(lst) is not ListVariable:
+                unimplemented(gbt.UNMODELLED_VALUE, f"a resumed loop over {lst}")
+            it = make_reversed(tx, lst) if reverse else make_iterator(tx, lst)
+            it.call_method(tx, "__setstate__", [ConstantVariable(index)], {})
+            return it
+        if kind == "enumerate":
+            return EnumerateVariable(build(parts[0]), int(const(parts[1])))
+        if kind == "zip":
+            return ZipVariable([build(s) for s in parts[0].items], bool(const(parts[1])))
+        if kind == "map":
+            return MapVariable(tx, parts[0], [build(s) for s in parts[1].items])
+        return FilterVariable(tx, parts[0], build(parts[1]))
+
+    if len(args) != 1 or kwargs:
+        unimplemented(gbt.UNMODELLED_VALUE, "resume_lazy_iterator with these arguments")
+    return build(args[0])
+
+
 def set_iterator_at(s, pos: int):
     """``iter(s)`` that has given ``pos`` elements."""
     it = iter(s)

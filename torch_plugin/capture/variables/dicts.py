@@ -7,6 +7,7 @@ the frame's inputs are read-only (their keys are guarded).
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from .. import graph_break_types as gbt
@@ -63,6 +64,11 @@ class KeyEntries(dict):
         if self:
             self.removals += 1
         super().clear()
+
+
+# OrderedDict's own methods (beyond dict's), modelled for a ConstDictVariable whose user_cls
+# is OrderedDict
+_ORDERED_METHODS = frozenset({"move_to_end", "popitem"})
 
 
 class ConstDictVariable(VariableTracker):
@@ -128,8 +134,16 @@ class ConstDictVariable(VariableTracker):
             return DictViewVariable(self, "items")
         if name == "copy":
             return ConstDictVariable(self.items, mutable_local=True, user_cls=self.user_cls)
+        ordered = self.user_cls is collections.OrderedDict and name in _ORDERED_METHODS
         if not self.mutable_local and getattr(self, "real", None) is not None:
-            if name in ("__setitem__", "__delitem__", "pop", "setdefault", "update", "clear"):
+            if ordered or name in (
+                "__setitem__",
+                "__delitem__",
+                "pop",
+                "setdefault",
+                "update",
+                "clear",
+            ):
                 tx.output.side_effects.mutate_container(self.real, self)
         elif not self.mutable_local:
             unimplemented(
@@ -173,7 +187,39 @@ class ConstDictVariable(VariableTracker):
         if name == "clear":
             self.items.clear()
             return ConstantVariable(None)
+        if ordered:
+            return self._ordered_call(tx, name, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
+
+    def _ordered_call(self, tx, name, args, kwargs):
+        """``OrderedDict.move_to_end(key, last=True)`` / ``popitem(last=True)``. Both count
+        as a removal for iterators (CPython's OrderedDict iterator raises on any change; the
+        modelled one breaks the graph at its next step, so Python raises)."""
+        params = list(args) + [kwargs[k] for k in ("last",) if k in kwargs]
+        if set(kwargs) - {"last"} or not all(p.is_python_constant() for p in params):
+            unimplemented(gbt.VALUE_NOT_CONSTANT, f"OrderedDict.{name} with these arguments")
+        values = [p.as_python_constant() for p in params]
+        entries = self.items
+        if name == "move_to_end" and 1 <= len(values) <= 2:
+            key = dict_key(args[0])
+            if key not in entries:
+                unimplemented(gbt.EXCEPTION, f"OrderedDict.move_to_end of missing key {key!r}")
+            last = bool(values[1]) if len(values) == 2 else True
+            order = [k for k in entries if k != key]
+            order = [*order, key] if last else [key, *order]
+            moved = {k: entries[k] for k in order}
+            removals = entries.removals + 1
+            dict.clear(entries)
+            dict.update(entries, moved)
+            entries.removals = removals
+            return ConstantVariable(None)
+        if name == "popitem" and len(values) <= 1:
+            if not entries:
+                unimplemented(gbt.EXCEPTION, "popitem(): dictionary is empty (KeyError)")
+            last = bool(values[0]) if values else True
+            key = next(reversed(entries)) if last else next(iter(entries))
+            return TupleVariable([ConstantVariable(key), entries.pop(key)])
+        unimplemented(gbt.UNMODELLED_VALUE, f"OrderedDict.{name} with these arguments")
 
     def __repr__(self) -> str:
         return f"ConstDictVariable({list(self.items)})"

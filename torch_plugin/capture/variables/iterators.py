@@ -57,20 +57,56 @@ class GeneratorVariable(IteratorVariable):
         super().__init__()
         self.sub = sub
         self.done = False
+        self.started = False
 
     def next_item(self) -> VariableTracker | None:
         if self.done:
             return None
+        self.started = True
         item = self.sub.run_to_yield()
         if item is None:
             self.done = True  # returned: StopIteration
         return item
+
+    def send_item(self, value: VariableTracker) -> VariableTracker | None:
+        """``gen.send(value)``: the paused ``yield`` evaluates to ``value``; the next yielded
+        value, or None once the body returned. Sending a value other than None to a
+        generator not started raises TypeError in eager (a graph break)."""
+        from .constant import ConstantVariable
+
+        is_none = isinstance(value, ConstantVariable) and value.value is None
+        if self.done:
+            return None
+        if not self.started:
+            if not is_none:
+                unimplemented(
+                    gbt.EXCEPTION, "can't send non-None value to a just-started generator"
+                )
+        else:
+            self.sub.stack[-1] = value  # the value YIELD_VALUE left for the resumed body
+        return self.next_item()
+
+    def var_getattr(self, tx, name):
+        if name in ("send", "__next__", "__iter__"):
+            from .base import method_getattr
+
+            return method_getattr(self, name)
+        return super().var_getattr(tx, name)
+
+    def return_value(self) -> VariableTracker | None:
+        """What the body returned (``StopIteration.value``), once done."""
+        return getattr(self.sub, "generator_return", None)
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__next__" and not args and not kwargs:
             item = self.next_item()
             if item is None:
                 unimplemented(gbt.GENERATOR, "next() on an exhausted generator (StopIteration)")
+            return item
+        if name == "send" and len(args) == 1 and not kwargs:
+            item = self.send_item(args[0])
+            if item is None:
+                unimplemented(gbt.GENERATOR, "generator.send() on a finished generator")
             return item
         if name == "__iter__" and not args and not kwargs:
             return self

@@ -132,6 +132,19 @@ class TensorVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         if name in _DATA_METHODS:
             unimplemented(gbt.DATA_DEPENDENT, f"Tensor.{name}() reads tensor data into Python")
+        if name == "type" and (args or kwargs):
+            # ``x.type(torch.int32)``: a cast, ``x.to(dtype)`` (both return ``x`` itself when
+            # the dtype is already that); a type name string may also move devices
+            dtype = args[0] if args else kwargs.get("dtype")
+            if (
+                len(args) > 1
+                or set(kwargs) - {"dtype"}
+                or dtype is None
+                or not dtype.is_python_constant()
+                or not isinstance(dtype.as_python_constant(), torch.dtype)
+            ):
+                unimplemented(gbt.UNMODELLED_VALUE, "Tensor.type() with a type name")
+            return tx.output.call_method(tx, "to", [self, dtype], {})
         if name in _METADATA_METHODS:
             from .builder import wrap_constant_or_object
 

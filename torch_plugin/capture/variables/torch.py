@@ -103,6 +103,10 @@ class TorchFunctionVariable(CallableVariable):
             from .tensor import TensorVariable
 
             return ConstantVariable(isinstance(args[0], TensorVariable))
+        if fn is torch.inference_mode:
+            return InferenceModeVariable.create(args, kwargs)
+        if fn in _CHECKS:
+            return _call_check(tx, fn, list(args), dict(kwargs))
         if _is_autocast_class(fn):
             return AutocastVariable.create(fn, args, kwargs)
         if _changes_global_state(fn):
@@ -127,6 +131,37 @@ class TorchFunctionVariable(CallableVariable):
 
     def __repr__(self) -> str:
         return f"TorchFunctionVariable({getattr(self.fn, '__qualname__', self.fn)})"
+
+
+# torch._check and its kin: (index of the condition, index of the message) in the arguments.
+_CHECKS = {
+    torch._check: (0, 1),
+    torch._check_index: (0, 1),
+    torch._check_value: (0, 1),
+    torch._check_type: (0, 1),
+    torch._check_not_implemented: (0, 1),
+    torch._check_with: (1, 2),
+}
+
+
+def _call_check(tx, fn, args: list, kwargs: dict) -> VariableTracker:
+    """``torch._check(cond, message)``: ``message`` (often a lambda building the text) is
+    called only when ``cond`` is false. A condition known at capture: true is None (the
+    message never runs), false a graph break (CPython raises with the message). A symbolic
+    condition is recorded as before, the message left out (it is only the error's text)."""
+    cond_at, msg_at = _CHECKS[fn]
+    cond = args[cond_at] if len(args) > cond_at else kwargs.get("cond")
+    if cond is None:
+        unimplemented(gbt.EXCEPTION, f"{fn.__name__}() without a condition")
+    if cond.is_python_constant():
+        value = cond.as_python_constant()
+        if isinstance(value, bool):
+            if value:
+                return ConstantVariable(None)
+            unimplemented(gbt.EXCEPTION, f"{fn.__name__}() of a false condition (raises)")
+    args = args[:msg_at]
+    kwargs.pop("message", None)
+    return tx.output.call_function(tx, fn, args, kwargs)
 
 
 class GradModeVariable(VariableTracker):
@@ -239,3 +274,69 @@ class AutocastVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"AutocastVariable{self.values()}"
+
+
+class InferenceModeVariable(VariableTracker):
+    """A ``torch.inference_mode(mode)`` context (not yet entered). Entering records
+    ``torch.autograd.grad_mode._enter_inference_mode(mode)`` in the graph and enters it for
+    real for the rest of the trace (FakeTensors made inside are inference tensors, as the
+    real ones will be); exiting records ``_exit_inference_mode`` of the enter node, as
+    torch.compile's graphs do. A graph break inside the block breaks at the ``with``
+    statement (the context cannot be rebuilt half-entered)."""
+
+    def __init__(self, mode: bool) -> None:
+        super().__init__()
+        self.mode = mode
+        self._node = None
+        self._cleanup = None
+
+    @staticmethod
+    def create(args, kwargs) -> InferenceModeVariable:
+        values = [*args, *kwargs.values()]
+        if len(values) > 1 or (kwargs and set(kwargs) != {"mode"}):
+            unimplemented(gbt.CONTEXT_MANAGER, "torch.inference_mode with these arguments")
+        if values and not (
+            values[0].is_python_constant() and isinstance(values[0].as_python_constant(), bool)
+        ):
+            unimplemented(gbt.VALUE_NOT_CONSTANT, "torch.inference_mode(mode) with a non-bool")
+        return InferenceModeVariable(values[0].as_python_constant() if values else True)
+
+    def python_type(self) -> type:
+        return torch.inference_mode
+
+    def enter(self, tx) -> VariableTracker:
+        if self._node is not None:
+            unimplemented(gbt.CONTEXT_MANAGER, "entering one torch.inference_mode twice")
+        grad_mode = torch.autograd.grad_mode
+        mode = self.mode
+        self._node = tx.output.graph.call_function(grad_mode._enter_inference_mode, (mode,))
+        self._cleanup = tx.output.enter_real_context(
+            lambda: grad_mode._enter_inference_mode(mode), grad_mode._exit_inference_mode
+        )
+        return ConstantVariable(None)
+
+    def exit(self, tx) -> VariableTracker:
+        if self._node is None:
+            unimplemented(
+                gbt.CONTEXT_MANAGER, "exiting a torch.inference_mode not entered in this frame"
+            )
+        grad_mode = torch.autograd.grad_mode
+        tx.output.graph.call_function(grad_mode._exit_inference_mode, (self._node,))
+        tx.output.exit_real_context(self._cleanup)
+        self._node = None
+        return ConstantVariable(None)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__enter__":
+            return self.enter(tx)
+        if name == "__exit__":
+            return self.exit(tx)
+        return super().call_method(tx, name, args, kwargs)
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented(
+            gbt.CONTEXT_MANAGER, "torch.inference_mode used as a decorator inside captured code"
+        )
+
+    def __repr__(self) -> str:
+        return f"InferenceModeVariable({self.mode})"

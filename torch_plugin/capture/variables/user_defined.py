@@ -18,7 +18,7 @@ import weakref
 import torch
 
 from .. import graph_break_types as gbt
-from ..exc import unimplemented
+from ..exc import Unsupported, unimplemented
 from ..sources import AttrSource, ItemSource
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -102,6 +102,10 @@ class UserDefinedObjectVariable(VariableTracker):
 
         source = AttrSource(self.source, name) if self.source is not None else None
         cls = type(self.value)
+        if name == "__get__" and isinstance(
+            self.value, (types.GetSetDescriptorType, types.MemberDescriptorType)
+        ):
+            return DescriptorGetVariable(self.value)
         if isinstance(self.value, _PLAIN_ATTRIBUTE_TYPES):
             # C types whose attributes are plain data (torch.finfo(dtype).min, a dataclass
             # Field's default): read now, guarded through the attribute's source if any.
@@ -203,6 +207,43 @@ class UserDefinedObjectVariable(VariableTracker):
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
 
 
+class DescriptorGetVariable(VariableTracker):
+    """``desc.__get__`` of a C getset or member descriptor (``torch.Tensor.ndim.__get__``,
+    ``type(p).func.__get__``): ``desc.__get__(obj)`` is the attribute read ``obj.<name>``
+    when ``obj``'s class finds this very descriptor at that name and reads attributes the
+    default way (else a graph break); ``desc.__get__(None, cls)`` is the descriptor."""
+
+    def __init__(self, desc) -> None:
+        super().__init__()
+        self.desc = desc
+
+    def call_function(self, tx, args, kwargs):
+        desc = self.desc
+        if kwargs or not 1 <= len(args) <= 2:
+            unimplemented(gbt.EXCEPTION, "descriptor __get__ with these arguments")
+        obj = args[0]
+        if obj.is_python_constant() and obj.as_python_constant() is None:
+            return UserDefinedObjectVariable(desc)
+        try:
+            cls = obj.python_type()
+        except Unsupported:
+            cls = None
+        if (
+            cls is None
+            or not issubclass(cls, desc.__objclass__)
+            or class_lookup(cls, desc.__name__) is not desc
+            or hasattr(cls, "__getattr__")
+            # a C type's own attribute lookup (functools.partial's) still finds a data
+            # descriptor of its class first; a Python __getattribute__ might not
+            or not isinstance(cls.__getattribute__, types.WrapperDescriptorType)
+        ):
+            unimplemented(gbt.UNSUPPORTED_BUILTIN, f"{desc!r}.__get__ on {obj}")
+        return tx.getattr(obj, desc.__name__)
+
+    def __repr__(self) -> str:
+        return f"DescriptorGetVariable({self.desc!r})"
+
+
 class UserDefinedClassVariable(VariableTracker):
     """A class object. Calling it constructs only what the translator models."""
 
@@ -234,6 +275,14 @@ class UserDefinedClassVariable(VariableTracker):
             return UserMethodVariable(static.__func__, self)
         if isinstance(static, types.FunctionType):
             return UserFunctionVariable(static)
+        if isinstance(static, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+            owner = getattr(static, "__objclass__", None)
+            if owner in (dict, list, set, frozenset, tuple):
+                # ``defaultdict.__setitem__``, ``MyDict.get``: a builtin type's C method read
+                # through a subclass, called with the object first
+                from .builtin_table import UnboundMethodVariable
+
+                return UnboundMethodVariable(owner, name)
         try:
             value = getattr(self.value, name)
         except AttributeError:
