@@ -1,17 +1,18 @@
-# ruff: noqa: B009, C405, FURB192, SIM117
-"""Issue #31 audit: one probe per example the issue names, class by class, both outside
-suites' lists.
+# ruff: noqa: B009, C405, FURB192
+"""Issue #31 audit, first suite: one probe per example the issue names, class by class
+(functools.partial attributes, C builtins, NumPy, operators, no tensor operation, attributes,
+objects built inside, sets, C queries, data-dependent scalars), outside suites' lists. The
+second suite's whole-graph gaps are in test_issue31_audit_gaps.py, the tests of what the
+audit found (wrong results, inference mode, generators, descriptors) in
+test_issue31_regressions.py.
 
 Each probe runs in eager Python and under ``optimize("eager", fullgraph=True)`` through the
 differential harness (tests/fuzz/differential.py: three calls, compile / cached /
 recompile; result, arguments, observed globals and objects, identity, RNG and global torch
 state compared), and once more without fullgraph (graph breaks allowed), which must equal
-eager too. A probe that still breaks is ``xfail(strict=True)`` with the reason, so the state
-of each class is visible here and a probe that starts to capture (or regresses) fails.
-
-``BREAKS_RESUME`` probes a graph break inside a construct (a loop over a dict, set, deque,
-zip or map of a live list; a map function that breaks; a ``try`` block): the code after the
-break must still be captured (a resume function with a graph), not run as plain Python.
+eager too (``one_graph``, tests/fuzz/one_graph.py). A probe that still breaks is
+``xfail(strict=True)`` with the reason, so the state of each class is visible here and a
+probe that starts to capture (or regresses) fails.
 """
 
 from __future__ import annotations
@@ -25,80 +26,26 @@ import typing
 import numpy as np
 import pytest
 import torch
-from differential import _copying_factory, _run_world, check, compare_runs
-
-import torch_plugin
-from torch_plugin.capture import convert_frame
+from audit_probes import (
+    _BOX_CALLS,
+    _VEC_CALLS,
+    NT,
+    Box,
+    P,
+    _getset_descriptor,
+    _is_set_to,
+    _usr,
+    probe_params,
+)
+from one_graph import one_graph
 
 pytestmark = pytest.mark.usefixtures("fresh_capture")
-
-
-def rand(*shape):
-    return lambda: (torch.randn(*shape),)
-
-
-CALLS = (rand(3), rand(3), rand(4))
-
-
-def _probe(fn, calls, observe, fullgraph):
-    """(mismatch or None, graphs compiled, graph-break reasons) of ``fn`` under the eager
-    backend against eager Python."""
-    calls = calls or CALLS
-    build = _copying_factory(fn, calls, observe, None)
-    try:
-        ref = _run_world(build, None, 0)
-        torch_plugin.reset()
-
-        got = _run_world(build, "eager", 0, fullgraph=fullgraph)
-        stats = convert_frame.stats
-        breaks = [str(r) for _, r, _ in stats.graph_breaks + stats.failures]
-        return compare_runs(ref, got, "eager", 1.3e-6, 1e-5), stats.graphs_compiled, breaks
-    finally:
-        build()
-        torch_plugin.reset()
-
-
-def one_graph(fn, calls=None, observe=None):
-    """Equal to eager with graph breaks allowed, and under fullgraph with none."""
-    m, _, _ = _probe(fn, calls, observe, fullgraph=False)
-    assert m is None, f"WRONG RESULT (graph breaks allowed): {m}"
-    m, _, breaks = _probe(fn, calls, observe, fullgraph=True)
-    # a frame without tensor operations runs as plain Python (as under torch.compile)
-    breaks = [b for b in breaks if b != "no tensor operations to capture"]
-    assert not breaks, breaks
-    assert m is None, f"fullgraph: {m}"
 
 
 # --------------------------------------------------------------------------- module state
 
 
-def _usr(a, b=2):
-    return a * b
-
-
-NT = collections.namedtuple("NT", ["a", "b"])
 T = typing.TypeVar("T")
-P = functools.partial(_usr, b=3)
-
-
-class Vec:
-    def __init__(self, v, scale=1):
-        self.v = v
-        self.scale = scale
-
-    def __add__(self, other):
-        return Vec(self.v + other.v, self.scale + other.scale)
-
-    def __eq__(self, other):
-        return isinstance(other, Vec) and self.scale == other.scale
-
-    def __iter__(self):
-        return iter([self.v, self.v * self.scale])
-
-    def __str__(self):
-        return f"Vec({self.scale})"
-
-    __hash__ = None
 
 
 class Slotted:
@@ -140,18 +87,9 @@ class WithProperty:
         self._v = value * 3
 
 
-class Counter:
-    count = 0
-
-
 class MyDict(dict):
     def total(self):
         return sum(self.values())
-
-
-class Box:
-    def __init__(self, v):
-        self.v = v
 
 
 def _attr_fn(x):
@@ -159,17 +97,6 @@ def _attr_fn(x):
 
 
 _attr_fn.scale = 3
-
-
-class BufMod(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("buf", torch.zeros(4))
-
-    def forward(self, x):
-        self.buf[:] = x
-        self.buf += 1
-        return self.buf * 2
 
 
 # --------------------------------------------------------------------------- probes
@@ -203,10 +130,6 @@ def _namedtuple_factory(x):
     Pt = collections.namedtuple("Pt", ["a", "b"])
     p = Pt(x, 2)
     return p.a * p.b
-
-
-def _getset_descriptor(x):
-    return x * torch.Tensor.ndim.__get__(x) + type(P).func.__get__(P)(x)
 
 
 def _tensor_numpy(x):
@@ -359,11 +282,6 @@ def _is_(x):
     return x * x.is_contiguous() + x.is_floating_point() + (y is x) + x.is_inference()
 
 
-def _is_set_to(x):
-    y = x.view(-1)
-    return x * y.is_set_to(x) + x.is_set_to(x)
-
-
 def _tensor_iter(x):
     a, b = x[:2]
     return [r * 2 for r in x] + [a + b]
@@ -400,143 +318,6 @@ def _tensor_dict_key(x):
 def _max_of_tensors(x):
     return max(x.sum(), x.mean()) * x
 
-
-def _dtype_casts(x):
-    return x.to(torch.float64), x.double().half(), x.type(torch.int32), x.type(), x.float().dtype
-
-
-def _set_ops(x):
-    a, b = {1, 2, 3}, {2, 3, 4}
-    return x * len((a | b) - (a & b)) + len(a ^ b) + a.issubset(b)
-
-
-def _ordered_dict_iteration_then_move(x):
-    o = collections.OrderedDict(a=1, b=2, c=3)
-    o.move_to_end("a", last=False)
-    total = x
-    for k, v in o.items():
-        total = total * v + len(k)
-    o.move_to_end("c", last=False)
-    return total, list(o), o.popitem(), o.popitem(last=False)
-
-
-def _ordered_dict_moved_while_iterated(x):
-    o = collections.OrderedDict(a=1, b=2)
-    for k in o:
-        o.move_to_end(k)  # RuntimeError at the next step, as in eager
-        x = x + 1
-    return x
-
-
-def _collections_types(x):
-    c = collections.Counter("abca")
-    return x * c["a"], c.most_common(1)
-
-
-def _ordered_dict(x):
-    o = collections.OrderedDict(a=x)
-    o["b"] = x * 2
-    o.move_to_end("a")
-    o.popitem(last=False)
-    return list(o.values()), o, list(o)
-
-
-def _vars_dict(x, o):
-    return x * sum(vars(o).values()), sorted(vars(o))
-
-
-def _gen(x):
-    yield x
-    yield x + 1
-
-
-def _yield_from_gen(x):
-    yield from _gen(x)
-    yield x * 3
-
-
-def _yield_from(x):
-    return sum(_yield_from_gen(x))
-
-
-def _sender(x):
-    got = yield x
-    yield got * 2
-
-
-def _generator_send(x):
-    g = _sender(x)
-    a = next(g)
-    b = g.send(x + 1)
-    return a + b
-
-
-def _isinstance(x, o):
-    return (
-        x * isinstance(x, torch.Tensor)
-        + isinstance(o, (Box, Vec))
-        + issubclass(type(o), Box)
-        + isinstance(x, torch.nn.Parameter)
-    )
-
-
-def _inference_mode(x):
-    with torch.inference_mode():
-        y = x * 2
-    return y + 1
-
-
-def _class_attr_mutation(x):
-    Counter.count += 1
-    return x * Counter.count
-
-
-def _user_operators(x, v):
-    return (v + v).v + x
-
-
-def _list_reverse(x):
-    lst = [x, x * 2, x * 3]
-    lst.reverse()
-    return lst
-
-
-def _sorted_dict(x):
-    return x * sorted({"b": 1, "a": 2})[0].__len__()
-
-
-def _namedtuple_replace(x):
-    return NT(x, 2)._replace(b=5)
-
-
-def _delattr(x, o):
-    o.tmp = 1
-    delattr(o, "tmp")
-    return x * hasattr(o, "tmp")
-
-
-def _checkpoint_body(x):
-    return torch.sin(x) * 2
-
-
-def _activation_checkpoint(x):
-    return torch.utils.checkpoint.checkpoint(_checkpoint_body, x, use_reentrant=False) + 1
-
-
-def _box3():
-    return lambda: (torch.randn(3), Box(torch.randn(3)))
-
-
-def _box4():
-    return lambda: (torch.randn(4), Box(torch.randn(4)))
-
-
-def _vec(n, s):
-    return lambda: (torch.randn(n), Vec(torch.randn(n), s))
-
-
-_BOX_CALLS = (_box3(), _box3(), _box4())
-_VEC_CALLS = (_vec(3, 2), _vec(3, 3), _vec(4, 5))
 
 # name -> (issue class, fn, calls, observe, reason when it still breaks or None)
 PROBES: dict[str, tuple] = {
@@ -748,331 +529,10 @@ PROBES: dict[str, tuple] = {
         None,
         "max() comparing tensors is data-dependent",
     ),
-    # suite 2 (whole-graph gaps)
-    "dtype_casts": (
-        "suite2",
-        _dtype_casts,
-        None,
-        None,
-        None,
-    ),
-    "set_operations": ("suite2", _set_ops, None, None, None),
-    "collections_types": (
-        "suite2",
-        _collections_types,
-        None,
-        None,
-        "collections.Counter built inside is not modelled (a dict subclass with dunders)",
-    ),
-    "ordered_dict": ("suite2", _ordered_dict, None, None, None),
-    "ordered_dict_iteration_then_move": (
-        "suite2",
-        _ordered_dict_iteration_then_move,
-        None,
-        None,
-        None,
-    ),
-    "vars_dict": (
-        "suite2",
-        _vars_dict,
-        _BOX_CALLS,
-        None,
-        None,
-    ),
-    "yield_from": ("suite2", _yield_from, None, None, None),
-    "generator_send": ("suite2", _generator_send, None, None, None),
-    "isinstance_checks": ("suite2", _isinstance, _BOX_CALLS, None, None),
-    "inference_mode_block": (
-        "suite2",
-        _inference_mode,
-        None,
-        None,
-        None,
-    ),
-    "class_attr_mutation": (
-        "suite2",
-        _class_attr_mutation,
-        None,
-        {"cls": Counter},
-        None,
-    ),
-    "user_class_operators": ("suite2", _user_operators, _VEC_CALLS, None, None),
-    "list_reverse": ("suite2", _list_reverse, None, None, None),
-    "sorted_dict": ("suite2", _sorted_dict, None, None, None),
-    "namedtuple_replace": ("suite2", _namedtuple_replace, None, None, None),
-    "delattr": ("suite2", _delattr, _BOX_CALLS, None, None),
-    "module_buffer_inplace": (
-        "suite2",
-        BufMod(),
-        (rand(4), rand(4), lambda: (torch.randn(1),)),
-        None,
-        None,
-    ),
-    "transformer_encoder_layer": (
-        "suite2",
-        torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0).eval(),
-        (rand(2, 3, 8), rand(2, 3, 8), rand(2, 5, 8)),
-        None,
-        None,
-    ),
-    "transformer_encoder_layer_batch_first_train": (
-        "suite2",
-        torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True),
-        (rand(2, 3, 8), rand(2, 3, 8), rand(3, 3, 8)),
-        None,
-        None,
-    ),
-    "activation_checkpointing": (
-        "suite2",
-        _activation_checkpoint,
-        None,
-        None,
-        "torch.utils.checkpoint runs with capture off (torch_plugin.disable)",
-    ),
 }
 
 
-def _params():
-    out = []
-    for name, (cls, *_, reason) in PROBES.items():
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        out.append(pytest.param(name, id=f"{cls}-{name}", marks=marks))
-    return out
-
-
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", probe_params(PROBES))
 def test_probe(name):
     _, fn, calls, observe, _ = PROBES[name]
     one_graph(fn, calls, observe)
-
-
-# --------------------------------------------------------------------------- wrong results found
-
-
-def _is_shared(x):
-    return x * x.is_shared()
-
-
-def _has_names(x):
-    return x.rename(None) * x.has_names()
-
-
-def _shared(n):
-    return lambda: (torch.randn(n).share_memory_(),)
-
-
-def _named(n):
-    return lambda: (torch.randn(n, names=("a",)),)
-
-
-@pytest.mark.parametrize(
-    "fn, calls",
-    [
-        (_is_set_to, CALLS),
-        (_is_shared, (_shared(3), rand(3), _shared(4))),
-    ],
-    ids=["is_set_to", "is_shared"],
-)
-def test_storage_queries_are_asked_of_the_real_tensor(fn, calls):
-    """A FakeTensor answers False to ``is_set_to``/``is_shared``/``has_names`` whatever the
-    real tensor is: these were folded into the graph as constants (wrong results); they are
-    graph breaks now."""
-    m, _, _ = _probe(fn, calls, None, fullgraph=False)
-    assert m is None, m
-
-
-@pytest.mark.filterwarnings("ignore:Named tensors")
-def test_has_names_is_asked_of_the_real_tensor():
-    """(The harness cannot snapshot named tensors: compared by hand.)"""
-    opt = torch_plugin.optimize("eager")(_has_names)
-    for x in (_named(3)()[0], torch.randn(3), _named(4)()[0]):
-        torch.testing.assert_close(opt(x), _has_names(x))
-
-
-class _Obj:
-    pass
-
-
-def _set_then_delete(x, o):
-    o.tmp = x + 1
-    del o.tmp
-    delattr_ok = not hasattr(o, "tmp")
-    o.keep = 2
-    delattr(o, "keep")
-    return x * delattr_ok, o
-
-
-def _obj_calls(n):
-    return lambda: (torch.randn(n), _Obj())
-
-
-def test_deleting_an_attribute_set_in_the_frame():
-    """``o.tmp = 1; del o.tmp`` on an object without ``tmp``: the replay deleted ``tmp`` from
-    the real object, which never got it, and raised AttributeError."""
-    one_graph(_set_then_delete, (_obj_calls(3), _obj_calls(3), _obj_calls(4)))
-
-
-def _check_fails(x):
-    y = x + 1
-    torch._check(y.shape[0] == 3, lambda: f"want 3, got {y.shape}")
-    torch._check_value(True, lambda: "never built")
-    return y * 2
-
-
-def _ordered_dict_argument(x, o):
-    o.move_to_end("a")
-    k, v = o.popitem(last=False)
-    return x * v, k, list(o)
-
-
-def _od_calls(n):
-    return lambda: (torch.randn(n), collections.OrderedDict(a=1, b=2, c=3))
-
-
-def test_ordered_dict_argument_mutation_replayed():
-    """``move_to_end``/``popitem`` on an OrderedDict argument: replayed on the caller's
-    object in the captured order."""
-    one_graph(_ordered_dict_argument, (_od_calls(3), _od_calls(3), _od_calls(4)))
-    o = collections.OrderedDict(a=1, b=2, c=3)
-    torch_plugin.optimize("eager")(_ordered_dict_argument)(torch.randn(3), o)
-    assert list(o.items()) == [("c", 3), ("a", 1)]
-
-
-def test_ordered_dict_moved_while_iterated_raises_as_eager():
-    m, _, _ = _probe(_ordered_dict_moved_while_iterated, CALLS, None, fullgraph=False)
-    assert m is None, m
-
-
-def test_check_with_a_message_lambda_that_fails_raises_as_eager():
-    """A false ``torch._check`` condition known at capture is a graph break: CPython runs the
-    message lambda and raises (RuntimeError, as in eager) on the 4-element call."""
-    m, _, _ = _probe(_check_fails, CALLS, None, fullgraph=False)
-    assert m is None, m
-
-
-# --------------------------------------------------------------------------- inference mode
-
-
-@torch_plugin.disable
-def _opaque():
-    """A call capture never traces: a graph break."""
-
-
-def _inference_nested(x):
-    with torch.no_grad():
-        with torch.inference_mode():
-            y = x.sin()
-    return y + x, y.is_inference(), torch.is_inference_mode_enabled()
-
-
-def _inference_off(x):
-    with torch.inference_mode(False):
-        y = x * 2
-    return y
-
-
-def _inference_break_inside(x):
-    with torch.inference_mode():
-        y = x * 2
-        _opaque()
-        z = y + 1
-    return z * 3
-
-
-def _grad_calls(n):
-    return lambda: (torch.randn(n, requires_grad=True),)
-
-
-@pytest.mark.parametrize(
-    "fn", [_inference_mode, _inference_nested, _inference_off, _inference_break_inside]
-)
-@pytest.mark.parametrize("calls", [CALLS, (_grad_calls(3), _grad_calls(3), _grad_calls(4))])
-def test_inference_mode_blocks_every_backend(fn, calls):
-    """``with torch.inference_mode():`` is entered and exited inside the graph (as
-    torch.compile's graphs do), on every backend, inputs requiring grad or not; a graph
-    break inside the block breaks at the ``with`` statement."""
-    check(fn, *calls)
-
-
-# --------------------------------------------------------------------------- generators
-
-
-def _gen_returns(x):
-    yield x
-    yield x + 1
-    return x * 10
-
-
-def _outer_gen(x):
-    r = yield from _gen_returns(x)
-    yield r
-    yield from [x * 3, x * 4]
-
-
-def _yield_from_return_value(x):
-    return sum(_outer_gen(x))
-
-
-def _sender3(x):
-    got = yield x
-    got2 = yield got * 2
-    yield got2 + got
-
-
-def _send_sequence(x):
-    g = _sender3(x)
-    return next(g) + g.send(x + 1) + g.send(x * 5)
-
-
-def _send_none_first(x):
-    g = _sender3(x)
-    return g.send(None) + g.send(x)
-
-
-def _send_to_a_new_generator(x):
-    return _sender3(x).send(x)  # TypeError in eager: a graph break, then the same error
-
-
-def _delegating(x):
-    got = yield from _sender3(x)
-    yield got
-
-
-def _send_through_yield_from(x):
-    g = _delegating(x)
-    return next(g) + g.send(x + 2) + g.send(x * 2)
-
-
-@pytest.mark.parametrize(
-    "fn",
-    [
-        _yield_from_return_value,
-        _send_sequence,
-        _send_none_first,
-        _send_to_a_new_generator,
-        _send_through_yield_from,
-    ],
-)
-def test_yield_from_and_send_every_backend(fn):
-    """``yield from`` (GET_YIELD_FROM_ITER, SEND, END_SEND; its value is the sub-generator's
-    return value) and ``generator.send`` in inlined generators, on every backend."""
-    check(fn, *CALLS)
-
-
-# --------------------------------------------------------------------------- descriptors' __get__
-
-
-def _desc_get_none(x):
-    d = torch.Tensor.ndim.__get__(None, torch.Tensor)
-    return x * (d is torch.Tensor.ndim)
-
-
-def _desc_get_member(x):
-    p = functools.partial(_usr, b=2)
-    return type(p).func.__get__(p)(x), type(p).keywords.__get__(p)["b"]
-
-
-@pytest.mark.parametrize("fn", [_desc_get_none, _desc_get_member, _getset_descriptor])
-def test_c_descriptor_get(fn):
-    """``desc.__get__(obj)`` of a C getset or member descriptor is the attribute read."""
-    one_graph(fn)
