@@ -307,10 +307,47 @@ def _is_subgraph_attr(output, node: torch.fx.Node) -> bool:
 
 
 # --- merging the two states ------------------------------------------------------------------
-class _Merge:
-    """Pairs of tensors that become the conditional's outputs."""
+def _tensor_metadata(tx, var: TensorVariable) -> tuple:
+    """What a tensor shows besides its values and identity: the class of the real object
+    (a graph input's or parameter's), shape, strides, storage offset, dtype, device,
+    requires_grad."""
+    real = tx.output.real_tensor(var)
+    t = var.example
+    return (
+        type(real) if real is not None else torch.Tensor,
+        tuple(t.shape),
+        t.stride(),
+        t.storage_offset(),
+        t.dtype,
+        t.device,
+        t.requires_grad,
+    )
 
-    def __init__(self) -> None:
+
+def _identical_constants(x: Any, y: Any) -> bool:
+    """Whether two constants are the same Python value in every way a program can tell
+    (``0.0`` and ``-0.0`` are equal but not the same: ``math.copysign``, ``1 / x``)."""
+    if x is y:
+        return True
+    if type(x) is not type(y):
+        return False
+    if type(x) is tuple:
+        return len(x) == len(y) and all(map(_identical_constants, x, y))
+    if type(x) in (float, complex):
+        return repr(x) == repr(y)  # -0.0, nan payloads aside
+    if type(x) in (int, str, bytes):
+        return x == y
+    return False
+
+
+class _Merge:
+    """Pairs of tensors that become the conditional's outputs. ``existing``: ids of the
+    variables that existed before the branch (a container from before the branch on one way
+    and another object on the other is a value whose identity depends on tensor data)."""
+
+    def __init__(self, tx, existing: set[int]) -> None:
+        self.tx = tx
+        self.existing = existing
         self.pairs: list[tuple[TensorVariable, TensorVariable]] = []
         self.results: list[_CondOutput] = []
 
@@ -326,6 +363,14 @@ class _Merge:
                     f"{what} is a {fa.dtype} tensor of shape {tuple(fa.shape)} on one way and a"
                     f" {fb.dtype} tensor of shape {tuple(fb.shape)} on the other"
                 )
+            ma, mb = _tensor_metadata(self.tx, a), _tensor_metadata(self.tx, b)
+            if ma != mb:
+                # the compiled graph after the branch assumes one layout, and eager's
+                # `requires_grad`, `stride()`, `type()` would depend on tensor data
+                _refuse(
+                    f"{what} differs between the two ways in class, strides, storage offset or"
+                    f" requires_grad ({ma} and {mb})"
+                )
             self.pairs.append((a, b))
             out = _CondOutput(len(self.pairs) - 1)
             self.results.append(out)
@@ -333,8 +378,7 @@ class _Merge:
         if (
             type(a) is ConstantVariable
             and type(b) is ConstantVariable
-            and type(a.value) is type(b.value)
-            and a.value == b.value
+            and _identical_constants(a.value, b.value)
         ):
             return a
         if (
@@ -346,7 +390,14 @@ class _Merge:
             return _PredBool(negated=not a.value)  # True on the true way: pred itself
         if isinstance(a, TensorBoolVariable) and isinstance(b, TensorBoolVariable):
             return _BoolOf(self.merge(a.tensor, b.tensor, what))
-        if type(a) is TupleVariable and type(b) is TupleVariable and len(a.items) == len(b.items):
+        if (
+            type(a) is TupleVariable
+            and type(b) is TupleVariable
+            and len(a.items) == len(b.items)
+            and id(a) not in self.existing
+            and id(b) not in self.existing
+        ):
+            # a tuple built on each way: a new object either way, item by item
             items = [self.merge(x, y, what) for x, y in zip(a.items, b.items)]
             return TupleVariable(items)
         _refuse(f"{what} is {a} on one way and {b} on the other")
@@ -395,11 +446,8 @@ def _subgraph(
     nodes: list[torch.fx.Node],
     results: list[torch.fx.Node],
     operands: list[torch.fx.Node],
-    copy_aliases: bool,
 ) -> torch.fx.GraphModule:
-    """One way's nodes as a graph over ``operands`` returning ``results``; with
-    ``copy_aliases`` (torch.cond) an output that is or may alias an operand or another
-    output is cloned."""
+    """One way's nodes as a graph over ``operands`` returning ``results``."""
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for i, node in enumerate(operands):
@@ -408,29 +456,40 @@ def _subgraph(
         env[node] = ph
     for node in nodes:
         env[node] = graph.node_copy(node, lambda a: env[a])
-    outs = []
-    for node in results:
-        out = env[node]
-        # torch.cond refuses a branch output that is (or may alias) an input or another
-        # output: a copy then
-        if copy_aliases and (node in operands or out in outs or _may_alias(node, operands)):
-            out = graph.call_method("clone", (out,))
-            out.meta["example_value"] = node.meta.get("example_value")
-        outs.append(out)
-    graph.output(tuple(outs))
+    graph.output(tuple(env[node] for node in results))
     return torch.fx.GraphModule(output.root, graph)
 
 
-def _may_alias(node: torch.fx.Node, operands: list[torch.fx.Node]) -> bool:
-    value = node.meta.get("example_value")
-    if not isinstance(value, torch.Tensor):
+def _shares_memory(a: Any, b: Any) -> bool:
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return False
-    storage = value.untyped_storage()
-    for op in operands:
-        other = op.meta.get("example_value")
-        if isinstance(other, torch.Tensor) and other.untyped_storage()._cdata == storage._cdata:
-            return True
-    return False
+    try:
+        return a is b or torch._C._is_alias_of(a, b)
+    except RuntimeError:  # a tensor kind without storage
+        return False
+
+
+def _aliasing_outputs(
+    results: list[torch.fx.Node], operands: list[torch.fx.Node]
+) -> tuple[set[int], list[torch.Tensor]]:
+    """For one way: the indices of its outputs that are, or share memory with, an operand
+    (a tensor from before the branch) or another of its outputs, and the operands' FakeTensors
+    so shared. On the other way the output may be a new tensor: which object it is, and what
+    an in-place write to it changes, depend on tensor data."""
+    fakes = [n.meta.get("example_value") for n in results]
+    operand_fakes = [n.meta.get("example_value") for n in operands]
+    indices: set[int] = set()
+    shared: list[torch.Tensor] = []
+    for i, (node, fake) in enumerate(zip(results, fakes)):
+        for op_node, op_fake in zip(operands, operand_fakes):
+            if node is op_node or _shares_memory(fake, op_fake):
+                indices.add(i)
+                if isinstance(op_fake, torch.Tensor):
+                    shared.append(op_fake)
+        for j, other in enumerate(fakes):
+            if j != i and (results[j] is node or _shares_memory(fake, other)):
+                indices.add(i)
+    return indices, shared
 
 
 def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: bool) -> None:
@@ -467,7 +526,7 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
     true_state, true_nodes, true_random = _trace_branch(tx, true_start, join, snapshot)
     before.restore(tx)
     false_state, false_nodes, false_random = _trace_branch(tx, false_start, join, snapshot)
-    merge = _Merge()
+    merge = _Merge(tx, set(snapshot.states))
     if len(true_state.stack) != len(false_state.stack):
         _refuse("the stack differs where the two ways meet")
     stack = [
@@ -521,10 +580,10 @@ def _bool_tensor(tx, pred: TensorVariable) -> TensorVariable:
 def _emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[TensorVariable]:
     """Cut the branches' nodes out of the graph into two subgraphs and add the conditional
     (a ``torch.cond`` node, or a :class:`~.conditional_execution.Conditional` module call
-    where a branch draws random numbers or an operand requires grad) with one ``getitem``
-    per output pair; returns the outputs' variables."""
+    where a branch draws random numbers, an operand requires grad or an output is or shares
+    memory with a tensor from before the branch) with one ``getitem`` per output pair;
+    returns the outputs' variables (each with its ``ways``, see ``TensorVariable``)."""
     output = tx.output
-    graph = output.graph
     inside = set(true_nodes) | set(false_nodes)
     operands: list[torch.fx.Node] = []
 
@@ -539,11 +598,17 @@ def _emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[Tensor
         note(a.node)
         note(b.node)
     operand_fakes = [n.meta["example_value"] for n in operands]
-    passes_through = any(a.node in operands or b.node in operands for a, b in pairs)
+    true_results = [a.node for a, _ in pairs]
+    false_results = [b.node for _, b in pairs]
+    true_aliasing, true_shared = _aliasing_outputs(true_results, operands)
+    false_aliasing, false_shared = _aliasing_outputs(false_results, operands)
+    ambiguous = true_aliasing | false_aliasing
     nested_module = any(n.op == "call_module" for n in inside)
+    true_gm = _subgraph(output, true_nodes, true_results, operands)
+    false_gm = _subgraph(output, false_nodes, false_results, operands)
     if (
         random
-        or passes_through
+        or ambiguous
         or nested_module
         or output.shape_env is not None
         or (
@@ -551,13 +616,26 @@ def _emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[Tensor
             and any(isinstance(f, torch.Tensor) and f.requires_grad for f in operand_fakes)
         )
     ):
-        # an eager if: exact where torch.cond is not (see conditional_execution.py; a value
-        # passed through unchanged stays that very object, as in eager)
-        true_gm = _subgraph(output, true_nodes, [a.node for a, _ in pairs], operands, False)
-        false_gm = _subgraph(output, false_nodes, [b.node for _, b in pairs], operands, False)
-        return _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, inside)
-    true_gm = _subgraph(output, true_nodes, [a.node for a, _ in pairs], operands, True)
-    false_gm = _subgraph(output, false_nodes, [b.node for _, b in pairs], operands, True)
+        # an eager if: exact where torch.cond is not (see conditional_execution.py; an
+        # output that is a tensor from before the branch stays that very object, as in
+        # eager, and one that shares memory with it stays a view of it)
+        results = _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, inside)
+    else:
+        results = _emit_cond(tx, pred, true_gm, false_gm, operands, operand_fakes, inside)
+    for i, (var, (a, b)) in enumerate(zip(results, pairs)):
+        var.ways = (a, b)
+        if i in ambiguous:
+            var.ambiguous_identity = True
+            output.branch_aliased.append(var.example)
+    output.branch_aliased.extend(true_shared + false_shared)
+    return results
+
+
+def _emit_cond(tx, pred, true_gm, false_gm, operands, operand_fakes, inside):
+    """The conditional as a ``torch.cond`` node (no output of either way is or shares memory
+    with an operand or another output: torch.cond refuses those)."""
+    output = tx.output
+    graph = output.graph
     pred_node = pred.node
     pred_fake = pred.example
     if pred_fake.dtype != torch.bool:
@@ -590,6 +668,22 @@ def _emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[Tensor
     return results
 
 
+def _fresh_like(output, t: torch.Tensor) -> torch.Tensor:
+    """A new FakeTensor with ``t``'s shape, strides, storage offset, dtype, device and
+    requires_grad, sharing memory with nothing: the example of a conditional's output whose
+    object depends on the branch (no FakeTensor of a way may stand for it)."""
+    with output.fake_mode:
+        if t.storage_offset() == 0:
+            fresh = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        else:
+            span = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+            base = torch.empty(span, dtype=t.dtype, device=t.device)
+            fresh = base.as_strided(t.shape, t.stride(), t.storage_offset())
+        if t.requires_grad:
+            fresh = fresh.detach().requires_grad_(True)
+    return fresh
+
+
 def _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, inside):
     """The conditional as a call of a :class:`~.conditional_execution.Conditional` module
     (an eager ``if`` when the graph runs)."""
@@ -600,10 +694,7 @@ def _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, insid
     _erase(output, inside)
     name = output._unique("conditional")
     output.root.add_module(name, Conditional(true_gm, false_gm))
-    fakes = []
-    for a, b in pairs:
-        fa, fb = a.example, b.example
-        fakes.append(fa if fa.requires_grad or not fb.requires_grad else fb)
+    fakes = [_fresh_like(output, a.example) for a, _ in pairs]  # the ways agree (_Merge)
     cond = graph.call_module(name, (pred.node, *operands))
     cond.meta["example_value"] = tuple(fakes)
     cond.meta["stack_trace"] = tx.current_location_text()
