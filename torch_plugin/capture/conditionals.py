@@ -3,7 +3,8 @@
 ``if torch.rand([]) < p: continue`` (HF's LayerDrop) or ``if x.sum() > 0: y = f(y)`` is a
 data-dependent jump: capture does not know which way it goes. Instead of breaking the graph
 there, :func:`capture_branch` traces *both* ways from the jump to the point where they meet
-again (the jump's immediate post-dominator in the code object's control-flow graph), each
+again (the jump's immediate post-dominator in the code object's control-flow graph, copies
+of one exit block taken as one: branch_joins.py), each
 into the same FX graph, then cuts each branch's new nodes out into a subgraph and records
 one ``torch.ops.higher_order.cond(pred, true_graph, false_graph, operands)`` node whose
 outputs replace the values the two branches computed differently (live locals, the stack,
@@ -14,7 +15,8 @@ gradients to them through cond's autograd support.
 Refused (:class:`~torch_plugin.capture.exc.Unsupported`; the caller breaks the graph at the
 jump, as before) where a conditional could not reproduce eager exactly:
 
-- the branches never meet again inside the function (one returns), or a branch fails to
+- the branches never meet again inside the function (they return or raise different
+  things), or a branch fails to
   trace (any graph break inside it);
 - a branch has a side effect outside the graph: a recorded side effect, a change to any
   value that existed before the jump (a list appended to, an attribute set on an object
@@ -43,8 +45,9 @@ import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import graph_break_types as gbt
+from .branch_joins import join_point
 from .exc import Unsupported, unimplemented
-from .resume_execution import _successors, live_locals
+from .resume_execution import live_locals
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable
 from .variables.lists import TupleVariable
@@ -52,7 +55,6 @@ from .variables.tensor import TensorVariable
 
 __all__ = ["capture_branch", "join_point"]
 
-_TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
 _GLOBAL_STATE_TARGETS = {torch._C._set_grad_enabled}
 
 
@@ -85,42 +87,6 @@ class TensorBoolVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"TensorBoolVariable({self.tensor.node.name})"
-
-
-# --- where the two ways meet again ----------------------------------------------------------
-def join_point(instructions: list[dis.Instruction], jump: int) -> int | None:
-    """Index of the immediate post-dominator of instruction ``jump`` (the first instruction
-    every path from it reaches), or None when the paths only meet at the function's exit
-    (a return or raise on one of them). Exception edges are not followed: an exception
-    while tracing a branch stops the capture of the conditional anyway."""
-    n = len(instructions)
-    index = {inst.offset: i for i, inst in enumerate(instructions)}
-    exit_bit = 1 << n
-    full = (1 << (n + 1)) - 1
-    succ = []
-    for i, inst in enumerate(instructions):
-        s = [] if inst.opname in _TERMINAL else _successors(instructions, index, i)
-        succ.append(s or [n])
-    pdom = [full] * n + [exit_bit]
-    changed = True
-    while changed:
-        changed = False
-        for i in range(n - 1, -1, -1):
-            new = full
-            for s in succ[i]:
-                new &= pdom[s]
-            new |= 1 << i
-            if new != pdom[i]:
-                pdom[i] = new
-                changed = True
-    strict = pdom[jump] & ~(1 << jump)
-    best, best_count = None, -1
-    for d in range(n + 1):
-        if strict >> d & 1:
-            count = pdom[d].bit_count()
-            if count > best_count:
-                best, best_count = d, count
-    return None if best is None or best == n else best
 
 
 # --- what a branch may not change -----------------------------------------------------------
@@ -246,10 +212,10 @@ class _FrameState:
         tx.lineno = self.lineno
 
 
-def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
-    """Run ``tx`` from instruction ``start`` to ``join``; returns its state there, the new
-    graph nodes, and the random ops seen. Raises Unsupported for what a conditional cannot
-    hold."""
+def _trace_branch(tx, start: int, join: frozenset[int], snapshot: _Snapshot):
+    """Run ``tx`` from instruction ``start`` to the first instruction of ``join`` it
+    reaches; returns its state there (``tx.ip`` is that instruction), the new graph nodes,
+    and the random ops seen. Raises Unsupported for what a conditional cannot hold."""
     output = tx.output
     known = set(output.graph.nodes)
     anchor = output.graph._root.prev  # the last node before the branch
@@ -266,7 +232,7 @@ def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
         returned = tx.run()
     finally:
         tx.stop_at, output.branch_dispatch_mode = saved_stop, saved_mode
-    if returned is not None or tx.ip != join:
+    if returned is not None or tx.ip not in join:
         _refuse("a branch returns before the two ways meet")
     reason = snapshot.changed(tx)
     if reason is not None:
@@ -501,9 +467,9 @@ def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: boo
     if fake.numel() != 1:
         unimplemented(gbt.DATA_DEPENDENT, f"truth value of a tensor with {fake.numel()} elements")
     jump = tx.ip - 1
-    join = join_point(tx.instructions, jump)
+    join = join_point(tx.code, jump)
     if join is None:
-        _refuse("the two ways never meet again in the function (one returns)")
+        _refuse("the two ways never meet again in the function (one returns or raises)")
     target = tx.offset_to_index[inst.argval]
     true_start, false_start = (target, tx.ip) if jump_if else (tx.ip, target)
     if tx.is_generator:
@@ -521,11 +487,13 @@ def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: boo
         raise Unsupported(msg, gb_type=gbt.DATA_DEPENDENT) from None
 
 
-def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _FrameState):
+def _capture(tx, pred, join, true_start: int, false_start: int, before: _FrameState):
     snapshot = _Snapshot(tx)
     true_state, true_nodes, true_random = _trace_branch(tx, true_start, join, snapshot)
+    true_end = tx.ip
     before.restore(tx)
     false_state, false_nodes, false_random = _trace_branch(tx, false_start, join, snapshot)
+    false_end = tx.ip  # the same code as from true_end (branch_joins.py)
     merge = _Merge(tx, set(snapshot.states))
     if len(true_state.stack) != len(false_state.stack):
         _refuse("the stack differs where the two ways meet")
@@ -533,7 +501,9 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
         merge.merge(a, b, f"stack slot {i}")
         for i, (a, b) in enumerate(zip(true_state.stack, false_state.stack))
     ]
-    live = live_locals(tx.code, tx.instructions[join].offset)
+    live = live_locals(tx.code, tx.instructions[true_end].offset) | live_locals(
+        tx.code, tx.instructions[false_end].offset
+    )
     locals_: dict[str, Any] = {}
     for name in set(true_state.locals) | set(false_state.locals):
         a, b = true_state.locals.get(name), false_state.locals.get(name)
@@ -556,7 +526,7 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
     tx.symbolic_locals.update({k: _resolve(v, outputs, tx, pred) for k, v in locals_.items()})
     for name, value in cells.items():
         tx.cells[name].contents = _resolve(value, outputs, tx, pred)
-    tx.ip = join
+    tx.ip = true_end
 
 
 def _erase(output, nodes: set) -> None:
