@@ -119,6 +119,9 @@ class Merge:
                     f"{what} is a {fa.dtype} tensor of shape {tuple(fa.shape)} on one way and a"
                     f" {fb.dtype} tensor of shape {tuple(fb.shape)} on the other"
                 )
+            if a.__dict__.get("py_attrs") or b.__dict__.get("py_attrs"):
+                # set in the frame (``t.tag = 1``): the merged tensor would not carry them
+                refuse(f"{what} carries attributes set in the frame on one way")
             ma, mb = _tensor_metadata(self.tx, a), _tensor_metadata(self.tx, b)
             if ma != mb:
                 # the compiled graph after the branch assumes one layout, and eager's

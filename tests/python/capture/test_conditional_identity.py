@@ -77,6 +77,15 @@ def seed_1388_is_against_a_list_item(x, lst):
     return r, r, lst[0] is r
 
 
+def attribute_set_on_one_way(x, lst):
+    if x.sum() > 0:
+        r = x * 2
+        r.tag = 1
+    else:
+        r = x + 1
+    return r * getattr(r, "tag", 3)
+
+
 # --------------------------------------------------------------------------- identity
 
 
@@ -201,6 +210,7 @@ CASES = [
     (seed_924_is_after_a_flag, CALLS),
     (seed_1238_attribute_of_a_passed_through_input, CALLS),
     (seed_1388_is_against_a_list_item, CALLS),
+    (attribute_set_on_one_way, CALLS),
     (set_of_the_two, CALLS),
     (stored_then_compared, CALLS),
     (nested_branch_passes_it_on, CALLS),
