@@ -272,8 +272,9 @@ def _bool_tensor(tx, pred: TensorVariable) -> TensorVariable:
 def emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[TensorVariable]:
     """Cut the branches' nodes out of the graph into two subgraphs and add the conditional
     (a ``torch.cond`` node, or a :class:`~.conditional_execution.Conditional` module call
-    where a branch draws random numbers, an operand requires grad or an output is or shares
-    memory with a tensor from before the branch) with one ``getitem`` per output pair;
+    where a branch draws random numbers, an operand requires grad, two operands share memory
+    or an output is or shares memory with a tensor from before the branch) with one
+    ``getitem`` per output pair;
     returns the outputs' variables (each with its ``ways``, see ``TensorVariable``)."""
     output = tx.output
     inside = set(true_nodes) | set(false_nodes)
@@ -296,11 +297,17 @@ def emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[TensorV
     false_aliasing, false_shared = _aliasing_outputs(false_results, operands)
     ambiguous = true_aliasing | false_aliasing
     nested_module = any(n.op == "call_module" for n in inside)
+    # operands sharing memory (``x`` and its view ``x[:, 0]``): AOTAutograd refuses a
+    # torch.cond over them ("might be aliasing the input")
+    operands_overlap = any(
+        _shares_memory(f, g) for i, f in enumerate(operand_fakes) for g in operand_fakes[:i]
+    )
     true_gm = _subgraph(output, true_nodes, true_results, operands)
     false_gm = _subgraph(output, false_nodes, false_results, operands)
     if (
         random
         or ambiguous
+        or operands_overlap
         or nested_module
         or output.shape_env is not None
         or (

@@ -180,6 +180,15 @@ def outputs_alias_each_other_on_one_way(x, lst):
     return b * 1
 
 
+def operands_share_memory(x, lst):
+    """Program generator seed 3021 (``--only tensor-branch``): a way reads ``x`` and its
+    view ``t1``; AOTAutograd refused the torch.cond ("might be aliasing the input")."""
+    t1 = x[:, 0]
+    if x.sum() > 0:
+        x = (x + 1.5) * (t1 + 0.5).unsqueeze(1)  # dead after the branch: no output
+    return t1 * 1
+
+
 # --------------------------------------------------------------------------- Python values
 
 
@@ -221,6 +230,7 @@ CASES = [
     (out_argument_after, CALLS),
     (view_of_the_original, CALLS),
     (outputs_alias_each_other_on_one_way, REVERSED),
+    (operands_share_memory, CALLS),
     (negative_zero, CALLS),
     (flag_used_as_a_value, CALLS),
     (strides_differ, CALLS),
