@@ -207,6 +207,18 @@ def _trace_branch(tx, start: int, join: frozenset[int], snapshot: _Snapshot):
     for node, version in versions.items():
         if node.meta["example_value"]._version != version:
             refuse(f"a branch writes in place to {node.name}, computed before the branch")
+    for node in output.graph.nodes:
+        # a graph input or attribute (a global tensor) first read inside the way: its
+        # FakeTensor was made there, with version 0 (``FakeTensorMode.from_tensor``)
+        example = node.meta.get("example_value")
+        if (
+            node not in known
+            and node.op in ("placeholder", "get_attr")
+            and isinstance(example, torch.Tensor)
+            and not example.is_inference()
+            and example._version != 0
+        ):
+            refuse(f"a branch writes in place to {node.name}, a tensor from before the branch")
     # The branch's nodes: those appended after the anchor. Nodes capture inserts among the
     # placeholders (graph inputs, their size() nodes) stay in the outer graph.
     new = []

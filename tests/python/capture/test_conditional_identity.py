@@ -189,6 +189,18 @@ def operands_share_memory(x, lst):
     return t1 * 1
 
 
+COUNTS = torch.zeros(2)
+
+
+def write_to_a_global_first_read_in_the_way(x, lst):
+    """Program generator seed 543: ``M.add_(1.0)`` in one way, ``M`` a global tensor first
+    read there (its FakeTensor made inside the way): a torch.cond that writes its input,
+    which AOTAutograd refused; now a graph break at the branch."""
+    if x.sum() > 0:
+        COUNTS.add_(1.0)
+    return x * 1
+
+
 # --------------------------------------------------------------------------- Python values
 
 
@@ -231,6 +243,7 @@ CASES = [
     (view_of_the_original, CALLS),
     (outputs_alias_each_other_on_one_way, REVERSED),
     (operands_share_memory, CALLS),
+    (write_to_a_global_first_read_in_the_way, CALLS),
     (negative_zero, CALLS),
     (flag_used_as_a_value, CALLS),
     (strides_differ, CALLS),
@@ -239,7 +252,7 @@ CASES = [
 
 @pytest.mark.parametrize(("fn", "calls"), CASES, ids=[f.__name__ for f, _ in CASES])
 def test_matches_eager(fn, calls):
-    check(fn, *calls)
+    check(fn, *calls, observe={"globals": globals()})
 
 
 def test_metadata_both_ways_agree_on_stays_one_graph():
