@@ -24,9 +24,11 @@ Flags:
 - :data:`capture_tensor_branches` (False, experimental): a branch on a one-element tensor
   becomes a conditional in the graph where both ways can be traced without effects outside
   the graph. Off by default until the program generator runs clean with it on (seeds 924,
-  1238, 1388 of tests/fuzz/run.py were wrong results, now fixed; seed 249 still differs:
-  an unused predicate draw dropped by the "aot_eager" and "plugin" backends in a graph with
-  no tensor output, which a plain unused ``torch.rand`` shows with the flag off too);
+  1238, 1388, 543 and 3021 of tests/fuzz/run.py are fixed; still open with it on: seed 249,
+  an unused predicate draw lost on recompiles by "aot_eager" and "plugin" in a graph with no
+  tensor output, which a plain unused ``torch.rand`` shows with the flag off too; seed 635,
+  a conditional inside a user ``with`` block after an in-place write through a view; seed
+  636, grad mode left off after a LayerDrop loop inside ``torch.no_grad()`` on "plugin");
   tested on CPython 3.11, 3.12 and 3.13.
 - :data:`verbose` (False): more detail in log messages (backend compile times, tracebacks
   of frames that were not captured).
