@@ -22,10 +22,14 @@ Flags:
 - :data:`graph_breaks` (True): break the graph where capture cannot continue, and resume
   capture after the instruction; when False the frame runs unmodified.
 - :data:`capture_tensor_branches` (False, experimental): a branch on a one-element tensor
-  becomes a ``torch.cond`` node where both ways can be traced without effects outside the
-  graph. Off by default: the program generator finds wrong results with it on (seeds 924,
-  1238, 1388 of tests/fuzz/run.py), and two of its tests failed on CPython 3.12; tested on
-  3.11 only.
+  becomes a conditional in the graph where both ways can be traced without effects outside
+  the graph. Off by default until the program generator runs clean with it on (seeds 924,
+  1238, 1388, 543 and 3021 of tests/fuzz/run.py are fixed; still open with it on: seed 249,
+  an unused predicate draw lost on recompiles by "aot_eager" and "plugin" in a graph with no
+  tensor output, which a plain unused ``torch.rand`` shows with the flag off too; seed 635,
+  a conditional inside a user ``with`` block after an in-place write through a view; seed
+  636, grad mode left off after a LayerDrop loop inside ``torch.no_grad()`` on "plugin");
+  tested on CPython 3.11, 3.12 and 3.13.
 - :data:`verbose` (False): more detail in log messages (backend compile times, tracebacks
   of frames that were not captured).
 - :data:`debug_check_pure` (False): check that each call folded at capture time as pure
@@ -106,7 +110,8 @@ capture_tensor_branches: bool = False
 as a ``torch.cond`` node in the graph, both ways traced, where the two ways meet again in the
 function and neither has an effect outside the graph nor draws random numbers; otherwise (and
 when False) the graph breaks at the branch. Read by ``torch_plugin.capture.conditionals``.
-Tested in ``tests/python/capture/test_conditionals.py``."""
+Tested in ``tests/python/capture/test_conditionals.py`` and
+``tests/python/capture/test_conditional_identity.py``."""
 
 verbose: bool = False
 """Say more in torch_plugin's log messages: each backend compile (backend, graph, number of

@@ -3,7 +3,8 @@
 ``if torch.rand([]) < p: continue`` (HF's LayerDrop) or ``if x.sum() > 0: y = f(y)`` is a
 data-dependent jump: capture does not know which way it goes. Instead of breaking the graph
 there, :func:`capture_branch` traces *both* ways from the jump to the point where they meet
-again (the jump's immediate post-dominator in the code object's control-flow graph), each
+again (the jump's immediate post-dominator in the code object's control-flow graph, copies
+of one exit block taken as one: branch_joins.py), each
 into the same FX graph, then cuts each branch's new nodes out into a subgraph and records
 one ``torch.ops.higher_order.cond(pred, true_graph, false_graph, operands)`` node whose
 outputs replace the values the two branches computed differently (live locals, the stack,
@@ -14,7 +15,8 @@ gradients to them through cond's autograd support.
 Refused (:class:`~torch_plugin.capture.exc.Unsupported`; the caller breaks the graph at the
 jump, as before) where a conditional could not reproduce eager exactly:
 
-- the branches never meet again inside the function (one returns), or a branch fails to
+- the branches never meet again inside the function (they return or raise different
+  things), or a branch fails to
   trace (any graph break inside it);
 - a branch has a side effect outside the graph: a recorded side effect, a change to any
   value that existed before the jump (a list appended to, an attribute set on an object
@@ -35,7 +37,6 @@ Key function: :func:`capture_branch`, called by the translator's conditional jum
 from __future__ import annotations
 
 import dis
-import operator
 from typing import Any
 
 import torch
@@ -43,84 +44,16 @@ import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import graph_break_types as gbt
+from .branch_joins import join_point
+from .conditional_outputs import Merge, TensorBoolVariable, emit, refuse, resolve
 from .exc import Unsupported, unimplemented
-from .resume_execution import _successors, live_locals
+from .resume_execution import live_locals
 from .variables.base import VariableTracker
-from .variables.constant import ConstantVariable
-from .variables.lists import TupleVariable
 from .variables.tensor import TensorVariable
 
-__all__ = ["capture_branch", "join_point"]
+__all__ = ["TensorBoolVariable", "capture_branch", "join_point"]
 
-_TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
 _GLOBAL_STATE_TARGETS = {torch._C._set_grad_enabled}
-
-
-def _refuse(detail: str) -> None:
-    unimplemented(
-        gbt.DATA_DEPENDENT, f"data-dependent branch not captured as a conditional: {detail}"
-    )
-
-
-class TensorBoolVariable(VariableTracker):
-    """A Python bool whose value depends on tensor data: a flag set on one way of a
-    captured branch and not on the other (``to_drop = True`` in HF's BART/Whisper
-    LayerDrop). It holds a one-element bool tensor; ``not`` gives another one, and a
-    conditional jump on it is captured as a conditional again. Any other use (``is``,
-    arithmetic, printing, passing it to a function) needs its value: Unsupported."""
-
-    def __init__(self, tensor: TensorVariable) -> None:
-        super().__init__()
-        self.tensor = tensor
-
-    def python_type(self) -> type:
-        return bool
-
-    def truthiness(self, tx) -> bool:
-        unimplemented(gbt.DATA_DEPENDENT, "a bool set in a branch on a tensor, used as a value")
-
-    def negated(self, tx) -> TensorBoolVariable:
-        """``not self``, as a ``logical_not`` node."""
-        return TensorBoolVariable(tx.output.call_function(tx, torch.logical_not, [self.tensor], {}))
-
-    def __repr__(self) -> str:
-        return f"TensorBoolVariable({self.tensor.node.name})"
-
-
-# --- where the two ways meet again ----------------------------------------------------------
-def join_point(instructions: list[dis.Instruction], jump: int) -> int | None:
-    """Index of the immediate post-dominator of instruction ``jump`` (the first instruction
-    every path from it reaches), or None when the paths only meet at the function's exit
-    (a return or raise on one of them). Exception edges are not followed: an exception
-    while tracing a branch stops the capture of the conditional anyway."""
-    n = len(instructions)
-    index = {inst.offset: i for i, inst in enumerate(instructions)}
-    exit_bit = 1 << n
-    full = (1 << (n + 1)) - 1
-    succ = []
-    for i, inst in enumerate(instructions):
-        s = [] if inst.opname in _TERMINAL else _successors(instructions, index, i)
-        succ.append(s or [n])
-    pdom = [full] * n + [exit_bit]
-    changed = True
-    while changed:
-        changed = False
-        for i in range(n - 1, -1, -1):
-            new = full
-            for s in succ[i]:
-                new &= pdom[s]
-            new |= 1 << i
-            if new != pdom[i]:
-                pdom[i] = new
-                changed = True
-    strict = pdom[jump] & ~(1 << jump)
-    best, best_count = None, -1
-    for d in range(n + 1):
-        if strict >> d & 1:
-            count = pdom[d].bit_count()
-            if count > best_count:
-                best, best_count = d, count
-    return None if best is None or best == n else best
 
 
 # --- what a branch may not change -----------------------------------------------------------
@@ -246,10 +179,10 @@ class _FrameState:
         tx.lineno = self.lineno
 
 
-def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
-    """Run ``tx`` from instruction ``start`` to ``join``; returns its state there, the new
-    graph nodes, and the random ops seen. Raises Unsupported for what a conditional cannot
-    hold."""
+def _trace_branch(tx, start: int, join: frozenset[int], snapshot: _Snapshot):
+    """Run ``tx`` from instruction ``start`` to the first instruction of ``join`` it
+    reaches; returns its state there (``tx.ip`` is that instruction), the new graph nodes,
+    and the random ops seen. Raises Unsupported for what a conditional cannot hold."""
     output = tx.output
     known = set(output.graph.nodes)
     anchor = output.graph._root.prev  # the last node before the branch
@@ -266,14 +199,26 @@ def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
         returned = tx.run()
     finally:
         tx.stop_at, output.branch_dispatch_mode = saved_stop, saved_mode
-    if returned is not None or tx.ip != join:
-        _refuse("a branch returns before the two ways meet")
+    if returned is not None or tx.ip not in join:
+        refuse("a branch returns before the two ways meet")
     reason = snapshot.changed(tx)
     if reason is not None:
-        _refuse(f"a branch has an effect outside the graph: {reason}")
+        refuse(f"a branch has an effect outside the graph: {reason}")
     for node, version in versions.items():
         if node.meta["example_value"]._version != version:
-            _refuse(f"a branch writes in place to {node.name}, computed before the branch")
+            refuse(f"a branch writes in place to {node.name}, computed before the branch")
+    for node in output.graph.nodes:
+        # a graph input or attribute (a global tensor) first read inside the way: its
+        # FakeTensor was made there, with version 0 (``FakeTensorMode.from_tensor``)
+        example = node.meta.get("example_value")
+        if (
+            node not in known
+            and node.op in ("placeholder", "get_attr")
+            and isinstance(example, torch.Tensor)
+            and not example.is_inference()
+            and example._version != 0
+        ):
+            refuse(f"a branch writes in place to {node.name}, a tensor from before the branch")
     # The branch's nodes: those appended after the anchor. Nodes capture inserts among the
     # placeholders (graph inputs, their size() nodes) stay in the outer graph.
     new = []
@@ -283,13 +228,13 @@ def _trace_branch(tx, start: int, join: int, snapshot: _Snapshot):
         node = node.next
     for n in new:
         if n.op == "call_module" and not _is_conditional(output, n):
-            _refuse(f"a branch calls the module {n.target} as a graph node")
+            refuse(f"a branch calls the module {n.target} as a graph node")
         if n.op == "call_function" and n.target in _GLOBAL_STATE_TARGETS:
-            _refuse("a branch switches grad mode")
+            refuse("a branch switches grad mode")
         if n.op in ("call_function", "call_method") and n.meta.get("example_value") is None:
-            _refuse(f"a branch writes a tensor in place ({n.target})")
+            refuse(f"a branch writes a tensor in place ({n.target})")
         if "autocast" in str(getattr(n.target, "__name__", "")):
-            _refuse("a branch enters an autocast region")
+            refuse("a branch enters an autocast region")
     # get_attr nodes of parameters stay outside (operands); those of a nested
     # conditional's subgraphs go with it
     nodes = [n for n in new if n.op != "get_attr" or _is_subgraph_attr(output, n)]
@@ -306,133 +251,6 @@ def _is_subgraph_attr(output, node: torch.fx.Node) -> bool:
     return isinstance(getattr(output.root, node.target, None), torch.fx.GraphModule)
 
 
-# --- merging the two states ------------------------------------------------------------------
-class _Merge:
-    """Pairs of tensors that become the conditional's outputs."""
-
-    def __init__(self) -> None:
-        self.pairs: list[tuple[TensorVariable, TensorVariable]] = []
-        self.results: list[_CondOutput] = []
-
-    def merge(self, a: VariableTracker | None, b: VariableTracker | None, what: str):
-        if a is b:
-            return a
-        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-            if a.node is b.node:
-                return a
-            fa, fb = a.example, b.example
-            if (fa.shape, fa.dtype, fa.device) != (fb.shape, fb.dtype, fb.device):
-                _refuse(
-                    f"{what} is a {fa.dtype} tensor of shape {tuple(fa.shape)} on one way and a"
-                    f" {fb.dtype} tensor of shape {tuple(fb.shape)} on the other"
-                )
-            self.pairs.append((a, b))
-            out = _CondOutput(len(self.pairs) - 1)
-            self.results.append(out)
-            return out
-        if (
-            type(a) is ConstantVariable
-            and type(b) is ConstantVariable
-            and type(a.value) is type(b.value)
-            and a.value == b.value
-        ):
-            return a
-        if (
-            type(a) is ConstantVariable
-            and type(b) is ConstantVariable
-            and type(a.value) is bool
-            and type(b.value) is bool
-        ):
-            return _PredBool(negated=not a.value)  # True on the true way: pred itself
-        if isinstance(a, TensorBoolVariable) and isinstance(b, TensorBoolVariable):
-            return _BoolOf(self.merge(a.tensor, b.tensor, what))
-        if type(a) is TupleVariable and type(b) is TupleVariable and len(a.items) == len(b.items):
-            items = [self.merge(x, y, what) for x, y in zip(a.items, b.items)]
-            return TupleVariable(items)
-        _refuse(f"{what} is {a} on one way and {b} on the other")
-
-
-class _CondOutput:
-    """Placeholder for output ``index`` of the conditional until its node exists."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-
-class _PredBool:
-    """Placeholder for the predicate (or its negation) as a :class:`TensorBoolVariable`."""
-
-    def __init__(self, negated: bool) -> None:
-        self.negated = negated
-
-
-class _BoolOf:
-    """Placeholder for a :class:`TensorBoolVariable` over a conditional's output."""
-
-    def __init__(self, tensor: Any) -> None:
-        self.tensor = tensor
-
-
-def _resolve(value: Any, outputs: list[TensorVariable], tx=None, pred=None) -> Any:
-    if isinstance(value, _CondOutput):
-        return outputs[value.index]
-    if isinstance(value, _PredBool):
-        flag = TensorBoolVariable(_bool_tensor(tx, pred))
-        return flag.negated(tx) if value.negated else flag
-    if isinstance(value, _BoolOf):
-        return TensorBoolVariable(_resolve(value.tensor, outputs, tx, pred))
-    if type(value) is TupleVariable:
-        items = [_resolve(v, outputs, tx, pred) for v in value.items]
-        if all(x is y for x, y in zip(items, value.items)):
-            return value
-        return TupleVariable(items)
-    return value
-
-
-# --- the subgraphs ---------------------------------------------------------------------------
-def _subgraph(
-    output,
-    nodes: list[torch.fx.Node],
-    results: list[torch.fx.Node],
-    operands: list[torch.fx.Node],
-    copy_aliases: bool,
-) -> torch.fx.GraphModule:
-    """One way's nodes as a graph over ``operands`` returning ``results``; with
-    ``copy_aliases`` (torch.cond) an output that is or may alias an operand or another
-    output is cloned."""
-    graph = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    for i, node in enumerate(operands):
-        ph = graph.placeholder(f"arg{i}_{node.name}")
-        ph.meta["example_value"] = node.meta.get("example_value")
-        env[node] = ph
-    for node in nodes:
-        env[node] = graph.node_copy(node, lambda a: env[a])
-    outs = []
-    for node in results:
-        out = env[node]
-        # torch.cond refuses a branch output that is (or may alias) an input or another
-        # output: a copy then
-        if copy_aliases and (node in operands or out in outs or _may_alias(node, operands)):
-            out = graph.call_method("clone", (out,))
-            out.meta["example_value"] = node.meta.get("example_value")
-        outs.append(out)
-    graph.output(tuple(outs))
-    return torch.fx.GraphModule(output.root, graph)
-
-
-def _may_alias(node: torch.fx.Node, operands: list[torch.fx.Node]) -> bool:
-    value = node.meta.get("example_value")
-    if not isinstance(value, torch.Tensor):
-        return False
-    storage = value.untyped_storage()
-    for op in operands:
-        other = op.meta.get("example_value")
-        if isinstance(other, torch.Tensor) and other.untyped_storage()._cdata == storage._cdata:
-            return True
-    return False
-
-
 def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: bool) -> None:
     """Capture the conditional jump ``inst`` (taken when ``bool(pred) == jump_if``) as a
     ``torch.cond`` node: both ways are traced to where they meet, the translator continues
@@ -442,13 +260,13 @@ def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: boo
     if fake.numel() != 1:
         unimplemented(gbt.DATA_DEPENDENT, f"truth value of a tensor with {fake.numel()} elements")
     jump = tx.ip - 1
-    join = join_point(tx.instructions, jump)
+    join = join_point(tx.code, jump)
     if join is None:
-        _refuse("the two ways never meet again in the function (one returns)")
+        refuse("the two ways never meet again in the function (one returns or raises)")
     target = tx.offset_to_index[inst.argval]
     true_start, false_start = (target, tx.ip) if jump_if else (tx.ip, target)
     if tx.is_generator:
-        _refuse("the branch is in a generator's body")
+        refuse("the branch is in a generator's body")
     before = _FrameState(tx)
     try:
         _capture(tx, pred, join, true_start, false_start, before)
@@ -462,19 +280,23 @@ def capture_branch(tx, inst: dis.Instruction, pred: TensorVariable, jump_if: boo
         raise Unsupported(msg, gb_type=gbt.DATA_DEPENDENT) from None
 
 
-def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _FrameState):
+def _capture(tx, pred, join, true_start: int, false_start: int, before: _FrameState):
     snapshot = _Snapshot(tx)
     true_state, true_nodes, true_random = _trace_branch(tx, true_start, join, snapshot)
+    true_end = tx.ip
     before.restore(tx)
     false_state, false_nodes, false_random = _trace_branch(tx, false_start, join, snapshot)
-    merge = _Merge()
+    false_end = tx.ip  # the same code as from true_end (branch_joins.py)
+    merge = Merge(tx, set(snapshot.states))
     if len(true_state.stack) != len(false_state.stack):
-        _refuse("the stack differs where the two ways meet")
+        refuse("the stack differs where the two ways meet")
     stack = [
         merge.merge(a, b, f"stack slot {i}")
         for i, (a, b) in enumerate(zip(true_state.stack, false_state.stack))
     ]
-    live = live_locals(tx.code, tx.instructions[join].offset)
+    live = live_locals(tx.code, tx.instructions[true_end].offset) | live_locals(
+        tx.code, tx.instructions[false_end].offset
+    )
     locals_: dict[str, Any] = {}
     for name in set(true_state.locals) | set(false_state.locals):
         a, b = true_state.locals.get(name), false_state.locals.get(name)
@@ -482,7 +304,7 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
             locals_[name] = a
         elif name in live:
             if a is None or b is None:
-                _refuse(f"local {name!r} is set on one way only")
+                refuse(f"local {name!r} is set on one way only")
             locals_[name] = merge.merge(a, b, f"local {name!r}")
         # a dead local that differs is left unbound
     cells = {}
@@ -491,125 +313,10 @@ def _capture(tx, pred, join: int, true_start: int, false_start: int, before: _Fr
             true_state.cells[name], false_state.cells[name], f"variable {name!r}"
         )
     random = true_random or false_random
-    outputs = _emit(tx, pred, merge.pairs, true_nodes, false_nodes, random)
-    tx.stack[:] = [_resolve(v, outputs, tx, pred) for v in stack]
+    outputs = emit(tx, pred, merge.pairs, true_nodes, false_nodes, random)
+    tx.stack[:] = [resolve(v, outputs, tx, pred) for v in stack]
     tx.symbolic_locals.clear()
-    tx.symbolic_locals.update({k: _resolve(v, outputs, tx, pred) for k, v in locals_.items()})
+    tx.symbolic_locals.update({k: resolve(v, outputs, tx, pred) for k, v in locals_.items()})
     for name, value in cells.items():
-        tx.cells[name].contents = _resolve(value, outputs, tx, pred)
-    tx.ip = join
-
-
-def _erase(output, nodes: set) -> None:
-    """Erase the branches' nodes from the outer graph (users first), and forget symbolic
-    sizes computed by one of them."""
-    for node in reversed(list(output.graph.nodes)):
-        if node in nodes:
-            output.graph.erase_node(node)
-    for expr, cached in list(output._sym_nodes.items()):
-        if isinstance(cached, torch.fx.Node) and cached in nodes:
-            del output._sym_nodes[expr]
-
-
-def _bool_tensor(tx, pred: TensorVariable) -> TensorVariable:
-    """``pred`` as a bool tensor (``pred != 0`` for another dtype)."""
-    if pred.example.dtype == torch.bool:
-        return pred
-    return tx.output.call_function(tx, torch.ne, [pred, ConstantVariable(0)], {})
-
-
-def _emit(tx, pred, pairs, true_nodes, false_nodes, random: bool) -> list[TensorVariable]:
-    """Cut the branches' nodes out of the graph into two subgraphs and add the conditional
-    (a ``torch.cond`` node, or a :class:`~.conditional_execution.Conditional` module call
-    where a branch draws random numbers or an operand requires grad) with one ``getitem``
-    per output pair; returns the outputs' variables."""
-    output = tx.output
-    graph = output.graph
-    inside = set(true_nodes) | set(false_nodes)
-    operands: list[torch.fx.Node] = []
-
-    def note(arg):
-        if isinstance(arg, torch.fx.Node) and arg not in inside and arg not in operands:
-            operands.append(arg)
-        return arg
-
-    for node in [*true_nodes, *false_nodes]:
-        torch.fx.map_arg((node.args, node.kwargs), note)
-    for a, b in pairs:
-        note(a.node)
-        note(b.node)
-    operand_fakes = [n.meta["example_value"] for n in operands]
-    passes_through = any(a.node in operands or b.node in operands for a, b in pairs)
-    nested_module = any(n.op == "call_module" for n in inside)
-    if (
-        random
-        or passes_through
-        or nested_module
-        or output.shape_env is not None
-        or (
-            torch.is_grad_enabled()
-            and any(isinstance(f, torch.Tensor) and f.requires_grad for f in operand_fakes)
-        )
-    ):
-        # an eager if: exact where torch.cond is not (see conditional_execution.py; a value
-        # passed through unchanged stays that very object, as in eager)
-        true_gm = _subgraph(output, true_nodes, [a.node for a, _ in pairs], operands, False)
-        false_gm = _subgraph(output, false_nodes, [b.node for _, b in pairs], operands, False)
-        return _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, inside)
-    true_gm = _subgraph(output, true_nodes, [a.node for a, _ in pairs], operands, True)
-    false_gm = _subgraph(output, false_nodes, [b.node for _, b in pairs], operands, True)
-    pred_node = pred.node
-    pred_fake = pred.example
-    if pred_fake.dtype != torch.bool:
-        pred_node = graph.call_function(torch.ne, (pred_node, 0))
-        with output.fake_mode:
-            pred_fake = torch.ne(pred.example, 0)
-        pred_node.meta["example_value"] = pred_fake
-    try:
-        with output.fake_mode:
-            fakes = torch.ops.higher_order.cond(pred_fake, true_gm, false_gm, tuple(operand_fakes))
-    except Exception as e:  # noqa: BLE001 - torch.cond's own checks (metadata, aliasing)
-        _refuse(f"torch.cond refuses the branches: {type(e).__name__}: {e}")
-    _erase(output, inside)
-    true_name = output._unique("cond_true")
-    false_name = output._unique("cond_false")
-    output.root.add_module(true_name, true_gm)
-    output.root.add_module(false_name, false_gm)
-    true_ref = graph.get_attr(true_name)
-    false_ref = graph.get_attr(false_name)
-    cond = graph.call_function(
-        torch.ops.higher_order.cond, (pred_node, true_ref, false_ref, tuple(operands))
-    )
-    cond.meta["example_value"] = list(fakes)
-    cond.meta["stack_trace"] = tx.current_location_text()
-    results = []
-    for i, fake in enumerate(fakes):
-        node = graph.call_function(operator.getitem, (cond, i))
-        node.meta["example_value"] = fake
-        results.append(TensorVariable(node, fake, None))
-    return results
-
-
-def _emit_conditional_module(tx, pred, pairs, true_gm, false_gm, operands, inside):
-    """The conditional as a call of a :class:`~.conditional_execution.Conditional` module
-    (an eager ``if`` when the graph runs)."""
-    from .conditional_execution import Conditional
-
-    output = tx.output
-    graph = output.graph
-    _erase(output, inside)
-    name = output._unique("conditional")
-    output.root.add_module(name, Conditional(true_gm, false_gm))
-    fakes = []
-    for a, b in pairs:
-        fa, fb = a.example, b.example
-        fakes.append(fa if fa.requires_grad or not fb.requires_grad else fb)
-    cond = graph.call_module(name, (pred.node, *operands))
-    cond.meta["example_value"] = tuple(fakes)
-    cond.meta["stack_trace"] = tx.current_location_text()
-    results = []
-    for i, fake in enumerate(fakes):
-        node = graph.call_function(operator.getitem, (cond, i))
-        node.meta["example_value"] = fake
-        results.append(TensorVariable(node, fake, None))
-    return results
+        tx.cells[name].contents = resolve(value, outputs, tx, pred)
+    tx.ip = true_end

@@ -27,6 +27,7 @@ from .pure_calls import (
     describe_call,
     is_mutating_call,
     is_pure_call,
+    mutated_tensor,
     overlapping_argument,
     tensor_versions,
 )
@@ -72,6 +73,7 @@ class OperationRecorder:
                 " (eager decides: it raises or computes in place)",
             )
         versions = tensor_versions(fake_args, fake_kwargs) if config.debug_check_pure else None
+        aliased = self._check_branch_aliases(kind, target, fake_args, fake_kwargs)
         try:
             with self.fake_mode, self._guard_context(target, fake_args):
                 if self.branch_dispatch_mode is not None:  # a branch traced (conditionals.py)
@@ -97,6 +99,9 @@ class OperationRecorder:
                 gbt.FAKE_TENSOR,
                 f"{getattr(target, '__name__', target)} raised {type(e).__name__}: {e}",
             )
+        for t, version in aliased:
+            if t._version != version:
+                _refuse_branch_aliased_write(kind, target)
         if _holds_numpy_scalar((fake_args, fake_kwargs)):
             self._check_plain_scalars_agree(target, run, fake_args, fake_kwargs, example)
         if not _contains_tensor(example):
@@ -130,6 +135,30 @@ class OperationRecorder:
         node.meta["example_value"] = example
         node.meta["stack_trace"] = tx.current_location_text()
         return self._wrap_result(tx, node, example, _argument_variables(args, kwargs))
+
+    def _check_branch_aliases(self, kind: str, target, fake_args: tuple, fake_kwargs: dict):
+        """Refuse a call that writes in place to memory a conditional's output may share on
+        one way of its branch (``branch_aliased``): which tensors that write changes depends
+        on tensor data, and the graph (functionalized by AOTAutograd, its pieces compiled
+        apart: conditional_execution.py) would not update the others. The write is found by
+        the call's form (``add_``, ``x[i] = v``, see ``pure_calls.mutated_tensor``) and, for
+        any other call (``out=``, a module), by the version counters of such arguments after
+        it runs: returns (FakeTensor, version) pairs for the caller to compare."""
+        if not self.branch_aliased:
+            return []
+        touched = [
+            t
+            for t, _ in tensor_versions(fake_args, fake_kwargs)
+            if any(_shares_memory(t, other) for other in self.branch_aliased)
+        ]
+        if not touched:
+            return []
+        dst = mutated_tensor(kind, target, fake_args)
+        if any(t is dst for t in touched) or (
+            kind == "call_module" and any(t.is_inference() for t in touched)
+        ):
+            _refuse_branch_aliased_write(kind, target)
+        return [(t, t._version) for t in touched if not t.is_inference()]
 
     def _check_plain_scalars_agree(
         self, target, run: Callable, fake_args: tuple, fake_kwargs: dict, example: Any
@@ -304,6 +333,21 @@ def _argument_variables(args: list, kwargs: dict) -> dict:
 
 
 _MISMATCH = object()
+
+
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return a is b or torch._C._is_alias_of(a, b)
+    except RuntimeError:  # a tensor kind without storage
+        return False
+
+
+def _refuse_branch_aliased_write(kind: str, target) -> None:
+    unimplemented(
+        gbt.DATA_DEPENDENT,
+        f"{describe_call(kind, target)} writes in place to a tensor that a branch on tensor"
+        " data may have made another tensor (which tensors change depends on tensor data)",
+    )
 
 
 def _is_numpy_scalar(value: Any) -> bool:

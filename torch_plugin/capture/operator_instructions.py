@@ -27,7 +27,7 @@ from .variables.new_object import NewObjectVariable
 from .variables import container_ops, numpy_calls, sets
 from .variables.nn_module import NNModuleVariable
 from .variables.sets import SetVariable
-from .variables.tensor import TensorVariable
+from .variables.tensor import TensorVariable, refuse_ambiguous_identity
 from .variables.user_defined import UserDefinedObjectVariable
 
 
@@ -157,6 +157,9 @@ class OperatorInstructions:
             return False  # an object built in the frame is no other object
         tensor_a, tensor_b = isinstance(a, TensorVariable), isinstance(b, TensorVariable)
         if tensor_a and tensor_b:
+            if a.node is not b.node:
+                refuse_ambiguous_identity(a, "`is`")
+                refuse_ambiguous_identity(b, "`is`")
             # two get_attr nodes of one attribute read the same real tensor
             return a.node is b.node or (
                 a.node.op == b.node.op == "get_attr" and a.node.target == b.node.target

@@ -93,6 +93,10 @@ class OutputGraph(OperationRecorder):
         # While a branch on a tensor is traced (conditionals.py): a TorchDispatchMode that
         # sees each ATen op the recorded calls run (random ops are refused there).
         self.branch_dispatch_mode = None
+        # FakeTensors whose memory a conditional's output may share on one way of its
+        # branch (the output's own and those of the tensors it may be): an in-place write
+        # to any of them is a graph break (OperationRecorder._check_branch_aliases).
+        self.branch_aliased: list[torch.Tensor] = []
 
     # --- names and fakes ------------------------------------------------------------------
     def _unique(self, hint: str) -> str:

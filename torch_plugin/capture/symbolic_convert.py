@@ -133,7 +133,7 @@ class InstructionTranslatorBase(
         self.is_generator = False  # an inlined generator function's body (YIELD_VALUE)
         self.globals_source = None
         self.parent: InstructionTranslatorBase | None = None
-        self.stop_at: int | None = None
+        self.stop_at: int | frozenset[int] | None = None
         # Indices of the BEFORE_WITH instructions of this frame's open ``with`` blocks
         # (captured frame only): a graph break inside one moves to its ``with`` statement.
         self.open_withs: list[int] = []
@@ -152,8 +152,9 @@ class InstructionTranslatorBase(
         until instruction ``stop_at`` is reached (None is returned; the state is kept)."""
         count = 0
         try:
+            stop = self.stop_at  # an instruction index, or a set of them (conditionals.py)
             while True:
-                if self.ip == self.stop_at:
+                if self.ip == stop or (type(stop) is frozenset and self.ip in stop):
                     return None
                 inst = self.instructions[self.ip]
                 self.ip += 1
@@ -347,7 +348,10 @@ class InstructionTranslatorBase(
 
     def TO_BOOL(self, inst):  # 3.13: a tensor's truth is data-dependent (a graph break here)
         value = self.pop()
-        if isinstance(value, TensorVariable) and self.next_is_conditional_jump():
+        if (
+            isinstance(value, (TensorVariable, conditionals.TensorBoolVariable))
+            and self.next_is_conditional_jump()
+        ):
             self.push(value)  # the jump captures it as a conditional (conditionals.py)
             return
         self.push(ConstantVariable(bool(value.truthiness(self))))

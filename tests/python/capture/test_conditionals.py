@@ -13,7 +13,6 @@ express stay graph breaks and still equal eager.
 from __future__ import annotations
 
 import dis
-import sys
 
 import pytest
 import torch
@@ -21,17 +20,10 @@ from differential import _copying_factory, check
 
 import torch_plugin
 from torch_plugin.capture import convert_frame
+from torch_plugin.capture.branch_joins import join_point
 from torch_plugin.capture.conditional_execution import Conditional
-from torch_plugin.capture.conditionals import join_point
 
-pytestmark = [
-    pytest.mark.usefixtures("fresh_capture", "tensor_branches_capture"),
-    pytest.mark.skipif(
-        sys.version_info[:2] != (3, 11),
-        reason="tensor-branch conditionals are on for CPython 3.11 only "
-        "(config.capture_tensor_branches)",
-    ),
-]
+pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_capture")
 
 
 def rand(*shape, grad=False):
@@ -217,6 +209,19 @@ def test_nested_branches():
     one_graph(fn, rand(6), rand(6), rand(7))
 
 
+def test_both_ways_return():
+    """Both ways end in ``return <value>``: they meet at the return (branch_joins.py), the
+    value returned is the conditional's output."""
+
+    def fn(x):
+        if x.sum() > 0:
+            return x * 2
+        y = x - 1
+        return y.sin()
+
+    one_graph(fn, rand(3), rand(3), rand(4))
+
+
 def test_non_bool_predicate():
     def fn(x):
         if x.sum():  # truth of a float tensor: nonzero
@@ -257,11 +262,12 @@ def test_branch_mutating_a_local_list_breaks():
     _breaks(fn, rand(3), rand(3), rand(4))
 
 
-def test_branch_returning_early_breaks():
+def test_branch_returning_a_value_of_another_kind_breaks():
     def fn(x):
         if x.sum() > 0:
             return x * 2
-        return x - 1
+        y = x - 1
+        return (y,)
 
     _breaks(fn, rand(3), rand(3), rand(4))
 
@@ -310,6 +316,11 @@ def test_flag_off_keeps_the_break():
 # --------------------------------------------------------------------------- join point
 
 
+def _first_conditional_jump(fn) -> int:
+    instructions = list(dis.get_instructions(fn))
+    return next(i for i, inst in enumerate(instructions) if inst.opname.startswith("POP_JUMP"))
+
+
 def test_join_point_of_continue_is_the_loop_header():
     def fn(xs, p):
         for x in xs:
@@ -319,20 +330,36 @@ def test_join_point_of_continue_is_the_loop_header():
         return p
 
     instructions = list(dis.get_instructions(fn))
-    jump = next(i for i, inst in enumerate(instructions) if inst.opname.startswith("POP_JUMP"))
-    join = join_point(instructions, jump)
-    assert instructions[join].opname == "FOR_ITER"
+    join = join_point(fn.__code__, _first_conditional_jump(fn))
+    assert {instructions[i].opname for i in join} == {"FOR_ITER"}
 
 
-def test_join_point_none_when_a_way_returns():
+def test_join_point_none_when_a_way_raises():
     def fn(x):
         if x:
-            return 1
+            raise ValueError("x")
         return 2
 
+    assert join_point(fn.__code__, _first_conditional_jump(fn)) is None
+
+
+def test_join_point_of_copied_exit_blocks():
+    """CPython 3.12+ copies ``return y + 1`` into both ways; the copies are one join."""
+
+    def fn(x):
+        if x:
+            y = x * 2
+        else:
+            y = x - 1
+        return y + 1
+
     instructions = list(dis.get_instructions(fn))
-    jump = next(i for i, inst in enumerate(instructions) if inst.opname.startswith("POP_JUMP"))
-    assert join_point(instructions, jump) is None
+    join = join_point(fn.__code__, _first_conditional_jump(fn))
+    assert join is not None
+    # where the ways' code becomes the same (``STORE_FAST y``, then the one or two copies
+    # of ``return y + 1``): one instruction per way
+    assert len(join) == 2
+    assert {(instructions[i].opname, instructions[i].argval) for i in join} == {("STORE_FAST", "y")}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -48,6 +48,9 @@ def _class_defines(cls: type, name: str) -> bool:
 
 def tensor_store_attr(tx, obj, name: str, value: VariableTracker) -> None:
     """``t.name = value`` on a tensor variable (not ``requires_grad``)."""
+    from .tensor import refuse_ambiguous_identity
+
+    refuse_ambiguous_identity(obj, f"assignment to attribute {name!r}")
     cls = obj.python_type()
     if _class_defines(cls, name) or type(cls).__setattr__ is not type.__setattr__:
         unimplemented(gbt.SIDE_EFFECT, f"assignment to tensor attribute {name!r}")
@@ -64,7 +67,15 @@ def tensor_store_attr(tx, obj, name: str, value: VariableTracker) -> None:
 
 
 def tensor_pending_attr(tx, obj, name: str) -> VariableTracker | None:
-    """The value ``obj.name`` was given earlier in the frame, or None."""
+    """The value ``obj.name`` was given earlier in the frame, or None. On a tensor whose
+    identity depends on a branch (``TensorVariable.ambiguous_identity``), a value given to
+    the tensor of one way is a graph break."""
+    if getattr(obj, "ambiguous_identity", False):
+        for way in obj.ways:
+            if tensor_pending_attr(tx, way, name) is not None:
+                from .tensor import refuse_ambiguous_identity
+
+                refuse_ambiguous_identity(obj, f"reading attribute {name!r}")
     attrs = obj.__dict__.get("py_attrs")
     if attrs and name in attrs:
         return attrs[name]

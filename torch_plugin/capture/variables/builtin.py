@@ -459,8 +459,19 @@ def _tensor_hasattr(tx, obj, name: str):
     a new object with an empty one. None (a graph break) where the answer cannot be
     guarded."""
     from ..sources import AttrSource
+    from .attribute_rules import tensor_pending_attr
     from .user_defined import class_lookup
 
+    if obj.ambiguous_identity:
+        # one of several objects (a branch on tensor data): the answer each of them gives,
+        # when they agree and none has the name set in the frame
+        answers = {
+            None
+            if tensor_pending_attr(tx, way, name) is not None
+            else _tensor_hasattr(tx, way, name)
+            for way in obj.ways
+        }
+        return answers.pop() if len(answers) == 1 else None
     real = tx.output.real_tensor(obj)
     cls = type(real) if real is not None else torch.Tensor
     if any(name in klass.__dict__ for klass in cls.__mro__):

@@ -68,6 +68,9 @@ def element_key(var: VariableTracker) -> Any:
     from .tensor import TensorVariable
 
     if isinstance(var, TensorVariable):
+        from .tensor import refuse_ambiguous_identity
+
+        refuse_ambiguous_identity(var, "set membership")
         return _IdKey(var, var.node)
     if isinstance(var, NewObjectVariable):
         if _identity_hashed(var.cls):

@@ -69,12 +69,43 @@ _TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
 
 
 class TensorVariable(VariableTracker):
-    """A tensor value in the FX graph: ``node`` produces it, ``example`` is its FakeTensor."""
+    """A tensor value in the FX graph: ``node`` produces it, ``example`` is its FakeTensor.
+
+    An output of a conditional captured from a branch on tensor data (conditionals.py) also
+    has ``ways``: the variables it is on each way of the branch. Metadata reads are answered
+    from their FakeTensors, and one whose answer differs between the ways (``is_leaf`` of a
+    graph input passed through on one way and computed on the other) is data-dependent: a
+    graph break. ``ambiguous_identity`` marks such an output that is, or shares memory with,
+    a tensor that existed before the branch on some way (LayerDrop's ``hidden_states`` when
+    the layer is skipped): which object it is depends on tensor data, so ``is``, set
+    membership, attribute reads and writes beyond metadata and ``requires_grad = ...`` on it
+    are graph breaks (in-place writes to it or to what it may alias too:
+    ``OperationRecorder``'s ``branch_aliased``)."""
+
+    ways: tuple[TensorVariable, ...] | None = None
+    ambiguous_identity: bool = False
 
     def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None) -> None:
         super().__init__(source)
         self.node = node
         self.example = example
+
+    def metadata(self, compute, what: str):
+        """``compute(fake)`` on this tensor's FakeTensor, checked to be the same on every way
+        of the branch it comes from (see the class docstring). Raises Unsupported when the
+        ways disagree."""
+        if not self.ways:
+            return compute(self.example)
+        values = [w.metadata(compute, what) for w in self.ways]
+        first = values[0]
+        for other in values[1:]:
+            if not _same_metadata_value(first, other):
+                unimplemented(
+                    gbt.DATA_DEPENDENT,
+                    f"{what} of a tensor that a branch on tensor data sets differs between"
+                    f" the two ways ({first!r} and {other!r})",
+                )
+        return first
 
     def python_type(self) -> type:
         return (
@@ -91,10 +122,11 @@ class TensorVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name in _CONSTANT_ATTRS:
-            return ConstantVariable(getattr(self.example, name))
+            return ConstantVariable(self.metadata(lambda t: getattr(t, name), f"tensor.{name}"))
         if name in _TENSOR_ATTRS:
             return tx.output.call_function(tx, getattr, [self, ConstantVariable(name)], {})
         if name == "grad":
+            refuse_ambiguous_identity(self, "reading .grad")
             from .attribute_rules import tensor_grad
 
             return tensor_grad(tx, self)
@@ -103,6 +135,7 @@ class TensorVariable(VariableTracker):
         if hasattr(torch.Tensor, name) and callable(getattr(torch.Tensor, name)):
             # data methods (item, tolist, numpy) fail when called: a graph break at the call
             return TensorMethodVariable(self, name)
+        refuse_ambiguous_identity(self, f"reading attribute {name!r}")
         instance_attr = self._instance_attr(tx, name)
         if instance_attr is not None:
             return instance_attr
@@ -150,7 +183,9 @@ class TensorVariable(VariableTracker):
 
             consts = [a.as_python_constant() for a in args]
             kconsts = {k: v.as_python_constant() for k, v in kwargs.items()}
-            return wrap_constant_or_object(getattr(self.example, name)(*consts, **kconsts))
+            return wrap_constant_or_object(
+                self.metadata(lambda t: getattr(t, name)(*consts, **kconsts), f"Tensor.{name}()")
+            )
         if name in ("__len__",):
             return ConstantVariable(len(self.example))
         if name == "__getattribute__" and args and args[0].is_python_constant():
@@ -182,6 +217,25 @@ class TensorVariable(VariableTracker):
 _getitem = operator.getitem
 
 
+def _same_metadata_value(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(map(_same_metadata_value, a, b))
+    return bool(a == b)
+
+
+def refuse_ambiguous_identity(var: VariableTracker, what: str) -> None:
+    """Raise Unsupported (a graph break) for ``what`` on a tensor whose identity depends on
+    a branch on tensor data (``TensorVariable.ambiguous_identity``)."""
+    if isinstance(var, TensorVariable) and var.ambiguous_identity:
+        unimplemented(
+            gbt.DATA_DEPENDENT,
+            f"{what} of a tensor that is, on one way of a branch on tensor data, a tensor from"
+            " before the branch (which object it is depends on tensor data)",
+        )
+
+
 def requires_grad_leaf(t: torch.Tensor) -> torch.Tensor:
     """``t`` as a new autograd leaf that requires grad (the graph op standing for
     ``t.requires_grad = True`` on a value that did not require grad): a tensor over the
@@ -205,6 +259,7 @@ def set_requires_grad(tx, var: TensorVariable, value: VariableTracker) -> None:
     no-op."""
     if not value.is_python_constant() or not isinstance(value.as_python_constant(), bool):
         unimplemented(gbt.SIDE_EFFECT, "tensor.requires_grad = <not a constant bool>")
+    refuse_ambiguous_identity(var, "tensor.requires_grad = ...")
     flag = value.as_python_constant()
     if not var.example.is_leaf:
         unimplemented(
