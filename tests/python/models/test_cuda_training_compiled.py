@@ -7,17 +7,22 @@ momentum_buffer) and every buffer after each step. Dropout is off (deterministic
 The training graphs must be compiled (not the eager-graph fallback) and the optimizer steps
 after the first must run compiled. Skipped without a GPU.
 
-ResNet-18 under bf16 autocast is compared with a noise-aware rule as well (:func:`_close_or_as_accurate`):
-a batch-normed network's bf16 gradients move by tens of percent for any change of rounding
-(measured on the CPU at batch 4, 32x32: eager run channels-last instead of contiguous, 18-62%
-median per-tensor gradient error against eager; parameters perturbed by 1e-6, 56-90%; eager
-bf16 against fp32, 50-90%), so a bound of 5% against eager holds only where the compiled
-kernels round exactly as eager's. Each step also runs in fp32 from the same state (the
-oracle); a value passes when it is within the tolerance of eager's, or when its RMS error
-against the oracle is at most twice eager's plus 1% (the rule of torch._dynamo's AMP accuracy
-check, ``same(..., fp64_ref)``). The model runs at batch 16, 64x64, where eager's own error
-against fp32 is about a third of the gradient's RMS, so a wrong gradient (zero, or another
-batch's: 100-140%) cannot pass."""
+ResNet-18 under bf16 autocast is also compared by a noise-aware rule
+(:func:`_close_or_as_accurate`). A batch-normed network's bf16 gradients move by tens of
+percent for any change of rounding. Measured on the GPU (issue #30's diagnostic, batch 4,
+32x32, SGD steps from one state): eager run channels-last instead of contiguous differs from
+eager contiguous by up to 67% median per-tensor gradient error at a step, parameters perturbed
+by 1e-6 by 59-80%, eager bf16 from fp32 by 59-98%. The compiled graph runs its convolutions
+channels-last and equals eager channels-last (the same loss to 7 digits, the same gradient
+errors, at every step); the first activation that differs from eager contiguous is the first
+convolution's, in 8-11 of 65536 elements by one bf16 ulp. A bound of 5% against eager holds
+only where the compiled kernels round exactly as eager's contiguous ones. So each bf16 step
+also runs in fp32 from the same state (the oracle), and a value passes when it is within the
+tolerance of eager's, or when its RMS error against the oracle is at most twice eager's plus
+1% (the rule of torch._dynamo's AMP accuracy check, ``same(..., fp64_ref)``). That case runs at
+batch 16, 64x64, where eager's own RMS error against fp32 is a third of the gradient's RMS
+(0.33 median on the GPU), so a wrong gradient (zero: 1.0; negated, or another batch's: more)
+cannot pass; at batch 4, 32x32 (0.6-1.0) zero gradients passed the rule on the CPU."""
 
 from __future__ import annotations
 
@@ -46,14 +51,12 @@ TOL = {
 }
 
 
-def _resnet18():
+def _resnet18(batch=4, size=32):
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None, num_classes=10)
-    # batch 16, 64x64: layer4's batch norms see 64 values per channel (batch 4, 32x32: 4),
-    # which keeps bf16's gradients within about a third of fp32's (see the module docstring)
     return model, lambda: (
-        (torch.randn(16, 3, 64, 64, device="cuda"),),
-        torch.randint(0, 10, (16,), device="cuda"),
+        (torch.randn(batch, 3, size, size, device="cuda"),),
+        torch.randint(0, 10, (batch,), device="cuda"),
     )
 
 
@@ -160,7 +163,12 @@ def _no_tf32():
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("make,opt_name", [(_resnet18, "sgd"), (_bert, "adamw"), (_gpt2, "adam")])
 def test_training_steps_compiled_match_eager(make, opt_name, precision):
-    model, inputs = make()
+    # bf16 ResNet-18: compared with the noise-aware rule, at batch 16, 64x64 (the module
+    # docstring); fp32 stays at batch 4, 32x32, where a 1e-6 change of the weights moves no
+    # fp32 gradient by more than 1e-3 (at batch 16, 64x64 one moves by 8%: a ReLU or max-pool
+    # choice flips)
+    noisy = make is _resnet18 and precision == "bf16"
+    model, inputs = make(batch=16, size=64) if noisy else make()
     ref = model.cuda().train()
     got = copy.deepcopy(ref)
     opts = {
@@ -170,8 +178,7 @@ def test_training_steps_compiled_match_eager(make, opt_name, precision):
         "adam": lambda p: torch.optim.Adam(p, lr=1e-3, eps=1e-4),
         "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01, eps=1e-4),
     }[opt_name]
-    # bf16 ResNet-18: each step also in fp32 from eager's state (the module docstring)
-    noisy = make is _resnet18 and precision == "bf16"
+    # bf16 ResNet-18: each step also in fp32 from eager's state
     orc = copy.deepcopy(ref) if noisy else None
     o_ref, o_got = opts(ref.parameters()), opts(got.parameters())
     o_orc = opts(orc.parameters()) if noisy else None
