@@ -167,8 +167,8 @@ def _no_tf32():
 def test_training_steps_compiled_match_eager(make, opt_name, precision):
     # bf16 ResNet-18: compared with the noise-aware rule, at batch 16, 64x64 (the module
     # docstring); fp32 stays at batch 4, 32x32, where a 1e-6 change of the weights moves no
-    # fp32 gradient by more than 1e-3 (at batch 16, 64x64 one moves by 8%: a ReLU or max-pool
-    # choice flips)
+    # fp32 gradient by more than 1e-3 (on the CPU; at batch 16, 64x64 a convolution weight's
+    # gradient in layer2 or layer4 moves by 8%)
     noisy = make is _resnet18 and precision != "fp32"
     model, inputs = make(batch=16, size=64) if noisy else make()
     ref = model.cuda().train()
