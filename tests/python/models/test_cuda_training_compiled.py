@@ -165,7 +165,7 @@ def _no_tf32():
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("make,opt_name", [(_resnet18, "sgd"), (_bert, "adamw"), (_gpt2, "adam")])
 def test_training_steps_compiled_match_eager(make, opt_name, precision):
-    # bf16 ResNet-18: compared with the noise-aware rule, at batch 16, 64x64 (the module
+    # bf16/fp16 ResNet-18: compared with the noise-aware rule, at batch 16, 64x64 (the module
     # docstring); fp32 stays at batch 4, 32x32, where a 1e-6 change of the weights moves no
     # fp32 gradient by more than 1e-3 (on the CPU; at batch 16, 64x64 a convolution weight's
     # gradient in layer2 or layer4 moves by 8%)
@@ -180,7 +180,7 @@ def test_training_steps_compiled_match_eager(make, opt_name, precision):
         "adam": lambda p: torch.optim.Adam(p, lr=1e-3, eps=1e-4),
         "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01, eps=1e-4),
     }[opt_name]
-    # bf16 ResNet-18: each step also in fp32 from eager's state
+    # bf16/fp16 ResNet-18: each step also in fp32 from eager's state
     orc = copy.deepcopy(ref) if noisy else None
     o_ref, o_got = opts(ref.parameters()), opts(got.parameters())
     o_orc = opts(orc.parameters()) if noisy else None
