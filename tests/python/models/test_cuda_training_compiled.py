@@ -5,11 +5,29 @@ against the same steps in eager on a copy of the model: the loss, every gradient
 before the step), every parameter, the optimizer state (exp_avg, exp_avg_sq, step /
 momentum_buffer) and every buffer after each step. Dropout is off (deterministic steps).
 The training graphs must be compiled (not the eager-graph fallback) and the optimizer steps
-after the first must run compiled. Skipped without a GPU."""
+after the first must run compiled. Skipped without a GPU.
+
+ResNet-18 under bf16 autocast is also compared by a noise-aware rule
+(:func:`_close_or_as_accurate`). A batch-normed network's bf16 gradients move by tens of
+percent for any change of rounding. Measured on the GPU (issue #30's diagnostic, batch 4,
+32x32, SGD steps from one state): eager run channels-last instead of contiguous differs from
+eager contiguous by up to 67% median per-tensor gradient error at a step, parameters perturbed
+by 1e-6 by 59-80%, eager bf16 from fp32 by 59-98%. The compiled graph runs its convolutions
+channels-last and equals eager channels-last (the same loss to 7 digits, the same gradient
+errors, at every step); the first activation that differs from eager contiguous is the first
+convolution's, in 8-11 of 65536 elements by one bf16 ulp. A bound of 5% against eager holds
+only where the compiled kernels round exactly as eager's contiguous ones. So each bf16 step
+also runs in fp32 from the same state (the oracle), and a value passes when it is within the
+tolerance of eager's, or when its RMS error against the oracle is at most twice eager's plus
+1% (the rule of torch._dynamo's AMP accuracy check, ``same(..., fp64_ref)``). That case runs at
+batch 16, 64x64, where eager's own RMS error against fp32 is a third of the gradient's RMS
+(0.33 median on the GPU), so a wrong gradient (zero: 1.0; negated, or another batch's: more)
+cannot pass; at batch 4, 32x32 (0.6-1.0) zero gradients passed the rule on the CPU."""
 
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 import torch
@@ -31,14 +49,15 @@ TOL = {
     "fp32": {"loss": 1e-4, "grad": 1e-3, "param": 1e-4},
     "bf16": {"loss": 2e-2, "grad": 5e-2, "param": 1e-2},
 }
+TOL["fp16"] = TOL["bf16"]  # fp16 autocast, ResNet-18 only (test_resnet18_fp16_autocast)
 
 
-def _resnet18():
+def _resnet18(batch=4, size=32):
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None, num_classes=10)
     return model, lambda: (
-        (torch.randn(4, 3, 32, 32, device="cuda"),),
-        torch.randint(0, 10, (4,), device="cuda"),
+        (torch.randn(batch, 3, size, size, device="cuda"),),
+        torch.randint(0, 10, (batch,), device="cuda"),
     )
 
 
@@ -77,7 +96,8 @@ def _loss(out, target):
 
 def _train_step(model, opt, precision):
     def step(args, target):
-        with torch.autocast("cuda", torch.bfloat16, enabled=precision == "bf16"):
+        dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+        with torch.autocast("cuda", dtype, enabled=precision != "fp32"):
             out = model(*args)
         loss = _loss(out, target)
         loss.backward()
@@ -100,15 +120,37 @@ def _record_grads(model) -> dict:
     return grads
 
 
-def _close(got, want, tol, what, floor=1e-6):
+def _close(got, want, tol, what, floor=1e-6, oracle=None):
     """``got`` within ``tol`` of ``want`` relative to ``want``'s largest magnitude, or to
     ``floor`` when larger (a gradient that is zero up to rounding, such as attention's key
-    bias's, is compared at the scale of the model's gradients)."""
+    bias's, is compared at the scale of the model's gradients). With ``oracle`` (the same
+    value computed in fp32), :func:`_close_or_as_accurate`."""
     assert got.dtype == want.dtype and got.shape == want.shape, what
+    if oracle is not None:
+        return _close_or_as_accurate(got, want, oracle, tol, what, floor)
     want, got = want.double(), got.double()
     scale = max(want.abs().max().item(), floor)
     err = (got - want).abs().max().item()
     assert err <= tol * scale, f"{what}: max error {err:.3g} vs scale {scale:.3g}"
+
+
+def _close_or_as_accurate(got, want, oracle, tol, what, floor):
+    """``got`` (compiled, bf16 autocast) within ``tol`` of ``want`` (eager) as :func:`_close`
+    checks, or at most twice as far from ``oracle`` (the fp32 step from the same state) as
+    ``want`` is, in RMS, plus 1% of the oracle's RMS (or of ``floor``): torch._dynamo's AMP
+    accuracy rule. The module docstring says why a batch-normed network needs it."""
+    g, w, o = got.double(), want.double(), oracle.double()
+    scale = max(w.abs().max().item(), floor)
+    err = (g - w).abs().max().item()
+    if err <= tol * scale:
+        return
+    rms = lambda t: t.square().mean().sqrt().item()
+    e_got, e_want = rms(g - o), rms(w - o)
+    bound = 2 * e_want + 1e-2 * max(rms(o), floor)
+    assert e_got <= bound, (
+        f"{what}: max error {err:.3g} vs scale {scale:.3g} against eager, and RMS error "
+        f"{e_got:.3g} against fp32 where eager's is {e_want:.3g} (bound {bound:.3g})"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -123,7 +165,12 @@ def _no_tf32():
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("make,opt_name", [(_resnet18, "sgd"), (_bert, "adamw"), (_gpt2, "adam")])
 def test_training_steps_compiled_match_eager(make, opt_name, precision):
-    model, inputs = make()
+    # bf16/fp16 ResNet-18: compared with the noise-aware rule, at batch 16, 64x64 (the module
+    # docstring); fp32 stays at batch 4, 32x32, where a 1e-6 change of the weights moves no
+    # fp32 gradient by more than 1e-3 (on the CPU; at batch 16, 64x64 a convolution weight's
+    # gradient in layer2 or layer4 moves by 8%)
+    noisy = make is _resnet18 and precision != "fp32"
+    model, inputs = make(batch=16, size=64) if noisy else make()
     ref = model.cuda().train()
     got = copy.deepcopy(ref)
     opts = {
@@ -133,10 +180,16 @@ def test_training_steps_compiled_match_eager(make, opt_name, precision):
         "adam": lambda p: torch.optim.Adam(p, lr=1e-3, eps=1e-4),
         "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01, eps=1e-4),
     }[opt_name]
+    # bf16/fp16 ResNet-18: each step also in fp32 from eager's state
+    orc = copy.deepcopy(ref) if noisy else None
     o_ref, o_got = opts(ref.parameters()), opts(got.parameters())
-    sched = [torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5) for o in (o_ref, o_got)]
+    o_orc = opts(orc.parameters()) if noisy else None
+    optimizers = [o for o in (o_ref, o_got, o_orc) if o is not None]
+    sched = [torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5) for o in optimizers]
     g_ref, g_got = _record_grads(ref), _record_grads(got)
+    g_orc = _record_grads(orc) if noisy else None
     eager_step = _train_step(ref, o_ref, precision)
+    oracle_step = _train_step(orc, o_orc, "fp32") if noisy else None
     compiled_step = torch_plugin.optimize(_train_step(got, o_got, precision), backend="plugin")
     tol = TOL[precision]
     eager_before = pipeline.counters["eager_graphs"]
@@ -146,43 +199,53 @@ def test_training_steps_compiled_match_eager(make, opt_name, precision):
         args, target = inputs()
         g_ref.clear()
         g_got.clear()
+        if noisy:
+            g_orc.clear()
+            oracle_step(args, target)
         loss_ref = eager_step(args, target)
         loss_got = compiled_step(args, target)
         _close(loss_got.detach(), loss_ref.detach(), tol["loss"], f"step {step} loss")
         assert g_ref.keys() == g_got.keys(), f"step {step}: parameters with gradients"
         grad_scale = max(a.abs().max().item() for a in g_ref.values())
         for name, a in g_ref.items():
-            _close(g_got[name], a, tol["grad"], f"step {step} grad of {name}", 1e-2 * grad_scale)
+            what = f"step {step} grad of {name}"
+            oracle = g_orc[name] if noisy else None
+            _close(g_got[name], a, tol["grad"], what, 1e-2 * grad_scale, oracle)
         for p in got.parameters():
             assert p.grad is None, "zero_grad ran"
-        for (name, p), q in zip(ref.named_parameters(), got.parameters()):
+        params_orc = orc.parameters() if noisy else itertools.repeat(None)
+        for (name, p), q, r in zip(ref.named_parameters(), got.parameters(), params_orc):
             # parameters are O(1) (LayerNorm weights are 1): compared at that scale at least
-            _close(q, p, tol["param"], f"step {step} {name}", 1.0)
+            _close(q, p, tol["param"], f"step {step} {name}", 1.0, r)
             for k, v in o_ref.state[p].items():
                 what = f"step {step} {name} state {k}"
-                _close(o_got.state[q][k], v, tol["grad"], what, 1e-2 * grad_scale)
-        for (name, b), c in zip(ref.named_buffers(), got.buffers()):
-            _close(c, b, tol["param"], f"step {step} buffer {name}")
+                oracle = o_orc.state[r][k] if noisy else None
+                _close(o_got.state[q][k], v, tol["grad"], what, 1e-2 * grad_scale, oracle)
+        buffers_orc = orc.buffers() if noisy else itertools.repeat(None)
+        for (name, b), c, r in zip(ref.named_buffers(), got.buffers(), buffers_orc):
+            _close(c, b, tol["param"], f"step {step} buffer {name}", oracle=r)
         # Each step starts from eager's weights, buffers and optimizer state (copied in
         # place): a few steps of these models amplify rounding differences.
         with torch.no_grad():
-            for p, q in zip(ref.parameters(), got.parameters()):
-                q.copy_(p)
-                for k, v in o_ref.state[p].items():
-                    o_got.state[q][k].copy_(v)
-            for b, c in zip(ref.buffers(), got.buffers()):
-                c.copy_(b)
+            for model, opt in ((got, o_got), (orc, o_orc)) if noisy else ((got, o_got),):
+                for p, q in zip(ref.parameters(), model.parameters()):
+                    q.copy_(p)
+                    for k, v in o_ref.state[p].items():
+                        opt.state[q][k].copy_(v)
+                for b, c in zip(ref.buffers(), model.buffers()):
+                    c.copy_(b)
         for s in sched:
             s.step()
     assert torch_plugin.stats.graphs_compiled > 0
-    # Every training graph compiled: attention (no dropout here) is the leaf op with its
-    # derivative (attention_training), in fp32 and bf16 alike; the log
-    # (torch_plugin.backends.plugin) names what did not lower if this fails.
-    if make is _resnet18 and precision == "bf16":
-        # Batch norm under bf16 autocast: the eager graph until the mismatch the compiled
-        # graph showed on an H200 is understood (pipeline._unverified_cuda_training).
-        assert pipeline.counters["eager_graphs"] > eager_before
-        return
+    # Every training graph compiled (batch norm under bf16 autocast included): attention (no
+    # dropout here) is the leaf op with its derivative (attention_training), in fp32 and bf16
+    # alike; the log (torch_plugin.backends.plugin) names what did not lower if this fails.
     assert pipeline.counters["eager_graphs"] == eager_before, "a training graph ran as eager"
     # the first step creates the optimizer state in eager; the other two compile
     assert optimizer_step.counters["compiled_steps"] - steps_before == 2
+
+
+def test_resnet18_fp16_autocast():
+    """fp16 autocast (no gradient scaler: eager's and the compiled gradients underflow
+    alike) with batch norm: compiled, and compared as bf16 is."""
+    test_training_steps_compiled_match_eager(_resnet18, "sgd", "fp16")
