@@ -19,7 +19,11 @@ namespace {
 std::atomic<int64_t> padded_scratch_limit{int64_t{64} << 20};
 std::atomic<int64_t> padded_count{0};
 std::atomic<int64_t> split_count{0};
-std::atomic<bool> split_on{true};
+// Off by default until verified on a GPU (the row classes were built and
+// checked on the CPU only, issue #29): padded products run in chunks through
+// the scratch, as measured before; `_C._cuda.cublaslt_padding(in_place=True)`
+// turns row classes on.
+std::atomic<bool> split_on{false};
 
 int64_t gcd(int64_t a, int64_t b) {
   while (b != 0) {

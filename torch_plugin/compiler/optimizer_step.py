@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -55,6 +56,12 @@ _compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 counters = {"compiled_steps": 0, "eager_steps": 0, "graphs_compiled": 0}
 
 _KINDS = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw"}
+
+
+# The CUDA kernels of multi_tensor.py compile with NVRTC and their source was run on the CPU,
+# but they have not run on a GPU yet: CUDA parameter groups take eager's step unless this
+# environment variable is "1" (the GPU tests set it).
+CUDA_KERNELS_ENV = "TORCH_PLUGIN_CUDA_OPTIMIZER_KERNELS"
 
 
 def _optimizer_and_step(step: Callable[..., Any]) -> tuple[Any, bool]:
@@ -292,6 +299,11 @@ class StepCompiler:
         step counts that passed last time (the same objects, kept here, the parameters of the
         same sizes, every tensor at the same address: a ``.data`` swapped in moves it) are not
         checked again; the gradients are, at every step."""
+        if g.device.type == "cuda" and os.environ.get(CUDA_KERNELS_ENV) != "1":
+            return (
+                "the CUDA multi-tensor kernels are not yet verified on a GPU "
+                f"({CUDA_KERNELS_ENV}=1 turns them on)"
+            )
         grads = g.lists[1]
         try:
             if not all(type(t) in _PLAIN and t.is_contiguous() for t in grads):

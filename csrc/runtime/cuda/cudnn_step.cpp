@@ -31,6 +31,8 @@
 #include "runtime/options.h"
 #include "runtime/step_registry.h"
 
+#include <cstdlib>
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -218,11 +220,25 @@ bool cudnn_probe(std::string* why) {
   return cd::available(why);
 }
 
+// Plans built before the steps on background threads and kept on disk are
+// opt-in (TORCH_PLUGIN_CUDNN_PLAN_CACHE=1) until verified on a GPU: they were
+// built and tested without one (issue #29). Without it each step builds its
+// plan on the calling thread when it is made, as before.
+bool early_plans() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_PLUGIN_CUDNN_PLAN_CACHE");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
 // The plans of the graph's CUDA convolutions, built in parallel before the
 // steps (which then find them in the cache). Runs on a thread of its own
 // (a background preloader): never throws; a descriptor it cannot derive is
 // left to its step (make_cudnn_step, on the calling thread).
 void preload_cudnn_plans(const std::vector<const Node*>& nodes) {
+  if (!early_plans())
+    return;
   try {
     std::vector<cd::ConvDesc> descs;
     for (const Node* n : nodes) {
@@ -323,7 +339,8 @@ void hand_options_to_cudnn(const RuntimeOptions& options) {
 }
 
 const bool kStoreSet = [] {
-  cd::set_plan_store(std::make_shared<DiskPlanStore>());
+  if (early_plans())
+    cd::set_plan_store(std::make_shared<DiskPlanStore>());
   return true;
 }();
 

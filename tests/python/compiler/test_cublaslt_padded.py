@@ -37,8 +37,13 @@ def padding():
 
 @pytest.fixture
 def in_place():
-    """The count of padded products computed in place (row classes)."""
-    return lambda: _padding()["in_place"]
+    """The count of padded products computed in place (row classes), with row classes on
+    for the test (off by default until verified on a GPU) and restored after."""
+    from torch_plugin import _C
+
+    before = _C._cuda.cublaslt_padding(None, True)["in_place_on"]
+    yield lambda: _padding()["in_place"]
+    _C._cuda.cublaslt_padding(None, before)
 
 
 @pytest.fixture(autouse=True)

@@ -108,7 +108,7 @@ with open(sys.argv[1] + ".json", "w") as f:
 def _run(tmp_path: Path, cache: Path, name: str, dtype: str, threads: int | None = None):
     """Runs _SCRIPT in a fresh process with the kernel cache folder `cache`; returns its
     outputs and counters."""
-    env = dict(os.environ, TORCH_PLUGIN_CACHE_DIR=str(cache))
+    env = dict(os.environ, TORCH_PLUGIN_CACHE_DIR=str(cache), TORCH_PLUGIN_CUDNN_PLAN_CACHE="1")
     env.pop("TORCH_PLUGIN_CUDNN_THREADS", None)
     if threads is not None:
         env["TORCH_PLUGIN_CUDNN_THREADS"] = str(threads)

@@ -35,6 +35,13 @@ OPTIMIZERS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _cuda_optimizer_kernels(monkeypatch):
+    """The CUDA multi-tensor optimizer kernels are opt-in until verified on a GPU
+    (optimizer_step.CUDA_KERNELS_ENV): these tests are that verification."""
+    monkeypatch.setenv("TORCH_PLUGIN_CUDA_OPTIMIZER_KERNELS", "1")
+
+
 def _model(device: str, dtype=torch.float32) -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4, bias=False)
