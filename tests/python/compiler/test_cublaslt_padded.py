@@ -180,7 +180,7 @@ def _cuda_module():
     "m,n", [(4096, 50257), (37, 1001), (300, 2049), (4, 50257), (64, 1002), (5, 1003), (129, 1006)]
 )
 @pytest.mark.parametrize("residual", [False, True])
-def test_split_writes_every_element_aligned(dtype, m, n, residual):
+def test_split_writes_every_element_aligned(dtype, m, n, residual, in_place):
     """The in-place split's descriptors (no GPU): each class product's rows, columns, leading
     dimensions and pointers are 16-byte aligned; the classes and the head's copy together
     write every output element, the head's copy last over the first columns; and what sits
@@ -218,7 +218,7 @@ def test_split_writes_every_element_aligned(dtype, m, n, residual):
 
 
 @pytest.mark.skipif(_cuda_module() is None, reason="built without CUDA")
-def test_split_does_not_apply():
+def test_split_does_not_apply(in_place):
     split = _cuda_module().padded_split
     assert split(64, 1024, 768, "bf16") is None  # aligned rows: no padding
     assert split(1, 1001, 768, "bf16") is None  # one row
@@ -292,3 +292,15 @@ def test_model_head_runs_padded(mode, k, n, monkeypatch, padding):
     steps = "\n".join(g.describe() for g in built)
     assert "padded rows=" in steps and f"of m={3 * 41}" in steps, steps
     assert "in place" in steps, steps  # row classes: x and w row-major
+
+
+@pytest.mark.skipif(_cuda_module() is None, reason="built without CUDA")
+def test_row_classes_are_off_by_default():
+    """In-place padded products are opt-in until they have run on a GPU (the chunks are the
+    measured default): a fresh process has them off."""
+    import subprocess
+    import sys
+
+    code = "from torch_plugin import _C; print(_C._cuda.cublaslt_padding()['in_place_on'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out
