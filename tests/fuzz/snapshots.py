@@ -100,7 +100,10 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
         )
     if isinstance(obj, dict):
         items = []
-        for k, v in list(obj.items()):  # a copy: a finalizer may drop an installed global
+        # dict.copy is one C call (no finalizer runs inside it, where list(obj.items())
+        # allocates as it goes and a finalizer may drop an installed global mid-copy:
+        # "dictionary changed size during iteration", seen once in the full suite)
+        for k, v in dict.copy(obj).items():
             if isinstance(k, str) and _skip_global(k, v):
                 continue
             items.append((repr(k), snapshot(v, ids, depth + 1)))
