@@ -103,7 +103,9 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
         # dict.copy is one C call (no finalizer runs inside it, where list(obj.items())
         # allocates as it goes and a finalizer may drop an installed global mid-copy:
         # "dictionary changed size during iteration", seen once in the full suite)
-        for k, v in dict.copy(obj).items():
+        # (subclasses keep their own order and items: an OrderedDict's is not its dict's)
+        pairs = dict.copy(obj).items() if type(obj) is dict else list(obj.items())
+        for k, v in pairs:
             if isinstance(k, str) and _skip_global(k, v):
                 continue
             items.append((repr(k), snapshot(v, ids, depth + 1)))
