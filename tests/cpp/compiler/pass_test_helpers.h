@@ -60,8 +60,8 @@ inline Node* node(
 }
 
 // aten::convolution(x, w, b, stride 1, padding 1, dilation 1, not transposed,
-// groups 1).
-inline Node* conv(Graph& g, Value* x, Value* w, Value* b) {
+// `groups`); the output has x's dtype and device, contiguous strides.
+inline Node* conv(Graph& g, Value* x, Value* w, Value* b, int64_t groups = 1) {
   std::vector<int64_t> out = {
       x->sizes[0], w->sizes[0], x->sizes[2], x->sizes[3]};
   std::vector<Value*> ins = {x, w};
@@ -78,15 +78,11 @@ inline Node* conv(Graph& g, Value* x, Value* w, Value* b) {
            std::vector<int64_t>{1, 1},
            false,
            std::vector<int64_t>{0, 0},
-           int64_t{1}})
+           groups})
     args.push_back(Arg::constant(v));
   Node* n = g.create_node("aten::convolution", "default", ins, args, 1);
   Graph::set_type(
-      n->outputs[0],
-      c10::ScalarType::Float,
-      out,
-      contiguous_strides(out),
-      kCpuDevice);
+      n->outputs[0], x->dtype, out, contiguous_strides(out), x->device);
   return n;
 }
 

@@ -196,19 +196,7 @@ std::pair<Value*, Value*> depthwise_then_relu(
           .vec(),
       device);
   Value* w = g.add_input(dtype, {8, 1, 3, 3}, {9, 9, 3, 1}, device);
-  std::vector<Arg> args = {
-      Arg::tensor(0), Arg::tensor(1), Arg::constant(std::monostate{})};
-  for (AttrValue v : std::vector<AttrValue>{
-           std::vector<int64_t>{1, 1},
-           std::vector<int64_t>{1, 1},
-           std::vector<int64_t>{1, 1},
-           false,
-           std::vector<int64_t>{0, 0},
-           int64_t{8}})
-    args.push_back(Arg::constant(v));
-  Node* c = g.create_node("aten::convolution", "default", {x, w}, args, 1);
-  Graph::set_type(
-      c->outputs[0], dtype, sizes, contiguous_strides(sizes), device);
+  Node* c = conv(g, x, w, nullptr, /*groups=*/8);
   Node* r = g.create_node(
       "aten::relu", "default", {c->outputs[0]}, {Arg::tensor(0)}, 1);
   Graph::set_type(
@@ -276,19 +264,8 @@ TEST_F(Passes, CudaStemConvolutionReadsChannelsLast) {
   Value* x = g.add_input(f32, {2, 3, 8, 8}, {192, 64, 8, 1}, cuda);
   Value* w1 = g.add_input(f32, {16, 3, 3, 3}, {27, 9, 3, 1}, cuda);
   Value* w2 = g.add_input(f32, {16, 16, 3, 3}, {144, 9, 3, 1}, cuda);
-  std::vector<Arg> args = {
-      Arg::tensor(0), Arg::tensor(1), Arg::constant(std::monostate{})};
-  for (AttrValue v : std::vector<AttrValue>{
-           std::vector<int64_t>{1, 1},
-           std::vector<int64_t>{1, 1},
-           std::vector<int64_t>{1, 1},
-           false,
-           std::vector<int64_t>{0, 0},
-           int64_t{1}})
-    args.push_back(Arg::constant(v));
-  Node* stem = g.create_node("aten::convolution", "default", {x, w1}, args, 1);
+  Node* stem = conv(g, x, w1, nullptr);
   const std::vector<int64_t> ys = {2, 16, 8, 8};
-  Graph::set_type(stem->outputs[0], f32, ys, contiguous_strides(ys), cuda);
   std::vector<Arg> lib_args = {
       Arg::tensor(0),
       Arg::tensor(1),
