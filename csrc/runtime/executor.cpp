@@ -104,25 +104,41 @@ void Executor::build(const ir::Graph& g, bool release_owned) {
     if (last_use[s] >= 0 && !keep.count(s))
       free_after_[last_use[s]].push_back(s);
   }
+  // For a split run (run_prefix): who makes each slot, the last step that
+  // reads it (not extended for aliases: a view's base is carried only if a
+  // later step reads it too), its bytes, and which slots may share memory (a
+  // union-find over the steps that may return views of their inputs).
   made_by_.assign(num_slots_, -1);
-  needed_until_.assign(num_slots_, -1);
+  read_until_.assign(num_slots_, -1);
   slot_bytes_.assign(num_slots_, 0);
+  alias_root_.resize(num_slots_);
+  for (int s = 0; s < num_slots_; ++s)
+    alias_root_[s] = s;
+  auto root = [&](int s) {
+    while (alias_root_[s] != s)
+      s = alias_root_[s] = alias_root_[alias_root_[s]];
+    return s;
+  };
   for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const Value* in : nodes[i]->inputs)
+      read_until_[slots.slot(in)] = static_cast<int>(i);
     for (const Value* out : nodes[i]->outputs) {
       int s = slots.slot(out);
       made_by_[s] = static_cast<int>(i);
-      if (nodes[i]->may_alias)
-        may_alias_.insert(s);
       int64_t numel = 1;
       for (int64_t d : out->sizes)
         numel *= d;
       slot_bytes_[s] = numel * c10::elementSize(out->dtype);
+      if (!nodes[i]->may_alias)
+        continue;
+      for (const Value* in : nodes[i]->inputs)
+        alias_root_[root(s)] = root(slots.slot(in));
     }
   }
-  for (int s = 0; s < num_slots_; ++s) {
-    needed_until_[s] =
-        keep.count(s) ? static_cast<int>(nodes.size()) : last_use[s];
-  }
+  for (int s : output_slots_)
+    read_until_[s] = static_cast<int>(nodes.size());
+  for (int s = 0; s < num_slots_; ++s)
+    alias_root_[s] = root(s);
 
   // Compile every generated kernel of the graph first, in parallel: each
   // device's preloader (runtime/step_registry.h) takes its own kernels (C++
@@ -330,7 +346,7 @@ std::vector<at::Tensor> Executor::run(
 std::vector<int> Executor::carried_slots(int k) const {
   std::vector<int> carried;
   for (int s = 0; s < num_slots_; ++s) {
-    if (made_by_[s] >= 0 && made_by_[s] < k && needed_until_[s] >= k)
+    if (made_by_[s] >= 0 && made_by_[s] < k && read_until_[s] >= k)
       carried.push_back(s);
   }
   return carried;
@@ -403,15 +419,16 @@ int Executor::split_point(int64_t max_carried_bytes, int max_tail) const {
   for (int k = n - 1; k >= std::max(1, n - max_tail); --k) {
     int64_t bytes = 0;
     bool big_in_prefix = false;
-    bool view = false;
+    // Two carried values that may share memory would come back from a CUDA
+    // graph as copies of their own, no longer sharing it.
+    std::unordered_set<int> roots;
+    bool shared = false;
     for (int s : carried_slots(k)) {
       bytes += slot_bytes_[s];
       big_in_prefix |= slot_bytes_[s] > max_carried_bytes;
-      view |= may_alias_.count(s) > 0;
+      shared |= !roots.insert(alias_root_[s]).second;
     }
-    // A carried value that may be a view of another would come back from a
-    // CUDA graph as a copy of its own, no longer sharing memory with its base.
-    if (view)
+    if (shared)
       continue;
     if (!big_in_prefix && bytes <= max_carried_bytes && last_big < n)
       return k;

@@ -81,8 +81,8 @@ class Executor {
   // The split point k for such a run: the largest k in [n - max_tail, n)
   // whose carried values take at most max_carried_bytes (from the IR's sizes
   // and dtypes; a view counts its own elements), and whose tail makes every
-  // graph output that is larger than max_carried_bytes, with no carried value
-  // made by a step that may return a view; -1 if none (or the graph has an
+  // graph output that is larger than max_carried_bytes, with no two carried
+  // values that may share memory (views); -1 if none (or the graph has an
   // arena, or fewer than two steps).
   int split_point(int64_t max_carried_bytes, int max_tail) const;
   // Bytes of the graph's outputs (from their sizes, strides and dtypes).
@@ -173,13 +173,13 @@ class Executor {
   mutable std::vector<at::Tensor> arena_pool_; // arenas not in use by a run
 
   // Per slot: the step that makes it (-1: an input, a constant or the
-  // arena), and the last step that needs it (steps_.size() when it outlives
-  // the run: a graph output, a constant, a value an output may alias); its
-  // bytes from the IR (0 for inputs and constants).
+  // arena), the last step that reads it (steps_.size() for a graph output),
+  // its bytes from the IR (0 for inputs and constants), and a representative
+  // of the slots it may share memory with (views).
   std::vector<int> made_by_;
-  std::vector<int> needed_until_;
+  std::vector<int> read_until_;
   std::vector<int64_t> slot_bytes_;
-  std::unordered_set<int> may_alias_; // made by a step that may return a view
+  std::vector<int> alias_root_;
 
   void build(const ir::Graph& g, bool release_owned);
   // The slots of one run with its inputs and constants in place (inputs

@@ -162,6 +162,7 @@ counters = {
     "demoted": 0,  # in-place inputs demoted to static buffers (RERECORD_LIMIT)
     "inplace_inputs": 0,  # inputs captured in place (per capture)
     "copied_inputs": 0,  # inputs captured through a static buffer (per capture)
+    "tail_splits": 0,  # graphs captured up to a tail that runs after each replay
 }
 
 # Times an input read in place may move (each move re-records the graph) before it is

@@ -296,6 +296,7 @@ class CompiledGraph:
         """The first call of a CUDA graph's inputs: decides how later calls run (through a
         CUDA graph runner when the graph can be captured, else the executor directly), then
         runs."""
+        from torch_plugin.compiler import cuda_graphs
         from torch_plugin.compiler.cuda_graphs import (
             CudaGraphRunner,
             tail_split,
@@ -327,6 +328,7 @@ class CompiledGraph:
                         len(steps),
                         executor.output_bytes() / 2**20,
                     )
+                    cuda_graphs.counters["tail_splits"] += 1
                     prefix = CudaGraphRunner(
                         lambda a: executor.run_prefix(a, k),
                         "compiled graph (before its tail)",

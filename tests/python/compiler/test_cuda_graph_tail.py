@@ -88,6 +88,10 @@ def test_split_point_leaves_the_large_output_to_the_tail() -> None:
     # A budget below the logits but above the hidden states: the tail makes the logits.
     k = executor.split_point(out_bytes // 4, 4)
     assert 0 < k < n, executor.describe()
+    # The tail holds the head's product and nothing before the last norm's kernel.
+    tail = [kind for kind, _, _ in executor.steps()[k:]]
+    assert tail[0] != "kernel" and len(tail) <= 3, (k, executor.describe())
+    assert any(kind in ("onednn", "cublaslt", "fallback") for kind in tail), tail
     # No budget fits anything carried: no split. A tail of 0 steps: none either.
     assert executor.split_point(0, 4) == -1
     assert executor.split_point(out_bytes // 4, 0) == -1
@@ -118,7 +122,11 @@ def test_gpu_graph_captured_before_a_large_head(dtype) -> None:
         for got, again in zip(outs, outs[1:]):
             assert got.data_ptr() != again.data_ptr()
         plugin_peak = _peak_mb(compiled, x)
-    assert cuda_graphs.counters["captured"] - before["captured"] == 1, cuda_graphs.counters
+    # Captured (re-recorded when the fresh inputs move); split only where the logits are
+    # above the static budget (fp32).
+    assert cuda_graphs.counters["captured"] > before["captured"], cuda_graphs.counters
+    splits = cuda_graphs.counters["tail_splits"] - before["tail_splits"]
+    assert splits == (1 if dtype == torch.float32 else 0), cuda_graphs.counters
     out_mb = x.shape[1] * 50257 * x.element_size() / 2**20
     assert plugin_peak <= eager_peak + out_mb + 8, (plugin_peak, eager_peak)
 
