@@ -352,14 +352,19 @@ std::vector<int> Executor::carried_slots(int k) const {
   return carried;
 }
 
-std::vector<at::Tensor> Executor::run_prefix(
-    const std::vector<at::Tensor>& inputs,
-    int k) const {
+Slots Executor::start_split(const std::vector<at::Tensor>& inputs, int k)
+    const {
   TORCH_CHECK(
       arena_slot_ < 0 && k > 0 && k <= static_cast<int>(steps_.size()),
       "compiled graph: no split at step ",
       k);
-  Slots slots = start(inputs);
+  return start(inputs);
+}
+
+std::vector<at::Tensor> Executor::run_prefix(
+    const std::vector<at::Tensor>& inputs,
+    int k) const {
+  Slots slots = start_split(inputs, k);
   run_steps(slots, 0, k);
   std::vector<at::Tensor> carried;
   for (int s : carried_slots(k))
@@ -371,11 +376,7 @@ std::vector<at::Tensor> Executor::run_suffix(
     const std::vector<at::Tensor>& inputs,
     const std::vector<at::Tensor>& carried,
     int k) const {
-  TORCH_CHECK(
-      arena_slot_ < 0 && k > 0 && k <= static_cast<int>(steps_.size()),
-      "compiled graph: no split at step ",
-      k);
-  Slots slots = start(inputs);
+  Slots slots = start_split(inputs, k);
   const std::vector<int> at = carried_slots(k);
   TORCH_CHECK(
       carried.size() == at.size(),

@@ -185,6 +185,8 @@ class Executor {
   // The slots of one run with its inputs and constants in place (inputs
   // checked and converted as run() says).
   Slots start(const std::vector<at::Tensor>& inputs) const;
+  // start() for a split run at k (run_prefix, run_suffix), which it checks.
+  Slots start_split(const std::vector<at::Tensor>& inputs, int k) const;
   void run_steps(Slots& slots, size_t begin, size_t end) const;
   at::Tensor acquire_arena() const;
   std::vector<at::Tensor> collect_outputs(const Slots& slots) const;

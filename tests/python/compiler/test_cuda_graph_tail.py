@@ -60,9 +60,13 @@ def test_prefix_then_suffix_equals_run() -> None:
     assert executor.arena_bytes() == 0
     n = len(executor.steps())
     assert n >= 3, executor.describe()
+
+    def inputs(x):  # the executor's inputs: the frozen parameters are its constants
+        return [x] if executor.num_frozen() else [*params, x]
+
     for call in range(3):
         x = torch.randn_like(x)
-        args = [x] if executor.num_frozen() else [*params, x]
+        args = inputs(x)
         (want,) = executor.run(args)
         with torch.no_grad():
             torch.testing.assert_close(want, model(x), rtol=1e-4, atol=1e-4)
@@ -71,9 +75,9 @@ def test_prefix_then_suffix_equals_run() -> None:
             (got,) = executor.run_suffix(args, carried, k)
             assert torch.equal(got, want), (call, k, executor.describe())
     with pytest.raises(RuntimeError, match="no split at step"):
-        executor.run_prefix([x] if executor.num_frozen() else [*params, x], 0)
+        executor.run_prefix(inputs(x), 0)
     with pytest.raises(RuntimeError, match="carried values"):
-        executor.run_suffix([x] if executor.num_frozen() else [*params, x], [], n - 1)
+        executor.run_suffix(inputs(x), [], n - 1)
 
 
 def test_split_point_leaves_the_large_output_to_the_tail() -> None:
