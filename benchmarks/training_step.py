@@ -1,0 +1,498 @@
+"""Benchmark: one training step (forward, loss, backward, AdamW step, zero_grad) on CUDA,
+eager vs eager fused vs torch.compile vs torch_plugin with the whole step compiled, one
+process per row (issue #30's training rows).
+
+Rows (``--rows``, default ``resnet50,bert,gpt2,vit``; builders in ``benchmarks/gpu_rows.py``,
+random weights, seed 0, training mode): ``resnet50`` and ``vit`` (torchvision, 224x224;
+ViT-B/16; cross-entropy against fixed random labels), ``bert`` (BertModel, BERT-base; the
+mean square of ``last_hidden_state``, the pooler unused, so its weights get no gradient),
+``gpt2`` (GPT2LMHeadModel, GPT-2 small with its LM head; next-token cross-entropy), text at
+128 tokens; also ``resnet18``, ``mobilenet_v3_large``, ``efficientnet_b0``, ``gpt2_body``,
+``llama`` (as gpu_models), and the tiny CPU rows ``mlp`` and ``cnn`` (smoke tests).
+``--dtypes`` fp32 (TF32 allowed: ``torch.set_float32_matmul_precision("high")``,
+``--matmul-precision``) and bf16 (``torch.autocast(device, torch.bfloat16)`` around the
+forward and the loss; fp32 weights and optimizer). ``--batch`` 32. Dropout is off (every
+probability 0, so that each compiled variant can be checked against eager: compiled dropout
+draws other masks); ``--dropout`` keeps the models' own (the checks then report the
+difference and are not pass/fail).
+
+Variants (``--variants``, measured in this order by default): ``eager`` (``AdamW(lr=1e-4,
+foreach=True)``), ``eager_fused`` (``fused=True``), ``plugin`` (``torch_plugin.optimize``
+around the whole step function: forward, loss, backward, ``opt.step()``, ``zero_grad()``),
+``compile_opt`` (``torch.compile`` on the module and on a function calling ``opt.step()``:
+PyTorch's compiled-optimizer recipe), ``compile`` (``torch.compile`` on the module, eager
+foreach step). ``compile_opt`` runs before ``compile``, so that it compiles both its graphs
+cold; ``compile``'s cold compile then finds the module's kernels in the process's Inductor
+and Triton caches (for its own cold figure: ``--variants eager,compile``).
+
+Method. Each row is a child process with empty Inductor, Triton and plugin caches. It builds
+the model, runs 3 eager (foreach) steps from the initial weights for the reference, then per
+variant: restores the initial weights and buffers, builds a fresh AdamW, resets the peak
+memory counter, runs 3 steps (the first: cold compile; its wall time minus one steady step
+is ``cold s``) and checks them against the reference (``loss err``: the largest relative
+difference of the 3 losses; ``update err``: |dW - dW_eager| / |dW_eager| over all
+parameters, dW the change of the weights over the 3 steps; ``buffer err``: the largest
+relative difference of a floating buffer, BatchNorm's running statistics), then
+``--warmup`` steps and ``--steps`` timed steps (CUDA events around each step; the median).
+``peak MB``: ``torch.cuda.max_memory_allocated`` over the variant's whole run (compile,
+check, timing), weights and inputs included. A variant over the tolerances (fp32: loss 5e-3,
+update 0.2, buffers 5e-3; bf16: 3e-2, 0.5, 3e-2; ``--loss-tol``/``--update-tol`` override) is
+reported as failing its check and takes no part in the speed-ups. The plugin's steps that
+ran the optimizer as eager and its graphs run as eager graphs are counted in the notes
+(on CUDA its multi-tensor optimizer kernels need ``TORCH_PLUGIN_CUDA_OPTIMIZER_KERNELS=1``
+until verified on a GPU; the header lists every ``TORCH_PLUGIN_*`` variable of the run).
+
+The runner is gpu_models' (``gpu_runner``): ``--gpus N`` runs N rows at once, one child per
+GPU, each pinned to 1/N of the cores; rows go longest first (estimated: ``--plan`` prints the
+schedule); ``--deadline-s`` / ``--hard-deadline-s`` / ``--timeout``; ``--shard K/N`` runs the
+K-th of N balanced parts; the JSON is rewritten after every row; ``--append`` / ``--resume``
+run only the rows missing; ``--merge A.json B.json --out t.md`` joins calls (no GPU).
+
+    # the 8 rows (4 models x fp32, bf16) on 4 GPUs, about 4-5 minutes (--plan for estimates)
+    python3 benchmarks/training_step.py --gpus 4 --deadline-s 360 --hard-deadline-s 470 \\
+        --out benchmarks/results/training-step-h100x4.md
+    # half the rows per call (two calls on one GPU each, or on 2 GPUs)
+    python3 benchmarks/training_step.py --shard 1/2 --gpus 2 --out r1.md
+    python3 benchmarks/training_step.py --shard 2/2 --gpus 2 --out r2.md
+    python3 benchmarks/training_step.py --merge r1.json r2.json --out table.md
+    # CPU smoke test (seconds)
+    python3 benchmarks/training_step.py --device cpu --rows mlp --dtypes fp32 --batch 4 \\
+        --variants eager,eager_fused,plugin --warmup 1 --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import math
+import os
+import shlex
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import gpu_models
+import gpu_runner
+import gpu_table
+import training_table
+from gpu_rows import COMPILE_EST_S, MODEL_ROWS, build_model
+
+ROWS = ["resnet50", "bert", "gpt2", "vit"]
+TINY_ROWS = ["mlp", "cnn"]
+VARIANTS = ["eager", "eager_fused", "plugin", "compile_opt", "compile"]
+LR = 1e-4
+CHECK_STEPS = 3
+# (loss, update, buffer) tolerances of the check; see the module docstring.
+TOLERANCES = {"fp32": (5e-3, 0.2, 5e-3), "bf16": (3e-2, 0.5, 3e-2)}
+
+# --- time estimates (seconds, an H100 host's 1/4 of 64 cores), for scheduling only ----------
+# Training compiles forward and backward: twice gpu_models' inference estimate; compiling
+# AdamW's step (PyTorch's recipe) over a model's 150-200 parameters: OPT_COMPILE_EST_S; the
+# plugin's whole step: PLUGIN_EST_S; a child's startup, the reference steps and the
+# snapshots: STARTUP_EST_S; eager milliseconds per step (fp32, batch 32; bf16 about half).
+TRAIN_COMPILE_X = 2.0
+OPT_COMPILE_EST_S = 15.0
+PLUGIN_EST_S = 15.0
+STARTUP_EST_S = 25.0
+STEP_MS_EST = {"resnet50": 60.0, "bert": 50.0, "gpt2": 70.0, "vit": 90.0}
+
+
+def estimate_s(row: str, batch: int, dtype: str, variants: list[str], steps: int) -> float:
+    """Estimated wall seconds of one child measuring ``variants`` on one row."""
+    if row in TINY_ROWS:
+        return 5.0 + 10.0 * sum(v.startswith("compile") for v in variants)
+    base = COMPILE_EST_S.get(row, 15.0) * TRAIN_COMPILE_X * (1.2 if dtype == "bf16" else 1.0)
+    ms = STEP_MS_EST.get(row, 60.0) * batch / 32 * (0.5 if dtype == "bf16" else 1.0)
+    total = STARTUP_EST_S + CHECK_STEPS * ms / 1e3
+    for v in variants:
+        total += {
+            "plugin": PLUGIN_EST_S,
+            "compile": base,
+            "compile_opt": base + OPT_COMPILE_EST_S,
+        }.get(v, 0.0)
+        total += (CHECK_STEPS + 10 + steps) * ms / 1e3
+    return total
+
+
+# --- the child: one row, every variant ---------------------------------------------------------
+def build_row(name: str, batch: int, device: str, dropout: bool):
+    """``(model, call, inputs, loss_fn)``: the model in training mode, ``call(module, *inputs)``
+    its output tensor, and ``loss_fn(out)`` the row's scalar loss (targets fixed, seed 1).
+    Raises SystemExit for an unknown row."""
+    import torch
+    import torch.nn.functional as F
+
+    if name in TINY_ROWS:
+        torch.manual_seed(0)
+        if name == "mlp":
+            model = torch.nn.Sequential(
+                torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
+                torch.nn.Linear(64, 10),
+            )  # fmt: skip
+            x = torch.randn(batch, 32)
+        else:
+            model = torch.nn.Sequential(
+                torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 10),
+            )  # fmt: skip
+            x = torch.randn(batch, 3, 8, 8)
+        model, call, inputs = model.to(device), _call, (x.to(device),)
+    elif name in MODEL_ROWS:
+        model, call, inputs = build_model(name, batch, device, dropout=dropout)
+    else:
+        raise SystemExit(f"unknown row {name}; rows: {', '.join(MODEL_ROWS + TINY_ROWS)}")
+    model.train()
+    g = torch.Generator().manual_seed(1)
+    if name in ("gpt2",):  # next token; the last position has none
+        ids = inputs[0]
+        target = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
+
+        def loss_fn(out):
+            return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+
+    elif name in ("bert", "gpt2_body", "llama"):
+
+        def loss_fn(out):
+            return out.float().square().mean()
+
+    else:
+        target = torch.randint(0, 10 if name in TINY_ROWS else 1000, (batch,), generator=g)
+        target = target.to(device)
+
+        def loss_fn(out):
+            return F.cross_entropy(out, target)
+
+    return model, call, inputs, loss_fn
+
+
+def _call(module, x):
+    """The tiny rows' ``call``: the module on its input."""
+    return module(x)
+
+
+def make_step(variant: str, model, call, inputs, loss_fn, opt, device: str, bf16: bool):
+    """The training step of ``variant`` (a no-argument function returning the detached loss).
+    Raises SystemExit for an unknown variant."""
+    import torch
+
+    if variant not in VARIANTS:
+        raise SystemExit(f"unknown variant {variant}; variants: {', '.join(VARIANTS)}")
+    module = torch.compile(model) if variant in ("compile", "compile_opt") else model
+    opt_step = opt.step
+    if variant == "compile_opt":
+
+        @torch.compile(fullgraph=False)
+        def opt_step():
+            opt.step()
+
+    def step():
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(call(module, *inputs))
+        loss.backward()
+        opt_step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    if variant == "plugin":
+        import torch_plugin
+
+        return torch_plugin.optimize(step, backend="plugin")
+    return step
+
+
+def make_optimizer(variant: str, model):
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    kind = {"fused": True} if variant == "eager_fused" else {"foreach": True}
+    return torch.optim.AdamW(params, lr=LR, **kind)
+
+
+def snapshot(model) -> tuple[dict, dict]:
+    """CPU copies of the model's parameters and buffers, by name."""
+    params = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
+    buffers = {n: b.detach().to("cpu", copy=True) for n, b in model.named_buffers()}
+    return params, buffers
+
+
+def restore(model, state: tuple[dict, dict]) -> None:
+    """Writes ``state`` (a :func:`snapshot`) back into the model's tensors in place, and drops
+    the gradients."""
+    import torch
+
+    params, buffers = state
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(params[n])
+            p.grad = None
+        for n, b in model.named_buffers():
+            b.copy_(buffers[n])
+
+
+def compare(init, ref, got, ref_losses, got_losses) -> dict:
+    """The check's figures of a variant's state ``got`` after the check steps against eager's
+    ``ref``, both from ``init`` (snapshots): ``loss_err`` (largest relative difference of the
+    losses), ``update_err`` (|dW - dW_ref| / |dW_ref| over all parameters, dW = final -
+    initial), ``buffer_err`` (largest |b - b_ref| / |b_ref| of a floating buffer; an integer
+    buffer that differs counts as inf). Non-finite values give inf."""
+    import torch
+
+    inf = float("inf")
+    loss_err = 0.0
+    for a, b in zip(got_losses, ref_losses, strict=True):
+        d = abs(a - b) / max(abs(b), 1e-12)
+        loss_err = max(loss_err, d if math.isfinite(d) else inf)
+    num = den = 0.0
+    for n, p0 in init[0].items():
+        dr = (ref[0][n] - p0).double()
+        dg = (got[0][n] - p0).double()
+        num += (dg - dr).square().sum().item()
+        den += dr.square().sum().item()
+    update_err = (num**0.5 / den**0.5) if den > 0 else (0.0 if num == 0 else inf)
+    update_err = update_err if math.isfinite(update_err) else inf
+    buffer_err = 0.0
+    for n, b in ref[1].items():
+        g = got[1][n]
+        if not b.is_floating_point():
+            buffer_err = max(buffer_err, 0.0 if torch.equal(g, b) else inf)
+            continue
+        den_b = b.double().norm().item()
+        e = (g.double() - b.double()).norm().item() / max(den_b, 1e-30)
+        buffer_err = max(buffer_err, e if math.isfinite(e) else inf)
+    return {"loss_err": loss_err, "update_err": update_err, "buffer_err": buffer_err}
+
+
+def passes(check: dict, tol: tuple[float, float, float]) -> bool:
+    """Whether the figures of :func:`compare` are within ``tol`` (loss, update, buffer)."""
+    return (
+        check["loss_err"] <= tol[0]
+        and check["update_err"] <= tol[1]
+        and check["buffer_err"] <= tol[2]
+    )
+
+
+def _counters() -> dict:
+    try:
+        from torch_plugin.compiler import optimizer_step
+    except ImportError:
+        return {}
+    return dict(optimizer_step.counters, eager_graphs=gpu_models._eager_graphs())
+
+
+def measure(variant, row, init, ref, args) -> dict:
+    """One variant of one row: the record (``ms``, ``first_s``, ``compile_s``, ``peak_mb``,
+    the check's figures and verdict, the plugin's counters and notes)."""
+    import optimizer_step as opt_bench  # benchmarks/optimizer_step.py: its timing loop
+    import torch
+
+    cuda = args.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    model, call, inputs, loss_fn = row
+    restore(model, init)
+    torch.manual_seed(0)
+    gc.collect()
+    if cuda:
+        sync()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    opt = make_optimizer(variant, model)
+    step = make_step(variant, model, call, inputs, loss_fn, opt, args.device, args.dtype == "bf16")
+    c0 = _counters()
+    with gpu_models._Notes() as notes:
+        t0 = time.perf_counter()
+        losses = [step()]
+        sync()
+        first = time.perf_counter() - t0
+        losses += [step() for _ in range(CHECK_STEPS - 1)]
+    check = compare(init, ref[0], snapshot(model), ref[1], [x.item() for x in losses])
+    tol = tolerances(args)
+    check_ok = passes(check, tol) if not args.dropout else None
+    ms = opt_bench._time(step, args.device, args.warmup, args.steps)
+    rec = {"ms": ms, "first_s": first, "compile_s": max(first - ms * 1e-3, 0.0)}
+    rec.update(check=check, check_ok=check_ok)
+    if cuda:
+        rec["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    c1 = _counters()
+    if variant == "plugin" and c1:
+        rec["plugin"] = {k: c1[k] - c0.get(k, 0) for k in c1}
+    if notes.msgs:
+        rec["notes"] = notes.msgs
+    if variant == "plugin" and c1 and c1["eager_graphs"] > c0.get("eager_graphs", 0):
+        rec["eager_graphs"] = c1["eager_graphs"] - c0.get("eager_graphs", 0)
+    return rec
+
+
+def tolerances(args) -> tuple[float, float, float]:
+    loss, update, buffer = TOLERANCES[args.dtype]
+    return (
+        args.loss_tol if args.loss_tol is not None else loss,
+        args.update_tol if args.update_tol is not None else update,
+        args.loss_tol if args.loss_tol is not None else buffer,
+    )
+
+
+def child(args: argparse.Namespace) -> None:
+    """Measures one row, every variant of ``--variants`` in this process, in order; prints a
+    ``META`` line, then one ``ROW`` JSON line per variant."""
+    t_start = time.perf_counter()
+    with contextlib.suppress(Exception):  # die with the runner (Linux PR_SET_PDEATHSIG = 1)
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    if args.cpus:
+        os.sched_setaffinity(0, gpu_runner.parse_cpus(args.cpus))
+    import torch
+
+    torch.set_float32_matmul_precision(args.matmul_precision)
+    cuda = args.device == "cuda"
+    meta = gpu_models.device_meta(args.device, args.matmul_precision)
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("TORCH_PLUGIN_")}
+    env = {k: v for k, v in env.items() if k != "TORCH_PLUGIN_CACHE_DIR"}
+    meta["versions"] += "; " + (" ".join(f"{k}={v}" for k, v in env.items()) or "no TORCH_PLUGIN_*")
+    print("META " + json.dumps(meta), flush=True)
+    import torch_plugin  # its import (the extension, AOTAutograd) is startup, not a compile
+
+    row = build_row(args.row, args.batch, args.device, args.dropout)
+    model, call, inputs, loss_fn = row
+    init = snapshot(model)
+    ref_opt = make_optimizer("eager", model)
+    ref_step = make_step("eager", model, call, inputs, loss_fn, ref_opt, args.device,
+                         args.dtype == "bf16")  # fmt: skip
+    torch.manual_seed(0)
+    ref_losses = [ref_step().item() for _ in range(CHECK_STEPS)]
+    ref = (snapshot(model), ref_losses)
+    del ref_opt, ref_step
+    startup_s = time.perf_counter() - t_start
+    for variant in args.variants.split(","):
+        t_variant = time.perf_counter()
+        rec = {"row": args.row, "batch": args.batch, "dtype": args.dtype, "backend": variant}
+        rec.update(job="main", gpu=meta["gpu"], tol=list(tolerances(args)))
+        try:
+            rec.update(measure(variant, row, init, ref, args))
+        except Exception as e:  # noqa: BLE001 - a variant's failure is reported, not fatal
+            rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rec.update(startup_s=round(startup_s, 1), wall_s=round(time.perf_counter() - t_variant, 1))
+        print("ROW " + json.dumps(rec), flush=True)
+        torch._dynamo.reset()
+        torch_plugin.reset()
+        gc.collect()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+
+# --- the parent ----------------------------------------------------------------------------------
+def launch_child(job, worker, timeout: float, args) -> tuple[list[dict], dict | None, bool]:
+    """Runs ``job`` (a :class:`gpu_runner.Job`; its backends are variants) in a child on
+    ``worker``'s GPU and CPUs with empty caches. Returns (records, meta, timed_out)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor")
+        env.update(TRITON_CACHE_DIR=f"{tmp}/triton", TORCH_PLUGIN_CACHE_DIR=f"{tmp}/plugin")
+        if worker.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = worker.gpu
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--row", job.row,
+               "--batch", str(job.batch), "--dtypes", job.dtype, "--variants",
+               ",".join(job.backends), "--steps", str(args.steps), "--warmup",
+               str(args.warmup), "--matmul-precision", args.matmul_precision,
+               "--device", args.device]  # fmt: skip
+        for flag, value in (("--loss-tol", args.loss_tol), ("--update-tol", args.update_tol)):
+            if value is not None:
+                cmd += [flag, str(value)]
+        if args.dropout:
+            cmd += ["--dropout"]
+        if worker.cpus:
+            cmd += ["--cpus", worker.cpus]
+        return gpu_models._run(cmd, env, timeout)
+
+
+def make_jobs(rows: list[str], dtypes: list[str], args) -> list[gpu_runner.Job]:
+    """One job per (row, dtype), longest first (estimate, then the given order)."""
+    variants = [v for v in args.variants.split(",") if v]
+    for v in variants:
+        if v not in VARIANTS:
+            raise SystemExit(f"unknown variant {v}; variants: {', '.join(VARIANTS)}")
+    jobs = []
+    for row in rows:
+        if row not in MODEL_ROWS + TINY_ROWS:
+            raise SystemExit(f"unknown row {row}; rows: {', '.join(MODEL_ROWS + TINY_ROWS)}")
+        for d in dtypes:
+            if d not in TOLERANCES:
+                raise SystemExit(f"unknown dtype {d}; dtypes: fp32, bf16")
+            est = estimate_s(row, args.batch, d, variants, args.steps)
+            jobs.append(gpu_runner.Job(row, args.batch, d, "main", variants, est))
+    order = {j.key: i for i, j in enumerate(jobs)}
+    return sorted(jobs, key=lambda j: (-j.est_s, order[j.key]))
+
+
+def write(out, meta, records, backends=None, echo: bool = False) -> str:
+    """The results files: training_table's report to ``out``, the JSON beside it."""
+    return gpu_runner.write(out, meta, records, backends, echo, report=training_table.report)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--steps", type=int, default=20, help="timed steps (the median)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps after the check's")
+    ap.add_argument("--dropout", action="store_true", help="keep the models' dropout")
+    ap.add_argument("--loss-tol", type=float, default=None, help="check: loss and buffers")
+    ap.add_argument("--update-tol", type=float, default=None, help="check: weight updates")
+    ap.add_argument("--matmul-precision", default="high", choices=["highest", "high", "medium"])
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--gpus", type=int, default=1, help="rows at once, one GPU each")
+    pin_help = "each GPU's child gets 1/N of the cores (default: if --gpus > 1)"
+    ap.add_argument("--pin-cpus", action=argparse.BooleanOptionalAction, help=pin_help)
+    ap.add_argument("--deadline-s", type=float, default=0.0, help="no row starts after (0: none)")
+    ap.add_argument("--hard-deadline-s", type=float, default=0.0,
+                    help="running children are killed, their rows not run (0: none)")  # fmt: skip
+    ap.add_argument("--timeout", type=float, default=420.0, help="per child, seconds")
+    ap.add_argument("--shard", default="", help="K/N: the K-th of N balanced parts of the rows")
+    ap.add_argument("--resume", nargs="+", default=[], help="results JSON: skip their rows")
+    ap.add_argument("--append", action="store_true", help="--resume from --out's JSON if any")
+    ap.add_argument("--retry-errors", action="store_true", help="with --resume: rerun failures")
+    ap.add_argument("--merge", nargs="+", default=[], help="join results JSON files; no GPU")
+    ap.add_argument("--plan", action="store_true", help="print the schedule and exit")
+    ap.add_argument("--out", default="", help="markdown path; the JSON goes beside it")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--row", help=argparse.SUPPRESS)
+    ap.add_argument("--cpus", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.runs, args.ma_cap_s = args.steps, 0.0  # what gpu_runner reads
+    if args.child:
+        args.dtype = args.dtypes
+        child(args)
+        return
+    command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0]] + (argv or sys.argv[1:]))
+    if args.merge:
+        meta, recs = gpu_table.merge([gpu_table.load(p) for p in args.merge])
+        write(args.out, meta, recs, echo=not args.out)
+        return
+    rows = [r for r in args.rows.split(",") if r]
+    jobs = make_jobs(rows, [d for d in args.dtypes.split(",") if d], args)
+    jobs = gpu_runner.shard(jobs, args.shard)
+    resume = list(args.resume)
+    out_json = os.path.splitext(args.out)[0] + ".json" if args.out else ""
+    if args.append and out_json and os.path.exists(out_json):
+        resume.append(out_json)
+    prior = gpu_table.merge([gpu_table.load(p) for p in resume]) if resume else ({}, [])
+    todo = gpu_runner.pending(jobs, prior[1], args.retry_errors)
+    if args.plan:
+        print(gpu_runner.describe_plan(todo, len(jobs), args))
+        return
+    signal.signal(signal.SIGTERM, gpu_models._stop)
+    signal.signal(signal.SIGINT, gpu_models._stop)
+    runner = gpu_runner.Runner(todo, args, command, prior, launch_child, writer=write)
+    meta, recs = runner.run()
+    write(args.out, meta, recs, args.variants.split(","), echo=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""The report of ``benchmarks/training_step.py``: the markdown tables and the summary against
+issue #30's training targets. Pure Python (no torch): ``--merge`` and the tests run it on any
+machine.
+
+A record is gpu_table's (``row``, ``batch``, ``dtype``, ``backend``: here the variant,
+``job``; ``error`` or ``not_run`` where there is no measurement) with training_step's
+figures: ``ms`` (median step), ``first_s`` (the first step's wall seconds), ``compile_s``
+(cold compile: first step minus one steady step), ``peak_mb``, ``check`` (``loss_err``,
+``update_err``, ``buffer_err``), ``check_ok`` (True, False, or None when not judged: with
+dropout), ``tol`` (loss, update, buffer), and for the plugin ``plugin`` (its counters over
+the variant: optimizer steps compiled / run as eager, graphs run as eager graphs), ``notes``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gpu_table
+from gpu_rows import TITLES
+
+VARIANTS = ["eager", "eager_fused", "plugin", "compile_opt", "compile"]
+COMPILE_VARIANTS = ("compile", "compile_opt")
+# Issue #30's targets: the plugin at least TARGET_X_COMPILE times the best torch.compile
+# variant and never below eager; peak memory at most eager's (gpu_table's tolerance); cold
+# compile at most TARGET_COLD of torch.compile's (compile_opt's: the same work, the module and
+# the optimizer step; compile's where compile_opt was not measured).
+TARGET_X_COMPILE = 1.1
+TARGET_X_EAGER = 1.0
+TARGET_COLD = 0.2
+PEAK_TOL_MB = gpu_table.PEAK_TOL_MB
+TINY_TITLES = {"mlp": "tiny MLP (CPU smoke)", "cnn": "tiny CNN (CPU smoke)"}
+
+
+def usable(c: dict | None, key: str = "ms"):
+    """``c[key]`` of a measured record that did not fail its check, else None."""
+    if not c or c.get("check_ok") is False:
+        return None
+    return gpu_table._ok(c, key)
+
+
+def metrics(cells: dict[str, dict]) -> dict:
+    """A row's derived figures (None where a side is missing or failed its check):
+    ``x_compile`` (best torch.compile variant's ms over the plugin's) and ``best`` (which),
+    ``x_eager`` (eager over plugin), ``peak_ratio`` / ``peak_over_mb`` (plugin against eager),
+    ``cold_ratio`` (plugin's cold compile over torch.compile's: compile_opt's, else compile's)
+    and ``cold_ref`` (which)."""
+    plugin = usable(cells.get("plugin"))
+    modes = [(m, usable(cells.get(m))) for m in COMPILE_VARIANTS]
+    modes = [(m, v) for m, v in modes if v is not None]
+    best = min(modes, key=lambda mv: mv[1]) if modes else None
+    eager = usable(cells.get("eager"))
+    pp, ep = usable(cells.get("plugin"), "peak_mb"), usable(cells.get("eager"), "peak_mb")
+    pc = usable(cells.get("plugin"), "compile_s")
+    ref = next((m for m in ("compile_opt", "compile") if usable(cells.get(m), "compile_s")), None)
+    cc = usable(cells.get(ref), "compile_s") if ref else None
+    return {
+        "x_compile": best[1] / plugin if best and plugin else None,
+        "best": best[0] if best else None,
+        "x_eager": eager / plugin if eager and plugin else None,
+        "peak_ratio": pp / ep if pp is not None and ep else None,
+        "peak_over_mb": pp - ep if pp is not None and ep is not None else None,
+        "cold_ratio": pc / cc if pc is not None and cc else None,
+        "cold_ref": ref if cc else None,
+    }
+
+
+def _check(c: dict) -> str:
+    ch = c.get("check")
+    if not ch:
+        return "-"
+    figs = f"{ch['loss_err']:.1e} / {ch['update_err']:.1e} / {ch['buffer_err']:.1e}"
+    verdict = {True: "ok", False: "**FAIL**", None: "not judged"}[c.get("check_ok")]
+    return f"{verdict} ({figs})"
+
+
+def variants_table(records: list[dict], variants: list[str] | None = None) -> str:
+    """One line per (row, variant): ms, x eager, cold s, peak MB, the check."""
+    head = ["row", "batch", "dtype", "variant", "ms", "x eager", "cold s", "peak MB",
+            "check (loss / update / buffer err)"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (row, batch, dtype), cells in gpu_table.index(records).items():
+        order = [v for v in (variants or VARIANTS) if v in cells]
+        order += [v for v in cells if v not in order]
+        eager = usable(cells.get("eager"))
+        for v in order:
+            c = cells[v]
+            ms = gpu_table._cell(c, "ms", gpu_table._ms)
+            if c.get("check_ok") is False and "ms" in c:
+                ms = f"({ms}: check failed)"
+            mine = usable(c)
+            x = f"{eager / mine:.2f}" if eager and mine else "-"
+            cold = (
+                "-" if v.startswith("eager") else gpu_table._cell(c, "compile_s", "{:.1f}".format)
+            )
+            peak = gpu_table._cell(c, "peak_mb", "{:.0f}".format)
+            line = [row, str(batch), dtype, v, ms, x, cold, peak, _check(c)]
+            lines.append("| " + " | ".join(line) + " |")
+    return "\n".join(lines)
+
+
+def rows_table(records: list[dict]) -> str:
+    """One line per row: the plugin against eager and the best torch.compile variant."""
+    head = ["row", "batch", "dtype", "eager ms", "best compile ms", "plugin ms",
+            "plugin x best compile", "plugin x eager", "plugin/eager peak",
+            "plugin/compile cold"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (row, batch, dtype), cells in gpu_table.index(records).items():
+        m = metrics(cells)
+        best = usable(cells.get(m["best"])) if m["best"] else None
+        best_s = f"{gpu_table._ms(best)} ({m['best']})" if best else "-"
+        eager, plugin = usable(cells.get("eager")), usable(cells.get("plugin"))
+        cold = gpu_table._f(m["cold_ratio"])
+        if m["cold_ref"]:
+            cold += f" ({m['cold_ref']})"
+        line = [row, str(batch), dtype, gpu_table._f(eager, "{:.3f}"), best_s,
+                gpu_table._f(plugin, "{:.3f}"), gpu_table._f(m["x_compile"]),
+                gpu_table._f(m["x_eager"]), gpu_table._f(m["peak_ratio"]), cold]  # fmt: skip
+        lines.append("| " + " | ".join(line) + " |")
+    return "\n".join(lines)
+
+
+def summary(records: list[dict]) -> str:
+    """Issue #30's training targets, each with its measured value and the rows that miss; then
+    the failed checks, rows not run, failures and the plugin's notes."""
+    rows = gpu_table.index(records)
+    ms = {k: metrics(c) for k, c in rows.items()}
+    n = len(rows)
+    label = gpu_table.row_label
+
+    def figure(key: str, worst, fmt: str) -> str:
+        vals = [m[key] for m in ms.values() if m[key] is not None]
+        if not vals:
+            return "not measured"
+        return f"{fmt.format(worst(vals))} ({len(vals)} of {n} rows measured)"
+
+    def misses(key: str, bad) -> str:
+        vals = {k: m[key] for k, m in ms.items() if m[key] is not None}
+        if not vals:
+            return "-"
+        items = [f"{label(*k)} {v:.2f}" for k, v in vals.items() if bad(k, v)]
+        return ", ".join(items) or "none"
+
+    plugin_failed = [
+        label(*k) for k, c in rows.items() if c.get("plugin", {}).get("check_ok") is False
+    ]
+    targets = [
+        (f"plugin >= {TARGET_X_COMPILE:.1f}x the best torch.compile variant",
+         "lowest " + figure("x_compile", min, "{:.2f}x"),
+         misses("x_compile", lambda k, v: v < TARGET_X_COMPILE)),
+        (f"plugin >= {TARGET_X_EAGER:.1f}x eager", "lowest " + figure("x_eager", min, "{:.2f}x"),
+         misses("x_eager", lambda k, v: v < TARGET_X_EAGER)),
+        (f"peak memory <= eager's (within {PEAK_TOL_MB:.0f} MB)",
+         "highest plugin/eager " + figure("peak_ratio", max, "{:.2f}"),
+         misses("peak_ratio", lambda k, v: ms[k]["peak_over_mb"] > PEAK_TOL_MB)),
+        (f"cold compile <= {TARGET_COLD:.1f} of torch.compile's",
+         "highest " + figure("cold_ratio", max, "{:.2f}"),
+         misses("cold_ratio", lambda k, v: v > TARGET_COLD)),
+        ("plugin passes the check against eager", f"{len(plugin_failed)} rows fail",
+         ", ".join(plugin_failed) or "none"),
+    ]  # fmt: skip
+    xs = [m["x_compile"] for m in ms.values() if m["x_compile"]]
+    out = [f"## Against issue #30's training targets ({n} rows)", ""]
+    out += ["| target | measured | rows that miss |", "|---|---|---|"]
+    out += [f"| {t} | {m} | {r} |" for t, m, r in targets]
+    if xs:
+        geo = math.exp(sum(math.log(x) for x in xs) / len(xs))
+        out += ["", f"Geomean plugin x best torch.compile: {geo:.2f} over {len(xs)} rows."]
+    extra = notes(records)
+    return "\n".join(out + ([""] + extra if extra else []))
+
+
+def notes(records: list[dict]) -> list[str]:
+    """gpu_table's notes (not run, errors, eager graphs, plugin messages), the failed checks
+    and the plugin's optimizer steps run as eager."""
+    lines = gpu_table.notes(records)
+    for r in records:
+        name = f"{gpu_table.row_label(r['row'], r['batch'], r['dtype'])} {r['backend']}"
+        if r.get("check_ok") is False:
+            tol = r.get("tol") or ["?"] * 3
+            lines.append(f"- {name}: check FAILED against eager ({_check(r)}; tolerances "
+                         f"{' / '.join(str(t) for t in tol)}): not counted as a speed-up")  # fmt: skip
+        p = r.get("plugin") or {}
+        if p.get("eager_steps"):
+            lines.append(
+                f"- {name}: {p['eager_steps']} optimizer step(s) ran as eager's, "
+                f"{p.get('compiled_steps', 0)} compiled"
+            )
+    return lines
+
+
+def header(meta: dict) -> str:
+    """The report's first lines: GPU(s), versions, matmul precision, commands, method."""
+    gpus = meta.get("gpus") or ["unknown"]
+    mixed = " (MIXED: rows from different cards)" if len(gpus) > 1 else ""
+    lines = [
+        "# training_step: one training step, eager vs torch.compile vs torch_plugin (issue #30)",
+        "",
+        f"- GPU: {', '.join(gpus)}{mixed}",
+        f"- versions: {'; '.join(meta.get('versions') or ['?'])}",
+        f"- torch.set_float32_matmul_precision: {', '.join(meta.get('matmul_precision') or ['?'])}",
+        "- step: forward and loss (under bf16 autocast for bf16), backward, AdamW(lr=1e-4)"
+        " step, zero_grad; ms: median of "
+        + "/".join(str(r) for r in meta.get("runs") or ["?"])
+        + " steps"
+        + (", perf_counter" if gpus == ["cpu"] else ", CUDA events around each")
+        + ", after the 3 checked steps and the warm-up; cold s: the first step minus one"
+        " steady step, empty caches at the process's start (compile runs after compile_opt:"
+        " its module kernels cached); peak MB: max_memory_allocated over the variant,"
+        " weights included; check: 3 steps from the same start against eager foreach",
+    ]
+    lines += [f"- command: `{c}`" for c in meta.get("commands", [])]
+    return "\n".join(lines)
+
+
+def report(meta: dict, records: list[dict], variants: list[str] | None = None) -> str:
+    """Header, the per-row table, the per-variant table and the summary: the markdown file."""
+    titles = {**TITLES, **TINY_TITLES}
+    present = sorted({r["row"] for r in records if r["row"] in titles})
+    parts = [header(meta), "", rows_table(records), "", variants_table(records, variants), ""]
+    if present:
+        parts += ["Rows: " + "; ".join(f"`{t}` = {titles[t]}" for t in present), ""]
+    parts.append(summary(records))
+    return "\n".join(parts) + "\n"
