@@ -19,17 +19,22 @@ difference and are not pass/fail).
 Variants (``--variants``, measured in this order by default): ``eager`` (``AdamW(lr=1e-4,
 foreach=True)``), ``eager_fused`` (``fused=True``), ``plugin`` (``torch_plugin.optimize``
 around the whole step function: forward, loss, backward, ``opt.step()``, ``zero_grad()``),
-``compile_opt`` (``torch.compile`` on the module and on a function calling ``opt.step()``:
-PyTorch's compiled-optimizer recipe), ``compile`` (``torch.compile`` on the module, eager
-foreach step). ``compile_opt`` runs before ``compile``, so that it compiles both its graphs
-cold; ``compile``'s cold compile then finds the module's kernels in the process's Inductor
-and Triton caches (for its own cold figure: ``--variants eager,compile``).
+``compile`` (``torch.compile`` on the module, eager foreach step), ``compile_opt``
+(``torch.compile`` on the module and on a function calling ``opt.step()``: PyTorch's
+compiled-optimizer recipe). Each torch.compile variant runs inside
+``torch._inductor.utils.fresh_cache()`` (empty Inductor and Triton cache directories, the
+in-process caches cleared), so that neither finds the other's kernels, and torch.compile's
+one-time costs of the process (imports, compile workers) are paid before the first of them
+by a small compiled layer (``compile_warmup_s`` in their records; the plugin, measured
+before them, pays its own first-use costs in its cold compile).
 
 Method. Each row is a child process with empty Inductor, Triton and plugin caches. It builds
 the model, runs 3 eager (foreach) steps from the initial weights for the reference, then per
 variant: restores the initial weights and buffers, builds a fresh AdamW, resets the peak
 memory counter, runs 3 steps (the first: cold compile; its wall time minus one steady step
-is ``cold s``) and checks them against the reference (``loss err``: the largest relative
+is ``cold s``; the 3 steps' minus 3 steady steps, ``cold 3 s``, also counts what compiles at
+the second step: the plugin's optimizer step, which runs eager's first to create the state)
+and checks them against the reference (``loss err``: the largest relative
 difference of the 3 losses; ``update err``: |dW - dW_eager| / |dW_eager| over all
 parameters, dW the change of the weights over the 3 steps; ``buffer err``: the largest
 relative difference of a floating buffer, BatchNorm's running statistics), then
@@ -66,6 +71,7 @@ import argparse
 import contextlib
 import gc
 import json
+import logging
 import math
 import os
 import shlex
@@ -84,7 +90,7 @@ from gpu_rows import COMPILE_EST_S, MODEL_ROWS, build_model
 
 ROWS = ["resnet50", "bert", "gpt2", "vit"]
 TINY_ROWS = ["mlp", "cnn"]
-VARIANTS = ["eager", "eager_fused", "plugin", "compile_opt", "compile"]
+VARIANTS = ["eager", "eager_fused", "plugin", "compile", "compile_opt"]
 LR = 1e-4
 CHECK_STEPS = 3
 # (loss, update, buffer) tolerances of the check; see the module docstring.
@@ -176,33 +182,43 @@ def _call(module, x):
 
 
 def make_step(variant: str, model, call, inputs, loss_fn, opt, device: str, bf16: bool):
-    """The training step of ``variant`` (a no-argument function returning the detached loss).
-    Raises SystemExit for an unknown variant."""
+    """The training step of ``variant``, as a no-argument function returning the detached
+    loss: it calls the step function (the batch its argument, as a training loop's) on
+    ``inputs``. Raises SystemExit for an unknown variant."""
     import torch
 
     if variant not in VARIANTS:
         raise SystemExit(f"unknown variant {variant}; variants: {', '.join(VARIANTS)}")
     module = torch.compile(model) if variant in ("compile", "compile_opt") else model
-    opt_step = opt.step
     if variant == "compile_opt":
 
         @torch.compile(fullgraph=False)
         def opt_step():
             opt.step()
 
-    def step():
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-            loss = loss_fn(call(module, *inputs))
-        loss.backward()
-        opt_step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        def step(x):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(call(module, x))
+            loss.backward()
+            opt_step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+
+    else:
+
+        def step(x):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(call(module, x))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
 
     if variant == "plugin":
         import torch_plugin
 
-        return torch_plugin.optimize(step, backend="plugin")
-    return step
+        step = torch_plugin.optimize(step, backend="plugin")
+    return lambda: step(*inputs)
 
 
 def make_optimizer(variant: str, model):
@@ -277,11 +293,44 @@ def passes(check: dict, tol: tuple[float, float, float]) -> bool:
 
 
 def _counters() -> dict:
-    try:
-        from torch_plugin.compiler import optimizer_step
-    except ImportError:
-        return {}
-    return dict(optimizer_step.counters, eager_graphs=gpu_models._eager_graphs())
+    """The plugin's counters: optimizer steps compiled / run as eager, graphs run as eager
+    graphs, and capture's frames, failures, graph breaks, graphs compiled, recompiles."""
+    import torch_plugin
+    from torch_plugin.compiler import optimizer_step
+
+    st = torch_plugin.stats
+    return {
+        "compiled_steps": optimizer_step.counters["compiled_steps"],
+        "eager_steps": optimizer_step.counters["eager_steps"],
+        "eager_graphs": gpu_models._eager_graphs(),
+        "frames_captured": st.frames_captured,
+        # capture gave up on these frames (they ran unmodified); not counted: the benchmark's
+        # own log handlers, which the plugin's log calls inside the step enter
+        "frames_failed": sum(1 for f in st.failures if not f[0].endswith(".emit")),
+        "graph_breaks": len(st.graph_breaks),
+        "graphs_compiled": st.graphs_compiled,
+        "recompiles": st.recompiles,
+    }
+
+
+class _Warnings(logging.Handler):
+    """Collects torch_plugin's WARNING messages (an internal capture error: a frame that runs
+    unmodified) while installed, first line of each, at most 6."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.msgs: list[str] = []
+
+    def emit(self, record):
+        if len(self.msgs) < 6:
+            self.msgs.append(record.getMessage().splitlines()[0][:240])
+
+    def __enter__(self):
+        logging.getLogger("torch_plugin").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("torch_plugin").removeHandler(self)
 
 
 def measure(variant, row, init, ref, args) -> dict:
@@ -303,28 +352,72 @@ def measure(variant, row, init, ref, args) -> dict:
     opt = make_optimizer(variant, model)
     step = make_step(variant, model, call, inputs, loss_fn, opt, args.device, args.dtype == "bf16")
     c0 = _counters()
-    with gpu_models._Notes() as notes:
+    fresh = contextlib.nullcontext()
+    if variant.startswith("compile"):  # empty Inductor/Triton caches: a cold compile
+        from torch._inductor.utils import fresh_cache
+
+        fresh = fresh_cache()
+    with fresh, gpu_models._Notes() as notes, _Warnings() as warnings:
         t0 = time.perf_counter()
         losses = [step()]
         sync()
         first = time.perf_counter() - t0
         losses += [step() for _ in range(CHECK_STEPS - 1)]
+        sync()
+        first_steps = time.perf_counter() - t0
     check = compare(init, ref[0], snapshot(model), ref[1], [x.item() for x in losses])
     tol = tolerances(args)
     check_ok = passes(check, tol) if not args.dropout else None
     ms = opt_bench._time(step, args.device, args.warmup, args.steps)
     rec = {"ms": ms, "first_s": first, "compile_s": max(first - ms * 1e-3, 0.0)}
+    rec["compile3_s"] = max(first_steps - CHECK_STEPS * ms * 1e-3, 0.0)
     rec.update(check=check, check_ok=check_ok)
     if cuda:
         rec["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
     c1 = _counters()
-    if variant == "plugin" and c1:
-        rec["plugin"] = {k: c1[k] - c0.get(k, 0) for k in c1}
-    if notes.msgs:
-        rec["notes"] = notes.msgs
-    if variant == "plugin" and c1 and c1["eager_graphs"] > c0.get("eager_graphs", 0):
-        rec["eager_graphs"] = c1["eager_graphs"] - c0.get("eager_graphs", 0)
+    if variant == "plugin":
+        rec["plugin"] = {k: c1[k] - c0[k] for k in c1}
+        if rec["plugin"]["eager_graphs"] > 0:
+            rec["eager_graphs"] = rec["plugin"]["eager_graphs"]
+    if notes.msgs or warnings.msgs:
+        rec["notes"] = notes.msgs + warnings.msgs
     return rec
+
+
+def warm_compile(device: str) -> float:
+    """Pays torch.compile's one-time costs of the process (Dynamo's, AOTAutograd's and
+    Inductor's imports, the compile workers, the toolchain's probes) on a small linear layer
+    with its backward, in an empty cache; returns its wall seconds. The child runs it before
+    its first torch.compile variant, so that each variant's cold compile is its own graphs'
+    (and the variants' order does not decide which pays them)."""
+    import torch
+    from torch._inductor.utils import fresh_cache
+
+    t0 = time.perf_counter()
+    lin = torch.nn.Linear(8, 8).to(device)
+
+    def f(x):
+        return torch.relu(lin(x)).sum()
+
+    with fresh_cache():
+        torch.compile(f)(torch.randn(4, 8, device=device)).backward()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    torch._dynamo.reset()
+    return time.perf_counter() - t0
+
+
+def reference(row, args) -> tuple[tuple[dict, dict], list[float]]:
+    """Eager's check steps (foreach AdamW) from the model's current state: (the state after
+    them, a :func:`snapshot`; their losses). Leaves the model in that state."""
+    import torch
+
+    model, call, inputs, loss_fn = row
+    opt = make_optimizer("eager", model)
+    step = make_step("eager", model, call, inputs, loss_fn, opt, args.device, args.dtype == "bf16")
+    torch.manual_seed(0)
+    losses = [step().item() for _ in range(CHECK_STEPS)]
+    return snapshot(model), losses
 
 
 def tolerances(args) -> tuple[float, float, float]:
@@ -358,17 +451,13 @@ def child(args: argparse.Namespace) -> None:
     import torch_plugin  # its import (the extension, AOTAutograd) is startup, not a compile
 
     row = build_row(args.row, args.batch, args.device, args.dropout)
-    model, call, inputs, loss_fn = row
-    init = snapshot(model)
-    ref_opt = make_optimizer("eager", model)
-    ref_step = make_step("eager", model, call, inputs, loss_fn, ref_opt, args.device,
-                         args.dtype == "bf16")  # fmt: skip
-    torch.manual_seed(0)
-    ref_losses = [ref_step().item() for _ in range(CHECK_STEPS)]
-    ref = (snapshot(model), ref_losses)
-    del ref_opt, ref_step
+    init = snapshot(row[0])
+    ref = reference(row, args)
     startup_s = time.perf_counter() - t_start
+    warmup_s = None
     for variant in args.variants.split(","):
+        if variant.startswith("compile") and warmup_s is None:
+            warmup_s = round(warm_compile(args.device), 1)
         t_variant = time.perf_counter()
         rec = {"row": args.row, "batch": args.batch, "dtype": args.dtype, "backend": variant}
         rec.update(job="main", gpu=meta["gpu"], tol=list(tolerances(args)))
@@ -377,6 +466,8 @@ def child(args: argparse.Namespace) -> None:
         except Exception as e:  # noqa: BLE001 - a variant's failure is reported, not fatal
             rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         rec.update(startup_s=round(startup_s, 1), wall_s=round(time.perf_counter() - t_variant, 1))
+        if variant.startswith("compile"):
+            rec["compile_warmup_s"] = warmup_s
         print("ROW " + json.dumps(rec), flush=True)
         torch._dynamo.reset()
         torch_plugin.reset()

@@ -5,7 +5,8 @@ machine.
 A record is gpu_table's (``row``, ``batch``, ``dtype``, ``backend``: here the variant,
 ``job``; ``error`` or ``not_run`` where there is no measurement) with training_step's
 figures: ``ms`` (median step), ``first_s`` (the first step's wall seconds), ``compile_s``
-(cold compile: first step minus one steady step), ``peak_mb``, ``check`` (``loss_err``,
+(cold compile: first step minus one steady step), ``compile3_s`` (the 3 checked steps minus
+3 steady steps), ``peak_mb``, ``check`` (``loss_err``,
 ``update_err``, ``buffer_err``), ``check_ok`` (True, False, or None when not judged: with
 dropout), ``tol`` (loss, update, buffer), and for the plugin ``plugin`` (its counters over
 the variant: optimizer steps compiled / run as eager, graphs run as eager graphs), ``notes``.
@@ -18,7 +19,7 @@ import math
 import gpu_table
 from gpu_rows import TITLES
 
-VARIANTS = ["eager", "eager_fused", "plugin", "compile_opt", "compile"]
+VARIANTS = ["eager", "eager_fused", "plugin", "compile", "compile_opt"]
 COMPILE_VARIANTS = ("compile", "compile_opt")
 # Issue #30's targets: the plugin at least TARGET_X_COMPILE times the best torch.compile
 # variant and never below eager; peak memory at most eager's (gpu_table's tolerance); cold
@@ -75,7 +76,7 @@ def _check(c: dict) -> str:
 
 def variants_table(records: list[dict], variants: list[str] | None = None) -> str:
     """One line per (row, variant): ms, x eager, cold s, peak MB, the check."""
-    head = ["row", "batch", "dtype", "variant", "ms", "x eager", "cold s", "peak MB",
+    head = ["row", "batch", "dtype", "variant", "ms", "x eager", "cold s", "cold 3 s", "peak MB",
             "check (loss / update / buffer err)"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (row, batch, dtype), cells in gpu_table.index(records).items():
@@ -89,11 +90,12 @@ def variants_table(records: list[dict], variants: list[str] | None = None) -> st
                 ms = f"({ms}: check failed)"
             mine = usable(c)
             x = f"{eager / mine:.2f}" if eager and mine else "-"
-            cold = (
-                "-" if v.startswith("eager") else gpu_table._cell(c, "compile_s", "{:.1f}".format)
-            )
+            cold = cold3 = "-"
+            if not v.startswith("eager"):
+                cold = gpu_table._cell(c, "compile_s", "{:.1f}".format)
+                cold3 = gpu_table._cell(c, "compile3_s", "{:.1f}".format)
             peak = gpu_table._cell(c, "peak_mb", "{:.0f}".format)
-            line = [row, str(batch), dtype, v, ms, x, cold, peak, _check(c)]
+            line = [row, str(batch), dtype, v, ms, x, cold, cold3, peak, _check(c)]
             lines.append("| " + " | ".join(line) + " |")
     return "\n".join(lines)
 
@@ -179,11 +181,19 @@ def notes(records: list[dict]) -> list[str]:
             tol = r.get("tol") or ["?"] * 3
             lines.append(f"- {name}: check FAILED against eager ({_check(r)}; tolerances "
                          f"{' / '.join(str(t) for t in tol)}): not counted as a speed-up")  # fmt: skip
-        p = r.get("plugin") or {}
-        if p.get("eager_steps"):
+        if r.get("compile_warmup_s") and r["backend"] == "compile":
             lines.append(
-                f"- {name}: {p['eager_steps']} optimizer step(s) ran as eager's, "
-                f"{p.get('compiled_steps', 0)} compiled"
+                f"- {name}: torch.compile's one-time process warm-up {r['compile_warmup_s']} s"
+                " (not in the torch.compile variants' cold compiles)"
+            )
+        p = r.get("plugin") or {}
+        if p:
+            lines.append(
+                f"- {name}: optimizer steps {p.get('compiled_steps', 0)} compiled,"
+                f" {p.get('eager_steps', 0)} eager's; capture: {p.get('frames_captured', 0)}"
+                f" frames, {p.get('frames_failed', 0)} failed, {p.get('graph_breaks', 0)} graph"
+                f" breaks, {p.get('graphs_compiled', 0)} graphs, {p.get('recompiles', 0)}"
+                " recompiles"
             )
     return lines
 
@@ -204,9 +214,11 @@ def header(meta: dict) -> str:
         + " steps"
         + (", perf_counter" if gpus == ["cpu"] else ", CUDA events around each")
         + ", after the 3 checked steps and the warm-up; cold s: the first step minus one"
-        " steady step, empty caches at the process's start (compile runs after compile_opt:"
-        " its module kernels cached); peak MB: max_memory_allocated over the variant,"
-        " weights included; check: 3 steps from the same start against eager foreach",
+        " steady step, empty caches (torch.compile variants: each in fresh_cache(), after a"
+        " small compiled layer paid the process's one-time costs, in the notes); cold 3 s:"
+        " the 3 checked steps minus 3 steady steps; peak MB: max_memory_allocated over the"
+        " variant, weights included; check: 3 steps from the same start against eager"
+        " foreach: loss err, update err (|dW - dW_eager| / |dW_eager|), buffer err",
     ]
     lines += [f"- command: `{c}`" for c in meta.get("commands", [])]
     return "\n".join(lines)
