@@ -6,10 +6,12 @@ A record is gpu_table's (``row``, ``batch``, ``dtype``, ``backend``: here the va
 ``job``; ``error`` or ``not_run`` where there is no measurement) with training_step's
 figures: ``ms`` (median step), ``first_s`` (the first step's wall seconds), ``compile_s``
 (cold compile: first step minus one steady step), ``compile3_s`` (the 3 checked steps minus
-3 steady steps), ``peak_mb``, ``check`` (``loss_err``,
-``update_err``, ``buffer_err``), ``check_ok`` (True, False, or None when not judged: with
-dropout), ``tol`` (loss, update, buffer), and for the plugin ``plugin`` (its counters over
-the variant: optimizer steps compiled / run as eager, graphs run as eager graphs), ``notes``.
+3 steady steps), ``peak_mb``, ``check`` (``loss_err``, ``update_err``, ``moment_err``,
+``buffer_err`` against eager), ``check_precise`` (the same against the precise reference),
+``floor`` (eager's against it), ``tol`` and ``tol_mult`` (the rule), ``check_ok`` (True,
+False, or None when not judged: with dropout), and for the plugin ``plugin`` (its counters
+over the variant: optimizer steps compiled / run as eager, capture's frames, failures, graph
+breaks, graphs, recompiles, graphs run as eager graphs), ``notes``.
 """
 
 from __future__ import annotations
@@ -65,19 +67,24 @@ def metrics(cells: dict[str, dict]) -> dict:
     }
 
 
+CHECK_KEYS = ("loss_err", "update_err", "moment_err", "buffer_err")
+
+
+def _figs(ch: dict | None) -> str:
+    return " / ".join(f"{ch[k]:.1e}" if k in ch else "-" for k in CHECK_KEYS) if ch else "-"
+
+
 def _check(c: dict) -> str:
-    ch = c.get("check")
-    if not ch:
+    if not c.get("check"):
         return "-"
-    figs = f"{ch['loss_err']:.1e} / {ch['update_err']:.1e} / {ch['buffer_err']:.1e}"
     verdict = {True: "ok", False: "**FAIL**", None: "not judged"}[c.get("check_ok")]
-    return f"{verdict} ({figs})"
+    return f"{verdict} ({_figs(c['check'])})"
 
 
 def variants_table(records: list[dict], variants: list[str] | None = None) -> str:
     """One line per (row, variant): ms, x eager, cold s, peak MB, the check."""
     head = ["row", "batch", "dtype", "variant", "ms", "x eager", "cold s", "cold 3 s", "peak MB",
-            "check (loss / update / buffer err)"]  # fmt: skip
+            "check: err vs eager (loss / update / moment / buffer)"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (row, batch, dtype), cells in gpu_table.index(records).items():
         order = [v for v in (variants or VARIANTS) if v in cells]
@@ -178,9 +185,12 @@ def notes(records: list[dict]) -> list[str]:
     for r in records:
         name = f"{gpu_table.row_label(r['row'], r['batch'], r['dtype'])} {r['backend']}"
         if r.get("check_ok") is False:
-            tol = r.get("tol") or ["?"] * 3
-            lines.append(f"- {name}: check FAILED against eager ({_check(r)}; tolerances "
-                         f"{' / '.join(str(t) for t in tol)}): not counted as a speed-up")  # fmt: skip
+            tol = r.get("tol") or {}
+            lines.append(
+                f"- {name}: check FAILED: against the precise reference {_figs(r.get('check_precise'))},"
+                f" allowed {r.get('tol_mult', '?')} x eager's {_figs(r.get('floor'))} + {_figs(tol)}"
+                " (loss / update / moment / buffer): not counted as a speed-up"
+            )
         if r.get("compile_warmup_s") and r["backend"] == "compile":
             lines.append(
                 f"- {name}: torch.compile's one-time process warm-up {r['compile_warmup_s']} s"
