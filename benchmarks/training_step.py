@@ -269,27 +269,34 @@ def restore(model, state: tuple) -> None:
             b.copy_(buffers[n])
 
 
-def _rel(pairs) -> float:
-    """|a - b| / |b| over all the (a, b) tensor pairs together (float64); inf where a is
-    missing or a value is not finite; 0 where both are all zeros."""
+def _rel(items, device: str) -> float:
+    """|a - b| / |b| over all the ``(a, b, base)`` items together, ``a - base`` and ``b -
+    base`` in place of ``a`` and ``b`` where ``base`` is not None; computed in float64 on
+    ``device`` (the tensors are moved there one at a time). inf where an ``a`` is None or a
+    value is not finite; 0 where both are all zeros."""
     num = den = 0.0
-    for a, b in pairs:
+    for a, b, base in items:
         if a is None:
             return float("inf")
-        num += (a.double() - b.double()).square().sum().item()
-        den += b.double().square().sum().item()
+        a, b = a.to(device).double(), b.to(device).double()
+        if base is not None:
+            base = base.to(device).double()
+            a, b = a - base, b - base
+        num += (a - b).square().sum().item()
+        den += b.square().sum().item()
     err = (num**0.5 / den**0.5) if den > 0 else (0.0 if num == 0 else float("inf"))
     return err if math.isfinite(err) else float("inf")
 
 
-def compare(init, ref, got, ref_losses, got_losses) -> dict:
+def compare(init, ref, got, ref_losses, got_losses, device: str = "cpu") -> dict:
     """The check's figures of a variant's state ``got`` after the check steps against a
     reference's ``ref``, both from ``init`` (snapshots): ``loss_err`` (largest relative
     difference of the losses), ``update_err`` (|dW - dW_ref| / |dW_ref| over all parameters,
     dW = final - initial), ``moment_err`` (the same of AdamW's ``exp_avg``: the gradients'
     average, without the update's division by their magnitude), ``buffer_err`` (largest
     relative difference of a floating buffer, BatchNorm's running statistics; an integer
-    buffer that differs counts as inf). Non-finite values give inf."""
+    buffer that differs counts as inf). Non-finite values give inf. The sums run on
+    ``device``."""
     import torch
 
     inf = float("inf")
@@ -298,15 +305,15 @@ def compare(init, ref, got, ref_losses, got_losses) -> dict:
         d = abs(a - b) / max(abs(b), 1e-12)
         loss_err = max(loss_err, d if math.isfinite(d) else inf)
     p0 = init[0]
-    update_err = _rel((got[0][n] - p0[n], ref[0][n] - p0[n]) for n in p0)
-    moment_err = _rel((got[2].get(n), m) for n, m in ref[2].items())
+    update_err = _rel(((got[0][n], ref[0][n], p0[n]) for n in p0), device)
+    moment_err = _rel(((got[2].get(n), m, None) for n, m in ref[2].items()), device)
     buffer_err = 0.0
     for n, b in ref[1].items():
         g = got[1][n]
         if not b.is_floating_point():
             buffer_err = max(buffer_err, 0.0 if torch.equal(g, b) else inf)
         else:
-            buffer_err = max(buffer_err, _rel([(g, b)]))
+            buffer_err = max(buffer_err, _rel([(g, b, None)], device))
     return {"loss_err": loss_err, "update_err": update_err, "moment_err": moment_err,
             "buffer_err": buffer_err}  # fmt: skip
 
@@ -394,17 +401,22 @@ def measure(variant, row, init, ref, precise, args) -> dict:
         sync()
         first_steps = time.perf_counter() - t0
     got, got_losses = snapshot(model, opt), [x.item() for x in losses]
-    check = compare(init, ref[0], got, ref[1], got_losses)
-    check_precise = compare(init, precise[0], got, precise[1], got_losses)
-    floor = compare(init, precise[0], ref[0], precise[1], ref[1])
+    # the peak of the steps, not of the check's sums on the device below
+    peak = torch.cuda.max_memory_allocated() if cuda else 0
+    dev = args.device
+    check = compare(init, ref[0], got, ref[1], got_losses, dev)
+    check_precise = compare(init, precise[0], got, precise[1], got_losses, dev)
+    floor = compare(init, precise[0], ref[0], precise[1], ref[1], dev)
     tol = tolerances(args)
     check_ok = None if args.dropout else passes(check_precise, floor, tol, args.tol_mult)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     ms = opt_bench._time(step, args.device, args.warmup, args.steps)
     rec = {"ms": ms, "first_s": first, "compile_s": max(first - ms * 1e-3, 0.0)}
     rec["compile3_s"] = max(first_steps - CHECK_STEPS * ms * 1e-3, 0.0)
     rec.update(check=check, check_precise=check_precise, floor=floor, check_ok=check_ok)
     if cuda:
-        rec["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        rec["peak_mb"] = max(peak, torch.cuda.max_memory_allocated()) / 2**20
     c1 = _counters()
     if variant == "plugin":
         rec["plugin"] = {k: c1[k] - c0[k] for k in c1}
