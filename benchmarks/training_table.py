@@ -6,8 +6,8 @@ A record is gpu_table's (``row``, ``batch``, ``dtype``, ``backend``: here the va
 ``job``; ``error`` or ``not_run`` where there is no measurement) with training_step's
 figures: ``ms`` (median step), ``first_s`` (the first step's wall seconds), ``compile_s``
 (cold compile: first step minus one steady step), ``compile3_s`` (the 3 checked steps minus
-3 steady steps), ``peak_mb``, ``check`` (``loss_err``, ``update_err``, ``moment_err``,
-``buffer_err`` against eager), ``check_precise`` (the same against the precise reference),
+3 steady steps), ``peak_mb``, ``check`` (``loss_err``, ``moment_err``, ``loss3_err``,
+``update_err``, ``buffer_err`` against eager), ``check_precise`` (the same against the precise reference),
 ``floor`` (eager's against it), ``tol`` and ``tol_mult`` (the rule), ``check_ok`` (True,
 False, or None when not judged: with dropout), and for the plugin ``plugin`` (its counters
 over the variant: optimizer steps compiled / run as eager, capture's frames, failures, graph
@@ -67,7 +67,7 @@ def metrics(cells: dict[str, dict]) -> dict:
     }
 
 
-CHECK_KEYS = ("loss_err", "update_err", "moment_err", "buffer_err")
+CHECK_KEYS = ("loss_err", "moment_err", "loss3_err", "update_err", "buffer_err")
 
 
 def _figs(ch: dict | None) -> str:
@@ -84,7 +84,7 @@ def _check(c: dict) -> str:
 def variants_table(records: list[dict], variants: list[str] | None = None) -> str:
     """One line per (row, variant): ms, x eager, cold s, peak MB, the check."""
     head = ["row", "batch", "dtype", "variant", "ms", "x eager", "cold s", "cold 3 s", "peak MB",
-            "check: err vs eager (loss / update / moment / buffer)"]  # fmt: skip
+            "check: err vs eager (loss / moment / loss3 / update / buffer)"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (row, batch, dtype), cells in gpu_table.index(records).items():
         order = [v for v in (variants or VARIANTS) if v in cells]
@@ -189,7 +189,7 @@ def notes(records: list[dict]) -> list[str]:
             lines.append(
                 f"- {name}: check FAILED: against the precise reference {_figs(r.get('check_precise'))},"
                 f" allowed {r.get('tol_mult', '?')} x eager's {_figs(r.get('floor'))} + {_figs(tol)}"
-                " (loss / update / moment / buffer): not counted as a speed-up"
+                " (loss / moment / loss3 / update / buffer): not counted as a speed-up"
             )
         if r.get("compile_warmup_s") and r["backend"] == "compile":
             lines.append(
@@ -228,7 +228,8 @@ def header(meta: dict) -> str:
         " small compiled layer paid the process's one-time costs, in the notes); cold 3 s:"
         " the 3 checked steps minus 3 steady steps; peak MB: max_memory_allocated over the"
         " variant, weights included; check: 3 steps from the same start against eager"
-        " foreach: loss err, update err (|dW - dW_eager| / |dW_eager|), buffer err",
+        " foreach: the first loss and AdamW's first moments (the first gradients), the later"
+        " losses, the weights' change |dW - dW_eager| / |dW_eager| and the buffers after 3",
     ]
     lines += [f"- command: `{c}`" for c in meta.get("commands", [])]
     return "\n".join(lines)

@@ -62,12 +62,13 @@ def test_compare_measures_the_differences(ts):
         {n: m * (1 - eps / 5) for n, m in moments.items()},
     )
     losses = [random.Random(4).uniform(1, 5) for _ in range(3)]
-    bumped = [x * (1 + eps / 100) for x in losses]
+    bumped = [losses[0] * (1 + eps / 100)] + [x * (1 + eps / 50) for x in losses[1:]]
     c = ts.step.compare(init, ref, got, losses, bumped)
     assert c["update_err"] == pytest.approx(eps, rel=1e-6)
     assert c["moment_err"] == pytest.approx(eps / 5, rel=1e-6)
     assert c["buffer_err"] == pytest.approx(eps / 10, rel=1e-5)
     assert c["loss_err"] == pytest.approx(eps / 100, rel=1e-6)
+    assert c["loss3_err"] == pytest.approx(eps / 50, rel=1e-6)
     zero = dict.fromkeys(c, 0.0)
     loose = dict.fromkeys(c, 1.0)
     assert ts.step.passes(c, zero, loose)
@@ -152,7 +153,9 @@ def measured(rng, row, dtype, fail=()):
     for v in ("eager", "eager_fused", "plugin", "compile", "compile_opt"):
         r = rec(row, dtype, v, ms=rng.uniform(10, 40), peak_mb=rng.uniform(1e3, 5e3))
         r.update(compile_s=0.0 if v.startswith("eager") else rng.uniform(1, 60))
-        figs = {"loss_err": 0.0, "update_err": 0.0, "moment_err": 0.0, "buffer_err": 0.0}
+        figs = dict.fromkeys(
+            ("loss_err", "moment_err", "loss3_err", "update_err", "buffer_err"), 0.0
+        )
         r.update(check=figs, check_precise=figs, floor=figs, tol=figs, tol_mult=3.0)
         r.update(check_ok=v not in fail)
         out.append(r)
