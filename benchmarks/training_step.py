@@ -419,9 +419,7 @@ def measure(variant, row, init, ref, precise, args) -> dict:
     c0 = _counters()
     fresh = contextlib.nullcontext()
     if variant.startswith("compile"):  # empty Inductor/Triton caches: a cold compile
-        from torch._inductor.utils import fresh_cache
-
-        fresh = fresh_cache()
+        fresh = _fresh_cache()()
     with fresh, gpu_models._Notes() as notes, _Warnings() as warnings:
         got, got_losses, first, first_steps = check_steps(step, model, opt, sync)
     # the peak of the steps, not of the check's sums on the device below
@@ -450,6 +448,13 @@ def measure(variant, row, init, ref, precise, args) -> dict:
     return rec
 
 
+def _fresh_cache():
+    """``torch._inductor.utils.fresh_cache`` (``fresh_inductor_cache`` before torch 2.8)."""
+    from torch._inductor import utils
+
+    return getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache
+
+
 def warm_compile(device: str) -> float:
     """Pays torch.compile's one-time costs of the process (Dynamo's, AOTAutograd's and
     Inductor's imports, the compile workers, the toolchain's probes) on a small linear layer
@@ -457,8 +462,8 @@ def warm_compile(device: str) -> float:
     its first torch.compile variant, so that each variant's cold compile is its own graphs'
     (and the variants' order does not decide which pays them)."""
     import torch
-    from torch._inductor.utils import fresh_cache
 
+    fresh_cache = _fresh_cache()
     t0 = time.perf_counter()
     lin = torch.nn.Linear(8, 8).to(device)
 
@@ -475,10 +480,10 @@ def warm_compile(device: str) -> float:
 
 def reference(row, args, precise: bool = False) -> tuple[tuple, list[float]]:
     """Eager's check steps (foreach AdamW) from the model's current state: (the state after
-    them, :func:`check_steps`'; their losses). ``precise``: in
-    fp32 without TF32 (matmul precision "highest", cuDNN TF32 off) and without autocast,
-    the reference both eager and the variants are measured against. Leaves the model in
-    the state after the steps."""
+    them, as :func:`check_steps` gives it; their losses). ``precise``: in fp32 without TF32
+    (matmul precision "highest", cuDNN TF32 off) and without autocast, the reference both
+    eager and the variants are measured against. Leaves the model in the state after the
+    steps."""
     import torch
 
     model, call, inputs, loss_fn = row
@@ -534,7 +539,10 @@ def child(args: argparse.Namespace) -> None:
     warmup_s = None
     for variant in args.variants.split(","):
         if variant.startswith("compile") and warmup_s is None:
-            warmup_s = round(warm_compile(args.device), 1)
+            try:
+                warmup_s = round(warm_compile(args.device), 1)
+            except Exception as e:  # noqa: BLE001 - the variants will say what fails
+                warmup_s = f"failed: {type(e).__name__}: {str(e)[:200]}"
         t_variant = time.perf_counter()
         rec = {"row": args.row, "batch": args.batch, "dtype": args.dtype, "backend": variant}
         rec.update(job="main", gpu=meta["gpu"], tol=tolerances(args), tol_mult=args.tol_mult)

@@ -191,9 +191,11 @@ def notes(records: list[dict]) -> list[str]:
                 f" allowed {r.get('tol_mult', '?')} x eager's {_figs(r.get('floor'))} + {_figs(tol)}"
                 " (loss / moment / loss3 / update / buffer): not counted as a speed-up"
             )
-        if r.get("compile_warmup_s") and r["backend"] == "compile":
+        w = r.get("compile_warmup_s")
+        if w is not None and r["backend"] == "compile":
+            w = f"{w} s" if isinstance(w, (int, float)) else w
             lines.append(
-                f"- {name}: torch.compile's one-time process warm-up {r['compile_warmup_s']} s"
+                f"- {name}: torch.compile's one-time process warm-up {w}"
                 " (not in the torch.compile variants' cold compiles)"
             )
         p = r.get("plugin") or {}
