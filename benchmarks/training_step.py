@@ -116,12 +116,12 @@ TOLERANCES = {
 # --- time estimates (seconds, an H100 host's 1/4 of 64 cores), for scheduling only ----------
 # Training compiles forward and backward: twice gpu_models' inference estimate; compiling
 # AdamW's step (PyTorch's recipe) over a model's 150-200 parameters: OPT_COMPILE_EST_S; the
-# plugin's whole step: PLUGIN_EST_S; a child's startup, the reference steps and the
-# snapshots: STARTUP_EST_S; eager milliseconds per step (fp32, batch 32; bf16 about half).
+# plugin's whole step: PLUGIN_EST_S; a child's startup and the snapshots: STARTUP_EST_S; eager milliseconds per step (fp32, batch 32; bf16 about half).
 TRAIN_COMPILE_X = 2.0
 OPT_COMPILE_EST_S = 15.0
 PLUGIN_EST_S = 15.0
 STARTUP_EST_S = 25.0
+WARM_COMPILE_EST_S = 10.0  # warm_compile, before the first torch.compile variant
 STEP_MS_EST = {"resnet50": 60.0, "bert": 50.0, "gpt2": 70.0, "vit": 90.0}
 
 
@@ -131,7 +131,9 @@ def estimate_s(row: str, batch: int, dtype: str, variants: list[str], steps: int
         return 5.0 + 10.0 * sum(v.startswith("compile") for v in variants)
     base = COMPILE_EST_S.get(row, 15.0) * TRAIN_COMPILE_X * (1.2 if dtype == "bf16" else 1.0)
     ms = STEP_MS_EST.get(row, 60.0) * batch / 32 * (0.5 if dtype == "bf16" else 1.0)
-    total = STARTUP_EST_S + CHECK_STEPS * ms / 1e3
+    total = STARTUP_EST_S + 2 * CHECK_STEPS * ms / 1e3  # the two references
+    if any(v.startswith("compile") for v in variants):
+        total += WARM_COMPILE_EST_S
     for v in variants:
         total += {
             "plugin": PLUGIN_EST_S,
