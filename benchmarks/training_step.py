@@ -43,7 +43,7 @@ dW_ref| / |dW_ref| over all parameters, dW the change of the weights over the 3 
 The table shows them against eager; the verdict is PyTorch's accuracy rule (its dynamo
 benchmarks compare against an fp64 run): each figure of the variant against the precise
 reference is at most ``--tol-mult`` (3) times eager's own against it plus an absolute
-tolerance (``TOLERANCES``, times ``--tol-scale``), so that TF32 and bf16 rounding, which
+tolerance (``training_check.TOLERANCES``, times ``--tol-scale``), so that TF32 and bf16 rounding, which
 eager has as well, pass, and a wrong gradient, update or buffer does not. A variant that
 fails is reported as such and takes no part in the speed-ups. Then ``--warmup`` steps and
 ``--steps`` timed steps (CUDA events around each step; the median). ``peak MB``:
@@ -79,7 +79,6 @@ import contextlib
 import gc
 import json
 import logging
-import math
 import os
 import shlex
 import signal
@@ -92,6 +91,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_models
 import gpu_runner
 import gpu_table
+import training_check as tc
 import training_table
 from gpu_rows import COMPILE_EST_S, MODEL_ROWS, build_model
 
@@ -99,21 +99,6 @@ ROWS = ["resnet50", "bert", "gpt2", "vit"]
 TINY_ROWS = ["mlp", "cnn"]
 VARIANTS = ["eager", "eager_fused", "plugin", "compile", "compile_opt"]
 LR = 1e-4
-CHECK_STEPS = 3
-# The check (see the module docstring): a variant's distance from the precise reference may be
-# at most FLOOR_MULT times eager's own distance from it (the noise of the dtype's arithmetic:
-# TF32 products, bf16 autocast) plus these absolute tolerances: tight for the first step's
-# loss and gradients (from the common start), loose after 3 steps (Adam's update divides by
-# the gradient's magnitude: an element whose gradient is at rounding level takes a full step
-# of either sign, and the later steps start from those weights).
-FLOOR_MULT = 3.0
-TOLERANCES = {
-    "fp32": {"loss_err": 1e-3, "moment_err": 1e-2, "loss3_err": 2e-3, "update_err": 0.2,
-             "buffer_err": 5e-3},
-    "bf16": {"loss_err": 1e-2, "moment_err": 5e-2, "loss3_err": 2e-2, "update_err": 0.4,
-             "buffer_err": 2e-2},
-}  # fmt: skip
-
 # --- time estimates (seconds, an H100 host's 1/4 of 64 cores), for scheduling only ----------
 # Training compiles forward and backward: twice gpu_models' inference estimate; compiling
 # AdamW's step (PyTorch's recipe) over a model's 150-200 parameters: OPT_COMPILE_EST_S; the
@@ -132,7 +117,7 @@ def estimate_s(row: str, batch: int, dtype: str, variants: list[str], steps: int
         return 5.0 + 10.0 * sum(v.startswith("compile") for v in variants)
     base = COMPILE_EST_S.get(row, 15.0) * TRAIN_COMPILE_X * (1.2 if dtype == "bf16" else 1.0)
     ms = STEP_MS_EST.get(row, 60.0) * batch / 32 * (0.5 if dtype == "bf16" else 1.0)
-    total = STARTUP_EST_S + 2 * CHECK_STEPS * ms / 1e3  # the two references
+    total = STARTUP_EST_S + 2 * tc.CHECK_STEPS * ms / 1e3  # the two references
     if any(v.startswith("compile") for v in variants):
         total += WARM_COMPILE_EST_S
     for v in variants:
@@ -141,7 +126,7 @@ def estimate_s(row: str, batch: int, dtype: str, variants: list[str], steps: int
             "compile": base,
             "compile_opt": base + OPT_COMPILE_EST_S,
         }.get(v, 0.0)
-        total += (CHECK_STEPS + 10 + steps) * ms / 1e3
+        total += (tc.CHECK_STEPS + 10 + steps) * ms / 1e3
     return total
 
 
@@ -249,114 +234,6 @@ def make_optimizer(variant: str, model):
     return torch.optim.AdamW(params, lr=LR, **kind)
 
 
-def snapshot(model, moments: dict | None = None) -> tuple[dict, dict, dict]:
-    """CPU copies of the model's parameters and buffers by name, with ``moments`` (a
-    :func:`moments_of`, or none)."""
-    params = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
-    buffers = {n: b.detach().to("cpu", copy=True) for n, b in model.named_buffers()}
-    return params, buffers, moments or {}
-
-
-def moments_of(model, opt) -> dict:
-    """CPU copies of AdamW's first moments (``exp_avg``) by parameter name."""
-    out = {}
-    for n, p in model.named_parameters():
-        st = opt.state.get(p, {})
-        if "exp_avg" in st:
-            out[n] = st["exp_avg"].detach().to("cpu", copy=True)
-    return out
-
-
-def check_steps(step, model, opt, sync) -> tuple[tuple, list[float], float, float]:
-    """Runs the check's steps: (the state after them, a :func:`snapshot` whose moments are
-    those after the FIRST step; the losses; the first step's wall seconds; all steps' wall
-    seconds, without the moments' copy). The first step's moments are its gradients from the
-    common start; later steps' depend on the updates before them, where Adam gives an
-    element with a gradient at rounding level a full step of either sign."""
-    t0 = time.perf_counter()
-    losses = [step()]
-    sync()
-    first = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    m1 = moments_of(model, opt)
-    copy = time.perf_counter() - t1
-    losses += [step() for _ in range(CHECK_STEPS - 1)]
-    sync()
-    total = time.perf_counter() - t0 - copy
-    return snapshot(model, m1), [x.item() for x in losses], first, total
-
-
-def restore(model, state: tuple) -> None:
-    """Writes the parameters and buffers of ``state`` (a :func:`snapshot`) back into the
-    model's tensors in place, and drops the gradients."""
-    import torch
-
-    params, buffers = state[0], state[1]
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            p.copy_(params[n])
-            p.grad = None
-        for n, b in model.named_buffers():
-            b.copy_(buffers[n])
-
-
-def _rel(items, device: str) -> float:
-    """|a - b| / |b| over all the ``(a, b, base)`` items together, ``a - base`` and ``b -
-    base`` in place of ``a`` and ``b`` where ``base`` is not None; computed in float64 on
-    ``device`` (the tensors are moved there one at a time). inf where an ``a`` is None or a
-    value is not finite; 0 where both are all zeros."""
-    num = den = 0.0
-    for a, b, base in items:
-        if a is None:
-            return float("inf")
-        a, b = a.to(device).double(), b.to(device).double()
-        if base is not None:
-            base = base.to(device).double()
-            a, b = a - base, b - base
-        num += (a - b).square().sum().item()
-        den += b.square().sum().item()
-    err = (num**0.5 / den**0.5) if den > 0 else (0.0 if num == 0 else float("inf"))
-    return err if math.isfinite(err) else float("inf")
-
-
-def compare(init, ref, got, ref_losses, got_losses, device: str = "cpu") -> dict:
-    """The check's figures of a variant's state ``got`` after the check steps against a
-    reference's ``ref``, both from ``init`` (:func:`check_steps`' snapshots): ``loss_err``
-    (relative difference of the first loss: the forward from the common start),
-    ``moment_err`` (|m - m_ref| / |m_ref| of AdamW's ``exp_avg`` after the first step over
-    all parameters: the first gradients), ``loss3_err`` (largest relative difference of the
-    later losses), ``update_err`` (|dW - dW_ref| / |dW_ref| over all parameters, dW = final -
-    initial), ``buffer_err`` (largest relative difference of a floating buffer, BatchNorm's
-    running statistics; an integer buffer that differs counts as inf). Non-finite values
-    give inf. The sums run in float64 on ``device``."""
-    import torch
-
-    inf = float("inf")
-    errs = []
-    for a, b in zip(got_losses, ref_losses, strict=True):
-        d = abs(a - b) / max(abs(b), 1e-12)
-        errs.append(d if math.isfinite(d) else inf)
-    p0 = init[0]
-    update_err = _rel(((got[0][n], ref[0][n], p0[n]) for n in p0), device)
-    moment_err = _rel(((got[2].get(n), m, None) for n, m in ref[2].items()), device)
-    buffer_err = 0.0
-    for n, b in ref[1].items():
-        g = got[1][n]
-        if not b.is_floating_point():
-            buffer_err = max(buffer_err, 0.0 if torch.equal(g, b) else inf)
-        else:
-            buffer_err = max(buffer_err, _rel([(g, b, None)], device))
-    return {"loss_err": errs[0] if errs else 0.0, "moment_err": moment_err,
-            "loss3_err": max(errs[1:], default=0.0), "update_err": update_err,
-            "buffer_err": buffer_err}  # fmt: skip
-
-
-def passes(check: dict, floor: dict, tol: dict, mult: float = FLOOR_MULT) -> bool:
-    """Whether each figure of ``check`` (a variant against the precise reference) is at most
-    ``mult`` times ``floor``'s (eager against it) plus ``tol``'s."""
-    return all(check[k] <= mult * floor[k] + tol[k] for k in tol)
-
-
 def _counters() -> dict:
     """The plugin's counters: optimizer steps compiled / run as eager, graphs run as eager
     graphs, and capture's frames, failures, graph breaks, graphs compiled, recompiles."""
@@ -410,7 +287,7 @@ def measure(variant, row, init, ref, precise, args) -> dict:
     cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     model, call, inputs, loss_fn = row
-    restore(model, init)
+    tc.restore(model, init)
     torch.manual_seed(0)
     gc.collect()
     if cuda:
@@ -424,20 +301,20 @@ def measure(variant, row, init, ref, precise, args) -> dict:
     if variant.startswith("compile"):  # empty Inductor/Triton caches: a cold compile
         fresh = _fresh_cache()()
     with fresh, gpu_models._Notes() as notes, _Warnings() as warnings:
-        got, got_losses, first, first_steps = check_steps(step, model, opt, sync)
+        got, got_losses, first, first_steps = tc.check_steps(step, model, opt, sync)
     # the peak of the steps, not of the check's sums on the device below
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     dev = args.device
-    check = compare(init, ref[0], got, ref[1], got_losses, dev)
-    check_precise = compare(init, precise[0], got, precise[1], got_losses, dev)
-    floor = compare(init, precise[0], ref[0], precise[1], ref[1], dev)
-    tol = tolerances(args)
-    check_ok = None if args.dropout else passes(check_precise, floor, tol, args.tol_mult)
+    check = tc.compare(init, ref[0], got, ref[1], got_losses, dev)
+    check_precise = tc.compare(init, precise[0], got, precise[1], got_losses, dev)
+    floor = tc.compare(init, precise[0], ref[0], precise[1], ref[1], dev)
+    tol = tc.tolerances(args.dtype, args.tol_scale)
+    check_ok = None if args.dropout else tc.passes(check_precise, floor, tol, args.tol_mult)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     ms = opt_bench._time(step, args.device, args.warmup, args.steps)
     rec = {"ms": ms, "first_s": first, "compile_s": max(first - ms * 1e-3, 0.0)}
-    rec["compile3_s"] = max(first_steps - CHECK_STEPS * ms * 1e-3, 0.0)
+    rec["compile3_s"] = max(first_steps - tc.CHECK_STEPS * ms * 1e-3, 0.0)
     rec.update(check=check, check_precise=check_precise, floor=floor, check_ok=check_ok)
     if cuda:
         rec["peak_mb"] = max(peak, torch.cuda.max_memory_allocated()) / 2**20
@@ -500,16 +377,11 @@ def reference(row, args, precise: bool = False) -> tuple[tuple, list[float]]:
         step = make_step("eager", model, call, inputs, loss_fn, opt, args.device, bf16)
         torch.manual_seed(0)
         sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-        state, losses, _, _ = check_steps(step, model, opt, sync)
+        state, losses, _, _ = tc.check_steps(step, model, opt, sync)
         return state, losses
     finally:
         torch.set_float32_matmul_precision(old[0])
         torch.backends.cudnn.allow_tf32 = old[1]
-
-
-def tolerances(args) -> dict:
-    """The absolute tolerances of the check for ``args.dtype``, times ``args.tol_scale``."""
-    return {k: v * args.tol_scale for k, v in TOLERANCES[args.dtype].items()}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -534,9 +406,9 @@ def child(args: argparse.Namespace) -> None:
     import torch_plugin  # its import (the extension, AOTAutograd) is startup, not a compile
 
     row = build_row(args.row, args.batch, args.device, args.dropout)
-    init = snapshot(row[0])
+    init = tc.snapshot(row[0])
     precise = reference(row, args, precise=True)
-    restore(row[0], init)
+    tc.restore(row[0], init)
     ref = reference(row, args)
     startup_s = time.perf_counter() - t_start
     warmup_s = None
@@ -548,7 +420,12 @@ def child(args: argparse.Namespace) -> None:
                 warmup_s = f"failed: {type(e).__name__}: {str(e)[:200]}"
         t_variant = time.perf_counter()
         rec = {"row": args.row, "batch": args.batch, "dtype": args.dtype, "backend": variant}
-        rec.update(job="main", gpu=meta["gpu"], tol=tolerances(args), tol_mult=args.tol_mult)
+        rec.update(
+            job="main",
+            gpu=meta["gpu"],
+            tol=tc.tolerances(args.dtype, args.tol_scale),
+            tol_mult=args.tol_mult,
+        )
         try:
             rec.update(measure(variant, row, init, ref, precise, args))
         except Exception as e:  # noqa: BLE001 - a variant's failure is reported, not fatal
@@ -598,7 +475,7 @@ def make_jobs(rows: list[str], dtypes: list[str], args) -> list[gpu_runner.Job]:
         if row not in MODEL_ROWS + TINY_ROWS:
             raise SystemExit(f"unknown row {row}; rows: {', '.join(MODEL_ROWS + TINY_ROWS)}")
         for d in dtypes:
-            if d not in TOLERANCES:
+            if d not in tc.TOLERANCES:
                 raise SystemExit(f"unknown dtype {d}; dtypes: fp32, bf16")
             est = estimate_s(row, args.batch, d, variants, args.steps)
             jobs.append(gpu_runner.Job(row, args.batch, d, "main", variants, est))
@@ -621,7 +498,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps after the check's")
     ap.add_argument("--dropout", action="store_true", help="keep the models' dropout")
     ap.add_argument("--tol-scale", type=float, default=1.0, help="check: x the absolute tols")
-    ap.add_argument("--tol-mult", type=float, default=FLOOR_MULT, help="check: x eager's error")
+    ap.add_argument("--tol-mult", type=float, default=tc.FLOOR_MULT, help="check: x eager's error")
     ap.add_argument("--matmul-precision", default="high", choices=["highest", "high", "medium"])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--gpus", type=int, default=1, help="rows at once, one GPU each")

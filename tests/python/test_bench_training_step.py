@@ -28,10 +28,13 @@ def ts():
     sys.path.insert(0, str(BENCH))
     try:
         import gpu_runner
+        import training_check
         import training_step
         import training_table
 
-        yield SimpleNamespace(step=training_step, table=training_table, runner=gpu_runner)
+        yield SimpleNamespace(
+            step=training_step, check=training_check, table=training_table, runner=gpu_runner
+        )
     finally:
         sys.path.remove(str(BENCH))
 
@@ -63,7 +66,7 @@ def test_compare_measures_the_differences(ts):
     )
     losses = [random.Random(4).uniform(1, 5) for _ in range(3)]
     bumped = [losses[0] * (1 + eps / 100)] + [x * (1 + eps / 50) for x in losses[1:]]
-    c = ts.step.compare(init, ref, got, losses, bumped)
+    c = ts.check.compare(init, ref, got, losses, bumped)
     assert c["update_err"] == pytest.approx(eps, rel=1e-6)
     assert c["moment_err"] == pytest.approx(eps / 5, rel=1e-6)
     assert c["buffer_err"] == pytest.approx(eps / 10, rel=1e-5)
@@ -71,26 +74,26 @@ def test_compare_measures_the_differences(ts):
     assert c["loss3_err"] == pytest.approx(eps / 50, rel=1e-6)
     zero = dict.fromkeys(c, 0.0)
     loose = dict.fromkeys(c, 1.0)
-    assert ts.step.passes(c, zero, loose)
-    assert not ts.step.passes(c, zero, dict(loose, update_err=eps / 2))
+    assert ts.check.passes(c, zero, loose)
+    assert not ts.check.passes(c, zero, dict(loose, update_err=eps / 2))
     # eager's own error against the reference widens the allowance: mult x floor + tol
     floor = dict(zero, update_err=eps / 4)
-    assert ts.step.passes(c, floor, dict(loose, update_err=eps / 2), mult=3.0)
-    assert not ts.step.passes(c, floor, dict(loose, update_err=eps / 2), mult=1.0)
-    nan = ts.step.compare(init, ref, got, losses, [float("nan")] * 3)
-    assert nan["loss_err"] == float("inf") and not ts.step.passes(nan, zero, loose)
-    missing = ts.step.compare(init, ref, (got[0], got[1], {}), losses, losses)
+    assert ts.check.passes(c, floor, dict(loose, update_err=eps / 2), mult=3.0)
+    assert not ts.check.passes(c, floor, dict(loose, update_err=eps / 2), mult=1.0)
+    nan = ts.check.compare(init, ref, got, losses, [float("nan")] * 3)
+    assert nan["loss_err"] == float("inf") and not ts.check.passes(nan, zero, loose)
+    missing = ts.check.compare(init, ref, (got[0], got[1], {}), losses, losses)
     assert missing["moment_err"] == float("inf")  # a variant without optimizer state
     ints = ({}, {"n": torch.tensor(3)}, {})
-    diff = ts.step.compare(({}, {}, {}), ints, ({}, {"n": torch.tensor(4)}, {}), [], [])
+    diff = ts.check.compare(({}, {}, {}), ints, ({}, {"n": torch.tensor(4)}, {}), [], [])
     assert diff["buffer_err"] == float("inf")
 
 
 def _references(ts, name, args):
     row = ts.step.build_row(name, args.batch, "cpu", False)
-    init = ts.step.snapshot(row[0])
+    init = ts.check.snapshot(row[0])
     precise = ts.step.reference(row, args, precise=True)
-    ts.step.restore(row[0], init)
+    ts.check.restore(row[0], init)
     ref = ts.step.reference(row, args)
     return row, init, ref, precise
 
