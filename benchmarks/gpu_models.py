@@ -236,6 +236,25 @@ def measure(backend, fn, inputs, ref, args, model_bytes: int, autocast) -> dict:
     return rec
 
 
+def device_meta(device: str, matmul_precision: str) -> dict:
+    """A child's ``META`` record: the GPU's name ("cpu" on the CPU), the versions (torch,
+    CUDA, cuDNN, Python) and the matmul precision with the TF32 switches it set."""
+    import torch
+
+    cuda = device == "cuda"
+    versions = f"torch {torch.__version__}, CUDA {torch.version.cuda}"
+    if cuda:
+        versions += f", cuDNN {torch.backends.cudnn.version()}"
+    versions += f", Python {sys.version.split()[0]}"
+    tf32 = f"matmul TF32 {torch.backends.cuda.matmul.allow_tf32}, "
+    tf32 += f"cuDNN TF32 {torch.backends.cudnn.allow_tf32}"
+    return {
+        "gpu": torch.cuda.get_device_name() if cuda else "cpu",
+        "versions": versions,
+        "matmul_precision": f"{matmul_precision} ({tf32})",
+    }
+
+
 def child(args: argparse.Namespace) -> None:
     """Measures one row, every backend of ``--backends`` in this process, in order; prints a
     ``META`` line, then one ``ROW`` JSON line per backend (the ``ma`` job folds its eager
@@ -255,18 +274,8 @@ def child(args: argparse.Namespace) -> None:
 
         _C._cuda.cublaslt_padding(in_place=False)
     cuda = args.device == "cuda"
-    gpu = torch.cuda.get_device_name() if cuda else "cpu"
-    versions = f"torch {torch.__version__}, CUDA {torch.version.cuda}"
-    if cuda:
-        versions += f", cuDNN {torch.backends.cudnn.version()}"
-    versions += f", Python {sys.version.split()[0]}"
-    tf32 = f"matmul TF32 {torch.backends.cuda.matmul.allow_tf32}, "
-    tf32 += f"cuDNN TF32 {torch.backends.cudnn.allow_tf32}"
-    meta = {
-        "gpu": gpu,
-        "versions": versions,
-        "matmul_precision": f"{args.matmul_precision} ({tf32})",
-    }
+    meta = device_meta(args.device, args.matmul_precision)
+    gpu = meta["gpu"]
     print("META " + json.dumps(meta), flush=True)
     fn, inputs = build(args.row, args.batch, args.device)
     if cuda:

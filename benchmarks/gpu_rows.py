@@ -108,10 +108,16 @@ def estimate_s(
     return total
 
 
-def build(name: str, batch: int, device: str = "cuda"):
-    """``(fn, inputs)`` for row ``name`` on ``device``: ``fn(*inputs)`` runs the row (a model,
-    or a function around an HF model returning one tensor). Raises SystemExit for an unknown
-    row."""
+def build_model(name: str, batch: int, device: str = "cuda", dropout: bool = True):
+    """``(model, call, inputs)`` for model row ``name`` (a row of ``MODEL_ROWS``) on
+    ``device``: the ``nn.Module`` as constructed (training mode, random weights of seed 0),
+    ``call(module, *inputs)`` running the row on ``module`` (the model or a compiled wrapper
+    of it) and returning one tensor (the vision rows' logits [batch, 1000]; ``gpt2``'s logits
+    [batch, 128, 50257]; the other text rows' ``last_hidden_state``), and the inputs (images
+    [batch, 3, 224, 224] fp32 or token ids [batch, 128] int64). ``dropout=False`` builds the
+    text rows with every dropout probability 0 (the vision rows have none in training but
+    ViT's, 0 by default); the weights are the same either way. Raises SystemExit for a row
+    that is not a model row."""
     import torch
 
     torch.manual_seed(0)
@@ -119,31 +125,27 @@ def build(name: str, batch: int, device: str = "cuda"):
         import transformers
 
         if name == "bert":
-            model = transformers.BertModel(transformers.BertConfig())
-        elif name == "gpt2":
-            model = transformers.GPT2LMHeadModel(transformers.GPT2Config(use_cache=False))
-        elif name == "gpt2_body":
-            model = transformers.GPT2Model(transformers.GPT2Config(use_cache=False))
+            cfg = transformers.BertConfig()
+            if not dropout:
+                cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0.0
+            model = transformers.BertModel(cfg)
+        elif name in ("gpt2", "gpt2_body"):
+            cfg = transformers.GPT2Config(use_cache=False)
+            if not dropout:
+                cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = 0.0
+            ctor = transformers.GPT2LMHeadModel if name == "gpt2" else transformers.GPT2Model
+            model = ctor(cfg)
         else:
             cfg = transformers.LlamaConfig(
                 hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
                 num_key_value_heads=16, intermediate_size=2816, vocab_size=32000,
                 use_cache=False,
             )  # fmt: skip
-            model = transformers.LlamaModel(cfg)
-        model = model.to(device).eval()
+            model = transformers.LlamaModel(cfg)  # attention_dropout 0 by default
+        model = model.to(device)
         ids = torch.randint(0, 1000, (batch, 128), device=device)
-        if name == "gpt2":
-
-            def lm(ids):
-                return model(input_ids=ids).logits
-
-            return lm, (ids,)
-
-        def body(ids):
-            return model(input_ids=ids).last_hidden_state
-
-        return body, (ids,)
+        call = _lm_call if name == "gpt2" else _body_call
+        return model, call, (ids,)
     if name in VISION_ROWS:
         import torchvision
 
@@ -154,8 +156,47 @@ def build(name: str, batch: int, device: str = "cuda"):
             "efficientnet_b0": torchvision.models.efficientnet_b0,
             "vit": torchvision.models.vit_b_16,
         }[name]
-        model = ctor(weights=None).to(device).eval()
-        return model, (torch.randn(batch, 3, 224, 224, device=device),)
+        model = ctor(weights=None).to(device)
+        return model, _module_call, (torch.randn(batch, 3, 224, 224, device=device),)
+    raise SystemExit(f"unknown model row {name}; model rows: {', '.join(MODEL_ROWS)}")
+
+
+def _module_call(module, x):
+    return module(x)
+
+
+def _lm_call(module, ids):
+    return module(input_ids=ids).logits
+
+
+def _body_call(module, ids):
+    return module(input_ids=ids).last_hidden_state
+
+
+def build(name: str, batch: int, device: str = "cuda"):
+    """``(fn, inputs)`` for row ``name`` on ``device``: ``fn(*inputs)`` runs the row (a model
+    in eval mode, or a function around an HF model returning one tensor). Raises SystemExit
+    for an unknown row."""
+    import torch
+
+    if name in TEXT_ROWS:
+        model, _, inputs = build_model(name, batch, device)
+        model = model.eval()
+        if name == "gpt2":
+
+            def lm(ids):
+                return model(input_ids=ids).logits
+
+            return lm, inputs
+
+        def body(ids):
+            return model(input_ids=ids).last_hidden_state
+
+        return body, inputs
+    if name in VISION_ROWS:
+        model, _, inputs = build_model(name, batch, device)
+        return model.eval(), inputs
+    torch.manual_seed(0)
     if name == "pointwise":
 
         def chain(x):

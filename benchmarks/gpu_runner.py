@@ -220,10 +220,14 @@ def workers(n: int, pin: bool | None, device: str) -> list[Worker]:
 class Runner:
     """Runs jobs on workers (threads, one child at a time each) under the deadlines; writes
     ``args.out`` after every job. ``launch(job, worker, timeout, args)`` returns (records,
-    meta, timed_out) as ``gpu_models.launch_child`` does."""
+    meta, timed_out) as ``gpu_models.launch_child`` does; ``writer(out, meta, records)``
+    writes the results files (default :func:`write`, gpu_models' report)."""
 
-    def __init__(self, jobs, args, command, prior, launch: Callable, clock=time.monotonic):
+    def __init__(
+        self, jobs, args, command, prior, launch: Callable, clock=time.monotonic, writer=None
+    ):
         self.queue = list(jobs)
+        self.writer = writer or write
         self.args, self.launch, self.clock = args, launch, clock
         self.prior_meta, self.prior = prior
         self.meta = {"gpus": [], "versions": [], "matmul_precision": [], "commands": [command],
@@ -242,7 +246,7 @@ class Runner:
     def run(self) -> tuple[dict, list[dict]]:
         ws = workers(self.args.gpus, self.args.pin_cpus, self.args.device)
         if self.args.out:  # the plan, all not run yet: a call killed early still says what
-            write(self.args.out, *self.result())
+            self.writer(self.args.out, *self.result())
         threads = [threading.Thread(target=self._work, args=(w,)) for w in ws]
         for t in threads:
             t.start()
@@ -276,7 +280,7 @@ class Runner:
                             self.meta[k].append(v)
                 print(self.progress(w, start, job, recs), flush=True)
                 if a.out:
-                    write(a.out, *self.result())
+                    self.writer(a.out, *self.result())
 
     def attempt(self, job: Job, w: Worker) -> tuple[list[dict], dict | None]:
         """Runs ``job``'s child; returns its records, one per reported backend, and its meta.
@@ -352,11 +356,14 @@ def _rec(job: Job, backend: str, **kw) -> dict:
     return dict(row=job.row, batch=job.batch, dtype=job.dtype, backend=backend, job=job.kind, **kw)
 
 
-def write(out, meta: dict, records: list[dict], backends=None, echo: bool = False) -> str:
-    """The report (markdown) to ``out`` and ``{"meta", "records"}`` to its .json sibling (each
-    written whole to a temporary name, then renamed); also to stdout with ``echo`` or when
-    ``out`` is empty. Returns the report."""
-    text = gpu_table.report(meta, records, backends)
+def write(
+    out, meta: dict, records: list[dict], backends=None, echo: bool = False, report=None
+) -> str:
+    """The report (markdown; ``report(meta, records, backends)``, default gpu_models'
+    :func:`gpu_table.report`) to ``out`` and ``{"meta", "records"}`` to its .json sibling
+    (each written whole to a temporary name, then renamed); also to stdout with ``echo`` or
+    when ``out`` is empty. Returns the report."""
+    text = (report or gpu_table.report)(meta, records, backends)
     if echo or not out:
         print(text, flush=True)
     if not out:
