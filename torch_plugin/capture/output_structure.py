@@ -91,6 +91,16 @@ def flatten_output(
             [flatten_output(v, outputs, output_graph, visiting) for v in var.items],
             id(var),
         )
+    if getattr(var, "escape_refused", None):
+        unimplemented(gbt.ESCAPING_VALUE, f"{var.escape_refused} leaves the frame")
+    if (
+        getattr(var, "same_object_at_source", False)
+        and var.source is not None
+        and output_graph is not None
+    ):
+        # an instance __dict__ (attribute_rules.InstanceDictVariable): the object's own dict,
+        # read after the side effects were replayed on it
+        return ("arg", output_graph.runtime_arg(var.source))
     if isinstance(var, ConstDictVariable):
         return (
             "dict",

@@ -103,6 +103,8 @@ class Reconstructor:
 
     def _build(self, var: VariableTracker) -> None:
         gen = self.gen
+        if getattr(var, "escape_refused", None):
+            unimplemented(gbt.ESCAPING_VALUE, f"{var.escape_refused} is live at a graph break")
         if isinstance(var, TensorVariable):
             pos = self.output_index.get(id(var.node))
             if pos is not None:

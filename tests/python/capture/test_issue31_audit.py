@@ -425,7 +425,7 @@ PROBES: dict[str, tuple] = {
         _obj_dict_write,
         _BOX_CALLS,
         None,
-        "a write through obj.__dict__ is not modelled (reads are)",
+        None,
     ),
     "slots": (
         "attributes",
