@@ -321,11 +321,13 @@ class BuiltinVariable(CallableVariable):
         if kwargs:  # a key function may be user code: inlined, never run at capture time
             return builtin_table.call_minmax(tx, fn, args, kwargs)
 
+        if not args:
+            unimplemented(gbt.EXCEPTION, f"{fn.__name__} expected at least 1 argument")
         items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
         if all(i.is_python_constant() for i in items):
             return ConstantVariable(fn(i.as_python_constant() for i in items))
         if any(isinstance(i, TensorVariable) for i in items):
-            unimplemented(gbt.DATA_DEPENDENT, f"{fn.__name__}() comparing tensors (data-dependent)")
+            return builtin_table.pick_extreme(tx, fn, items, items)
         return None
 
     def call_super(self, tx, *args):

@@ -249,12 +249,43 @@ def call_minmax(tx, fn, args, kwargs):
         if "default" in kwargs:
             return kwargs["default"]
         unimplemented(gbt.EXCEPTION, f"{fn.__name__}() of an empty sequence")
+    from .tensor import TensorVariable
+
+    if values is None and not _no_key(key):
+        values = [key.call_function(tx, [item], {}) for item in items]
+    compared = values if values is not None else items
+    if any(isinstance(v, TensorVariable) for v in compared):
+        return pick_extreme(tx, fn, items, compared)
     keys = _key_values(tx, items, key, values)
     try:
         best = fn(range(len(items)), key=keys.__getitem__)
     except TypeError as e:
         unimplemented(gbt.EXCEPTION, f"{fn.__name__}(): {e}")
     return items[best]
+
+
+def pick_extreme(tx, fn, items, values):
+    """``min``/``max`` of ``items`` (non-empty) compared by ``values`` when a value is a
+    tensor: CPython's loop (:func:`~.polyfills.pick_extreme`) inlined, so each comparison is
+    a data-dependent condition of the graph (a conditional where conditionals.py can capture
+    it, else a graph break) and the result is the very item eager returns. Values that are
+    neither tensors nor constants (a user object whose ``__gt__`` may have effects: CPython
+    interleaves its comparisons with the key calls) are a graph break."""
+    from .functions import UserFunctionVariable
+    from .polyfills import pick_extreme as loop
+    from .tensor import TensorVariable
+
+    if not all(isinstance(v, (TensorVariable, ConstantVariable)) for v in values):
+        unimplemented(gbt.DATA_DEPENDENT, f"{fn.__name__}() comparing {values}")
+    return UserFunctionVariable(loop).call_function(
+        tx,
+        [
+            ConstantVariable(fn is max),
+            ListVariable(list(items), mutable_local=True),
+            ListVariable(list(values), mutable_local=True),
+        ],
+        {},
+    )
 
 
 def call_text(tx, fn, obj):
