@@ -105,6 +105,11 @@ class Reconstructor:
         gen = self.gen
         if getattr(var, "escape_refused", None):
             unimplemented(gbt.ESCAPING_VALUE, f"{var.escape_refused} is live at a graph break")
+        from .variables.builtin_table import frame_class_escape
+
+        why = frame_class_escape(var)
+        if why is not None:
+            unimplemented(gbt.ESCAPING_VALUE, why)
         if isinstance(var, TensorVariable):
             pos = self.output_index.get(id(var.node))
             if pos is not None:

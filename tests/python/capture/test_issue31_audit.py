@@ -360,7 +360,7 @@ PROBES: dict[str, tuple] = {
         _namedtuple_factory,
         None,
         None,
-        "collections.namedtuple() builds a class (exec): not modelled",
+        None,
     ),
     "typevar_dict_key": ("builtins", lambda x: {T: x}[T] + 1, None, None, None),
     "getset_descriptor": (
