@@ -107,6 +107,9 @@ def flatten_output(
         # read after the side effects were replayed on it
         return ("arg", output_graph.runtime_arg(var.source))
     if isinstance(var, ConstDictVariable):
+        from .variables.dicts import refuse_identity_keys
+
+        refuse_identity_keys(var.items, "returning or storing it")
         return (
             "dict",
             var.output_spec_maker() if hasattr(var, "output_spec_maker") else var.user_cls,

@@ -150,6 +150,9 @@ class Reconstructor:
             self._emit("BUILD_LIST", len(var.items))
             return
         if isinstance(var, ConstDictVariable):
+            from .variables.dicts import refuse_identity_keys
+
+            refuse_identity_keys(var.items, "rebuilding it at a graph break")
             if var.user_cls is not dict:
                 unimplemented(gbt.ESCAPING_VALUE, f"cannot rebuild a {var.user_cls.__name__}")
             for key, value in var.items.items():

@@ -513,14 +513,15 @@ PROBES: dict[str, tuple] = {
         _tensor_as_index,
         None,
         None,
-        "a tensor's value used as a Python index is data-dependent",
+        "lst[t] calls Tensor.__index__, which reads the tensor's value (data-dependent):"
+        " a graph break at the subscript, the code after it captured again",
     ),
     "tensor_dict_key": (
         "data-dependent",
         _tensor_dict_key,
         None,
         None,
-        "a tensor as a dict key (hashed by identity) is not modelled",
+        None,
     ),
     "max_of_tensors": (
         "data-dependent",

@@ -38,7 +38,7 @@ from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker, method_getattr
 from .constant import ConstantVariable
-from .dicts import ConstDictVariable, dict_key
+from .dicts import ConstDictVariable, dict_key, key_var
 from .lists import ListIteratorVariable
 
 # --------------------------------------------------------------------------- deque
@@ -301,7 +301,7 @@ class DefaultDictVariable(ConstDictVariable):
         from .lists import TupleVariable
 
         return functools.partial(make_dict, self.output_spec_maker()), [
-            TupleVariable([ConstantVariable(k) for k in self.items]),
+            TupleVariable([key_var(k) for k in self.items]),
             TupleVariable(list(self.items.values())),
         ]
 
@@ -446,7 +446,7 @@ class DictSubclassVariable(ConstDictVariable):
         from .lists import TupleVariable
 
         return functools.partial(make_dict, self.user_cls), [
-            TupleVariable([ConstantVariable(k) for k in self.items]),
+            TupleVariable([key_var(k) for k in self.items]),
             TupleVariable(list(self.items.values())),
         ]
 

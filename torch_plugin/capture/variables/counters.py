@@ -17,7 +17,7 @@ from typing import Any
 from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .constant import ConstantVariable
-from .dicts import ConstDictVariable, dict_key
+from .dicts import ConstDictVariable, dict_key, key_var
 
 
 def make_dict(maker, keys, values):
@@ -67,7 +67,7 @@ class CounterVariable(ConstDictVariable):
         from .lists import TupleVariable
 
         return functools.partial(make_dict, collections.Counter), [
-            TupleVariable([ConstantVariable(k) for k in self.items]),
+            TupleVariable([key_var(k) for k in self.items]),
             TupleVariable(list(self.items.values())),
         ]
 
