@@ -231,7 +231,7 @@ PROBES: dict[str, tuple] = {
         _activation_checkpoint,
         None,
         None,
-        "torch.utils.checkpoint runs with capture off (torch_plugin.disable)",
+        None,
     ),
 }
 
