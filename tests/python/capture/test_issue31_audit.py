@@ -13,6 +13,11 @@ state compared), and once more without fullgraph (graph breaks allowed), which m
 eager too (``one_graph``, tests/fuzz/one_graph.py). A probe that still breaks is
 ``xfail(strict=True)`` with the reason, so the state of each class is visible here and a
 probe that starts to capture (or regresses) fails.
+
+State: of the 74 probes here and in test_issue31_audit_gaps.py, 68 are one graph (with
+the 6 of test_issue31_regressions.py, 74 of 80); still breaking: ``Tensor.numpy()`` and
+``np.*`` on arrays, ``torch.distributions`` constructors, functorch queries, storage
+queries a FakeTensor cannot answer, and a tensor used as a list index.
 """
 
 from __future__ import annotations
