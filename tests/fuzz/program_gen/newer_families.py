@@ -322,8 +322,10 @@ class NewerFamilies:
         itertools.combinations / chain.from_iterable, sorted with a key function,
         functools.partial attributes, a user class's operators and ``__iter__``, loops
         over a list or dict that they change (an append seen, a value update, a key added:
-        RuntimeError, caught), builtin ``max``/``min`` of one-element tensors, and writes
-        through the argument's ``__dict__`` (``setdefault``, ``update``)."""
+        RuntimeError, caught), builtin ``max``/``min`` of one-element tensors, writes
+        through the argument's ``__dict__`` (``setdefault``, ``update``),
+        ``collections.namedtuple()`` and ``Counter`` built in the frame, and tensors as dict
+        keys."""
         self.features.add("python-builtins")
         self.uses.add("python-builtins")
         kind = self.pick(["C", "RC"])
@@ -375,6 +377,10 @@ class NewerFamilies:
                 # writes through the argument's instance __dict__ (attribute side effects)
                 f'vars(obj).setdefault("dk", {self.expr("C")}) + {e2}',
                 f"(obj.__dict__.update(dk={self.expr('C')}) or obj.dk) * {e2}",
+                # collections factories and tensors as dict keys (by identity)
+                f"collections.namedtuple('Q', 'a b')({e1}, n)._replace(b=2).a * 2",
+                f"collections.Counter('abca')['a'] * {e1} + collections.Counter(a=n)['a']",
+                f"(lambda k: {{k: 2, {e2}: 3}}[k] * k)({e1})",
             ]
         )
         return [f"{v} = {body}"]
