@@ -28,7 +28,8 @@ Flags:
   an unused predicate draw lost on recompiles by "aot_eager" and "plugin" in a graph with no
   tensor output, which a plain unused ``torch.rand`` shows with the flag off too; seed 635,
   a conditional inside a user ``with`` block after an in-place write through a view; seed
-  636, grad mode left off after a LayerDrop loop inside ``torch.no_grad()`` on "plugin");
+  636, grad mode left off after a LayerDrop loop inside ``torch.no_grad()`` on "plugin", is
+  fixed: conditional_execution's compiled pieces set the grad mode they leave);
   tested on CPython 3.11, 3.12 and 3.13.
 - :data:`verbose` (False): more detail in log messages (backend compile times, tracebacks
   of frames that were not captured).
@@ -110,6 +111,8 @@ capture_tensor_branches: bool = False
 as a ``torch.cond`` node in the graph, both ways traced, where the two ways meet again in the
 function and neither has an effect outside the graph nor draws random numbers; otherwise (and
 when False) the graph breaks at the branch. Read by ``torch_plugin.capture.conditionals``.
+Branches inside the builtins' polyfills (``max``/``min`` of tensors,
+``torch_plugin/capture/variables/polyfills.py``) are captured with it off too.
 Tested in ``tests/python/capture/test_conditionals.py`` and
 ``tests/python/capture/test_conditional_identity.py``."""
 

@@ -145,12 +145,30 @@ def _example_values_hidden(gm: torch.fx.GraphModule):
 
 
 class _CompiledPiece(torch.nn.Module):
-    def __init__(self, compiled: Callable[..., Any]) -> None:
+    """A piece compiled by the backend. ``grad_after``: the grad mode the piece's own
+    ``_set_grad_enabled`` nodes leave (None: it sets none), set again after the compiled
+    call: a backend may run a piece under its own grad mode and restore the caller's on
+    exit (AOTAutograd's wrappers do), where the graph's later pieces and the code after
+    the graph expect the piece's (``with torch.no_grad():`` closing after a conditional)."""
+
+    def __init__(self, compiled: Callable[..., Any], grad_after: bool | None = None) -> None:
         super().__init__()
         self.compiled = compiled
+        self.grad_after = grad_after
 
     def forward(self, *args: Any) -> Any:
-        return self.compiled(*args)
+        out = self.compiled(*args)
+        if self.grad_after is not None:
+            torch._C._set_grad_enabled(self.grad_after)
+        return out
+
+
+def _grad_after(piece: torch.fx.GraphModule) -> bool | None:
+    after = None
+    for node in piece.graph.nodes:
+        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
+            after = bool(node.args[0])
+    return after
 
 
 def compile_with_conditionals(
@@ -189,6 +207,7 @@ def compile_with_conditionals(
             continue
         if not _has_operations(piece):
             continue
-        setattr(split, node.target, _CompiledPiece(compiler(piece, _examples(piece))))
+        compiled = compiler(piece, _examples(piece))
+        setattr(split, node.target, _CompiledPiece(compiled, _grad_after(piece)))
     split.recompile()
     return split.forward

@@ -8,6 +8,7 @@ by the frame, constants).
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from . import graph_break_types as gbt
@@ -31,8 +32,14 @@ def flatten_output(
     """Spec of ``var``; appends its tensors to ``outputs``. Containers from the frame's inputs
     become ``("arg", k)``: runtime argument ``k`` (loaded from their source by the transformed
     code, see ``OutputGraph.runtime_arg``), so the caller gets the very same object."""
+    from .variables.builtin_table import frame_class_escape
     from .variables.model_output import ModelOutputVariable
 
+    if getattr(var, "escape_refused", None):
+        unimplemented(gbt.ESCAPING_VALUE, f"{var.escape_refused} leaves the frame")
+    why = frame_class_escape(var)
+    if why is not None:
+        unimplemented(gbt.ESCAPING_VALUE, why)
     if isinstance(var, TensorVariable):
         from .variables.tensor import refuse_forced_leaf
 
@@ -91,7 +98,18 @@ def flatten_output(
             [flatten_output(v, outputs, output_graph, visiting) for v in var.items],
             id(var),
         )
+    if (
+        getattr(var, "same_object_at_source", False)
+        and var.source is not None
+        and output_graph is not None
+    ):
+        # an instance __dict__ (attribute_rules.InstanceDictVariable): the object's own dict,
+        # read after the side effects were replayed on it
+        return ("arg", output_graph.runtime_arg(var.source))
     if isinstance(var, ConstDictVariable):
+        from .variables.dicts import refuse_identity_keys
+
+        refuse_identity_keys(var.items, "returning or storing it")
         return (
             "dict",
             var.output_spec_maker() if hasattr(var, "output_spec_maker") else var.user_cls,
@@ -207,7 +225,11 @@ def rebuild(spec: tuple, tensors, memo: dict | None = None, args: tuple = ()) ->
         if spec[3] in memo:
             return memo[spec[3]]
         out = memo[spec[3]] = spec[1]()
-        out.update((k, rebuild(s, tensors, memo, args)) for k, s in spec[2])
+        pairs = ((k, rebuild(s, tensors, memo, args)) for k, s in spec[2])
+        if isinstance(out, collections.Counter):
+            dict.update(out, pairs)  # stored as they are (Counter.update would count them)
+        else:
+            out.update(pairs)
         return out
     if kind == "object":
         if spec[3] in memo:

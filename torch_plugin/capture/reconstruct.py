@@ -103,6 +103,13 @@ class Reconstructor:
 
     def _build(self, var: VariableTracker) -> None:
         gen = self.gen
+        if getattr(var, "escape_refused", None):
+            unimplemented(gbt.ESCAPING_VALUE, f"{var.escape_refused} is live at a graph break")
+        from .variables.builtin_table import frame_class_escape
+
+        why = frame_class_escape(var)
+        if why is not None:
+            unimplemented(gbt.ESCAPING_VALUE, why)
         if isinstance(var, TensorVariable):
             pos = self.output_index.get(id(var.node))
             if pos is not None:
@@ -143,6 +150,9 @@ class Reconstructor:
             self._emit("BUILD_LIST", len(var.items))
             return
         if isinstance(var, ConstDictVariable):
+            from .variables.dicts import refuse_identity_keys
+
+            refuse_identity_keys(var.items, "rebuilding it at a graph break")
             if var.user_cls is not dict:
                 unimplemented(gbt.ESCAPING_VALUE, f"cannot rebuild a {var.user_cls.__name__}")
             for key, value in var.items.items():

@@ -31,6 +31,9 @@ class SideEffects:
         self._effects: dict[tuple, tuple[str, Any, Any, VariableTracker]] = {}
         self._views: list[VariableTracker] = []
         self._written: dict[int, Any] = {}  # id -> object seen by attribute writes
+        # id -> the frame's variable of that object's instance ``__dict__``
+        # (attribute_rules.InstanceDictVariable), kept equal to the dict the writes make
+        self._dict_views: dict[int, VariableTracker] = {}
 
     def __bool__(self) -> bool:
         return bool(self._effects)
@@ -44,17 +47,34 @@ class SideEffects:
         return [entry[3] for entry in self._effects.values()]
 
     def store_attr(
-        self, obj: Any, name: str, value: VariableTracker, source: Source | None = None
+        self,
+        obj: Any,
+        name: str,
+        value: VariableTracker,
+        source: Source | None = None,
+        via_dict: bool = False,
     ) -> None:
         """``obj.name = value``. With ``source``, the replay writes to the object found at
-        ``source`` at run time (``obj`` is the one seen while tracing, and keys the write)."""
+        ``source`` at run time (``obj`` is the one seen while tracing, and keys the write).
+        ``via_dict``: the write was ``obj.__dict__[name] = value`` and is replayed as that
+        (no ``__setattr__``, no descriptor). A write after a deletion of the same name
+        (``del o.a; o.a = v``) moves the key to the end of the instance ``__dict__``, as
+        CPython's dict does: the replay deletes the key first."""
         target = source if source is not None else obj
-        self._effects[("setattr", id(obj), name)] = ("setattr", target, name, value)
+        key = ("setattr", id(obj), name)
+        kind = "dictset" if via_dict else "setattr"
+        prev = self._effects.get(key)
+        if prev is not None and prev[0] in _DELETES + _REINSERTS:
+            kind = "re" + kind
+        self._effects[key] = (kind, target, name, value)
         self._written[id(obj)] = obj
+        view = self._dict_views.get(id(obj))
+        if view is not None:
+            view.items[name] = value
 
     def pending_attr(self, obj: Any, name: str) -> VariableTracker | None:
         entry = self._effects.get(("setattr", id(obj), name))
-        if entry is not None and entry[0] == "delattr":
+        if entry is not None and entry[0] in _DELETES:
             from . import graph_break_types as gbt
             from .exc import unimplemented
 
@@ -62,20 +82,48 @@ class SideEffects:
         return entry[3] if entry is not None else None
 
     def delete_attr(
-        self, obj: Any, name: str, source: Source | None = None, existed: bool = True
+        self,
+        obj: Any,
+        name: str,
+        source: Source | None = None,
+        existed: bool = True,
+        via_dict: bool = False,
     ) -> None:
         """``del obj.name`` (attribute_rules.delete_object_attr checked it can succeed).
         ``existed``: the real object has the attribute now (guarded); when False the
-        attribute was set in this frame, and deleting it only drops that pending write."""
+        attribute was set in this frame, and deleting it only drops that pending write.
+        ``via_dict``: ``del obj.__dict__[name]`` (replayed as that, no ``__delattr__``)."""
         from .variables.constant import ConstantVariable
 
         target = source if source is not None else obj
         key = ("setattr", id(obj), name)
         self._effects.pop(key, None)  # a write before the deletion is not replayed
+        view = self._dict_views.get(id(obj))
+        if view is not None:
+            view.items.pop(name, None)
         if not existed:
             return
-        self._effects[key] = ("delattr", target, name, ConstantVariable(None))
+        kind = "dictdel" if via_dict else "delattr"
+        self._effects[key] = (kind, target, name, ConstantVariable(None))
         self._written[id(obj)] = obj
+
+    def register_dict_view(self, obj: Any, view: VariableTracker) -> None:
+        """``view`` models ``obj.__dict__`` from now on: later writes update it."""
+        self._dict_views[id(obj)] = view
+        self._written[id(obj)] = obj  # keeps the id unique while the capture runs
+
+    def dict_view(self, obj: Any) -> VariableTracker | None:
+        return self._dict_views.get(id(obj))
+
+    def attr_effects(self, obj: Any) -> list[tuple[str, str, VariableTracker]]:
+        """``(kind, name, value)`` of each recorded write or deletion of ``obj``'s
+        attributes, in the order the instance ``__dict__`` saw them last (kinds: setattr,
+        dictset, delattr, dictdel, and resetattr / redictset: a write after a deletion)."""
+        return [
+            (kind, name, var)
+            for key, (kind, _t, name, var) in self._effects.items()
+            if key[0] == "setattr" and key[1] == id(obj)
+        ]
 
     def has_attr_writes(self, obj: Any) -> bool:
         """True if an attribute of ``obj`` was written or deleted in this frame."""
@@ -167,10 +215,17 @@ class SideEffects:
                 if isinstance(target, tuple) and target[0] == "arg":
                     target = args[target[1]]
                 value = rebuild(spec, graph_outputs, memo, args)
+                if kind in _REINSERTS:  # deleted, then written again: the key moves last
+                    del target.__dict__[name]
+                    kind = kind[2:]
                 if kind == "setattr":
                     setattr(target, name, value)
                 elif kind == "delattr":
                     delattr(target, name)
+                elif kind == "dictset":
+                    target.__dict__[name] = value
+                elif kind == "dictdel":
+                    del target.__dict__[name]
                 elif kind == "global":
                     target[name] = value
                 elif kind == "cell":
@@ -188,6 +243,10 @@ class SideEffects:
         for _kind, _target, _name, spec in plan:
             _collect_ids(spec, replay.container_ids)
         return replay
+
+
+_DELETES = ("delattr", "dictdel")
+_REINSERTS = ("resetattr", "redictset")
 
 
 def _items_view(var: VariableTracker) -> VariableTracker:

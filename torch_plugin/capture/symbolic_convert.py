@@ -41,6 +41,7 @@ from .variables.constant import ConstantVariable
 from .variables.container_iterators import make_iterator
 from .variables.functions import CellVariable
 from .variables.iterators import IteratorVariable
+from .variables.polyfills import polyfill_codes
 from .variables.tensor import TensorVariable
 from .variables.torch import AutocastVariable, GradModeVariable, InferenceModeVariable
 from .variables.user_defined import SuperVariable
@@ -335,7 +336,7 @@ class InstructionTranslatorBase(
         value = self.pop() if pop else self.stack[-1]
         if pop and isinstance(value, conditionals.TensorBoolVariable):
             value = value.tensor  # a flag set in an earlier captured branch
-        if pop and isinstance(value, TensorVariable) and config.capture_tensor_branches:
+        if pop and isinstance(value, TensorVariable) and self.captures_tensor_branches():
             # both ways traced into a conditional node, or Unsupported: a break here
             conditionals.capture_branch(self, inst, value, want)
             return
@@ -356,10 +357,17 @@ class InstructionTranslatorBase(
             return
         self.push(ConstantVariable(bool(value.truthiness(self))))
 
+    def captures_tensor_branches(self) -> bool:
+        """Whether a jump on a one-element tensor here becomes a conditional
+        (conditionals.py): with ``config.capture_tensor_branches``, and always in the
+        builtins' polyfills (variables/polyfills.py), whose ways only rebind locals to
+        values that exist before the branch (no graph op, no effect, no random draw)."""
+        return config.capture_tensor_branches or self.code in polyfill_codes()
+
     def next_is_conditional_jump(self) -> bool:
         """The next instruction is POP_JUMP_IF_TRUE/FALSE (3.13's TO_BOOL and COMPARE_OP
         bool bit leave a tensor for it to capture as a conditional)."""
-        return config.capture_tensor_branches and self.instructions[self.ip].opname in (
+        return self.captures_tensor_branches() and self.instructions[self.ip].opname in (
             "POP_JUMP_IF_TRUE",
             "POP_JUMP_IF_FALSE",
         )

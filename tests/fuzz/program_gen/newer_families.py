@@ -320,9 +320,12 @@ class NewerFamilies:
         """Issue #31's constructs: sets (of ints from ``n``, of tensors by identity), set
         algebra and membership, a global set mutated, functools.reduce, dict.fromkeys,
         itertools.combinations / chain.from_iterable, sorted with a key function,
-        functools.partial attributes, a user class's operators and ``__iter__``, and loops
+        functools.partial attributes, a user class's operators and ``__iter__``, loops
         over a list or dict that they change (an append seen, a value update, a key added:
-        RuntimeError, caught)."""
+        RuntimeError, caught), builtin ``max``/``min`` of one-element tensors, writes
+        through the argument's ``__dict__`` (``setdefault``, ``update``),
+        ``collections.namedtuple()`` and ``Counter`` built in the frame, and tensors as dict
+        keys."""
         self.features.add("python-builtins")
         self.uses.add("python-builtins")
         kind = self.pick(["C", "RC"])
@@ -368,6 +371,16 @@ class NewerFamilies:
                 f'bump({{"a": {e1}, "b": {e2}}}, {e3})',
                 f'add_while_iterating({{"a": {e1}}}, {e2})',
                 f"sum(map(lambda t: t * 2, [{e1}, {e2}])) + {e3}",
+                # builtin max/min of one-element tensors (a conditional in the graph)
+                f"max({e1}.sum(), {e2}.mean()) * {e3}",
+                f"min([{e1}.amax(), {e2}.sum(), {e3}.mean()], key=lambda t: -t) + {e3}",
+                # writes through the argument's instance __dict__ (attribute side effects)
+                f'vars(obj).setdefault("dk", {self.expr("C")}) + {e2}',
+                f"(obj.__dict__.update(dk={self.expr('C')}) or obj.dk) * {e2}",
+                # collections factories and tensors as dict keys (by identity)
+                f"collections.namedtuple('Q', 'a b')({e1}, n)._replace(b=2).a * 2",
+                f"collections.Counter('abca')['a'] * {e1} + collections.Counter(a=n)['a']",
+                f"(lambda k: {{k: 2, {e2}: 3}}[k] * k)({e1})",
             ]
         )
         return [f"{v} = {body}"]

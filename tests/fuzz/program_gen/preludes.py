@@ -51,6 +51,7 @@ def helper_obj(o, t):
 # the new families is the same text as before they existed).
 PRELUDE_EXTRA = {
     "python-builtins": """\
+import collections
 import functools
 import itertools
 import operator

@@ -13,6 +13,11 @@ state compared), and once more without fullgraph (graph breaks allowed), which m
 eager too (``one_graph``, tests/fuzz/one_graph.py). A probe that still breaks is
 ``xfail(strict=True)`` with the reason, so the state of each class is visible here and a
 probe that starts to capture (or regresses) fails.
+
+State: of the 74 probes here and in test_issue31_audit_gaps.py, 68 are one graph (with
+the 6 of test_issue31_regressions.py, 74 of 80); still breaking: ``Tensor.numpy()`` and
+``np.*`` on arrays, ``torch.distributions`` constructors, functorch queries, storage
+queries a FakeTensor cannot answer, and a tensor used as a list index.
 """
 
 from __future__ import annotations
@@ -360,7 +365,7 @@ PROBES: dict[str, tuple] = {
         _namedtuple_factory,
         None,
         None,
-        "collections.namedtuple() builds a class (exec): not modelled",
+        None,
     ),
     "typevar_dict_key": ("builtins", lambda x: {T: x}[T] + 1, None, None, None),
     "getset_descriptor": (
@@ -425,7 +430,7 @@ PROBES: dict[str, tuple] = {
         _obj_dict_write,
         _BOX_CALLS,
         None,
-        "a write through obj.__dict__ is not modelled (reads are)",
+        None,
     ),
     "slots": (
         "attributes",
@@ -513,21 +518,22 @@ PROBES: dict[str, tuple] = {
         _tensor_as_index,
         None,
         None,
-        "a tensor's value used as a Python index is data-dependent",
+        "lst[t] calls Tensor.__index__, which reads the tensor's value (data-dependent):"
+        " a graph break at the subscript, the code after it captured again",
     ),
     "tensor_dict_key": (
         "data-dependent",
         _tensor_dict_key,
         None,
         None,
-        "a tensor as a dict key (hashed by identity) is not modelled",
+        None,
     ),
     "max_of_tensors": (
         "data-dependent",
         _max_of_tensors,
         None,
         None,
-        "max() comparing tensors is data-dependent",
+        None,
     ),
 }
 

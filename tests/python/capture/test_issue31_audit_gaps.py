@@ -166,7 +166,7 @@ PROBES: dict[str, tuple] = {
         _collections_types,
         None,
         None,
-        "collections.Counter built inside is not modelled (a dict subclass with dunders)",
+        None,
     ),
     "ordered_dict": ("suite2", _ordered_dict, None, None, None),
     "ordered_dict_iteration_then_move": (
@@ -231,7 +231,7 @@ PROBES: dict[str, tuple] = {
         _activation_checkpoint,
         None,
         None,
-        "torch.utils.checkpoint runs with capture off (torch_plugin.disable)",
+        None,
     ),
 }
 

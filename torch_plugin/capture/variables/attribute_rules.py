@@ -38,6 +38,7 @@ from ..exc import unimplemented
 from ..sources import AttrSource
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .lists import TupleVariable
 
 
 def _class_defines(cls: type, name: str) -> bool:
@@ -194,23 +195,26 @@ def descriptor_attribute(tx, obj_var, static, name: str) -> VariableTracker | No
     return None
 
 
-_DICT_WRITES = frozenset(
-    {"__setitem__", "__delitem__", "update", "pop", "popitem", "clear", "setdefault", "__ior__"}
-)
-
-
 def instance_dict(tx, obj_var) -> VariableTracker | None:
-    """``obj.__dict__`` (and ``vars(obj)``) of a user object read through a source: its
-    attributes as a dict, read only (:class:`InstanceDictVariable`), or None."""
+    """``obj.__dict__`` (and ``vars(obj)``) of a user object read through a source, or of
+    an object built in the frame: the frame's one variable of that dict
+    (:class:`InstanceDictVariable`, :class:`NewObjectDictVariable`), or None."""
+    from .new_object import NewObjectVariable
     from .user_defined import UserDefinedObjectVariable
 
+    if isinstance(obj_var, NewObjectVariable):
+        return NewObjectDictVariable(obj_var)
     real = getattr(obj_var, "value", None)
     if (
         not isinstance(obj_var, UserDefinedObjectVariable)
         or obj_var.source is None
+        or getattr(obj_var, "private", False)
         or type(getattr(real, "__dict__", None)) is not dict
     ):
         return None
+    known = tx.output.side_effects.dict_view(real)
+    if known is not None:
+        return known  # ``o.__dict__ is o.__dict__``: one dict, one variable
     return InstanceDictVariable(tx, obj_var, AttrSource(obj_var.source, "__dict__"))
 
 
@@ -220,12 +224,91 @@ def _instance_dict_base():
     return ConstDictVariable
 
 
-class InstanceDictVariable(_instance_dict_base()):
-    """An instance's ``__dict__`` read in the frame: the real dict's entries (keys guarded,
-    values read through item sources). Reading it (items, ``in``, ``len``, iteration, ``get``)
-    is modelled; writing through it, or reading it once an attribute of the object was
-    written in the frame (the dict would show the write), is a graph break. Returned or live
-    at a break it is the same object (its source)."""
+def check_dict_write(cls: type, key) -> str:
+    """The attribute name ``obj.__dict__[key] = value`` writes, when a later ``obj.key``
+    in the frame reads exactly that value (the capture answers such reads from its pending
+    writes): ``key`` is a str, the class has no data descriptor at that name (it would
+    take the read over), and reads attributes the default way. Else a graph break."""
+    from .user_defined import class_lookup
+
+    if type(key) is not str:
+        unimplemented(gbt.SIDE_EFFECT, f"__dict__[{key!r}]: a key that is not a str")
+    static = class_lookup(cls, key)
+    if static is not None and (
+        hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
+    ):
+        unimplemented(
+            gbt.SIDE_EFFECT,
+            f"__dict__[{key!r}] of a {cls.__name__}: its class has a data descriptor there",
+        )
+    if class_lookup(cls, "__getattribute__") not in (None, object.__getattribute__):
+        unimplemented(
+            gbt.SIDE_EFFECT, f"__dict__ write on a {cls.__name__} (custom __getattribute__)"
+        )
+    return key
+
+
+class _DictWrites:
+    """The dict methods that write, for a variable modelling an instance ``__dict__``, in
+    terms of :meth:`setitem` and :meth:`delitem` (each subclass's one way to write)."""
+
+    def _write_call(self, tx, name, args, kwargs):
+        from .dicts import ConstDictVariable, dict_key
+
+        entries = self.items
+        if name == "__setitem__" and len(args) == 2 and not kwargs:
+            self.setitem(tx, dict_key(args[0]), args[1])
+            return ConstantVariable(None)
+        if name == "__delitem__" and len(args) == 1 and not kwargs:
+            self.delitem(tx, dict_key(args[0]))
+            return ConstantVariable(None)
+        if name in ("update", "__ior__"):
+            # the pairs as dict.update reads them (a temporary dict of the frame), then
+            # written one at a time in that order, as dict_merge does
+            pairs = ConstDictVariable({}, mutable_local=True)
+            pairs.call_method(tx, "update", args, kwargs)
+            for k, v in pairs.items.items():
+                self.setitem(tx, k, v)
+            return self if name == "__ior__" else ConstantVariable(None)
+        if name == "setdefault" and 1 <= len(args) <= 2 and not kwargs:
+            k = dict_key(args[0])
+            if k not in entries:
+                self.setitem(tx, k, args[1] if len(args) == 2 else ConstantVariable(None))
+            return entries[k]
+        if name == "pop" and 1 <= len(args) <= 2 and not kwargs:
+            k = dict_key(args[0])
+            if k in entries:
+                value = entries[k]
+                self.delitem(tx, k)
+                return value
+            if len(args) == 2:
+                return args[1]
+            unimplemented(gbt.EXCEPTION, f"__dict__.pop of missing key {k!r} (KeyError)")
+        if name == "popitem" and not args and not kwargs:
+            if not entries:
+                unimplemented(gbt.EXCEPTION, "__dict__.popitem(): dictionary is empty")
+            k = next(reversed(entries))
+            value = entries[k]
+            self.delitem(tx, k)
+            return TupleVariable([ConstantVariable(k), value])
+        if name == "clear" and not args and not kwargs:
+            for k in list(entries):
+                self.delitem(tx, k)
+            return ConstantVariable(None)
+        unimplemented(gbt.SIDE_EFFECT, f"__dict__.{name}() with these arguments")
+
+
+class InstanceDictVariable(_DictWrites, _instance_dict_base()):
+    """An instance's ``__dict__`` read in the frame (``obj.__dict__``, ``vars(obj)``) of a
+    user object with a source: the real dict's entries (keys guarded, values read through
+    item sources) with the frame's pending attribute writes and deletions applied, in the
+    order CPython's dict would hold them. One variable per object and capture
+    (``SideEffects.register_dict_view``): attribute writes later in the frame update it,
+    and writes through it (``d[k] = v``, ``del d[k]``, ``update``, ``setdefault``, ``pop``,
+    ``popitem``, ``clear``, ``|=``) are attribute side effects replayed as the same dict
+    operations on the object found at the source (no ``__setattr__``, no descriptor runs);
+    later reads of ``obj.k`` in the frame see them (:func:`check_dict_write`). Returned or
+    live at a break it is the same object (its source, read after the replay)."""
 
     def __init__(self, tx, obj_var, source) -> None:
         from ..sources import ItemSource
@@ -233,33 +316,72 @@ class InstanceDictVariable(_instance_dict_base()):
 
         real = obj_var.value
         self.obj = real
+        self.obj_source = obj_var.source
         self.effects = tx.output.side_effects
-        self._check_unwritten()
         d = real.__dict__
         tx.output.guards.dict_keys_match(source, d)
-        super().__init__(
-            {k: wrap_value(tx, v, ItemSource(source, k)) for k, v in d.items()}, source
-        )
+        effects = self.effects.attr_effects(real)
+        written = {name for _, name, _ in effects}
+        items = {
+            k: (None if k in written else wrap_value(tx, v, ItemSource(source, k)))
+            for k, v in d.items()
+        }
+        for kind, name, value in effects:  # in the order the dict saw them
+            if kind in ("delattr", "dictdel", "resetattr", "redictset"):
+                items.pop(name, None)
+            if kind not in ("delattr", "dictdel"):
+                items[name] = value
+        super().__init__(items, source)
+        self.same_object_at_source = True
+        self.effects.register_dict_view(real, self)
 
-    def _check_unwritten(self) -> None:
-        if self.effects.has_attr_writes(self.obj):
-            unimplemented(
-                gbt.SIDE_EFFECT,
-                f"the __dict__ of a {type(self.obj).__name__} whose attributes the frame wrote",
-            )
+    def setitem(self, tx, key, value: VariableTracker) -> None:
+        from .object_copies import refuse_mutated_private
 
-    def make_iterator(self, tx=None):
-        self._check_unwritten()
-        return super().make_iterator(tx)
+        name = check_dict_write(type(self.obj), key)
+        refuse_mutated_private(value)
+        self.effects.store_attr(self.obj, name, value, self.obj_source, via_dict=True)
 
-    def unpack_var_sequence(self, tx):
-        self._check_unwritten()
-        return super().unpack_var_sequence(tx)
+    def delitem(self, tx, key) -> None:
+        if key not in self.items:
+            unimplemented(gbt.EXCEPTION, f"del __dict__[{key!r}]: no such key (KeyError)")
+        existed = key in self.obj.__dict__  # guarded (DICT_KEYS_MATCH at the source)
+        self.effects.delete_attr(self.obj, key, self.obj_source, existed, via_dict=True)
 
     def call_method(self, tx, name, args, kwargs):
         if name in _DICT_WRITES:
-            unimplemented(gbt.SIDE_EFFECT, f"__dict__.{name}() of a {type(self.obj).__name__}")
-        self._check_unwritten()
+            return self._write_call(tx, name, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
+
+_DICT_WRITES = frozenset(
+    {"__setitem__", "__delitem__", "update", "pop", "popitem", "clear", "setdefault", "__ior__"}
+)
+
+
+class NewObjectDictVariable(_DictWrites, _instance_dict_base()):
+    """``obj.__dict__`` of an object built in the frame (new_object.py): its attribute
+    table itself (``NewObjectVariable.attrs``), so writes either way are seen both ways.
+    Writes through it follow :func:`check_dict_write`. It cannot leave the frame (returned,
+    stored, live at a break): it would have to be the dict of the object built then."""
+
+    def __init__(self, obj_var) -> None:
+        super().__init__({}, mutable_local=True)
+        self.obj_var = obj_var
+        self.items = obj_var.attrs  # the same KeyEntries: one dict
+        self.escape_refused = f"the __dict__ of a {obj_var.cls.__name__} built in the frame"
+
+    def setitem(self, tx, key, value: VariableTracker) -> None:
+        self.items[check_dict_write(self.obj_var.cls, key)] = value
+
+    def delitem(self, tx, key) -> None:
+        if key not in self.items:
+            unimplemented(gbt.EXCEPTION, f"del __dict__[{key!r}]: no such key (KeyError)")
+        del self.items[key]
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in _DICT_WRITES:
+            return self._write_call(tx, name, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
 

@@ -322,7 +322,15 @@ def _checkpoint_variable(value) -> VariableTracker:
     wrapper = _CHECKPOINT_WRAPPERS.get(value)
     if wrapper is None:
         wrapper = _CHECKPOINT_WRAPPERS[value] = _C.disable_wrapper(value)
-    return DisabledFunctionVariable(wrapper, ObjectSource(wrapper, "checkpoint, capture off"))
+    source = ObjectSource(wrapper, "checkpoint, capture off")
+    import torch.utils.checkpoint as cp
+
+    if value is cp.checkpoint:
+        # traced as one tag_activation_checkpoint node where exact (activation_checkpoint.py)
+        from ..activation_checkpoint import CheckpointVariable
+
+        return CheckpointVariable(wrapper, source)
+    return DisabledFunctionVariable(wrapper, source)
 
 
 def _wrap_callable(tx, value, source) -> VariableTracker:

@@ -321,11 +321,13 @@ class BuiltinVariable(CallableVariable):
         if kwargs:  # a key function may be user code: inlined, never run at capture time
             return builtin_table.call_minmax(tx, fn, args, kwargs)
 
+        if not args:
+            unimplemented(gbt.EXCEPTION, f"{fn.__name__} expected at least 1 argument")
         items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
         if all(i.is_python_constant() for i in items):
             return ConstantVariable(fn(i.as_python_constant() for i in items))
         if any(isinstance(i, TensorVariable) for i in items):
-            unimplemented(gbt.DATA_DEPENDENT, f"{fn.__name__}() comparing tensors (data-dependent)")
+            return builtin_table.pick_extreme(tx, fn, items, items)
         return None
 
     def call_super(self, tx, *args):
@@ -518,6 +520,15 @@ def _shared_module_hasattr(tx, obj, name: str) -> bool:
     return False
 
 
+def _pending_instance_attr(tx, value, name: str) -> bool | None:
+    """Whether the frame's pending writes leave ``name`` in ``value``'s instance
+    ``__dict__`` (True: written, False: deleted), or None (not touched in the frame)."""
+    for kind, written, _ in tx.output.side_effects.attr_effects(value):
+        if written == name:
+            return kind not in ("delattr", "dictdel")
+    return None
+
+
 def _user_object_hasattr(tx, obj, name: str):
     """``hasattr`` on a user object read from a source, with guards that keep the answer:
     True reads the attribute (its read is guarded as any attribute read); False guards that
@@ -531,6 +542,13 @@ def _user_object_hasattr(tx, obj, name: str):
     value = obj.value
     if _has_custom_getattr(type(value)):
         return hasattr(obj.as_python_constant(), name)
+    pending = _pending_instance_attr(tx, value, name)
+    if pending is not None:
+        # written or deleted earlier in the frame: the instance __dict__ has it, or not;
+        # without it the class decides (it is guarded on its type)
+        from .user_defined import class_lookup
+
+        return pending or class_lookup(type(value), name) is not None
     if hasattr(value, name):
         tx.getattr(obj, name)
         return True

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import types
+import weakref
 
 from .. import graph_break_types as gbt
 from . import container_iterators
@@ -76,12 +77,62 @@ def _chain_from_iterable(tx, args, kwargs):
     return LazyIteratorVariable(produce, "chain.from_iterable")
 
 
+# Classes built by ``collections.namedtuple`` during a capture (:func:`_namedtuple`).
+FRAME_CLASSES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _namedtuple(tx, args, kwargs):
+    """``collections.namedtuple(typename, field_names, *, rename=False, defaults=None,
+    module=None)`` called in the frame, with constant arguments: the class is built now, by
+    ``namedtuple`` itself (``module`` defaulting to the calling function's ``__name__``, as
+    namedtuple reads it from its caller's frame), and its instances are modelled as any
+    namedtuple's. Eager builds a new class on every call, so the class, and any instance of
+    it, may not leave the frame (returned, stored outside it, live at a graph break: a
+    graph break, :func:`frame_class_escape`): the capture's one class would stand for a
+    new class per call."""
+    import collections
+
+    params = [*args, *kwargs.values()]
+    if not all(p.is_python_constant() for p in params):
+        unimplemented(
+            gbt.VALUE_NOT_CONSTANT, "collections.namedtuple() with non-constant arguments"
+        )
+    a = [p.as_python_constant() for p in args]
+    k = {name: v.as_python_constant() for name, v in kwargs.items()}
+    if k.get("module") is None:
+        k["module"] = tx.f_globals.get("__name__", "__main__")
+    try:
+        cls = collections.namedtuple(*a, **k)
+    except Exception as e:  # noqa: BLE001 - eager raises it: the frame decides
+        unimplemented(gbt.EXCEPTION, f"collections.namedtuple(): {type(e).__name__}: {e}")
+    FRAME_CLASSES.add(cls)
+    from .user_defined import UserDefinedClassVariable
+
+    return UserDefinedClassVariable(cls)
+
+
+def frame_class_escape(var: VariableTracker) -> str | None:
+    """Why ``var`` may not leave the frame when it is a class :func:`_namedtuple` built, or
+    an instance of one; else None."""
+    cls = getattr(var, "tuple_cls", None)
+    if cls is None:
+        value = getattr(var, "value", None)
+        cls = value if isinstance(value, type) else None
+    if cls is not None and cls in FRAME_CLASSES:
+        return (
+            f"the namedtuple class {cls.__name__} built in the frame (or an instance of it)"
+            " would leave the frame (eager builds a new class on every call)"
+        )
+    return None
+
+
 TABLE = {
     container_iterators.resume_iterator: container_iterators.model_resume_iterator,
     container_iterators.resume_lazy_iterator: container_iterators.model_resume_lazy_iterator,
     functools.reduce: _reduce,
     dict.fromkeys: _fromkeys,
     itertools.chain.from_iterable: _chain_from_iterable,
+    __import__("collections").namedtuple: _namedtuple,
 }
 
 
@@ -249,12 +300,43 @@ def call_minmax(tx, fn, args, kwargs):
         if "default" in kwargs:
             return kwargs["default"]
         unimplemented(gbt.EXCEPTION, f"{fn.__name__}() of an empty sequence")
+    from .tensor import TensorVariable
+
+    if values is None and not _no_key(key):
+        values = [key.call_function(tx, [item], {}) for item in items]
+    compared = values if values is not None else items
+    if any(isinstance(v, TensorVariable) for v in compared):
+        return pick_extreme(tx, fn, items, compared)
     keys = _key_values(tx, items, key, values)
     try:
         best = fn(range(len(items)), key=keys.__getitem__)
     except TypeError as e:
         unimplemented(gbt.EXCEPTION, f"{fn.__name__}(): {e}")
     return items[best]
+
+
+def pick_extreme(tx, fn, items, values):
+    """``min``/``max`` of ``items`` (non-empty) compared by ``values`` when a value is a
+    tensor: CPython's loop (:func:`~.polyfills.pick_extreme`) inlined, so each comparison is
+    a data-dependent condition of the graph (a conditional where conditionals.py can capture
+    it, else a graph break) and the result is the very item eager returns. Values that are
+    neither tensors nor constants (a user object whose ``__gt__`` may have effects: CPython
+    interleaves its comparisons with the key calls) are a graph break."""
+    from .functions import UserFunctionVariable
+    from .polyfills import pick_extreme as loop
+    from .tensor import TensorVariable
+
+    if not all(isinstance(v, (TensorVariable, ConstantVariable)) for v in values):
+        unimplemented(gbt.DATA_DEPENDENT, f"{fn.__name__}() comparing {values}")
+    return UserFunctionVariable(loop).call_function(
+        tx,
+        [
+            ConstantVariable(fn is max),
+            ListVariable(list(items), mutable_local=True),
+            ListVariable(list(values), mutable_local=True),
+        ],
+        {},
+    )
 
 
 def call_text(tx, fn, obj):

@@ -38,7 +38,7 @@ from .. import graph_break_types as gbt
 from ..exc import unimplemented
 from .base import VariableTracker, method_getattr
 from .constant import ConstantVariable
-from .dicts import ConstDictVariable, dict_key
+from .dicts import ConstDictVariable, dict_key, key_var
 from .lists import ListIteratorVariable
 
 # --------------------------------------------------------------------------- deque
@@ -301,7 +301,7 @@ class DefaultDictVariable(ConstDictVariable):
         from .lists import TupleVariable
 
         return functools.partial(make_dict, self.output_spec_maker()), [
-            TupleVariable([ConstantVariable(k) for k in self.items]),
+            TupleVariable([key_var(k) for k in self.items]),
             TupleVariable(list(self.items.values())),
         ]
 
@@ -446,7 +446,7 @@ class DictSubclassVariable(ConstDictVariable):
         from .lists import TupleVariable
 
         return functools.partial(make_dict, self.user_cls), [
-            TupleVariable([ConstantVariable(k) for k in self.items]),
+            TupleVariable([key_var(k) for k in self.items]),
             TupleVariable(list(self.items.values())),
         ]
 
@@ -476,6 +476,10 @@ def make_dict_subclass(tx, cls: type, args, kwargs) -> DictSubclassVariable:
 
 def construct(tx, cls: type, args, kwargs) -> VariableTracker | None:
     """The variable for ``cls(*args, **kwargs)`` when ``cls`` is modelled here, else None."""
+    if cls is collections.Counter:
+        from .counters import make_counter
+
+        return make_counter(tx, list(args), dict(kwargs))
     if cls is collections.deque:
         return make_deque(tx, list(args), dict(kwargs))
     if cls is collections.defaultdict:
@@ -495,9 +499,13 @@ def binary_op(tx, op: str, a: VariableTracker, b: VariableTracker) -> VariableTr
     ``dict | dd`` give a defaultdict with the defaultdict's factory (``defaultdict.__or__``
     / ``__ror__``), a dict subclass's ``|`` a plain dict (``dict.__or__``), ``|=`` updates
     in place. Any other operator on these objects is a graph break."""
-    ours = (DequeVariable, DefaultDictVariable, DictSubclassVariable)
+    from .counters import _COUNTER_BINARY, CounterVariable
+
+    ours = (DequeVariable, DefaultDictVariable, DictSubclassVariable, CounterVariable)
     if not isinstance(a, ours) and not isinstance(b, ours):
         return None
+    if isinstance(a, CounterVariable) and op in _COUNTER_BINARY:
+        return a.call_method(tx, _COUNTER_BINARY[op], [b], {})
     if isinstance(a, DequeVariable):
         if op == "+=":
             return a.call_method(tx, "__iadd__", [b], {})
@@ -527,7 +535,8 @@ def binary_op(tx, op: str, a: VariableTracker, b: VariableTracker) -> VariableTr
 
 
 def wrap_input(tx, value: Any, source) -> VariableTracker | None:
-    """A deque or defaultdict read from ``source`` (guarded; mutations replayed), else None."""
+    """A deque, defaultdict or Counter read from ``source`` (guarded; mutations replayed),
+    else None."""
     from ..sources import AttrSource, ItemSource
     from .builder import wrap_value
     from .constant import is_immutable
@@ -541,6 +550,15 @@ def wrap_input(tx, value: Any, source) -> VariableTracker | None:
             for i, v in enumerate(value)
         ]
         return DequeVariable(items, value.maxlen, source, source is None, real=value)
+    if type(value) is collections.Counter and all(is_immutable(k) for k in value):
+        from .counters import CounterVariable
+
+        guards.dict_keys_match(source, value)
+        items = {
+            k: wrap_value(tx, v, ItemSource(source, k) if source else None)
+            for k, v in value.items()
+        }
+        return CounterVariable(items, source is None, source, value if source else None)
     if type(value) is collections.defaultdict and all(is_immutable(k) for k in value):
         guards.dict_keys_match(source, value)
         factory = wrap_value(

@@ -79,13 +79,15 @@ class DictIteratorVariable(IteratorVariable):
             return None
         key = self.keys[self.pos]
         self.pos += 1
+        from .dicts import key_var
+
         if self.kind == "keys":
-            return ConstantVariable(key)
+            return key_var(key)
         if self.kind == "values":
             return entries[key]
         from .lists import TupleVariable
 
-        return TupleVariable([ConstantVariable(key), entries[key]])
+        return TupleVariable([key_var(key), entries[key]])
 
     def rebuild_call(self):
         if self.exhausted:

@@ -19,16 +19,43 @@ from .lists import TupleVariable
 
 
 def dict_key(var: VariableTracker):
-    """The dict key ``var`` stands for: a constant of the capture. A symbolic size (``{n: 1}``
-    with ``n = x.shape[0]`` after a dynamic recompile) is not hashable: its concrete value,
+    """The dict key ``var`` stands for: a constant of the capture, or for a tensor (hashed
+    by identity: ``Tensor.__hash__`` is ``id``) an identity key (``sets._IdKey`` of its
+    variable: one variable per object in a capture; a tensor whose identity depends on a
+    branch on tensor data is a graph break). A symbolic size (``{n: 1}`` with
+    ``n = x.shape[0]`` after a dynamic recompile) is not hashable: its concrete value,
     under a guard (the entry is then reused only for that size, as a dict of sizes would
     decide its keys). Raises Unsupported for a key that is not a constant."""
+    from .tensor import TensorVariable
+
+    if isinstance(var, TensorVariable):
+        from .sets import _IdKey
+        from .tensor import refuse_ambiguous_identity
+
+        refuse_ambiguous_identity(var, "a dict key")
+        return _IdKey(var, var.node)
     if not var.is_python_constant():
         unimplemented(gbt.VALUE_NOT_CONSTANT, "dict key that is not a constant")
     key = var.as_python_constant()
     if has_symbolic(key):
         key = specialize_deep(key)
     return key
+
+
+def key_var(key: Any) -> VariableTracker:
+    """The variable of dict key ``key`` (:func:`dict_key`'s inverse)."""
+    from .sets import _IdKey
+
+    return key.var if isinstance(key, _IdKey) else ConstantVariable(key)
+
+
+def refuse_identity_keys(entries, what: str) -> None:
+    """A graph break when ``entries`` has a key hashed by identity (a tensor): ``what``
+    (turning the dict into a real one, rebuilding it after the graph) is not modelled."""
+    from .sets import _IdKey
+
+    if any(isinstance(k, _IdKey) for k in entries):
+        unimplemented(gbt.UNMODELLED_VALUE, f"{what}: a dict with a tensor key")
 
 
 class KeyEntries(dict):
@@ -93,13 +120,14 @@ class ConstDictVariable(VariableTracker):
         return self.user_cls
 
     def as_python_constant(self) -> Any:
+        refuse_identity_keys(self.items, "a dict's value")
         return self.user_cls({k: v.as_python_constant() for k, v in self.items.items()})
 
     def truthiness(self, tx) -> bool:
         return len(self.items) > 0
 
     def unpack_var_sequence(self, tx):
-        return [ConstantVariable(k) for k in self.items]
+        return [key_var(k) for k in self.items]
 
     def make_iterator(self, tx=None) -> VariableTracker:
         """``iter(d)``: CPython's dict iterator over the live dict (container_iterators.py)."""
@@ -218,7 +246,7 @@ class ConstDictVariable(VariableTracker):
                 unimplemented(gbt.EXCEPTION, "popitem(): dictionary is empty (KeyError)")
             last = bool(values[0]) if values else True
             key = next(reversed(entries)) if last else next(iter(entries))
-            return TupleVariable([ConstantVariable(key), entries.pop(key)])
+            return TupleVariable([key_var(key), entries.pop(key)])
         unimplemented(gbt.UNMODELLED_VALUE, f"OrderedDict.{name} with these arguments")
 
     def __repr__(self) -> str:
@@ -240,10 +268,10 @@ class DictViewVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         d = self.dict_var.items
         if self.kind == "keys":
-            return [ConstantVariable(k) for k in d]
+            return [key_var(k) for k in d]
         if self.kind == "values":
             return list(d.values())
-        return [TupleVariable([ConstantVariable(k), v]) for k, v in d.items()]
+        return [TupleVariable([key_var(k), v]) for k, v in d.items()]
 
     def truthiness(self, tx) -> bool:
         return len(self.dict_var.items) > 0
@@ -270,6 +298,7 @@ class DictViewVariable(VariableTracker):
         # a real view (of a copy): set operators (keys() | keys()), == (keys() == {"a"} is
         # True, keys() == ["a"] False, values() == values() False) and type are a view's
         d = self.dict_var.items
+        refuse_identity_keys(d, "a dict view's value")
         if self.kind == "keys":
             return dict.fromkeys(d).keys()
         values = {k: v.as_python_constant() for k, v in d.items()}

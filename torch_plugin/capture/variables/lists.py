@@ -60,6 +60,17 @@ class BaseListVariable(VariableTracker):
         return ListIteratorVariable(list(self.items))
 
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        from .tensor import TensorVariable
+
+        if isinstance(index, TensorVariable):
+            # list/tuple subscript calls index.__index__(): the tensor's value (an integer
+            # one-element tensor; TypeError otherwise), only known when the graph runs.
+            # A graph break at this subscript; the code after it is captured again.
+            unimplemented(
+                gbt.DATA_DEPENDENT,
+                f"{self.python_cls.__name__} indexed by a tensor (Tensor.__index__ reads its"
+                " value: data-dependent)",
+            )
         key = index.as_python_constant()
         if isinstance(key, slice):
             return self._new(self.items[key])

@@ -93,7 +93,11 @@ class NewObjectVariable(VariableTracker):
         super().__init__()
         self.cls = cls
         self.cls_source = cls_source
-        self.attrs: dict[str, VariableTracker] = {}
+        from .dicts import KeyEntries
+
+        # a KeyEntries: ``obj.__dict__`` (attribute_rules.NewObjectDictVariable) is this
+        # very table, and its iterators count removals
+        self.attrs: dict[str, VariableTracker] = KeyEntries()
 
     @staticmethod
     def create(tx, cls: type, args, kwargs, cls_source=None) -> NewObjectVariable:
@@ -147,10 +151,9 @@ class NewObjectVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name == "__dict__":
-            unimplemented(
-                gbt.UNMODELLED_VALUE,
-                f"__dict__ of a {self.cls.__name__} built in the captured code",
-            )
+            from .attribute_rules import NewObjectDictVariable
+
+            return NewObjectDictVariable(self)
         if name == "__class__":
             from .builder import wrap_constant_or_object
 
