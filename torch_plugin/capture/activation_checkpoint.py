@@ -35,6 +35,7 @@ from . import graph_break_types as gbt
 from .conditional_outputs import _aliasing_outputs, _erase, _subgraph
 from .conditionals import _GLOBAL_STATE_TARGETS, _RandomOps, _Snapshot
 from .exc import Unsupported, unimplemented
+from .variables import builder as _builder
 from .variables.base import VariableTracker
 from .variables.functions import DisabledFunctionVariable
 from .variables.lists import ListVariable, TupleVariable
@@ -200,3 +201,8 @@ class CheckpointVariable(DisabledFunctionVariable):
             return capture_checkpoint(tx, args[0], list(args[1:]), dict(kwargs))
         except Unsupported as e:
             unimplemented(gbt.RUNS_OUTSIDE_CAPTURE, str(e.reason))
+
+
+# variables/builder.py wraps torch.utils.checkpoint.checkpoint with this class (registered
+# here, not imported there: variables/ does not depend on the stages above it).
+_builder.checkpoint_variable = CheckpointVariable

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from .variables import attribute_rules
 from . import graph_break_types as gbt
 from .bytecode_compat import PY312
 from .exc import unimplemented
+from .variables import attribute_rules
 from .variables.autograd_function import FunctionCtxVariable
 from .variables.base import NullVariable, VariableTracker
 from .variables.builder import wrap_constant_or_object

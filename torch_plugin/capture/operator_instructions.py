@@ -18,13 +18,13 @@ from . import graph_break_types as gbt
 from .bytecode_compat import PY313
 from .dynamic_shapes import has_symbolic, specialize_deep
 from .exc import Unsupported, unimplemented
+from .variables import container_ops, numpy_calls, sets
 from .variables.base import NullVariable, VariableTracker
 from .variables.builder import wrap_constant_or_object
 from .variables.constant import BINARY_OPS, COMPARE_OPS, INPLACE_OPS, ConstantVariable
 from .variables.dicts import ConstDictVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable, contains
 from .variables.new_object import NewObjectVariable
-from .variables import container_ops, numpy_calls, sets
 from .variables.nn_module import NNModuleVariable
 from .variables.sets import SetVariable
 from .variables.tensor import TensorVariable, refuse_ambiguous_identity

@@ -24,7 +24,10 @@ import inspect
 import types
 
 from .. import config
-from . import conditionals
+from . import (
+    activation_checkpoint,  # noqa: F401  (registers CheckpointVariable)
+    conditionals,
+)
 from . import graph_break_types as gbt
 from .attribute_instructions import AttributeInstructions
 from .bytecode_compat import FOR_ITER_SKIPS, NULL_AFTER_CALLABLE, PY312

@@ -308,6 +308,12 @@ def _is_checkpoint_var(var: VariableTracker) -> bool:
     return isinstance(var, DisabledFunctionVariable) and var.fn in _CHECKPOINT_WRAPPERS.values()
 
 
+# The variable of torch.utils.checkpoint.checkpoint, ``(wrapper, source) -> VariableTracker``:
+# capture/activation_checkpoint.py (a stage above variables/, built on the conditionals)
+# registers its CheckpointVariable here when imported; None: the call runs with capture off.
+checkpoint_variable: Any = None
+
+
 def _checkpoint_variable(value) -> VariableTracker:
     """``torch.utils.checkpoint.checkpoint``: a graph break at the call, which then runs for
     real *with capture off* for everything it calls. The checkpointed function must run the
@@ -325,11 +331,9 @@ def _checkpoint_variable(value) -> VariableTracker:
     source = ObjectSource(wrapper, "checkpoint, capture off")
     import torch.utils.checkpoint as cp
 
-    if value is cp.checkpoint:
+    if value is cp.checkpoint and checkpoint_variable is not None:
         # traced as one tag_activation_checkpoint node where exact (activation_checkpoint.py)
-        from ..activation_checkpoint import CheckpointVariable
-
-        return CheckpointVariable(wrapper, source)
+        return checkpoint_variable(wrapper, source)
     return DisabledFunctionVariable(wrapper, source)
 
 

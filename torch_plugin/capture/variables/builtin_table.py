@@ -22,8 +22,8 @@ import types
 import weakref
 
 from .. import graph_break_types as gbt
-from . import container_iterators
 from ..exc import Unsupported, unimplemented
+from . import container_iterators
 from .base import CallableVariable, VariableTracker
 from .constant import ConstantVariable, is_immutable
 from .dicts import ConstDictVariable, dict_key
