@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..contract import stand_in
+from ..contract import stand_ins
 
 __all__ = ["Conditional", "compile_with_conditionals", "has_conditionals"]
 
@@ -69,9 +69,11 @@ def _has_operations(gm: torch.fx.GraphModule) -> bool:
 
 
 def _examples(graph: torch.fx.GraphModule) -> list[Any]:
-    return [
-        stand_in(n.meta.get("example_value")) for n in graph.graph.nodes if n.op == "placeholder"
-    ]
+    """Example inputs of a piece: stand-ins for the values capture recorded, sharing memory
+    where those did (:func:`torch_plugin.contract.stand_ins`)."""
+    return stand_ins(
+        [n.meta.get("example_value") for n in graph.graph.nodes if n.op == "placeholder"]
+    )
 
 
 def _compile_branch(compiler, graph: torch.fx.GraphModule) -> Callable[..., Any]:
