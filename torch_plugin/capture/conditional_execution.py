@@ -177,20 +177,52 @@ def compile_with_conditionals(
         # a conditional's piece was dropped (no output used): running it is what eager
         # does (its ways may draw random numbers), so the graph runs as it is
         return gm.forward
-    for node in split.graph.nodes:
+    # Grad mode at each piece's start (the entry's is guarded: the one in effect now).
+    grad = torch.is_grad_enabled()
+    for node in list(split.graph.nodes):
         if node.op != "call_module":
             continue
         piece = split.get_submodule(node.target)
+        start, grad = grad, _grad_mode_after(piece, grad)
         conds = [m for m in piece.modules() if isinstance(m, Conditional)]
         if conds:
-            for cond in conds:
-                cond.runs = {
-                    True: _compile_branch(compiler, cond.true_graph),
-                    False: _compile_branch(compiler, cond.false_graph),
-                }
+            # runs in Python: its grad-mode switch (split_module's prelude) runs for real
+            with torch.set_grad_enabled(grad):
+                for cond in conds:
+                    cond.runs = {
+                        True: _compile_branch(compiler, cond.true_graph),
+                        False: _compile_branch(compiler, cond.false_graph),
+                    }
             continue
         if not _has_operations(piece):
             continue
-        setattr(split, node.target, _CompiledPiece(compiler(piece, _examples(piece))))
+        with torch.set_grad_enabled(start):
+            compiled = compiler(piece, _examples(piece))
+        setattr(split, node.target, _CompiledPiece(compiled))
+        if _switches_grad_mode(piece):
+            # A compiled piece's grad-mode switches shape its trace but are not run: the
+            # mode it leaves is set after it, for the next piece and the conditional.
+            with split.graph.inserting_after(node):
+                split.graph.call_function(torch._C._set_grad_enabled, (grad,))
     split.recompile()
     return split.forward
+
+
+def _grad_mode_switches(piece: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [
+        n
+        for n in piece.graph.nodes
+        if n.op == "call_function" and n.target is torch._C._set_grad_enabled
+    ]
+
+
+def _switches_grad_mode(piece: torch.fx.GraphModule) -> bool:
+    return bool(_grad_mode_switches(piece))
+
+
+def _grad_mode_after(piece: torch.fx.GraphModule, grad: bool) -> bool:
+    """The grad mode in effect after ``piece`` runs from grad mode ``grad``: its last
+    ``torch._C._set_grad_enabled`` (capture records each with a constant; split_module copies
+    the one in effect to the start of each later piece)."""
+    switches = _grad_mode_switches(piece)
+    return bool(switches[-1].args[0]) if switches else grad
