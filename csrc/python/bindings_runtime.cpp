@@ -226,6 +226,58 @@ void init_runtime_bindings(py::module_& m) {
             return result;
           })
       .def(
+          "run_prefix",
+          [](const runtime::Executor& e, py::sequence args, int k) {
+            // Steps [0, k); returns the values the rest needs (executor.h).
+            std::vector<at::Tensor> inputs;
+            inputs.reserve(args.size());
+            for (py::handle a : args)
+              inputs.push_back(to_tensor(a));
+            std::vector<at::Tensor> carried;
+            {
+              python::GilRelease release;
+              carried = e.run_prefix(inputs, k);
+            }
+            py::list result(carried.size());
+            for (size_t i = 0; i < carried.size(); ++i)
+              result[i] = from_tensor(carried[i]);
+            return result;
+          },
+          py::arg("inputs"),
+          py::arg("k"))
+      .def(
+          "run_suffix",
+          [](const runtime::Executor& e,
+             py::sequence args,
+             py::sequence carried_values,
+             int k) {
+            // Steps [k, n) on run_prefix's values; the graph's outputs.
+            std::vector<at::Tensor> inputs, carried;
+            inputs.reserve(args.size());
+            for (py::handle a : args)
+              inputs.push_back(to_tensor(a));
+            for (py::handle a : carried_values)
+              carried.push_back(to_tensor(a));
+            std::vector<at::Tensor> outputs;
+            {
+              python::GilRelease release;
+              outputs = e.run_suffix(inputs, carried, k);
+            }
+            py::list result(outputs.size());
+            for (size_t i = 0; i < outputs.size(); ++i)
+              result[i] = from_tensor(outputs[i]);
+            return result;
+          },
+          py::arg("inputs"),
+          py::arg("carried"),
+          py::arg("k"))
+      .def(
+          "split_point",
+          &runtime::Executor::split_point,
+          py::arg("max_carried_bytes"),
+          py::arg("max_tail"))
+      .def("output_bytes", &runtime::Executor::output_bytes)
+      .def(
           "script_object",
           [](std::shared_ptr<runtime::Executor> e) {
             // torch.classes.torch_plugin.Executor, the argument of

@@ -8,6 +8,7 @@
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <map>
@@ -103,6 +104,41 @@ void Executor::build(const ir::Graph& g, bool release_owned) {
     if (last_use[s] >= 0 && !keep.count(s))
       free_after_[last_use[s]].push_back(s);
   }
+  // For a split run (run_prefix): who makes each slot, the last step that
+  // reads it (not extended for aliases: a view's base is carried only if a
+  // later step reads it too), its bytes, and which slots may share memory (a
+  // union-find over the steps that may return views of their inputs).
+  made_by_.assign(num_slots_, -1);
+  read_until_.assign(num_slots_, -1);
+  slot_bytes_.assign(num_slots_, 0);
+  alias_root_.resize(num_slots_);
+  for (int s = 0; s < num_slots_; ++s)
+    alias_root_[s] = s;
+  auto root = [&](int s) {
+    while (alias_root_[s] != s)
+      s = alias_root_[s] = alias_root_[alias_root_[s]];
+    return s;
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const Value* in : nodes[i]->inputs)
+      read_until_[slots.slot(in)] = static_cast<int>(i);
+    for (const Value* out : nodes[i]->outputs) {
+      int s = slots.slot(out);
+      made_by_[s] = static_cast<int>(i);
+      int64_t numel = 1;
+      for (int64_t d : out->sizes)
+        numel *= d;
+      slot_bytes_[s] = numel * c10::elementSize(out->dtype);
+      if (!nodes[i]->may_alias)
+        continue;
+      for (const Value* in : nodes[i]->inputs)
+        alias_root_[root(s)] = root(slots.slot(in));
+    }
+  }
+  for (int s : output_slots_)
+    read_until_[s] = static_cast<int>(nodes.size());
+  for (int s = 0; s < num_slots_; ++s)
+    alias_root_[s] = root(s);
 
   // Compile every generated kernel of the graph first, in parallel: each
   // device's preloader (runtime/step_registry.h) takes its own kernels (C++
@@ -227,8 +263,7 @@ void Executor::set_frozen(std::vector<at::Tensor> frozen) {
   }
 }
 
-std::vector<at::Tensor> Executor::run(
-    const std::vector<at::Tensor>& inputs) const {
+Slots Executor::start(const std::vector<at::Tensor>& inputs) const {
   TORCH_CHECK(
       inputs.size() == input_slots_.size(),
       "compiled graph takes ",
@@ -268,6 +303,22 @@ std::vector<at::Tensor> Executor::run(
   }
   for (const auto& [slot, t] : constants_)
     slots[slot] = t;
+  return slots;
+}
+
+void Executor::run_steps(Slots& slots, size_t begin, size_t end) const {
+  for (size_t i = begin; i < end; ++i) {
+    // A range per step for torch.profiler (one flag check when none runs).
+    RECORD_USER_SCOPE(step_names_[i].c_str());
+    steps_[i]->run(slots);
+    for (int s : free_after_[i])
+      slots[s].reset();
+  }
+}
+
+std::vector<at::Tensor> Executor::run(
+    const std::vector<at::Tensor>& inputs) const {
+  Slots slots = start(inputs);
   if (arena_slot_ >= 0)
     slots[arena_slot_] = acquire_arena();
   // Returns the arena to the pool on every exit, exceptions included.
@@ -286,16 +337,104 @@ std::vector<at::Tensor> Executor::run(
   std::vector<at::Tensor> outputs;
   {
     ArenaGuard guard{this, &slots};
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      // A range per step for torch.profiler (one flag check when none runs).
-      RECORD_USER_SCOPE(step_names_[i].c_str());
-      steps_[i]->run(slots);
-      for (int s : free_after_[i])
-        slots[s].reset();
-    }
+    run_steps(slots, 0, steps_.size());
     outputs = collect_outputs(slots);
   }
   return outputs;
+}
+
+std::vector<int> Executor::carried_slots(int k) const {
+  std::vector<int> carried;
+  for (int s = 0; s < num_slots_; ++s) {
+    if (made_by_[s] >= 0 && made_by_[s] < k && read_until_[s] >= k)
+      carried.push_back(s);
+  }
+  return carried;
+}
+
+Slots Executor::start_split(const std::vector<at::Tensor>& inputs, int k)
+    const {
+  TORCH_CHECK(
+      arena_slot_ < 0 && k > 0 && k <= static_cast<int>(steps_.size()),
+      "compiled graph: no split at step ",
+      k);
+  return start(inputs);
+}
+
+std::vector<at::Tensor> Executor::run_prefix(
+    const std::vector<at::Tensor>& inputs,
+    int k) const {
+  Slots slots = start_split(inputs, k);
+  run_steps(slots, 0, k);
+  std::vector<at::Tensor> carried;
+  for (int s : carried_slots(k))
+    carried.push_back(std::move(slots[s]));
+  return carried;
+}
+
+std::vector<at::Tensor> Executor::run_suffix(
+    const std::vector<at::Tensor>& inputs,
+    const std::vector<at::Tensor>& carried,
+    int k) const {
+  Slots slots = start_split(inputs, k);
+  const std::vector<int> at = carried_slots(k);
+  TORCH_CHECK(
+      carried.size() == at.size(),
+      "compiled graph: the tail at step ",
+      k,
+      " takes ",
+      at.size(),
+      " carried values, got ",
+      carried.size());
+  for (size_t i = 0; i < at.size(); ++i)
+    slots[at[i]] = carried[i];
+  run_steps(slots, k, steps_.size());
+  return collect_outputs(slots);
+}
+
+int64_t Executor::output_bytes() const {
+  int64_t total = 0;
+  for (const OutputSpec& o : output_specs_) {
+    int64_t span = 1;
+    for (size_t d = 0; d < o.sizes.size(); ++d)
+      span += (o.sizes[d] - 1) * o.strides[d];
+    if (!o.sizes.empty() &&
+        std::find(o.sizes.begin(), o.sizes.end(), 0) != o.sizes.end())
+      span = 0;
+    total += span * c10::elementSize(o.dtype);
+  }
+  return total;
+}
+
+int Executor::split_point(int64_t max_carried_bytes, int max_tail) const {
+  const int n = static_cast<int>(steps_.size());
+  if (arena_slot_ >= 0 || n < 2)
+    return -1;
+  // Outputs larger than the budget must be made by the tail.
+  int last_big = -1;
+  for (size_t i = 0; i < output_slots_.size(); ++i) {
+    int s = output_slots_[i];
+    if (slot_bytes_[s] > max_carried_bytes)
+      last_big = std::max(last_big, made_by_[s] < 0 ? n : made_by_[s]);
+  }
+  for (int k = n - 1; k >= std::max(1, n - max_tail); --k) {
+    int64_t bytes = 0;
+    bool big_in_prefix = false;
+    // Two carried values that may share memory would come back from a CUDA
+    // graph as copies of their own, no longer sharing it.
+    std::unordered_set<int> roots;
+    bool shared = false;
+    for (int s : carried_slots(k)) {
+      bytes += slot_bytes_[s];
+      big_in_prefix |= slot_bytes_[s] > max_carried_bytes;
+      shared |= !roots.insert(alias_root_[s]).second;
+    }
+    if (shared)
+      continue;
+    if (!big_in_prefix && bytes <= max_carried_bytes && last_big < n)
+      return k;
+  }
+  return -1;
 }
 
 at::Tensor Executor::acquire_arena() const {

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace torch_plugin::runtime {
@@ -59,6 +60,33 @@ class Executor {
   Executor(ir::Graph& g, ReleaseOwnedConstants);
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+
+  // A run in two parts, steps [0, k) then [k, n): run_prefix returns the
+  // values the prefix made that are still needed after it (read by a later
+  // step or graph outputs: carried_slots(k), in slot order), and run_suffix
+  // takes the same inputs and those values and returns the graph's outputs.
+  // Used to capture a prefix into a CUDA graph and run a short tail whose
+  // outputs are large outside it (the tail allocates them on each call, so no
+  // static output buffer is held: GPT-2's LM head). 0 < k <= n; not for a
+  // graph with a memory plan (an arena lives for one whole run).
+  std::vector<at::Tensor> run_prefix(
+      const std::vector<at::Tensor>& inputs,
+      int k) const;
+  std::vector<at::Tensor> run_suffix(
+      const std::vector<at::Tensor>& inputs,
+      const std::vector<at::Tensor>& carried,
+      int k) const;
+  // The slots of carried values at split point k (see run_prefix).
+  std::vector<int> carried_slots(int k) const;
+  // The split point k for such a run: the largest k in [n - max_tail, n)
+  // whose carried values take at most max_carried_bytes (from the IR's sizes
+  // and dtypes; a view counts its own elements), and whose tail makes every
+  // graph output that is larger than max_carried_bytes, with no two carried
+  // values that may share memory (views); -1 if none (or the graph has an
+  // arena, or fewer than two steps).
+  int split_point(int64_t max_carried_bytes, int max_tail) const;
+  // Bytes of the graph's outputs (from their sizes, strides and dtypes).
+  int64_t output_bytes() const;
 
   const std::vector<OutputSpec>& output_specs() const {
     return output_specs_;
@@ -144,7 +172,22 @@ class Executor {
   mutable std::mutex pool_mutex_;
   mutable std::vector<at::Tensor> arena_pool_; // arenas not in use by a run
 
+  // Per slot: the step that makes it (-1: an input, a constant or the
+  // arena), the last step that reads it (steps_.size() for a graph output),
+  // its bytes from the IR (0 for inputs and constants), and a representative
+  // of the slots it may share memory with (views).
+  std::vector<int> made_by_;
+  std::vector<int> read_until_;
+  std::vector<int64_t> slot_bytes_;
+  std::vector<int> alias_root_;
+
   void build(const ir::Graph& g, bool release_owned);
+  // The slots of one run with its inputs and constants in place (inputs
+  // checked and converted as run() says).
+  Slots start(const std::vector<at::Tensor>& inputs) const;
+  // start() for a split run at k (run_prefix, run_suffix), which it checks.
+  Slots start_split(const std::vector<at::Tensor>& inputs, int k) const;
+  void run_steps(Slots& slots, size_t begin, size_t end) const;
   at::Tensor acquire_arena() const;
   std::vector<at::Tensor> collect_outputs(const Slots& slots) const;
   void release_arena(at::Tensor arena) const;

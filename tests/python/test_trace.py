@@ -168,11 +168,18 @@ def test_trace_of_a_graph_break_and_a_recompile(tmp_path, backend):
     # kernel, and loads nothing from elsewhere.
     out = subprocess.run(
         [sys.executable, "-m", "torch_plugin.report", str(trace_dir)],
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(torch_plugin.__file__))),
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                [os.path.dirname(os.path.dirname(torch_plugin.__file__))]
+                + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            ),
+        ),
     )
+    assert out.returncode == 0, out.stderr[-4000:]
     page_path = out.stdout.strip()
     assert page_path == str(trace_dir / "report.html")
     with open(page_path, encoding="utf-8") as f:

@@ -29,6 +29,9 @@ with one launch. :class:`CudaGraphRunner` wraps a compiled graph's boxed runner
   reads an in-place input only while the call that passed it runs, and only when its address,
   device, dtype, sizes and strides are the captured ones (checked on every call); the graph
   never writes its inputs (graphs with an in-place op on an input are not captured);
+- in the default mode, a graph whose outputs are too large for its static buffers but made
+  by its last few steps is split (:func:`tail_split`): the steps before them are captured and
+  the rest run after each replay, allocating their outputs as eager does;
 - in the default mode, a graph whose static buffers (the input copies and the outputs, which
   a captured graph holds for as long as it lives, and which every replay copies out) would
   exceed :data:`STATIC_BYTES_LIMIT` or the executor's arena of activations (none on CUDA
@@ -159,6 +162,7 @@ counters = {
     "demoted": 0,  # in-place inputs demoted to static buffers (RERECORD_LIMIT)
     "inplace_inputs": 0,  # inputs captured in place (per capture)
     "copied_inputs": 0,  # inputs captured through a static buffer (per capture)
+    "tail_splits": 0,  # graphs captured up to a tail that runs after each replay
 }
 
 # Times an input read in place may move (each move re-records the graph) before it is
@@ -172,6 +176,25 @@ RERECORD_LIMIT = 3
 # and keeps out ResNet-50 at batch 32 (its 19 MB input copy put the peak 2% above eager's on
 # an H200), whose millisecond kernels gain little from one launch.
 STATIC_BYTES_LIMIT = 16 << 20
+
+# The most steps left out of a CUDA graph, after it, to make outputs too large for its static
+# buffers (see :func:`tail_split`).
+TAIL_STEPS = 4
+
+
+def tail_split(executor: Any, keep: str, arena_bytes: int) -> int:
+    """The step at which to split a compiled graph whose outputs are too large for a CUDA
+    graph's static buffers in the default mode (``keep == "faster"``): steps before it are
+    captured (their carried values, at most half the budget, are the static outputs), the
+    last few (at most :data:`TAIL_STEPS`) run after each replay and allocate the large outputs
+    as eager does. GPT-2 with its LM head at batch 1 in fp32: 25 MB of logits kept its whole
+    graph out of CUDA graphs; the split captures all but the head's product. -1: no split
+    (the outputs fit, the mode captures anyway, or no short tail makes them alone)."""
+    budget = max(STATIC_BYTES_LIMIT, arena_bytes)
+    if keep != "faster" or executor.output_bytes() <= budget:
+        return -1
+    return executor.split_point(budget // 2, TAIL_STEPS)
+
 
 _pools: dict[torch.device, _Pool] = {}
 _pools_lock = threading.Lock()

@@ -296,7 +296,12 @@ class CompiledGraph:
         """The first call of a CUDA graph's inputs: decides how later calls run (through a
         CUDA graph runner when the graph can be captured, else the executor directly), then
         runs."""
-        from torch_plugin.compiler.cuda_graphs import CudaGraphRunner, why_not_capturable
+        from torch_plugin.compiler import cuda_graphs
+        from torch_plugin.compiler.cuda_graphs import (
+            CudaGraphRunner,
+            tail_split,
+            why_not_capturable,
+        )
 
         self.call.run_override = None
         if not self.options.cuda_graphs:
@@ -307,17 +312,37 @@ class CompiledGraph:
             if why is None:
                 keep = "always" if self.mode == "reduce-overhead" else "faster"
                 random = any(kind == "random_kernel" for kind, _, _ in steps)
-                self.cuda_graph = CudaGraphRunner(
-                    self.executor.run,
-                    "compiled graph",
-                    keep,
-                    self.executor.arena_bytes(),
-                    random=random,
-                )
-                self.call.run_override = _C.disable_wrapper(self.cuda_graph)
-            else:
-                log.info("plugin: graph not captured into a CUDA graph: %s", why)
-        return (self.cuda_graph or self.executor.run)(args)
+                executor, arena = self.executor, self.executor.arena_bytes()
+                k = tail_split(executor, keep, arena)
+                if k < 0:
+                    self.cuda_graph = CudaGraphRunner(
+                        executor.run, "compiled graph", keep, arena, random=random
+                    )
+                    self.call.run_override = _C.disable_wrapper(self.cuda_graph)
+                else:
+                    log.info(
+                        "plugin: the last %d of %d steps make outputs too large to hold in a "
+                        "CUDA graph (%.0f MB): the steps before them are captured, they run "
+                        "after each replay",
+                        len(steps) - k,
+                        len(steps),
+                        executor.output_bytes() / 2**20,
+                    )
+                    cuda_graphs.counters["tail_splits"] += 1
+                    prefix = CudaGraphRunner(
+                        lambda a: executor.run_prefix(a, k),
+                        "compiled graph (before its tail)",
+                        keep,
+                        arena,
+                        random=random,
+                    )
+                    self.cuda_graph = prefix
+                    self.call.run_override = _C.disable_wrapper(
+                        lambda a: executor.run_suffix(a, prefix(a), k)
+                    )
+                return self.call.run_override(args)
+            log.info("plugin: graph not captured into a CUDA graph: %s", why)
+        return self.executor.run(args)
 
     def __call__(self, args: list[Any]) -> Any:
         return self.call(args)

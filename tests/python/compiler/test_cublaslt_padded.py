@@ -267,7 +267,7 @@ class _Head(torch.nn.Module):
 @needs_gpu
 @pytest.mark.parametrize("mode", ["fp32", "bf16", "fp16", "autocast_bf16"])
 @pytest.mark.parametrize("k,n", [(64, 1001), (96, 50257)])
-def test_model_head_runs_padded(mode, k, n, monkeypatch, padding):
+def test_model_head_runs_padded(mode, k, n, monkeypatch, padding, in_place):
     import torch_plugin
 
     torch_plugin.reset()

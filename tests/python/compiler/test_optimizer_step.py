@@ -35,13 +35,6 @@ OPTIMIZERS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _cuda_optimizer_kernels(monkeypatch):
-    """The CUDA multi-tensor optimizer kernels are opt-in until verified on a GPU
-    (optimizer_step.CUDA_KERNELS_ENV): these tests are that verification."""
-    monkeypatch.setenv("TORCH_PLUGIN_CUDA_OPTIMIZER_KERNELS", "1")
-
-
 def _model(device: str, dtype=torch.float32) -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4, bias=False)
@@ -115,6 +108,16 @@ def test_unsupported_runs_eager(make, why):
     before = dict(optimizer_step.counters)
     _steps_through_run("cpu", make, steps=3)
     assert optimizer_step.counters["compiled_steps"] == before["compiled_steps"], why
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_kernels_turned_off_by_the_environment(monkeypatch):
+    """TORCH_PLUGIN_CUDA_OPTIMIZER_KERNELS=0 (optimizer_step.CUDA_KERNELS_ENV) makes a CUDA
+    parameter group take the optimizer's own step, with eager's results."""
+    monkeypatch.setenv(optimizer_step.CUDA_KERNELS_ENV, "0")
+    before = dict(optimizer_step.counters)
+    _steps_through_run("cuda", OPTIMIZERS["adam"])
+    assert optimizer_step.counters["compiled_steps"] == before["compiled_steps"]
 
 
 def test_hooks_and_closure_run_eager():

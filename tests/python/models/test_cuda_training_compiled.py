@@ -52,13 +52,6 @@ TOL = {
 TOL["fp16"] = TOL["bf16"]  # fp16 autocast, ResNet-18 only (test_resnet18_fp16_autocast)
 
 
-@pytest.fixture(autouse=True)
-def _cuda_optimizer_kernels(monkeypatch):
-    """The CUDA multi-tensor optimizer kernels are opt-in until verified on a GPU
-    (optimizer_step.CUDA_KERNELS_ENV): these tests are that verification."""
-    monkeypatch.setenv("TORCH_PLUGIN_CUDA_OPTIMIZER_KERNELS", "1")
-
-
 def _resnet18(batch=4, size=32):
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None, num_classes=10)
