@@ -21,16 +21,11 @@ Flags:
   frame runs without compiling.
 - :data:`graph_breaks` (True): break the graph where capture cannot continue, and resume
   capture after the instruction; when False the frame runs unmodified.
-- :data:`capture_tensor_branches` (False, experimental): a branch on a one-element tensor
-  becomes a conditional in the graph where both ways can be traced without effects outside
-  the graph. Off by default until the program generator runs clean with it on (seeds 924,
-  1238, 1388, 543 and 3021 of tests/fuzz/run.py are fixed; still open with it on: seed 249,
-  an unused predicate draw lost on recompiles by "aot_eager" and "plugin" in a graph with no
-  tensor output, which a plain unused ``torch.rand`` shows with the flag off too; seed 635,
-  a conditional inside a user ``with`` block after an in-place write through a view; seed
-  636, grad mode left off after a LayerDrop loop inside ``torch.no_grad()`` on "plugin", is
-  fixed: conditional_execution's compiled pieces set the grad mode they leave);
-  tested on CPython 3.11, 3.12 and 3.13.
+- :data:`capture_tensor_branches` (True): a branch on a one-element tensor becomes a
+  conditional in the graph where both ways can be traced without effects outside the graph
+  (HF's LayerDrop trains as one graph); False breaks the graph at the branch, as
+  torch.compile does. Tested on CPython 3.11, 3.12 and 3.13, and by the program generator
+  (``tests/fuzz/run.py``, on unless ``--no-tensor-branches``).
 - :data:`verbose` (False): more detail in log messages (backend compile times, tracebacks
   of frames that were not captured).
 - :data:`debug_check_pure` (False): check that each call folded at capture time as pure
@@ -106,11 +101,13 @@ far, run that instruction with CPython and resume capture after it (a *graph bre
 False, such a frame runs unmodified. Read by ``torch_plugin.capture.convert_frame``.
 Tested in ``tests/python/capture/test_graph_breaks.py``."""
 
-capture_tensor_branches: bool = False
+capture_tensor_branches: bool = True
 """A branch on a one-element tensor (``if torch.rand([]) < p:``, HF's LayerDrop) is captured
-as a ``torch.cond`` node in the graph, both ways traced, where the two ways meet again in the
-function and neither has an effect outside the graph nor draws random numbers; otherwise (and
-when False) the graph breaks at the branch. Read by ``torch_plugin.capture.conditionals``.
+as a conditional in the graph, both ways traced, where the two ways meet again in the
+function and neither has an effect outside the graph: a ``torch.cond`` node, or a
+``Conditional`` module run as an eager ``if`` between compiled pieces where a way draws
+random numbers or gradients are needed (docs/internals/capture.md); otherwise (and when
+False) the graph breaks at the branch. Read by ``torch_plugin.capture.conditionals``.
 Branches inside the builtins' polyfills (``max``/``min`` of tensors,
 ``torch_plugin/capture/variables/polyfills.py``) are captured with it off too.
 Tested in ``tests/python/capture/test_conditionals.py`` and

@@ -224,3 +224,64 @@ def stand_in(value: Any) -> Any:
     (:func:`real_like`), or, with symbolic sizes, the recorded FakeTensor or symbolic number
     (the backend compiles inside the capture's TracingContext, as for the whole graph)."""
     return real_like(value) if is_static_value(value) else value
+
+
+def stand_ins(values: Sequence[Any]) -> list[Any]:
+    """:func:`stand_in` of each value of a piece's inputs, keeping which tensors share
+    memory. Tensors capture recorded on one storage (a view and its base, two views of one
+    tensor: their FakeTensors share a storage) stand in as views of one real storage with the
+    recorded sizes, strides, storage offsets and dtypes (floats random, from a generator of
+    their own, as :func:`real_like`), or, where one of them has symbolic sizes, all as their
+    recorded FakeTensors. Fresh tensors for each would tell the backend the inputs do not
+    alias: AOTAutograd then compiles a piece that writes through one and reads the other
+    (``v = x.view(-1)[:3]; v.add_(1); x.sin()``) as if the write could not change what is
+    read, and the piece returned stale values (program generator seed 635)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    groups: dict[Any, list[int]] = {}
+    for i, value in enumerate(values):
+        if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+            key = StorageWeakRef(value.untyped_storage())
+            groups.setdefault(key, []).append(i)
+    out = [stand_in(v) for v in values]
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        tensors = [values[i] for i in members]
+        if not all(is_static_value(t) for t in tensors):
+            for i in members:
+                out[i] = values[i]  # FakeTensors of one fake storage: aliasing as recorded
+            continue
+        for i, t in zip(members, _views_of_one_storage(tensors)):
+            out[i] = t
+    return out
+
+
+def _views_of_one_storage(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Real tensors laid out on one fresh storage as ``tensors`` (static sizes) lie on theirs."""
+    nbytes = 0
+    for t in tensors:
+        if t.numel():
+            extent = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+            nbytes = max(nbytes, (t.storage_offset() + extent) * t.element_size())
+    device = tensors[0].device
+    storage = torch.UntypedStorage(nbytes, device=device)
+    floating = [t for t in tensors if t.is_floating_point() or t.is_complex()]
+    fill_dtype = floating[0].dtype if floating else torch.uint8
+    itemsize = torch.empty(0, dtype=fill_dtype).element_size()
+    fill = torch.empty(0, dtype=fill_dtype, device=device).set_(
+        storage, 0, (nbytes // itemsize,), (1,)
+    )
+    if floating:
+        fill.normal_(generator=torch.Generator(device=device))
+    else:
+        fill.zero_()
+    views = []
+    for t in tensors:
+        view = torch.empty(0, dtype=t.dtype, device=device).set_(
+            storage, t.storage_offset(), tuple(t.shape), tuple(t.stride())
+        )
+        if t.requires_grad:
+            view.requires_grad_(True)
+        views.append(view)
+    return views

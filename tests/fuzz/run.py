@@ -4,6 +4,7 @@
     python tests/fuzz/run.py --replay 1234                 # one program by its seed
     python tests/fuzz/run.py --count 200 --minimize        # shrink each failing program
     python tests/fuzz/run.py --only descriptors,numpy-scalars  # mostly these families
+    python tests/fuzz/run.py --replay 249 --no-tensor-branches  # config.capture_tensor_branches off
 
 Each program (tests/fuzz/program_gen/) runs three calls under eager PyTorch and under each
 backend (tests/fuzz/differential.py compares results and every observable). For a mismatch
@@ -61,6 +62,13 @@ def main(argv=None) -> int:
         help="comma-separated statement families to keep (all others excluded; the newer "
         "families then make up most statements), e.g. inplace-identity,descriptors",
     )
+    ap.add_argument(
+        "--tensor-branches",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="config.capture_tensor_branches on or off (a branch on a one-element tensor "
+        "captured as a conditional in the graph, or a graph break); default: the config's",
+    )
     ap.add_argument("--quiet", action="store_true", help="only the summary")
     ap.add_argument("--max-print", type=int, default=3, help="programs printed per mismatch class")
     args = ap.parse_args(argv)
@@ -70,6 +78,8 @@ def main(argv=None) -> int:
     # while the frame runs unmodified (which would compare equal to eager and hide it).
     torch_plugin.config.debug_raise_internal_errors = True
     torch_plugin.config.debug_check_pure = True
+    if args.tensor_branches is not None:
+        torch_plugin.config.capture_tensor_branches = args.tensor_branches
     backends = [b for b in args.backends.split(",") if b]
     exclude = [f for f in args.exclude.split(",") if f]
     only = [f for f in args.only.split(",") if f]

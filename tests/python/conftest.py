@@ -23,8 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def tensor_branches_capture():
     """Branches on a one-element tensor are captured as conditionals
-    (``config.capture_tensor_branches`` on; off by default until the program generator's
-    mismatches with it are fixed)."""
+    (``config.capture_tensor_branches`` on, the default; the fixture keeps such tests
+    independent of the default and of tests that change it)."""
     import torch_plugin
 
     before = torch_plugin.config.capture_tensor_branches

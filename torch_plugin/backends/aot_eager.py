@@ -31,7 +31,7 @@ import torch
 from torch_plugin.backends.registry import register_backend
 
 # Shared with the "plugin" compiler, which owns it (compiler/ never imports backends/).
-from torch_plugin.compiler.backward_graphs import drop_unused_random_ops
+from torch_plugin.compiler.backward_graphs import drop_unused_random_ops, random_ops_kept
 from torch_plugin.compiler.graph_outputs import flatten_graph_outputs
 
 
@@ -40,15 +40,17 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> C
     from torch._functorch.aot_autograd import aot_module_simplified
 
     rebuild = flatten_graph_outputs(gm)
-    compiled = aot_module_simplified(
-        gm,
-        example_inputs,
-        fw_compiler=_boxed_nop,
-        bw_compiler=_boxed_nop_backward,
-        # Inference graphs that mutate an input keep the mutation in the graph (as
-        # torch.compile's aot_eager does) instead of replaying it afterwards.
-        keep_inference_input_mutations=True,
-    )
+    # An unused random op stays (it advances the generator), also with symbolic sizes.
+    with random_ops_kept():
+        compiled = aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=_boxed_nop,
+            bw_compiler=_boxed_nop_backward,
+            # Inference graphs that mutate an input keep the mutation in the graph (as
+            # torch.compile's aot_eager does) instead of replaying it afterwards.
+            keep_inference_input_mutations=True,
+        )
 
     def run(*args: Any) -> Any:
         return rebuild(compiled(*args))

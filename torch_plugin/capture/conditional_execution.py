@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..contract import stand_in
+from ..contract import stand_ins
 
 __all__ = ["Conditional", "compile_with_conditionals", "has_conditionals"]
 
@@ -69,9 +69,11 @@ def _has_operations(gm: torch.fx.GraphModule) -> bool:
 
 
 def _examples(graph: torch.fx.GraphModule) -> list[Any]:
-    return [
-        stand_in(n.meta.get("example_value")) for n in graph.graph.nodes if n.op == "placeholder"
-    ]
+    """Example inputs of a piece: stand-ins for the values capture recorded, sharing memory
+    where those did (:func:`torch_plugin.contract.stand_ins`)."""
+    return stand_ins(
+        [n.meta.get("example_value") for n in graph.graph.nodes if n.op == "placeholder"]
+    )
 
 
 def _compile_branch(compiler, graph: torch.fx.GraphModule) -> Callable[..., Any]:
@@ -145,30 +147,12 @@ def _example_values_hidden(gm: torch.fx.GraphModule):
 
 
 class _CompiledPiece(torch.nn.Module):
-    """A piece compiled by the backend. ``grad_after``: the grad mode the piece's own
-    ``_set_grad_enabled`` nodes leave (None: it sets none), set again after the compiled
-    call: a backend may run a piece under its own grad mode and restore the caller's on
-    exit (AOTAutograd's wrappers do), where the graph's later pieces and the code after
-    the graph expect the piece's (``with torch.no_grad():`` closing after a conditional)."""
-
-    def __init__(self, compiled: Callable[..., Any], grad_after: bool | None = None) -> None:
+    def __init__(self, compiled: Callable[..., Any]) -> None:
         super().__init__()
         self.compiled = compiled
-        self.grad_after = grad_after
 
     def forward(self, *args: Any) -> Any:
-        out = self.compiled(*args)
-        if self.grad_after is not None:
-            torch._C._set_grad_enabled(self.grad_after)
-        return out
-
-
-def _grad_after(piece: torch.fx.GraphModule) -> bool | None:
-    after = None
-    for node in piece.graph.nodes:
-        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
-            after = bool(node.args[0])
-    return after
+        return self.compiled(*args)
 
 
 def compile_with_conditionals(
@@ -193,21 +177,52 @@ def compile_with_conditionals(
         # a conditional's piece was dropped (no output used): running it is what eager
         # does (its ways may draw random numbers), so the graph runs as it is
         return gm.forward
-    for node in split.graph.nodes:
+    # Grad mode at each piece's start (the entry's is guarded: the one in effect now).
+    grad = torch.is_grad_enabled()
+    for node in list(split.graph.nodes):
         if node.op != "call_module":
             continue
         piece = split.get_submodule(node.target)
+        start, grad = grad, _grad_mode_after(piece, grad)
         conds = [m for m in piece.modules() if isinstance(m, Conditional)]
         if conds:
-            for cond in conds:
-                cond.runs = {
-                    True: _compile_branch(compiler, cond.true_graph),
-                    False: _compile_branch(compiler, cond.false_graph),
-                }
+            # runs in Python: its grad-mode switch (split_module's prelude) runs for real
+            with torch.set_grad_enabled(grad):
+                for cond in conds:
+                    cond.runs = {
+                        True: _compile_branch(compiler, cond.true_graph),
+                        False: _compile_branch(compiler, cond.false_graph),
+                    }
             continue
         if not _has_operations(piece):
             continue
-        compiled = compiler(piece, _examples(piece))
-        setattr(split, node.target, _CompiledPiece(compiled, _grad_after(piece)))
+        with torch.set_grad_enabled(start):
+            compiled = compiler(piece, _examples(piece))
+        setattr(split, node.target, _CompiledPiece(compiled))
+        if _switches_grad_mode(piece):
+            # A compiled piece's grad-mode switches shape its trace but are not run: the
+            # mode it leaves is set after it, for the next piece and the conditional.
+            with split.graph.inserting_after(node):
+                split.graph.call_function(torch._C._set_grad_enabled, (grad,))
     split.recompile()
     return split.forward
+
+
+def _grad_mode_switches(piece: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [
+        n
+        for n in piece.graph.nodes
+        if n.op == "call_function" and n.target is torch._C._set_grad_enabled
+    ]
+
+
+def _switches_grad_mode(piece: torch.fx.GraphModule) -> bool:
+    return bool(_grad_mode_switches(piece))
+
+
+def _grad_mode_after(piece: torch.fx.GraphModule, grad: bool) -> bool:
+    """The grad mode in effect after ``piece`` runs from grad mode ``grad``: its last
+    ``torch._C._set_grad_enabled`` (capture records each with a constant; split_module copies
+    the one in effect to the start of each later piece)."""
+    switches = _grad_mode_switches(piece)
+    return bool(switches[-1].args[0]) if switches else grad

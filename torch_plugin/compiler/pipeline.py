@@ -45,6 +45,7 @@ import torch
 
 from torch_plugin import _C, config, trace
 from torch_plugin.compiler import autotune, options, training
+from torch_plugin.compiler.backward_graphs import random_ops_kept
 from torch_plugin.compiler.cuda_graphs import median_cuda_ms
 from torch_plugin.compiler.graph_outputs import flatten_graph_outputs
 from torch_plugin.compiler.inference import InferenceStages
@@ -132,7 +133,13 @@ def _without_library_patterns(
 def _compile(captured: Captured, facts: dict[str, Any]) -> Callable[..., Any]:
     """The compiler proper (CPU and CUDA): the graph cache, else AOTAutograd with the
     inference and training compilers. ``facts`` receives ``"pure"``/``"impure"`` (why) and
-    ``"unlowered"`` about the inference graph."""
+    ``"unlowered"`` about the inference graph. An unused random op stays in the graphs (it
+    advances the generator), also with symbolic sizes (:func:`random_ops_kept`)."""
+    with random_ops_kept():
+        return _compile_graphs(captured, facts)
+
+
+def _compile_graphs(captured: Captured, facts: dict[str, Any]) -> Callable[..., Any]:
     gm = captured.gm
     rebuild = flatten_graph_outputs(gm)
     inference = InferenceStages(captured, rebuild, facts)

@@ -141,7 +141,9 @@ def specialize(
             and not node.users
         ):
             graph.erase_node(node)
-    graph.eliminate_dead_code()
+    # Random ops are never dead code (they advance the generator), also when this runs
+    # inside a TracingContext, where torch.fx's default would remove unused ones.
+    graph.eliminate_dead_code(is_impure_node=lambda n: n.is_impure(impure_random=True))
     static.recompile()
     return static, list(layout)
 
