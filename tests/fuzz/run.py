@@ -4,6 +4,7 @@
     python tests/fuzz/run.py --replay 1234                 # one program by its seed
     python tests/fuzz/run.py --count 200 --minimize        # shrink each failing program
     python tests/fuzz/run.py --only descriptors,numpy-scalars  # mostly these families
+    python tests/fuzz/run.py --frame global             # f() without parameters
 
 Each program (tests/fuzz/program_gen/) runs three calls under eager PyTorch and under each
 backend (tests/fuzz/differential.py compares results and every observable). For a mismatch
@@ -61,6 +62,13 @@ def main(argv=None) -> int:
         help="comma-separated statement families to keep (all others excluded; the newer "
         "families then make up most statements), e.g. inplace-identity,descriptors",
     )
+    ap.add_argument(
+        "--frame",
+        default=None,
+        choices=program_gen.FRAMES,
+        help="how f gets its inputs in every program: parameters (args) or none (global, "
+        "closure: zero-argument frames); by default drawn, one program in four without",
+    )
     ap.add_argument("--quiet", action="store_true", help="only the summary")
     ap.add_argument("--max-print", type=int, default=3, help="programs printed per mismatch class")
     args = ap.parse_args(argv)
@@ -84,7 +92,7 @@ def main(argv=None) -> int:
     crashes = []
     t0 = time.time()
     for seed in seeds:
-        prog = program_gen.generate(seed, exclude)
+        prog = program_gen.generate(seed, exclude, args.frame)
         src = prog.source()
         try:
             mismatches = program_gen.check_program(src, backends, seed=seed)
