@@ -137,6 +137,19 @@ def _three_prints_nested():
     return y.cos()
 
 
+def _dead_local_between_breaks():
+    # The second resume function's parameters were (__stack0, __stack0, y, z): `bytecode`
+    # kept one __stack0 and filled the count with `tmp`, so every argument after the first
+    # bound to the parameter before its own (y got print()'s None): a wrong result, where
+    # a frame without such a spare local failed with "co_varnames is too small".
+    y = BATCH.sin()
+    print("a", file=BUF)
+    tmp = y * 3
+    z = tmp + 1
+    print("b", file=BUF)
+    return y + z
+
+
 def _user_local_named_like_a_stack_parameter():
     __stack0 = BATCH * 2  # a parameter name of the resume functions
     print("a", file=BUF)
@@ -147,7 +160,12 @@ def _user_local_named_like_a_stack_parameter():
 
 @pytest.mark.parametrize(
     "fn",
-    [_two_prints, _three_prints_nested, _user_local_named_like_a_stack_parameter],
+    [
+        _two_prints,
+        _three_prints_nested,
+        _dead_local_between_breaks,
+        _user_local_named_like_a_stack_parameter,
+    ],
     ids=lambda f: f.__name__,
 )
 def test_zero_argument_print_breaks_over_globals(fn):
