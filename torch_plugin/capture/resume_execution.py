@@ -173,6 +173,8 @@ def _call_const(instr, fn, arg: str) -> list:
     return out
 
 
+# A resume function's co_name: this prefix and the frame's name (decompiler.RESUME_PREFIX).
+RESUME_PREFIX = "torch_plugin_resume_in_"
 _cache: dict[tuple, types.CodeType] = {}
 # resume code -> the parameter holding the user function's first argument (None: none does)
 _first_argument: dict[types.CodeType, str | None] = {}
@@ -191,7 +193,12 @@ def user_first_argument(code: types.CodeType) -> str | None:
     """
     if code in _first_argument:
         return _first_argument[code]
-    return code.co_varnames[0] if code.co_argcount else None
+    if not code.co_argcount:
+        return None
+    first = code.co_varnames[0]
+    if code.co_name.startswith(RESUME_PREFIX) and first.startswith("__stack"):
+        return None  # a copy of a resume function (code.replace): its first stack value
+    return first
 
 
 def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
@@ -293,8 +300,8 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
             f"parameters of one name ({argnames})",
         )
     out.argnames = argnames
-    base = code.co_name.removeprefix("torch_plugin_resume_in_")
-    out.name = f"torch_plugin_resume_in_{base}"
+    base = code.co_name.removeprefix(RESUME_PREFIX)
+    out.name = f"{RESUME_PREFIX}{base}"
     out.qualname = f"{code.co_qualname}.<resume at line {_line_of(code, spec.target_offset)}>"
     out.filename = code.co_filename
     out.first_lineno = code.co_firstlineno

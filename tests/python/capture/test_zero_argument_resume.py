@@ -279,3 +279,5 @@ def test_user_first_argument_of_resume_functions():
     rcode = resume_execution.resume_code(no_args.__code__, spec)
     assert rcode.co_varnames[:2] == ("__stack0", "y")
     assert resume_execution.user_first_argument(rcode) is None  # not __stack0
+    copy = rcode.replace(co_filename="elsewhere.py")  # not the recorded code object
+    assert resume_execution.user_first_argument(copy) is None
