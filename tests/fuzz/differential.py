@@ -16,7 +16,9 @@ every call the harness takes a snapshot of everything observable:
 - the observed objects: globals (a namespace dict: every entry that is not a module, class or
   function), objects' attributes, an nn.Module's full state (parameters, buffers incl. integer
   ones such as ``num_batches_tracked``, ``training``, plain attributes), closure cells of the
-  function, ``io.StringIO`` contents;
+  function, ``io.StringIO`` contents, an optimizer's attributes (``state``, keyed by
+  parameters, compared by identity; ``param_groups``);
+- every leaf tensor's ``.grad`` (None included) where it requires grad;
 - identity (``a is b``) between every object reached, so aliasing must be preserved;
 - the RNG state, and global torch state (grad mode, inference mode, autocast enabled/dtype,
   default dtype).

@@ -5,6 +5,7 @@
     python tests/fuzz/run.py --count 200 --minimize        # shrink each failing program
     python tests/fuzz/run.py --only descriptors,numpy-scalars  # mostly these families
     python tests/fuzz/run.py --replay 249 --no-tensor-branches  # config.capture_tensor_branches off
+    python tests/fuzz/run.py --frame global             # f() without parameters
 
 Each program (tests/fuzz/program_gen/) runs three calls under eager PyTorch and under each
 backend (tests/fuzz/differential.py compares results and every observable). For a mismatch
@@ -69,6 +70,13 @@ def main(argv=None) -> int:
         help="config.capture_tensor_branches on or off (a branch on a one-element tensor "
         "captured as a conditional in the graph, or a graph break); default: the config's",
     )
+    ap.add_argument(
+        "--frame",
+        default=None,
+        choices=program_gen.FRAMES,
+        help="how f gets its inputs in every program: parameters (args) or none (global, "
+        "closure: zero-argument frames); by default drawn, one program in four without",
+    )
     ap.add_argument("--quiet", action="store_true", help="only the summary")
     ap.add_argument("--max-print", type=int, default=3, help="programs printed per mismatch class")
     args = ap.parse_args(argv)
@@ -94,7 +102,7 @@ def main(argv=None) -> int:
     crashes = []
     t0 = time.time()
     for seed in seeds:
-        prog = program_gen.generate(seed, exclude)
+        prog = program_gen.generate(seed, exclude, args.frame)
         src = prog.source()
         try:
             mismatches = program_gen.check_program(src, backends, seed=seed)

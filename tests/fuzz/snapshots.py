@@ -1,8 +1,9 @@
 """Snapshots of what a user can observe after a call, for the differential harness
 (differential.py, which re-exports these names): :func:`snapshot` of an object graph
-(tensors, containers, objects' attributes, nn.Module state including integer buffers, closure
-cells, ``io.StringIO`` contents, identity between the objects reached, a raised exception's
-type) and :func:`global_state` (grad mode, inference mode, default dtype, autocast)."""
+(tensors with a leaf's ``.grad``, containers (an optimizer's state, keyed by parameters),
+objects' attributes, nn.Module state including integer buffers, closure cells,
+``io.StringIO`` contents, identity between the objects reached, a raised exception's type)
+and :func:`global_state` (grad mode, inference mode, default dtype, autocast)."""
 
 from __future__ import annotations
 
@@ -79,13 +80,16 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
     n = ids[key][0]
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
+        attrs = _attrs(obj, ids, depth)  # x.tag = ... set by the program or its caller
+        if obj.requires_grad and obj.is_leaf:  # what backward() left (a non-leaf's warns)
+            attrs.append(("grad", snapshot(obj.grad, ids, depth + 1)))
         return (
             "tensor",
             n,
             t.clone() if t.layout == torch.strided else t,
             obj.requires_grad,
             obj.is_leaf if obj.requires_grad else None,
-            _attrs(obj, ids, depth),  # x.tag = ... set by the program or its caller
+            attrs,
         )
     if isinstance(obj, torch.nn.Module):
         return _snapshot_module(obj, ids, depth)
@@ -107,6 +111,15 @@ def snapshot(obj: Any, ids: dict | None = None, depth: int = 0) -> Any:
         pairs = dict.copy(obj).items() if type(obj) is dict else list(obj.items())
         for k, v in pairs:
             if isinstance(k, str) and _skip_global(k, v):
+                continue
+            if isinstance(k, torch.Tensor):  # an optimizer's state: keyed by parameters
+                # named by identity (a repr shows rounded values: compared exactly, it
+                # would fail within the tolerance); the key's values where first reached
+                key = snapshot(k, ids, depth + 1)
+                label = f"<tensor #{key[1]}>"
+                if key[0] != "alias":
+                    items.append((label + " key", key))
+                items.append((label, snapshot(v, ids, depth + 1)))
                 continue
             items.append((repr(k), snapshot(v, ids, depth + 1)))
         factory = getattr(getattr(obj, "default_factory", None), "__qualname__", None)

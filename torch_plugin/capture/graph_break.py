@@ -37,7 +37,13 @@ from .reconstruct import (
     symbolic_outputs,
     tensors_in,
 )
-from .resume_execution import ResumeSpec, live_locals, push_function, resume_code
+from .resume_execution import (
+    ResumeSpec,
+    live_locals,
+    push_function,
+    resume_code,
+    user_first_argument,
+)
 from .variables.base import VariableTracker
 from .variables.container_iterators import (
     hand_iterator,
@@ -171,7 +177,7 @@ def compile_graph_break(
     if entry is not None and not resume_only:
         live |= live_locals(code, entry.target)  # the handler resume function's
     local_values: dict[str, VariableTracker] = {}
-    first_arg = code.co_varnames[0] if code.co_argcount else None
+    first_arg = user_first_argument(code)
     for name in list(code.co_varnames) + [n for n in code.co_cellvars if n not in code.co_varnames]:
         if name not in live and name != first_arg:  # the first argument: for super()
             continue
@@ -492,7 +498,8 @@ def _call_resume(
     raise_into: tuple[int, bool] | None = None,
 ) -> None:
     names = tuple(local_values)
-    lead = bool(names) and code.co_argcount > 0 and names[0] == code.co_varnames[0]
+    first_arg = user_first_argument(code)
+    lead = bool(names) and first_arg is not None and names[0] == first_arg
     spec = ResumeSpec(target, tuple(kinds), names, lead, raise_into)
     rcode = resume_code(code, spec)
     temps = [f"__tp_s{k}" for k in range(len(kinds))]

@@ -100,7 +100,7 @@ class ResumeSpec:
     or ``"live_iter"`` (``container_iterators.resume_iterator`` of the next argument: a dict's
     or set's iterator made again at its position, or the real one) or ``"lazy_iter"``
     (``resume_lazy_iterator``: ``zip``/``map``/``filter``/``enumerate`` over list iterators).
-    ``argnames`` are the parameters: the ``__stack<k>`` values, then the live locals.
+    :meth:`argnames` are the parameters: the stack values, then the live locals.
     """
 
     target_offset: int
@@ -114,16 +114,29 @@ class ResumeSpec:
     # instead of being pushed.
     raise_into: tuple[int, bool] | None = None
 
-    @property
-    def stack_argnames(self) -> tuple[str, ...]:
+    def stack_argnames(self, taken: frozenset[str] = frozenset()) -> tuple[str, ...]:
+        """The parameters holding the stack values: ``__stack<k>``, skipping every name in
+        ``locals`` and in ``taken`` (the code's cell and free variables). The code being
+        resumed may itself be a resume function, whose own ``__stack<k>`` parameters are its
+        locals; a stack parameter sharing a live local's name made two parameters of one
+        name (CPython: "co_varnames is too small")."""
+        taken = taken | frozenset(self.locals)
         n = sum(1 for s in self.stack if s != "null")
-        return tuple(f"__stack{k}" for k in range(n))
+        out: list[str] = []
+        k = 0
+        while len(out) < n:
+            name = f"__stack{k}"
+            if name not in taken:
+                out.append(name)
+            k += 1
+        return tuple(out)
 
-    @property
-    def argnames(self) -> tuple[str, ...]:
+    def argnames(self, taken: frozenset[str] = frozenset()) -> tuple[str, ...]:
+        """All parameters, in call order (``taken``: as for :meth:`stack_argnames`)."""
+        stack = self.stack_argnames(taken)
         if self.lead:
-            return self.locals[:1] + self.stack_argnames + self.locals[1:]
-        return self.stack_argnames + self.locals
+            return self.locals[:1] + stack + self.locals[1:]
+        return stack + self.locals
 
 
 def _list_iter_at(instr, arg: str) -> list:
@@ -160,7 +173,32 @@ def _call_const(instr, fn, arg: str) -> list:
     return out
 
 
+# A resume function's co_name: this prefix and the frame's name (decompiler.RESUME_PREFIX).
+RESUME_PREFIX = "torch_plugin_resume_in_"
 _cache: dict[tuple, types.CodeType] = {}
+# resume code -> the parameter holding the user function's first argument (None: none does)
+_first_argument: dict[types.CodeType, str | None] = {}
+
+
+def user_first_argument(code: types.CodeType) -> str | None:
+    """The parameter of ``code`` that holds the first argument of the user's function (the
+    local zero-argument ``super()`` reads), or None.
+
+    For the user's own code, its first parameter (None without parameters). For a resume
+    function made by :func:`resume_code`, the original first argument when it was passed in
+    front (``ResumeSpec.lead``), else None: its first parameter is then a stack value
+    (``__stack0``) or another live local, nothing of the user's function's arguments. A
+    graph break in a resume function of a zero-argument function took ``__stack0`` for
+    the first argument, kept it alive and named a new stack parameter ``__stack0`` too.
+    """
+    if code in _first_argument:
+        return _first_argument[code]
+    if not code.co_argcount:
+        return None
+    first = code.co_varnames[0]
+    if code.co_name.startswith(RESUME_PREFIX) and first.startswith("__stack"):
+        return None  # a copy of a resume function (code.replace): its first stack value
+    return first
 
 
 def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
@@ -208,7 +246,8 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
     for name in code.co_cellvars:
         prologue.append(instr("MAKE_CELL", bc.CellVar(name)))
     prologue.append(instr("RESUME", 0))
-    stack_args = iter(spec.stack_argnames)
+    taken = frozenset(code.co_cellvars) | frozenset(code.co_freevars)
+    stack_args = iter(spec.stack_argnames(taken))
     kinds = spec.stack[:-1] if spec.raise_into is not None else spec.stack
     for kind in kinds:
         if kind == "null":
@@ -249,14 +288,20 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
     body = _enter_region_at(list(abstract), target_pos, target_label)
     # The original prologue (MAKE_CELL/COPY_FREE_VARS/RESUME) stays in the body, unreachable.
     out = bc.Bytecode(prologue + body)
-    out.argcount = len(spec.argnames)
+    out.argcount = len(spec.argnames(taken))
     out.posonlyargcount = 0
     out.kwonlyargcount = 0
     cellvars = [n for n in code.co_cellvars]
-    argnames = list(spec.argnames)
+    argnames = list(spec.argnames(taken))
+    if len(set(argnames)) != len(argnames):  # one slot for two values: never build it
+        unimplemented(
+            gbt.NO_BREAK_HERE,
+            f"the resume function at offset {spec.target_offset} would have two "
+            f"parameters of one name ({argnames})",
+        )
     out.argnames = argnames
-    base = code.co_name.removeprefix("torch_plugin_resume_in_")
-    out.name = f"torch_plugin_resume_in_{base}"
+    base = code.co_name.removeprefix(RESUME_PREFIX)
+    out.name = f"{RESUME_PREFIX}{base}"
     out.qualname = f"{code.co_qualname}.<resume at line {_line_of(code, spec.target_offset)}>"
     out.filename = code.co_filename
     out.first_lineno = code.co_firstlineno
@@ -277,6 +322,7 @@ def resume_code(code: types.CodeType, spec: ResumeSpec) -> types.CodeType:
                 f"exception-table entry without a stack depth ({entry.depth})",
             )
     _cache[key] = result
+    _first_argument[result] = spec.locals[0] if spec.lead else None
     return result
 
 

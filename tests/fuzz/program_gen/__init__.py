@@ -13,6 +13,11 @@ local alias, an object's attribute aliasing a global list, an argument that *is*
 partially consumed generators, context managers (no_grad, enable_grad, a user one, autocast)
 and graph breaks (print to a StringIO, ``.item()``, ``.tolist()``, data-dependent ``if``).
 
+One program in four (an RNG of its own: the statements stay those of the seed) has a
+function ``f()`` without parameters ("zero-args", FRAMES): it unpacks its inputs from a
+global ``ARGS`` or from a closure cell holding the global list ``ARGS_BOX``, which
+``inputs(call)`` fills; its resume functions start with a stack value, not an argument.
+
 Newer families (NEW_FAMILIES, each excludable by name): the identity of in-place results
 (``r = t.add_(1)``; ``r is t`` returned, branched on, stored), descriptors (set-only, get+set,
 non-data, property with setter) on a global, an argument or a local object, attributes on
@@ -55,11 +60,12 @@ from .generator import FEATURES, generate
 from .minimizer import minimize
 from .newer_families import NEW_FAMILIES
 from .preludes import PRELUDE, PRELUDE_EXTRA
-from .program import Block, Program
+from .program import FRAMES, Block, Program
 from .running import N_CALLS, build_world, check_program
 
 __all__ = [
     "FEATURES",
+    "FRAMES",
     "NEW_FAMILIES",
     "N_CALLS",
     "PRELUDE",

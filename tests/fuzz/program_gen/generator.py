@@ -8,7 +8,7 @@ import random
 
 from .expressions import Expressions
 from .newer_families import NEW_FAMILIES, NewerFamilies
-from .program import Program
+from .program import FRAMES, Program
 from .statements import Statements
 
 
@@ -16,8 +16,11 @@ class _Gen(NewerFamilies, Statements, Expressions):
     """One program's generator: its RNG (seeded once; every draw in a fixed order), the
     locals made so far and what the program uses."""
 
-    def __init__(self, seed: int, exclude: frozenset = frozenset()) -> None:
+    def __init__(
+        self, seed: int, exclude: frozenset = frozenset(), frame: str | None = None
+    ) -> None:
         self.exclude = exclude
+        self.frame = frame
         self.rng = random.Random(seed)
         self.seed = seed
         self.C = self.rng.choice([2, 3, 4])
@@ -126,6 +129,9 @@ class _Gen(NewerFamilies, Statements, Expressions):
         inputs_src.append(f"return ({args})")
         if not rets:
             rets = ["x"]
+        frame = self._frame()
+        if frame != "args":
+            self.features.add("zero-args")
         return Program(
             self.seed,
             globals_src,
@@ -136,7 +142,19 @@ class _Gen(NewerFamilies, Statements, Expressions):
             inputs_src,
             self.features,
             preludes,
+            frame,
         )
+
+    def _frame(self) -> str:
+        """How f gets its inputs (program.FRAMES): the one asked for, else "args" where
+        "zero-args" is excluded, else drawn (one program in four without parameters) from
+        an RNG of its own, so the statements stay those the seed made before."""
+        if self.frame is not None:
+            return self.frame
+        if "zero-args" in self.exclude:
+            return "args"
+        rng = random.Random(f"frame-{self.seed}")
+        return rng.choice(["global", "closure"]) if rng.random() < 0.25 else "args"
 
 
 FEATURES = (
@@ -153,10 +171,16 @@ FEATURES = (
     "loop",
     "branch",
     *NEW_FAMILIES,
+    "zero-args",  # f without parameters (program.FRAMES), not a statement family
 )
 
 
-def generate(seed: int, exclude=()) -> Program:
+def generate(seed: int, exclude=(), frame: str | None = None) -> Program:
     """The program for ``seed``; ``exclude`` names statement families (FEATURES) to leave
-    out, e.g. to look past a known bug (the same seed then gives another program)."""
-    return _Gen(seed, frozenset(exclude)).program()
+    out, e.g. to look past a known bug (the same seed then gives another program).
+    ``frame`` (program.FRAMES) forces how f gets its inputs; by default one program in four
+    has no parameters ("zero-args"; excluding it gives the programs of before: the
+    statements do not depend on it)."""
+    if frame is not None and frame not in FRAMES:
+        raise ValueError(f"unknown frame {frame!r}; known: {FRAMES}")
+    return _Gen(seed, frozenset(exclude), frame).program()

@@ -9,6 +9,9 @@ four minutes on a 2-core machine:
 - "plugin" on every 20th program (100): it also generates and compiles C++ kernels
   (cached on disk by source, so later runs are faster).
 
+One program in four has a function without parameters (program_gen.FRAMES);
+test_fuzz_zero_argument_frames runs 30 of each such form.
+
 Statement families that still hit a known bug (KNOWN_BUGS) are left out of these programs;
 test_fuzz_family runs each newer family (program_gen.NEW_FAMILIES) on its own, 30 programs.
 
@@ -38,14 +41,14 @@ KNOWN_BUGS: dict[str, str] = {
 EXCLUDE = tuple(KNOWN_BUGS)
 
 
-def _run(seeds, backends_for, exclude=EXCLUDE):
+def _run(seeds, backends_for, exclude=EXCLUDE, frame=None):
     classes = collections.defaultdict(list)
     examples = {}
     for seed in seeds:
         backends = backends_for(seed)
         if not backends:
             continue
-        src = program_gen.generate(seed, exclude).source()
+        src = program_gen.generate(seed, exclude, frame).source()
         try:
             mismatches = program_gen.check_program(src, backends, seed=seed)
         except Exception as e:  # noqa: BLE001 - a harness crash is reported like a mismatch
@@ -118,6 +121,35 @@ FAMILY_SEEDS = range(30)
 def test_fuzz_family(fresh_capture, family):
     others = tuple(f for f in program_gen.FEATURES if f != family)
     _run(FAMILY_SEEDS, lambda seed: ["eager"] + ["aot_eager"] * (seed % 5 == 0), others)
+
+
+# Frames without parameters (program_gen.FRAMES "global", "closure"): f() reads its inputs
+# from a global or a closure cell. One program in four of the runs above has one; here 30 of
+# each form, "eager" on all and "aot_eager" and "plugin" on every 5th.
+@pytest.mark.parametrize("frame", ["global", "closure"])
+def test_fuzz_zero_argument_frames(fresh_capture, frame):
+    def backends(seed):
+        return ["eager"] + ["aot_eager", "plugin"] * (seed % 5 == 0)
+
+    _run(FAMILY_SEEDS, backends, exclude=EXCLUDE, frame=frame)
+
+
+def test_zero_argument_frames_keep_the_statements():
+    # drawn from an RNG of its own: a seed's statements, returns and inputs are those it
+    # made before; excluding "zero-args" gives its program of before exactly
+    frames = set()
+    for seed in range(40):
+        drawn, before = program_gen.generate(seed), program_gen.generate(seed, ("zero-args",))
+        assert (drawn.body, drawn.ret, drawn.inputs_src) == (
+            before.body,
+            before.ret,
+            before.inputs_src,
+        )
+        assert before.frame == "args" and "def f(x, y" in before.source()
+        frames.add(drawn.frame)
+        if drawn.frame != "args":
+            assert "    def f():" in drawn.source() and "zero-args" in drawn.features
+    assert frames == set(program_gen.FRAMES)
 
 
 def test_new_families_are_generated_and_excludable():
