@@ -347,7 +347,36 @@ bool is_fusible_pointwise(const Node& n) {
       (op->expression || !op->variants.empty() || op->typed_expression);
 }
 
+std::string round_to_dtype(const std::string& e, c10::ScalarType dtype) {
+  if (dtype == c10::ScalarType::BFloat16)
+    return "tp_round_bf16(" + e + ")";
+  if (dtype == c10::ScalarType::Half)
+    return "tp_round_f16(" + e + ")";
+  return e;
+}
+
+namespace {
+
+std::optional<std::string> unrounded_expression(
+    const Node& n,
+    const std::vector<std::string>& given);
+
+} // namespace
+
 std::optional<std::string> pointwise_expression(
+    const Node& n,
+    const std::vector<std::string>& given) {
+  auto e = unrounded_expression(n, given);
+  // The op's result in its output dtype, as eager's tensor holds it (the
+  // conversion _to_copy rounds already).
+  if (!e || n.op == "aten::_to_copy" || n.outputs.size() != 1)
+    return e;
+  return round_to_dtype(*e, n.outputs[0]->dtype);
+}
+
+namespace {
+
+std::optional<std::string> unrounded_expression(
     const Node& n,
     const std::vector<std::string>& given) {
   const char* t = pointwise_template(n);
@@ -422,5 +451,7 @@ std::optional<std::string> pointwise_expression(
   }
   return out;
 }
+
+} // namespace
 
 } // namespace torch_plugin::compiler

@@ -57,9 +57,19 @@ const std::vector<std::string>& pointwise_helper_names();
 // (`operands[i]` is the renderer's expression for argument i when it is a
 // tensor, or its literal when it is a number). nullopt when the op (or this use
 // of it, e.g. gelu with an unknown approximation) is not in the table.
+// A bfloat16/float16 output is rounded to its dtype (round_to_dtype), as
+// eager's tensor holds every op's result: kernels keep values in fp32 between
+// ops, and without it `(x.bfloat16() + 1.5).float()` kept the unrounded sum.
+// typed_pointwise_expression rounds likewise; reduction plans round the
+// outputs of reductions and row-wise ops (softmax, layer_norm), which compute
+// in fp32 inside as eager does, at the op's boundary only.
 std::optional<std::string> pointwise_expression(
     const Node& n,
     const std::vector<std::string>& operands);
+// `e` (an fp32 expression) rounded to `dtype`'s precision when that is
+// bfloat16 or float16 (tp_round_bf16 / tp_round_f16), else `e` unchanged.
+std::string round_to_dtype(const std::string& e, c10::ScalarType dtype);
+
 // Whether `n` is in the table (cheap pre-check for the fusion pass). Does not
 // look at dtypes: which dtypes a target can load and store is the fusion
 // pass's per-device check.

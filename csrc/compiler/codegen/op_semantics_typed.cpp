@@ -464,6 +464,11 @@ std::optional<TypedExpr> typed_pointwise_expression(
     code = substitute(tmpl, ops);
     if (code.empty())
       return std::nullopt;
+    // A bfloat16/float16 result rounded to its dtype, as eager's tensor holds
+    // it (pointwise_expression rounds the fp32 templates' results itself).
+    if (*out == ST::Float)
+      return TypedExpr{
+          round_to_dtype(convert_expr({code, result}, *out), out_dtype), *out};
   }
   return TypedExpr{convert_expr({code, result}, *out), *out};
 }

@@ -318,6 +318,14 @@ void ReductionTerms::set(
     size_t i,
     int term,
     const std::string& level) {
+  // A bfloat16/float16 output rounded to its dtype, as eager's tensor holds
+  // it: a reduction or row-wise op (softmax, layer_norm) computes in fp32 and
+  // rounds only its result; pointwise_expression rounds pointwise ops' own.
+  const c10::ScalarType dt = n.outputs.at(i)->dtype;
+  if ((dt == c10::ScalarType::BFloat16 || dt == c10::ScalarType::Half) &&
+      !is_fusible_pointwise(n) && !terms_.at(term).integer &&
+      !terms_.at(term).boolean)
+    term = expr(dialect_.round_to(dt, ref(term)), {term});
   term_of_[n.outputs.at(i)] = term;
   level_of_[n.outputs.at(i)] = level;
 }

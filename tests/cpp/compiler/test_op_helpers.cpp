@@ -435,12 +435,19 @@ TEST(OpHelpers, ScalarsRoundedAsATen) {
   auto has = [](const std::string& e, const std::string& s) {
     return e.find(s) != std::string::npos;
   };
+  auto count = [](const std::string& e, const std::string& s) {
+    int k = 0;
+    for (size_t p = e.find(s); p != std::string::npos; p = e.find(s, p + 1))
+      ++k;
+    return k;
+  };
   for (const c10::Device& d : {cpu, kCuda}) {
     // pow's exponent, fmod's divisor: rounded on both devices.
     auto e = narrow_expr("aten::pow", "Tensor_Scalar", {1.7}, ST::BFloat16, d);
     EXPECT_TRUE(has(e, "1.703125000e+00f")) << e;
     e = narrow_expr("aten::pow", "Tensor_Scalar", {2.001}, ST::BFloat16, d);
-    EXPECT_EQ(e, "(x * x)"); // bf16(2.001) == 2: ATen's x * x
+    // bf16(2.001) == 2: ATen's x * x, rounded to the output's bf16.
+    EXPECT_EQ(e, "tp_round_bf16((x * x))");
     e = narrow_expr("aten::fmod", "Scalar", {0.1}, ST::Half, d);
     EXPECT_TRUE(has(e, "9.997558594e-02f")) << e;
     e = narrow_expr("aten::fmod", "Scalar", {0.1}, ST::Float, d);
@@ -452,12 +459,32 @@ TEST(OpHelpers, ScalarsRoundedAsATen) {
     e = narrow_expr("aten::threshold", "default", {0.1, 2.0}, ST::BFloat16, d);
     EXPECT_EQ(has(e, bf16_tenth), d.is_cuda()) << e;
     // round.decimals: CUDA computes bf16/fp16 in scalar_t.
+    // (and every bf16 result rounds once more, to its dtype).
     e = narrow_expr("aten::round", "decimals", {int64_t{4}}, ST::BFloat16, d);
-    EXPECT_EQ(has(e, "tp_round_bf16("), d.is_cuda()) << e;
+    EXPECT_EQ(count(e, "tp_round_bf16("), d.is_cuda() ? 2 : 1) << e;
     EXPECT_EQ(has(e, "9.984000000e+03f"), d.is_cuda()) << e; // bf16(10^4)
     // mul's scalar stays float (ATen's opmath: the original scalar).
     e = narrow_expr("aten::mul", "Tensor", {0.1}, ST::BFloat16, d);
     EXPECT_TRUE(has(e, f32_tenth)) << e;
+  }
+}
+
+TEST(OpHelpers, LowPrecisionResultsRoundedToTheirDtype) {
+  // Eager holds every op's result in its bf16/fp16 tensor: a kernel rounds
+  // each such fp32 value before the next op reads it; fp32 results stay.
+  using ST = c10::ScalarType;
+  const c10::Device cpu(c10::kCPU);
+  auto starts = [](const std::string& e, const std::string& s) {
+    return e.rfind(s, 0) == 0;
+  };
+  for (const c10::Device& d : {cpu, kCuda}) {
+    auto e =
+        narrow_expr("aten::add", "Tensor", {1.5, int64_t{1}}, ST::BFloat16, d);
+    EXPECT_TRUE(starts(e, "tp_round_bf16(")) << e;
+    e = narrow_expr("aten::mul", "Tensor", {3.0}, ST::Half, d);
+    EXPECT_EQ(e, "tp_round_f16((x * 3.000000000e+00f))");
+    e = narrow_expr("aten::mul", "Tensor", {3.0}, ST::Float, d);
+    EXPECT_EQ(e, "(x * 3.000000000e+00f)");
   }
 }
 

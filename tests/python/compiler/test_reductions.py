@@ -101,9 +101,10 @@ def test_reduction_bf16(name, dim, graphs, compile_plugin, assert_close):
         args = make()
         got = c(*args)
         assert got.dtype == torch.bfloat16
-        # Reference: eager in fp32 from the same bf16 inputs, rounded once to bf16.
-        want = fn(*(a.float() for a in args)).bfloat16()
-        assert_close(got, want, **BF16)
+        # Reference: eager in bf16, which rounds every op's result (x * b, the reduction,
+        # the + 1.0) to bf16; the kernel rounds at the same op boundaries. Not bitwise:
+        # the fp32 sums inside may add in another order.
+        assert_close(got, fn(*args), **BF16)
 
 
 def test_channels_last_mean_over_hw(graphs, compile_plugin, assert_close):
@@ -180,8 +181,9 @@ def test_softmax(kind, dim, dtype, graphs, compile_plugin, assert_close):
         args = make()
         got = c(*args)
         if dtype == torch.bfloat16:
-            want = fn(*(a.float() for a in args))
-            assert_close(got.float(), want, **BF16)
+            # Eager in bf16 rounds each op's result; so does the kernel (fp32 inside
+            # softmax, whose exp may differ from ATen's in the last fp32 bit).
+            assert_close(got.float(), fn(*args).float(), **BF16)
         else:
             assert_close(got, fn(*args))
 

@@ -112,8 +112,12 @@ std::string generate_pointwise_kernel(
     const Node& n = *owned;
     if (auto r = random_op(n)) {
       const std::string t = "t" + std::to_string(tmp++);
+      // Rounded to the result dtype as eager's tensor holds it.
       compute << "      const float " << t << " = "
-              << random_expression(*r, stream++, index) << ";\n";
+              << round_to_dtype(
+                     random_expression(*r, stream++, index),
+                     n.outputs[0]->dtype)
+              << ";\n";
       expr[n.outputs[0]] = TypedExpr{t, c10::ScalarType::Float};
       continue;
     }

@@ -161,8 +161,12 @@ std::optional<KernelSource> render_pointwise(const Node& group) {
       return std::nullopt;
     if (auto r = random_op(n)) {
       const std::string t = "t" + std::to_string(tmp++);
+      // Rounded to the result dtype as eager's tensor holds it.
       fn << "  const float " << t << " = "
-         << random_expression(*r, stream++, "tp_index") << ";\n";
+         << round_to_dtype(
+                random_expression(*r, stream++, "tp_index"),
+                n.outputs[0]->dtype)
+         << ";\n";
       expr[n.outputs[0]] = TypedExpr{t, c10::ScalarType::Float};
       continue;
     }

@@ -11,8 +11,9 @@ within the case's tolerance) and, where fused, that the case's ATen op ran insid
 generated kernel (the fusion groups' bodies in the compiled IR) and not as an ATen fallback
 step (``Executor.steps()``); a tuple of ops means all of them. A dtype the device's kernels
 cannot load must not claim fusion; a module's ``DEVICE_FALLBACKS`` names ops a device leaves
-to ATen. In bf16/fp16 a fused case is compared with the op computed in float32 and rounded
-once (Inductor's ``reference_in_float``), unless the case asks for eager.
+to ATen. In bf16/fp16 kernels round every op's result to its dtype as eager does; a fused
+case matches eager or, with ``reference_in_float``, its op computed in float32 and rounded
+once (Inductor's ``reference_in_float``: eager's narrow kernel of one op may round inside it).
 
 A batch's graph holds many cases, so there the fusion check sees the union of their kernels:
 ``test_case_names_its_graph_ops`` checks (by tracing, no compile) that each name is in the
@@ -122,19 +123,17 @@ def _alone(case: OpCase) -> Callable:
     return f
 
 
-def _chained(case: OpCase, wide: bool = False) -> Callable:
-    """The case between scaled inputs and a scaled result; ``wide``: the result scaled in
-    float32 and rounded once (the reference of a fused chain)."""
+def _post(o: torch.Tensor) -> torch.Tensor:
+    """A chain's result scaled: x * 3 - 1 for floats (each op rounded to the dtype, as eager
+    and the kernels round every op's result)."""
+    return o * 3.0 - 1.0 if o.dtype.is_floating_point else o
 
-    def post(o: torch.Tensor) -> torch.Tensor:
-        if not o.dtype.is_floating_point:
-            return o
-        if wide and o.dtype in (torch.bfloat16, torch.float16):
-            return (o.float() * 3.0 - 1.0).to(o.dtype)
-        return o * 3.0 - 1.0
+
+def _chained(case: OpCase) -> Callable:
+    """The case between scaled inputs and a scaled result."""
 
     def f(*xs):
-        return [post(o) for o in _outputs(case.fn(*(_scale(x) for x in xs)))]
+        return [_post(o) for o in _outputs(case.fn(*(_scale(x) for x in xs)))]
 
     return f
 
@@ -216,12 +215,21 @@ def _loadable(device: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) 
     return _LOADABLE[key]
 
 
-def _tol(case: OpCase, dtype: torch.dtype, out_dtype: torch.dtype) -> tuple[float, float]:
+def _tol(
+    case: OpCase, dtype: torch.dtype, out_dtype: torch.dtype, chained: bool = False
+) -> tuple[float, float]:
     """The case's override for its case dtype, else the default of the output's dtype
-    (an integer case may return floats: int / int)."""
+    (an integer case may return floats: int / int). In a float16 chain rtol is 2e-3: the
+    chain rounds the op's result before scaling it (as eager), so an op whose float32 value
+    differs from ATen's in its last bits (mish's exp/log1p/tanh) lands one float16 ulp
+    away where that value sits at a rounding tie, and x * 3 - 1 keeps that ulp (1.2e-3
+    relative at the top of a binade, above the default 1e-3)."""
     if case.tol and dtype in case.tol:
         return case.tol[dtype]
-    return _DEFAULT_TOL.get(out_dtype, (0.0, 0.0))
+    rtol, atol = _DEFAULT_TOL.get(out_dtype, (0.0, 0.0))
+    if chained and out_dtype == torch.float16:
+        rtol = max(rtol, 2e-3)
+    return rtol, atol
 
 
 def _check_values(
@@ -253,18 +261,26 @@ def _check_values(
     torch.testing.assert_close(g[fin], w[fin], rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
-def _reference(fn: Callable, xs: list, dtype: torch.dtype, fused: bool, in_float: bool) -> list:
-    """Eager; for a fused case of a narrow float dtype (bf16/fp16) with ``in_float``,
-    computed in float32 from the same inputs and rounded once to eager's output dtypes, as
-    Inductor's tests do (``check_model(reference_in_float=True)``): the kernel computes in
-    float32 and rounds once, where eager (and ATen's decompositions) may round between ops."""
+def _references(
+    case: OpCase, fn: Callable, xs: list, dtype: torch.dtype, fused: bool, chained: bool
+) -> list[list]:
+    """The references a case's outputs may match: eager (kernels round every op's result
+    to its dtype, as eager does); and for a fused case of a narrow float dtype (bf16/fp16)
+    with ``reference_in_float``, also the case's op computed in float32 from the same
+    inputs and rounded once to eager's output dtypes (Inductor's ``reference_in_float``):
+    eager's narrow kernel of ONE op may round its own intermediates (logit, addcmul's
+    product), where a generated kernel computes the op in float32 and rounds its result.
+    A chain's input scaling and result scaling are ops of their own, rounded either way."""
     eager = _outputs(fn(*xs))
-    if not (fused and in_float and dtype in (torch.bfloat16, torch.float16)):
-        return eager
-    wide = _outputs(fn(*[x.float() if x.dtype == dtype else x for x in xs]))
+    if not (fused and case.reference_in_float and dtype in (torch.bfloat16, torch.float16)):
+        return [eager]
+    pre = [_scale(x) for x in xs] if chained else xs
+    narrow = _outputs(case.fn(*pre))
+    wide = _outputs(case.fn(*[x.float() if x.dtype == dtype else x for x in pre]))
     # Outputs that are not floats (comparisons, indices) are exact: eager's, whose scalars
     # are rounded to the narrow dtype first (x <= 0.1 in bf16 compares with bf16(0.1)).
-    return [w.to(e.dtype) if e.dtype.is_floating_point else e for w, e in zip(wide, eager)]
+    outs = [w.to(e.dtype) if e.dtype.is_floating_point else e for w, e in zip(wide, narrow)]
+    return [eager, [_post(o) for o in outs] if chained else outs]
 
 
 def _fused_on(case: OpCase, device: str) -> bool:
@@ -306,14 +322,22 @@ def _run(
         k = 0
         for c, f, ins in zip(cases, fns, per_case):
             fused = _fused_on(c, device) and loadable
-            ref = _chained(c, wide=fused) if chained else f
-            want = _reference(ref, ins, dtype, fused, chained or c.reference_in_float)
-            for j, w in enumerate(want):
-                rtol, atol = _tol(c, dtype, w.dtype)
-                relaxed = KNOWN_DIFFERENCES.get(c.name, ("", ""))[0]
-                where = f"{c.name}[{dtype}, {device}, call {call}, out {j}]"
-                _check_values(where, got[k], w, rtol, atol, relaxed)
-                k += 1
+            refs = _references(c, f, ins, dtype, fused, chained)
+            n_out = len(refs[0])
+            errors = []
+            for want in refs:  # passes when all outputs match one of the references
+                try:
+                    for j, w in enumerate(want):
+                        rtol, atol = _tol(c, dtype, w.dtype, chained)
+                        relaxed = KNOWN_DIFFERENCES.get(c.name, ("", ""))[0]
+                        where = f"{c.name}[{dtype}, {device}, call {call}, out {j}]"
+                        _check_values(where, got[k + j], w, rtol, atol, relaxed)
+                    break
+                except AssertionError as e:
+                    errors.append(str(e))
+            else:
+                raise AssertionError(" / against float32 rounded once: ".join(errors))
+            k += n_out
     assert rec.graphs, "no graph was compiled"
     fused_ops, fallback_ops, kernel_dtypes = rec.fused_and_fallback()
     if not loadable:  # decompositions may still compute in float32 inside kernels
