@@ -8,7 +8,6 @@ Usage (GPU): BASE=1 python3 benchmarks/layout_copies.py resnet18:32:fp32 efficie
 
 import contextlib
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -20,6 +19,8 @@ from torch_plugin import _C
 torch.set_float32_matmul_precision("high")
 from gpu_models import build
 
+from torch_plugin.compiler.cuda_graphs import median_cuda_ms
+
 if os.environ.get("LOGINFO") == "1":
     import logging
 
@@ -28,15 +29,8 @@ if os.environ.get("LOGINFO") == "1":
 
 
 def timed(f, inputs, n=30):
-    ts = []
-    for _ in range(n):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        f(*inputs)
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
+    """Median CUDA-event ms of n calls (the compiler's own timing helper)."""
+    return median_cuda_ms(lambda: f(*inputs), runs=n)
 
 
 for spec in sys.argv[1:]:

@@ -12,7 +12,6 @@ rows of benchmarks/gpu_rows.py). The full table with cold compiles is gpu_models
 import contextlib
 import logging
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -25,20 +24,15 @@ from torch_plugin.compiler import cuda_graphs
 torch.set_float32_matmul_precision("high")
 from gpu_models import build
 
+from torch_plugin.compiler.cuda_graphs import median_cuda_ms
+
 logging.basicConfig(level=logging.WARNING)
 logging.getLogger("torch_plugin").setLevel(logging.INFO)
 
 
 def timed(f, inputs, n=30):
-    ts = []
-    for _ in range(n):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        f(*inputs)
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
+    """Median CUDA-event ms of n calls (the compiler's own timing helper)."""
+    return median_cuda_ms(lambda: f(*inputs), runs=n)
 
 
 def measure(label, f, inputs, ref):
