@@ -238,13 +238,14 @@ def _counters() -> dict:
     """The plugin's counters: optimizer steps compiled / run as eager, graphs run as eager
     graphs, and capture's frames, failures, graph breaks, graphs compiled, recompiles."""
     import torch_plugin
-    from torch_plugin.compiler import optimizer_step
+    from torch_plugin.compiler import optimizer_step, training
 
     st = torch_plugin.stats
     return {
         "compiled_steps": optimizer_step.counters["compiled_steps"],
         "eager_steps": optimizer_step.counters["eager_steps"],
-        "eager_graphs": gpu_models._eager_graphs(),
+        # graphs run as the eager graph, and forward/backward graphs run as their ATen graph
+        "eager_graphs": gpu_models._eager_graphs() + sum(training.counters.values()),
         "frames_captured": st.frames_captured,
         # capture gave up on these frames (they ran unmodified); not counted: the benchmark's
         # own log handlers, which the plugin's log calls inside the step enter

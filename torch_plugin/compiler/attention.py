@@ -35,6 +35,7 @@ Key parts:
 - :class:`LeafAttention`: the torch-function mode.
 - :func:`leaf_arguments`: whether a call can be the leaf op, and its arguments.
 - :func:`fused_attention_to_leaf`: the ATen-graph rewrite of fused attention ops.
+- :func:`training_backends`: the backend choice while a CUDA training graph is traced.
 """
 
 from __future__ import annotations
@@ -132,6 +133,22 @@ class LeafAttention(TorchFunctionMode):
                     q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=gqa
                 )
         return func(*args, **kwargs)
+
+
+def training_backends() -> Any:
+    """Context manager for tracing a CUDA training graph: ATen's attention backend choice
+    limited to the memory-efficient kernel (and the math path), for the attention that
+    :class:`LeafAttention` cannot reach (``nn.MultiheadAttention``'s).
+
+    Traced with FakeTensors, bf16 attention becomes ``_scaled_dot_product_cudnn_attention``
+    (flash attention is the other candidate): both return ints (``max_q``, ``max_k``), which
+    the compiler does not take, so ViT-B/16's bf16 training graph ran as its eager graph
+    (issue #30). ``_scaled_dot_product_efficient_attention`` and its backward return
+    tensors only; at run time they are ATen calls. The setting is global while active
+    (``torch.nn.attention.sdpa_kernel``) and only FakeTensors run under it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 # ATen's fused attention ops and the name of their mask argument (None: they take none).

@@ -11,7 +11,7 @@ which the compiler generates in kernels with its Philox generator
 they and ``bernoulli`` stay whole, ATen calls drawing eager's numbers.
 
 Key parts:
-- :data:`NATIVE`: the op packets kept whole.
+- :data:`NATIVE`: the op packets kept whole; :data:`NATIVE_CUDA`: on CUDA.
 - :data:`RANDOM_DECOMPOSITIONS`: random ops as ``rand_like`` and pointwise ops.
 - :func:`decomposition_table`.
 """
@@ -49,6 +49,14 @@ NATIVE = frozenset(
 )  # fmt: skip
 
 
+# Kept whole on CUDA only, where ATen's kernel beats the decomposition (training graphs of
+# issue #30; H200, batch 32, CUDA time per step): the batch norm backward (decomposed: two
+# ATen sums and generated kernels per norm; whole: ResNet-50 fp32 23.2 -> 21.5 ms), and the
+# embedding backward (decomposed: index_put with accumulate, whose sort-free kernel took
+# 1.9 ms of BERT-base's 21 ms; whole: ATen's embedding_dense_backward, as eager).
+NATIVE_CUDA = NATIVE | frozenset({aten.native_batch_norm_backward, aten.embedding_dense_backward})
+
+
 # Random ops that eager draws with its own kernels: kept whole with fallback_random.
 _EAGER_RANDOM = frozenset({aten.native_dropout, aten.bernoulli})
 
@@ -81,23 +89,25 @@ RANDOM_DECOMPOSITIONS: dict[Any, Any] = {
 }
 
 
-def decomposition_table() -> dict[Any, Any]:
-    """OpOverload → decomposition for every core-ATen decomposition not in :data:`NATIVE`,
-    and the random ops' (:data:`RANDOM_DECOMPOSITIONS`) unless ``config.fallback_random`` (or
+def decomposition_table(cuda: bool = False) -> dict[Any, Any]:
+    """OpOverload → decomposition for every core-ATen decomposition not in :data:`NATIVE`
+    (``cuda``: not in :data:`NATIVE_CUDA`, for graphs on a CUDA device), and the random ops'
+    (:data:`RANDOM_DECOMPOSITIONS`) unless ``config.fallback_random`` (or
     ``TORCH_PLUGIN_FALLBACK_RANDOM=1``) asks for eager's random numbers."""
     from torch_plugin import config
 
-    return _table(bool(config.compiler_environment()["fallback_random"]))
+    return _table(bool(config.compiler_environment()["fallback_random"]), cuda)
 
 
 @functools.cache
-def _table(fallback_random: bool) -> dict[Any, Any]:
+def _table(fallback_random: bool, cuda: bool = False) -> dict[Any, Any]:
     from torch._decomp import core_aten_decompositions
 
+    native = NATIVE_CUDA if cuda else NATIVE
     table = {
         op: fn
         for op, fn in core_aten_decompositions().items()
-        if op.overloadpacket not in NATIVE
+        if op.overloadpacket not in native
         and not (fallback_random and op.overloadpacket in _EAGER_RANDOM)
     }
     if not fallback_random:

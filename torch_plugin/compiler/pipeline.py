@@ -153,11 +153,16 @@ def _compile_graphs(captured: Captured, facts: dict[str, Any]) -> Callable[..., 
     # import takes about 0.3 s.
     from torch._functorch.aot_autograd import aot_module_simplified
 
-    from torch_plugin.compiler.attention import LeafAttention
+    from torch_plugin.compiler.attention import LeafAttention, training_backends
     from torch_plugin.compiler.decompositions import decomposition_table
 
-    # On CUDA, attention is traced as a leaf op (torch_plugin.compiler.attention says why).
-    tracing = LeafAttention("cuda") if captured.cuda else contextlib.nullcontext()
+    # On CUDA, attention is traced as a leaf op (torch_plugin.compiler.attention says why),
+    # and in a training graph what the leaf cannot reach as ATen's memory-efficient kernel.
+    tracing = contextlib.ExitStack()
+    if captured.cuda:
+        tracing.enter_context(LeafAttention("cuda"))
+        if captured.needs_grad:
+            tracing.enter_context(training_backends())
     with tracing, trace.stage("aot_autograd"):
         compiled = aot_module_simplified(
             gm,
@@ -166,7 +171,7 @@ def _compile_graphs(captured: Captured, facts: dict[str, Any]) -> Callable[..., 
             # Compiled at the first backward(): with this compile's options (optimize(options=)).
             bw_compiler=options.bound(training.backward_compiler),
             inference_compiler=inference,
-            decompositions=decomposition_table(),
+            decompositions=decomposition_table(cuda=captured.cuda),
             keep_inference_input_mutations=True,
         )
     if inference.direct is not None:

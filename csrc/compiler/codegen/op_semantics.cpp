@@ -189,6 +189,22 @@ std::optional<std::string> special_case(
       return "(tp_round(" + q + ") / " + p + ")";
     return "(tp_round(" + q + ") * " + p + ")";
   }
+  if ((name == "aten::div.Tensor" || name == "aten::div.Scalar") &&
+      n.outputs.size() == 1 && n.outputs[0]->device.is_cuda() &&
+      n.args.size() >= 2 && n.args[1].kind == Arg::Kind::kConst) {
+    // ATen's div_true_kernel_cuda multiplies by the divisor's reciprocal when
+    // the divisor is a CPU scalar: inv_b = opmath_t(1) / b, from the original
+    // (unrounded) scalar, then a * inv_b in opmath (float for float, bfloat16
+    // and float16); up to one float ulp from a / b. The CPU kernel divides.
+    const c10::ScalarType t = n.outputs[0]->dtype;
+    const auto v = const_number(n, 1);
+    if (v &&
+        (t == c10::ScalarType::Float || t == c10::ScalarType::BFloat16 ||
+         t == c10::ScalarType::Half)) {
+      const float inv = 1.0f / static_cast<float>(*v);
+      return "(" + x.at(0) + " * " + float_literal(inv, std::nullopt) + ")";
+    }
+  }
   if (name == "aten::div.Tensor_mode" || name == "aten::div.Scalar_mode") {
     if (n.args.size() < 3)
       return std::string();

@@ -157,7 +157,7 @@ inline Launch build(
       << "  for (unsigned b = 0; b < grid; ++b) {\n"
       << "    std::vector<std::thread> ts;\n"
       << "    for (unsigned t = 0; t < block; ++t) ts.emplace_back([=] {\n"
-      << "      blockIdx.x = b; threadIdx.x = t;\n      kernel(";
+      << "      blockIdx.x = b; threadIdx.x = t;\n      " << k.entry << "(";
   size_t i = 0;
   for (const Value* v : group.outputs)
     launch << (i ? ", " : "") << "(" << elem(v->dtype) << "*)args[" << i++

@@ -466,6 +466,13 @@ TEST(OpHelpers, ScalarsRoundedAsATen) {
     // mul's scalar stays float (ATen's opmath: the original scalar).
     e = narrow_expr("aten::mul", "Tensor", {0.1}, ST::BFloat16, d);
     EXPECT_TRUE(has(e, f32_tenth)) << e;
+    // div by a constant: CUDA multiplies by the float reciprocal (ATen's
+    // div_true_kernel_cuda with a CPU scalar), the CPU divides.
+    for (ST t : {ST::Float, ST::BFloat16, ST::Half}) {
+      e = narrow_expr("aten::div", "Tensor", {3.0}, t, d);
+      EXPECT_EQ(has(e, "x * 3.333333433e-01f"), d.is_cuda()) << e;
+      EXPECT_EQ(has(e, "x / 3.000000000e+00f"), d.is_cpu()) << e;
+    }
   }
 }
 

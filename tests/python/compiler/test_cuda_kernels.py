@@ -87,13 +87,14 @@ def run_and_compare(fn, make, dtype, compile_plugin, graphs, min_kernels=1):
             direct = graphs[-1](list(args))
             torch.cuda.synchronize()
             assert len(direct) == len(want)
+            # Generated kernels round every bf16/fp16 op's result as eager does
+            # (test_low_precision_rounding.py): ~1% off the reference rounded once.
             for i, (g, w) in enumerate(zip(direct, want)):
-                check_close(g, w, dtype, f"compiled graph output {i}")
+                check_close(g, w, dtype, f"compiled graph output {i}", low_tol=3e-2)
             poison_allocator()
             got = c(*args)
             got = got if isinstance(got, tuple) else (got,)
-            # The backend may run the eager graph (measured faster), whose bf16/fp16 rounding
-            # after every op is ~1% off the fp32 computation the reference rounds once.
+            # The backend may run the eager graph (measured faster): the same tolerance.
             for i, (g, w) in enumerate(zip(got, want)):
                 check_close(g, w, dtype, f"backend output {i}", low_tol=3e-2)
 

@@ -101,3 +101,65 @@ def test_bf16_batch_norm_backward_graph_compiled(monkeypatch):
     for i, (w, g) in enumerate(zip(want, got)):
         if w is not None:
             torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-3, msg=f"output {i}")
+
+
+class _ConvEmbed(torch.nn.Module):
+    """A convolution with batch norm, and an embedding: the two backward ops the CUDA
+    decomposition table keeps whole (decompositions.NATIVE_CUDA)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.embed = torch.nn.Embedding(50, 8, padding_idx=0)
+
+    def forward(self, x, ids):
+        y = torch.relu(self.bn(self.conv(x))).mean((2, 3))
+        return y + self.embed(ids).mean(1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_backward_keeps_batch_norm_and_embedding_backward(monkeypatch, precision):
+    """On CUDA the backward graph runs ATen's batch norm and embedding backward (not their
+    decompositions: two sums per norm, an accumulating index_put), compiled, not op by op
+    (bf16 autocast included: training._reduced_precision refuses CPU graphs only); the
+    gradients, outputs and BatchNorm buffers equal eager's over three steps."""
+    from torch_plugin.compiler import training
+
+    seen: list = []
+    real = training._without_none_outputs
+
+    def spy(gm, compile_fn):
+        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return real(gm, compile_fn)
+
+    monkeypatch.setattr(training, "_without_none_outputs", spy)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    torch.manual_seed(0)
+    ref = _ConvEmbed().cuda()
+    model = copy.deepcopy(ref)
+    fast = torch_plugin.optimize(model, backend="plugin")
+    unlowered = dict(training.counters)
+    bf16 = precision == "bf16"
+    tol = {"rtol": 3e-2, "atol": 3e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
+    for step in range(3):
+        x = torch.randn(4, 3, 8, 8, device="cuda")
+        ids = torch.randint(0, 50, (4, 5), device="cuda")
+        ids[0, 0] = 0  # the padding row gets no gradient
+        with torch.autocast("cuda", torch.bfloat16, enabled=bf16):
+            want, got = ref(x, ids), fast(x, ids)
+        want.float().square().mean().backward()
+        got.float().square().mean().backward()
+        torch.testing.assert_close(got, want, **tol, msg=f"step {step}: output")
+        for (name, p), q in zip(ref.named_parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, **tol, msg=f"step {step}: {name}.grad")
+            p.grad = q.grad = None
+        for (name, b), c in zip(ref.named_buffers(), model.buffers()):
+            torch.testing.assert_close(c, b, **tol, msg=f"step {step}: buffer {name}")
+    backward = [ops for ops in seen if "aten.convolution_backward.default" in ops]
+    assert backward, seen
+    assert "aten.native_batch_norm_backward.default" in backward[0], backward[0]
+    assert "aten.embedding_dense_backward.default" in backward[0], backward[0]
+    assert dict(training.counters) == unlowered, "a training graph ran op by op"

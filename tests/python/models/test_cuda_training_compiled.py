@@ -33,7 +33,7 @@ import pytest
 import torch
 
 import torch_plugin
-from torch_plugin.compiler import optimizer_step, pipeline
+from torch_plugin.compiler import optimizer_step, pipeline, training
 
 torchvision = pytest.importorskip("torchvision")
 transformers = pytest.importorskip("transformers")
@@ -193,6 +193,7 @@ def test_training_steps_compiled_match_eager(make, opt_name, precision):
     compiled_step = torch_plugin.optimize(_train_step(got, o_got, precision), backend="plugin")
     tol = TOL[precision]
     eager_before = pipeline.counters["eager_graphs"]
+    unlowered_before = dict(training.counters)
     steps_before = optimizer_step.counters["compiled_steps"]
     for step in range(3):
         torch.manual_seed(100 + step)
@@ -241,6 +242,9 @@ def test_training_steps_compiled_match_eager(make, opt_name, precision):
     # dropout here) is the leaf op with its derivative (attention_training), in fp32 and bf16
     # alike; the log (torch_plugin.backends.plugin) names what did not lower if this fails.
     assert pipeline.counters["eager_graphs"] == eager_before, "a training graph ran as eager"
+    # ... and none ran as its ATen graph: a bf16/fp16 backward graph on CUDA included (before,
+    # every autocast backward graph did: training._reduced_precision refused them)
+    assert dict(training.counters) == unlowered_before, "a training graph ran op by op"
     # the first step creates the optimizer state in eager; the other two compile
     assert optimizer_step.counters["compiled_steps"] - steps_before == 2
 
