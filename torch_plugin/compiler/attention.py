@@ -137,18 +137,21 @@ class LeafAttention(TorchFunctionMode):
 
 def training_backends() -> Any:
     """Context manager for tracing a CUDA training graph: ATen's attention backend choice
-    limited to the memory-efficient kernel (and the math path), for the attention that
-    :class:`LeafAttention` cannot reach (``nn.MultiheadAttention``'s).
+    limited to the math path, for the attention that :class:`LeafAttention` cannot reach
+    (``nn.MultiheadAttention``'s), which is then traced as products and a softmax the
+    compiler lowers.
 
-    Traced with FakeTensors, bf16 attention becomes ``_scaled_dot_product_cudnn_attention``
-    (flash attention is the other candidate): both return ints (``max_q``, ``max_k``), which
-    the compiler does not take, so ViT-B/16's bf16 training graph ran as its eager graph
-    (issue #30). ``_scaled_dot_product_efficient_attention`` and its backward return
-    tensors only; at run time they are ATen calls. The setting is global while active
-    (``torch.nn.attention.sdpa_kernel``) and only FakeTensors run under it."""
+    Traced with FakeTensors, such attention becomes one of ATen's fused ops, which a
+    training graph cannot keep: ``_scaled_dot_product_cudnn_attention`` (bf16) and
+    ``_scaled_dot_product_flash_attention`` return ints (``max_q``, ``max_k``), which the
+    compiler does not take (ViT-B/16's bf16 training graph ran as its eager graph, issue
+    #30); ``_scaled_dot_product_efficient_attention`` (fp32) returns its philox seed and
+    offset as CPU tensors at run time where the FakeTensors say CUDA, so its backward graph
+    failed ("input is on cpu"). The setting is global while active
+    (``torch.nn.attention.sdpa_kernel``), and only FakeTensors run under it."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+    return sdpa_kernel([SDPBackend.MATH])
 
 
 # ATen's fused attention ops and the name of their mask argument (None: they take none).

@@ -196,13 +196,16 @@ std::optional<std::string> special_case(
     // the divisor is a CPU scalar: inv_b = opmath_t(1) / b, from the original
     // (unrounded) scalar, then a * inv_b in opmath (float for float, bfloat16
     // and float16); up to one float ulp from a / b. The CPU kernel divides.
+    // __fmul_rn: never contracted with a following add into an FMA (eager
+    // rounds the product: it is its own kernel).
     const c10::ScalarType t = n.outputs[0]->dtype;
     const auto v = const_number(n, 1);
     if (v &&
         (t == c10::ScalarType::Float || t == c10::ScalarType::BFloat16 ||
          t == c10::ScalarType::Half)) {
       const float inv = 1.0f / static_cast<float>(*v);
-      return "(" + x.at(0) + " * " + float_literal(inv, std::nullopt) + ")";
+      return "__fmul_rn(" + x.at(0) + ", " + float_literal(inv, std::nullopt) +
+          ")";
     }
   }
   if (name == "aten::div.Tensor_mode" || name == "aten::div.Scalar_mode") {

@@ -57,6 +57,7 @@ static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
 template <class T> static inline T __ldg(const T* p) { return *p; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float __fmul_rn(float a, float b) { volatile float p = a * b; return p; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float erfinvf(float y) {  // CUDA's; absent on the host: bisection on erf

@@ -95,10 +95,11 @@ def test_backward_op_under_no_grad_and_below_autograd():
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_multihead_attention_training_compiled_on_cuda(precision, fresh_capture):
     """``nn.MultiheadAttention`` (the attention LeafAttention cannot reach) in a CUDA training
-    graph: traced as ATen's memory-efficient kernel (attention.training_backends), not
-    cuDNN's or flash's, whose int results the compiler does not take (ViT-B/16's bf16
-    training graph ran as its eager graph); both graphs compiled, not run op by op, and the
-    output and every gradient equal eager's over three steps."""
+    graph: traced as ATen's math path (attention.training_backends), not cuDNN's or flash's
+    kernel, whose int results the compiler does not take (ViT-B/16's bf16 training graph ran
+    as its eager graph), nor the memory-efficient one, whose CPU philox tensors failed its
+    backward graph; both graphs compiled, not run op by op, and the output and every
+    gradient equal eager's over three steps."""
     import copy
 
     import torch_plugin

@@ -271,4 +271,4 @@ def test_cuda_random_kernel_compiles_with_nvrtc():
             if "NVRTC" in str(e) and "load" in str(e).lower():
                 pytest.skip(f"NVRTC not available: {e}")
             raise
-        assert ".entry kernel" in ptx
+        assert f".entry {n['attrs']['entry']}" in ptx
