@@ -48,6 +48,8 @@ PassOptions to_pass_options(const py::dict& d) {
     o.memory_planning = d["memory_planning"].cast<bool>();
   if (d.contains("fallback_random"))
     o.fallback_random = d["fallback_random"].cast<bool>();
+  if (d.contains("cuda_conv_channels_last"))
+    o.cuda_conv_channels_last = d["cuda_conv_channels_last"].cast<bool>();
   return o;
 }
 

@@ -60,6 +60,9 @@ class Options:
     cuda_graphs: bool = True
     # Random ops stay ATen calls (eager's numbers) instead of kernels' Philox streams.
     fallback_random: bool = False
+    # CUDA convolutions through cuDNN in channels-last (off for training graphs:
+    # csrc/compiler/passes/pass.h, PassOptions::cuda_conv_channels_last).
+    cuda_conv_channels_last: bool = True
 
     def pass_options(self) -> dict[str, object]:
         """The subset the C++ pipeline reads (csrc/compiler/passes/pass.h, PassOptions)."""
@@ -73,6 +76,7 @@ class Options:
             "log_patterns": self.log_patterns,
             "cache_dir": self.cache_dir,
             "fallback_random": self.fallback_random,
+            "cuda_conv_channels_last": self.cuda_conv_channels_last,
         }
 
 

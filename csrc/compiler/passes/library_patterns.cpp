@@ -381,7 +381,20 @@ bool run(Graph& g, const PassOptions& options) {
   std::vector<std::vector<int64_t>> strides;
   for (const Value* v : g.outputs())
     strides.push_back(v->strides);
-  bool changed = run_rules("library_patterns", rules(), g, options);
+  // Without channels-last CUDA convolutions: every rule but conv_rules()'
+  // cuda_conv_* ones (PassOptions::cuda_conv_channels_last says why).
+  static const std::vector<Rule> without_cuda_convs = [] {
+    std::vector<Rule> kept;
+    for (const Rule& r : rules())
+      if (std::string(r.name).rfind("cuda_conv_", 0) != 0)
+        kept.push_back(r);
+    return kept;
+  }();
+  bool changed = run_rules(
+      "library_patterns",
+      options.cuda_conv_channels_last ? rules() : without_cuda_convs,
+      g,
+      options);
   return restore_output_strides(g, strides, options) || changed;
 }
 

@@ -118,13 +118,25 @@ class _ConvEmbed(torch.nn.Module):
         return y + self.embed(ids).mean(1)
 
 
+@pytest.fixture
+def _no_tf32():
+    prior = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prior
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_cuda_backward_keeps_batch_norm_and_embedding_backward(monkeypatch, precision):
+@pytest.mark.usefixtures("_no_tf32")
+def test_cuda_backward_keeps_batch_norm_and_embedding_backward(monkeypatch, precision, graphs):
     """On CUDA the backward graph runs ATen's batch norm and embedding backward (not their
     decompositions: two sums per norm, an accumulating index_put), compiled, not op by op
-    (bf16 autocast included: training._reduced_precision refuses CPU graphs only); the
-    gradients, outputs and BatchNorm buffers equal eager's over three steps."""
+    (bf16 autocast included: training._reduced_precision refuses CPU graphs only), with the
+    convolution ATen's in the graph's layout (training._compile_training_graph: no
+    channels-last copies of the saved activations); the gradients, outputs and BatchNorm
+    buffers equal eager's over three steps."""
     from torch_plugin.compiler import training
 
     seen: list = []
@@ -135,8 +147,6 @@ def test_cuda_backward_keeps_batch_norm_and_embedding_backward(monkeypatch, prec
         return real(gm, compile_fn)
 
     monkeypatch.setattr(training, "_without_none_outputs", spy)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     torch.manual_seed(0)
     ref = _ConvEmbed().cuda()
     model = copy.deepcopy(ref)
@@ -163,3 +173,5 @@ def test_cuda_backward_keeps_batch_norm_and_embedding_backward(monkeypatch, prec
     assert "aten.native_batch_norm_backward.default" in backward[0], backward[0]
     assert "aten.embedding_dense_backward.default" in backward[0], backward[0]
     assert dict(training.counters) == unlowered, "a training graph ran op by op"
+    # (conv_pointwise: the channels-last cuDNN convolution, whose graph outputs are copied)
+    assert graphs and all("conv_pointwise" not in g.ir for g in graphs), graphs[0].ir
