@@ -476,8 +476,13 @@ class Generator : public ReductionTerms {
           const bool mx = t.kind == Kind::kMax;
           const std::string nv =
               "n" + std::to_string(id) + (has_vec_ ? "[v]" : "");
-          inner << "        " << av << " = std::" << (mx ? "max(" : "min(")
-                << av << ", " << x << ");\n";
+          // std::min/max's comparison, not the call: GCC (12, 13)
+          // miscompiles `a = std::min(a, x)` (a reference to the lane-private
+          // accumulator) inside `omp simd reduction(min:a)` for AVX2 and
+          // AVX-512 targets, dropping lanes' minima
+          // (test_min_max_kernels_right_on_other_cpus). NaN is tracked apart.
+          inner << "        " << av << " = (" << (mx ? av : x) << " < "
+                << (mx ? x : av) << ") ? " << x << " : " << av << ";\n";
           inner << "        " << nv << " |= (" << x << " != " << x << ");\n";
           (mx ? maxes : mins) += ((mx ? maxes : mins).empty() ? "" : ",") + a;
           nans += (nans.empty() ? "" : ",") + ("n" + std::to_string(id));
