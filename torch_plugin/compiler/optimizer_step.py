@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from torch_plugin import _C
 from torch_plugin.compiler import multi_tensor
 
 log = logging.getLogger("torch_plugin.backends.plugin")
@@ -143,12 +144,22 @@ def run(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         compiler = _compilers[opt] = StepCompiler(_KINDS[type(opt)])
     profile_name = f"Optimizer.step#{type(opt).__name__}.step"
     with torch.autograd.profiler.record_function(profile_name), torch.no_grad():
-        if not compiler.step(opt):
+        if not _compiled_step(compiler, opt):
             counters["eager_steps"] += 1
             return step()
         opt._optimizer_step_code()
     counters["compiled_steps"] += 1
     return None
+
+
+def _step_uncaptured(compiler: Any, opt: Any) -> bool:
+    return compiler.step(opt)
+
+
+# ``compiler.step(opt)`` with capture off on this thread: it runs inside the user's compiled
+# frame, and what it calls back into user code (a logging handler of the user's, when it logs
+# the kernels it compiles) is not the user's program to capture.
+_compiled_step = _C.disable_wrapper(_step_uncaptured)
 
 
 # --- the multi-tensor update ---------------------------------------------------------------
