@@ -14,14 +14,15 @@ call of ``torch.nn.functional.scaled_dot_product_attention`` made by the traced 
 the leaf op ``torch_plugin::scaled_dot_product_attention`` (csrc/ops/attention_op.cpp),
 which calls the ATen op on real tensors at run time, so the dispatcher picks the fused
 kernel as in eager; its output has one fixed layout. Under autocast the mode casts the
-arguments as autocast casts the ATen op's. Calls it cannot take (dropout,
-a mask that needs a gradient, broadcast batch dimensions, another device) and attention inside other
-functions (``nn.MultiheadAttention``'s ``multi_head_attention_forward``, whose own
-``__torch_function__`` dispatch hides its inner calls from the mode) are traced as before.
+arguments as autocast casts the ATen op's. ``nn.MultiheadAttention``'s
+``multi_head_attention_forward`` handles ``__torch_function__`` itself, and a mode is off
+while it handles a call, so its inner attention call would never reach the mode: the mode
+runs a copy of it whose attention call does (:meth:`LeafAttention._multi_head_attention`).
+Calls it cannot take (dropout, a mask that needs a gradient, broadcast batch dimensions,
+another device) are traced as before.
 
-Attention the mode cannot reach still reaches the traced graph as one of ATen's fused
-attention ops (``_scaled_dot_product_efficient_attention`` for the fp32 attention inside
-``multi_head_attention_forward``). Those ops carry the ``nondeterministic_seeded`` tag
+Attention the mode does not take still reaches the traced graph as one of ATen's fused
+attention ops (``_scaled_dot_product_efficient_attention`` for fp32). Those ops carry the ``nondeterministic_seeded`` tag
 because they may apply dropout, which keeps the graph from being timed against eager or
 captured into a CUDA graph, and they return the backend's auxiliary results.
 :func:`fused_attention_to_leaf` replaces each call made without dropout, whose other
@@ -41,6 +42,7 @@ Key parts:
 from __future__ import annotations
 
 import operator
+import types
 from typing import Any
 
 import torch
@@ -132,14 +134,36 @@ class LeafAttention(TorchFunctionMode):
                 return torch.ops.torch_plugin.scaled_dot_product_attention(
                     q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=gqa
                 )
+        if func is torch.nn.functional.multi_head_attention_forward:
+            return self._multi_head_attention(func)(*args, **kwargs)
         return func(*args, **kwargs)
+
+    def _multi_head_attention(self, mha: Any) -> Any:
+        """``mha`` (``F.multi_head_attention_forward``) as a copy whose attention call reaches
+        this mode. The mode is off while it handles a call (torch-function modes are popped
+        for their handler), so the attention inside the original would be traced as ATen's
+        fused op; and run with the mode on, the original would dispatch to the mode again
+        (``has_torch_function``). The copy has the same code with two globals of its own:
+        ``has_torch_function`` false (this call is being handled) and
+        ``scaled_dot_product_attention`` this mode's handling of it. Nothing global is
+        patched: other threads and later calls see ``torch.nn.functional`` unchanged."""
+        scope = dict(mha.__globals__)
+        scope["has_torch_function"] = lambda *a, **k: False
+        scope["scaled_dot_product_attention"] = lambda *a, **k: self.__torch_function__(
+            _SDPA, (), a, k
+        )
+        copy = types.FunctionType(
+            mha.__code__, scope, mha.__name__, mha.__defaults__, mha.__closure__
+        )
+        copy.__kwdefaults__ = mha.__kwdefaults__
+        return copy
 
 
 def training_backends() -> Any:
     """Context manager for tracing a CUDA training graph: ATen's attention backend choice
-    limited to the math path, for the attention that :class:`LeafAttention` cannot reach
-    (``nn.MultiheadAttention``'s), which is then traced as products and a softmax the
-    compiler lowers.
+    limited to the math path, for the attention calls :class:`LeafAttention` does not take
+    (dropout, a mask that needs a gradient), which are then traced as products and a softmax
+    the compiler lowers.
 
     Traced with FakeTensors, such attention becomes one of ATen's fused ops, which a
     training graph cannot keep: ``_scaled_dot_product_cudnn_attention`` (bf16) and

@@ -157,7 +157,7 @@ def _compile_graphs(captured: Captured, facts: dict[str, Any]) -> Callable[..., 
     from torch_plugin.compiler.decompositions import decomposition_table
 
     # On CUDA, attention is traced as a leaf op (torch_plugin.compiler.attention says why),
-    # and in a training graph what the leaf cannot reach as ATen's math path.
+    # and in a training graph the calls the leaf does not take as ATen's math path.
     tracing = contextlib.ExitStack()
     if captured.cuda:
         tracing.enter_context(LeafAttention("cuda"))

@@ -77,6 +77,55 @@ def test_leaf_attention_gradients_equal_eager(case):
     assert not any("_softmax" in o for o in ops)  # not the math path
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_multi_head_attention_forward_reaches_the_leaf(masked):
+    """``F.multi_head_attention_forward`` (nn.MultiheadAttention's, need_weights=False) under
+    LeafAttention: its attention call becomes the leaf op, in the forward graph and its
+    derivative in the backward graph (before, the mode never saw it: the mode is off while it
+    handles the outer call, and the attention was traced as ATen's op), with eager's output
+    and gradients over three calls; ``torch.nn.functional`` is left as it was."""
+    torch.manual_seed(0)
+    e, heads, seq, batch = 16, 4, 5, 3
+    w_in = torch.randn(3 * e, e, requires_grad=True)
+    b_in = torch.randn(3 * e, requires_grad=True)
+    w_out = torch.randn(e, e, requires_grad=True)
+    b_out = torch.randn(e, requires_grad=True)
+    params = (w_in, b_in, w_out, b_out)
+
+    def attention(x, w_in, b_in, w_out, b_out, *mask):
+        out, weights = F.multi_head_attention_forward(
+            x, x, x, e, heads, w_in, b_in, None, None, False, 0.0, w_out, b_out,
+            training=True, need_weights=False, attn_mask=mask[0] if mask else None,
+        )  # fmt: skip
+        assert weights is None
+        return out.square().sum()
+
+    graphs: list = []
+    compiled = None
+    for call in range(3):
+        x = torch.randn(seq, batch, e)
+        mask = (torch.randn(seq, seq),) if masked else ()
+        loss = attention(x, *params, *mask)
+        want = torch.autograd.grad(loss, params)
+        if compiled is None:
+            with LeafAttention("cpu"):
+                compiled = _compiled(attention, graphs)
+                got_loss = compiled(x, *params, *mask)
+        else:
+            got_loss = compiled(x, *params, *mask)
+        got = torch.autograd.grad(got_loss, params)
+        torch.testing.assert_close(got_loss, loss, rtol=1e-5, atol=1e-4)
+        for name, a, g in zip(("w_in", "b_in", "w_out", "b_out"), want, got):
+            torch.testing.assert_close(g, a, rtol=1e-4, atol=1e-4, msg=f"call {call} {name}")
+    ops = [str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"]
+    assert "torch_plugin.scaled_dot_product_attention.default" in ops, ops
+    assert "torch_plugin.scaled_dot_product_attention_backward.default" in ops, ops
+    # neither the math path nor an ATen attention op
+    assert not any(o.startswith("aten.") and ("softmax" in o or "attention" in o) for o in ops)
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
+    assert F.has_torch_function is torch.overrides.has_torch_function
+
+
 def test_backward_op_under_no_grad_and_below_autograd():
     """The backward op recomputes with autograd even when called with grad mode off."""
     torch.manual_seed(0)
@@ -94,12 +143,11 @@ def test_backward_op_under_no_grad_and_below_autograd():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_multihead_attention_training_compiled_on_cuda(precision, fresh_capture):
-    """``nn.MultiheadAttention`` (the attention LeafAttention cannot reach) in a CUDA training
-    graph: traced as ATen's math path (attention.training_backends), not cuDNN's or flash's
-    kernel, whose int results the compiler does not take (ViT-B/16's bf16 training graph ran
-    as its eager graph), nor the memory-efficient one, whose CPU philox tensors failed its
-    backward graph; both graphs compiled, not run op by op, and the output and every
-    gradient equal eager's over three steps."""
+    """``nn.MultiheadAttention`` in a CUDA training graph: its attention the leaf op (not
+    cuDNN's or flash's kernel, whose int results the compiler does not take: ViT-B/16's bf16
+    training graph ran as its eager graph; nor the memory-efficient one, whose CPU philox
+    tensors failed its backward graph); both graphs compiled, not run op by op, and the
+    output and every gradient equal eager's over three steps."""
     import copy
 
     import torch_plugin
