@@ -143,12 +143,12 @@ class LeafAttention(TorchFunctionMode):
         this mode. The mode is off while it handles a call (torch-function modes are popped
         for their handler), so the attention inside the original would be traced as ATen's
         fused op; and run with the mode on, the original would dispatch to the mode again
-        (``has_torch_function``). The copy has the same code with two globals of its own:
-        ``has_torch_function`` false (this call is being handled) and
-        ``scaled_dot_product_attention`` this mode's handling of it. Nothing global is
-        patched: other threads and later calls see ``torch.nn.functional`` unchanged."""
+        (``has_torch_function``). The copy, called from the handler (the mode off, so its
+        own ``has_torch_function`` check sees only what else overrides the call), has the
+        same code with one global of its own: ``scaled_dot_product_attention``, this mode's
+        handling of it. Nothing global is patched: other threads and later calls see
+        ``torch.nn.functional`` unchanged."""
         scope = dict(mha.__globals__)
-        scope["has_torch_function"] = lambda *a, **k: False
         scope["scaled_dot_product_attention"] = lambda *a, **k: self.__torch_function__(
             _SDPA, (), a, k
         )
