@@ -257,8 +257,47 @@ def stand_ins(values: Sequence[Any]) -> list[Any]:
     return out
 
 
+def _differentiable_views(
+    tensors: list[torch.Tensor], fill: torch.Tensor
+) -> list[torch.Tensor] | None:
+    """``tensors`` (one dtype, sharing a storage; one requires grad) as autograd tensors with
+    their recorded relationship, so that AOTAutograd sees at compile time the aliasing the
+    program has at run time: the one that is not a view (the base) a non-leaf of its sizes
+    and strides that requires grad, the others its ``as_strided`` views; without a base among
+    them (views of a tensor not passed), all views of one non-leaf over the whole storage
+    (``fill``, the flat random values). None where neither fits (two bases)."""
+    bases = [i for i, t in enumerate(tensors) if not t._is_view()]
+    with torch.enable_grad():
+        if not bases:
+            root = fill.detach().requires_grad_(True) * 1  # a non-leaf, as activations are
+        elif len(bases) == 1:
+            b = tensors[bases[0]]
+            if b.storage_offset() != 0:
+                return None
+            leaf = torch.empty_strided(
+                tuple(b.shape), tuple(b.stride()), dtype=b.dtype, device=fill.device
+            )
+            leaf.normal_(generator=torch.Generator(device=fill.device))
+            root = leaf.requires_grad_(True) * 1
+            if root.stride() != b.stride():
+                return None
+        else:
+            return None
+        return [
+            root
+            if bases and i == bases[0]
+            else root.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
+            for i, t in enumerate(tensors)
+        ]
+
+
 def _views_of_one_storage(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Real tensors laid out on one fresh storage as ``tensors`` (static sizes) lie on theirs."""
+    """Real tensors laid out on one fresh storage as ``tensors`` (static sizes) lie on theirs.
+    Where one of them requires grad and all have one floating dtype, they are built as
+    autograd knows them in a training program (:func:`_differentiable_views`): AOTAutograd
+    refuses an input mutation through a view autograd does not know ("non-differentiable view
+    input mutations"; a DDP subgraph that writes through a view of an activation and reads
+    the activation)."""
     nbytes = 0
     for t in tensors:
         if t.numel():
@@ -276,6 +315,10 @@ def _views_of_one_storage(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         fill.normal_(generator=torch.Generator(device=device))
     else:
         fill.zero_()
+    if any(t.requires_grad for t in tensors) and all(t.dtype == fill_dtype for t in tensors):
+        views = _differentiable_views(tensors, fill)
+        if views is not None:
+            return views
     views = []
     for t in tensors:
         view = torch.empty(0, dtype=t.dtype, device=device).set_(

@@ -51,6 +51,7 @@ import torch.fx
 
 from torch_plugin.contract import CompilerFn
 from torch_plugin.contract import stand_in as _stand_in
+from torch_plugin.contract import stand_ins as _stand_ins
 
 log = logging.getLogger("torch_plugin.ddp")
 
@@ -275,8 +276,26 @@ class _SubgraphCompiler(torch.fx.Interpreter):
             output.args[0],
             lambda a: _stand_in(a.meta["example_value"]) if isinstance(a, torch.fx.Node) else a,
         )
-        self.compiled[target] = self.backend(sub, list(args))
+        self.compiled[target] = self.backend(sub, _example_inputs(sub, args))
         return stand_in
+
+
+def _example_inputs(sub: torch.fx.GraphModule, args: tuple) -> list[Any]:
+    """What subgraph ``sub`` is compiled with for its inputs ``args``: stand-ins made together
+    from the values capture recorded for its placeholders (:func:`torch_plugin.contract.
+    stand_ins`), so that inputs which shared memory in the captured program (a view and its
+    base, one made in an earlier subgraph and one in another) share it here too; parameters
+    are passed as they are. Fresh stand-ins for each, as the values flow between subgraphs,
+    would tell the backend they do not alias: a subgraph writing through a view and reading
+    its base (``v = y.view(-1)[:5]`` cut from ``v.mul_(3); y.sum()``) was compiled as if the
+    write could not change the read, and returned eager's result before the write. Without
+    a recorded value for every placeholder, ``args`` themselves."""
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    recorded = [n.meta.get("example_value") for n in placeholders]
+    if len(placeholders) != len(args) or any(r is None for r in recorded):
+        return list(args)
+    made = _stand_ins(recorded)
+    return [a if isinstance(a, torch.nn.Parameter) else m for a, m in zip(args, made)]
 
 
 _HIDDEN = "torch_plugin_example_value"
