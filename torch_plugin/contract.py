@@ -260,16 +260,18 @@ def stand_ins(values: Sequence[Any]) -> list[Any]:
 def _differentiable_views(
     tensors: list[torch.Tensor], fill: torch.Tensor
 ) -> list[torch.Tensor] | None:
-    """``tensors`` (one dtype, sharing a storage; one requires grad) as autograd tensors with
-    their recorded relationship, so that AOTAutograd sees at compile time the aliasing the
-    program has at run time: the one that is not a view (the base) a non-leaf of its sizes
-    and strides that requires grad, the others its ``as_strided`` views; without a base among
-    them (views of a tensor not passed), all views of one non-leaf over the whole storage
-    (``fill``, the flat random values). None where neither fits (two bases)."""
+    """``tensors`` (one dtype, sharing a storage) as autograd tensors with their recorded
+    relationship, so that AOTAutograd sees at compile time the aliasing the program has at
+    run time: the one that is not a view (the base) a tensor of its sizes and strides, the
+    others its ``as_strided`` views; without a base among them (views of a tensor not
+    passed), all views of one tensor over the whole storage (``fill``, the flat values).
+    Where one requires grad, the base is a non-leaf that requires grad (as activations are),
+    so the views are differentiable. None where neither fits (two bases)."""
     bases = [i for i, t in enumerate(tensors) if not t._is_view()]
+    grad = any(t.requires_grad for t in tensors) and fill.is_floating_point()
     with torch.enable_grad():
         if not bases:
-            root = fill.detach().requires_grad_(True) * 1  # a non-leaf, as activations are
+            root = fill.detach().requires_grad_(True) * 1 if grad else fill
         elif len(bases) == 1:
             b = tensors[bases[0]]
             if b.storage_offset() != 0:
@@ -277,8 +279,11 @@ def _differentiable_views(
             leaf = torch.empty_strided(
                 tuple(b.shape), tuple(b.stride()), dtype=b.dtype, device=fill.device
             )
-            leaf.normal_(generator=torch.Generator(device=fill.device))
-            root = leaf.requires_grad_(True) * 1
+            if leaf.is_floating_point() or leaf.is_complex():
+                leaf.normal_(generator=torch.Generator(device=fill.device))
+            else:
+                leaf.zero_()
+            root = leaf.requires_grad_(True) * 1 if grad else leaf
             if root.stride() != b.stride():
                 return None
         else:
@@ -293,11 +298,11 @@ def _differentiable_views(
 
 def _views_of_one_storage(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Real tensors laid out on one fresh storage as ``tensors`` (static sizes) lie on theirs.
-    Where one of them requires grad and all have one floating dtype, they are built as
-    autograd knows them in a training program (:func:`_differentiable_views`): AOTAutograd
-    refuses an input mutation through a view autograd does not know ("non-differentiable view
-    input mutations"; a DDP subgraph that writes through a view of an activation and reads
-    the activation)."""
+    Where all have one dtype, they are a base and its views as the program made them
+    (:func:`_differentiable_views`): AOTAutograd refuses an input mutation through a tensor
+    that shares memory with another input without being a view autograd knows
+    ("non-differentiable view input mutations"; a DDP subgraph that writes through a view
+    of an activation, an input or a buffer and reads it whole)."""
     nbytes = 0
     for t in tensors:
         if t.numel():
@@ -315,7 +320,7 @@ def _views_of_one_storage(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         fill.normal_(generator=torch.Generator(device=device))
     else:
         fill.zero_()
-    if any(t.requires_grad for t in tensors) and all(t.dtype == fill_dtype for t in tensors):
+    if all(t.dtype == fill_dtype for t in tensors):
         views = _differentiable_views(tensors, fill)
         if views is not None:
             return views

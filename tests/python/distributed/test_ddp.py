@@ -293,28 +293,58 @@ class _ViewWrittenAcrossBuckets(torch.nn.Module):
         return self.c(z) + y.sum()
 
 
+class _InputAndBufferViewsWritten(torch.nn.Module):
+    """Views of the input and of a buffer (no gradient) made in one bucket's subgraph and
+    written in the next, which reads the input and the buffer whole; a transposed activation
+    read back in the last subgraph."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 64)
+        self.b = torch.nn.Linear(64, 64)
+        self.c = torch.nn.Linear(64, 64)
+        self.register_buffer("buf", torch.zeros(64))
+
+    def forward(self, x):
+        y = self.a(x * 1)
+        xv = x.view(-1)[:7]
+        bv = self.buf[:5]
+        t = y.t()
+        z = self.b(y.relu())
+        xv.mul_(2.0)
+        bv.add_(1.0)
+        return self.c(z) + x.sum() + self.buf.sum() + t.t()[:, :3].sum()
+
+
+@pytest.mark.parametrize("model", [_ViewWrittenAcrossBuckets, _InputAndBufferViewsWritten])
 @pytest.mark.parametrize("backend", ["aot_eager", "plugin"])
-def test_view_written_in_a_later_bucket(single_rank_group, backend):
+def test_view_written_in_a_later_bucket(single_rank_group, backend, model):
     """The subgraphs are compiled with stand-ins that share memory as the captured values did
-    (ddp._example_inputs): with a fresh stand-in for each, the last subgraph was compiled as
-    if its view input and its activation input could not alias, and returned the activation
-    before the write (outputs and every gradient wrong on both backends). Three calls,
-    outputs and gradients against eager DDP."""
+    (ddp._example_inputs), as a base and its views (contract._differentiable_views): with a
+    fresh stand-in for each, the last subgraph was compiled as if its view input and its
+    base input could not alias, and returned the value before the write (outputs, and for
+    the activation every gradient, wrong on both backends); with views autograd does not
+    know, AOTAutograd refused the graph. Three calls: outputs, gradients, the written input
+    and buffer against eager DDP."""
     import copy
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
-    model = _ViewWrittenAcrossBuckets()
+    model = model()
     twin = copy.deepcopy(model)
     ddp, ddp_twin = DDP(model, bucket_cap_mb=0.01), DDP(twin, bucket_cap_mb=0.01)
     fast = torch_plugin.optimize(backend)(ddp)
     for _ in range(3):
         x = torch.randn(4, 64)
-        got, want = fast(x), ddp_twin(x)
+        x_twin = x.clone()
+        got, want = fast(x), ddp_twin(x_twin)
         got.sum().backward()
         want.sum().backward()
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(x, x_twin, rtol=0, atol=0)
+        for b, c in zip(model.buffers(), twin.buffers()):
+            torch.testing.assert_close(b, c, rtol=0, atol=0)
         for (name, p), q in zip(model.named_parameters(), twin.parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
             p.grad = q.grad = None
