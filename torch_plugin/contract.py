@@ -257,7 +257,7 @@ def stand_ins(values: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _differentiable_views(
+def _base_and_views(
     tensors: list[torch.Tensor], fill: torch.Tensor
 ) -> list[torch.Tensor] | None:
     """``tensors`` (one dtype, sharing a storage) as autograd tensors with their recorded
@@ -299,7 +299,7 @@ def _differentiable_views(
 def _views_of_one_storage(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Real tensors laid out on one fresh storage as ``tensors`` (static sizes) lie on theirs.
     Where all have one dtype, they are a base and its views as the program made them
-    (:func:`_differentiable_views`): AOTAutograd refuses an input mutation through a tensor
+    (:func:`_base_and_views`): AOTAutograd refuses an input mutation through a tensor
     that shares memory with another input without being a view autograd knows
     ("non-differentiable view input mutations"; a DDP subgraph that writes through a view
     of an activation, an input or a buffer and reads it whole)."""
@@ -321,7 +321,7 @@ def _views_of_one_storage(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     else:
         fill.zero_()
     if all(t.dtype == fill_dtype for t in tensors):
-        views = _differentiable_views(tensors, fill)
+        views = _base_and_views(tensors, fill)
         if views is not None:
             return views
     views = []

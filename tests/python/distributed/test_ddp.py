@@ -320,7 +320,7 @@ class _InputAndBufferViewsWritten(torch.nn.Module):
 @pytest.mark.parametrize("backend", ["aot_eager", "plugin"])
 def test_view_written_in_a_later_bucket(single_rank_group, backend, model):
     """The subgraphs are compiled with stand-ins that share memory as the captured values did
-    (ddp._example_inputs), as a base and its views (contract._differentiable_views): with a
+    (ddp._example_inputs), as a base and its views (contract._base_and_views): with a
     fresh stand-in for each, the last subgraph was compiled as if its view input and its
     base input could not alias, and returned the value before the write (outputs, and for
     the activation every gradient, wrong on both backends); with views autograd does not
