@@ -257,9 +257,7 @@ def stand_ins(values: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _base_and_views(
-    tensors: list[torch.Tensor], fill: torch.Tensor
-) -> list[torch.Tensor] | None:
+def _base_and_views(tensors: list[torch.Tensor], fill: torch.Tensor) -> list[torch.Tensor] | None:
     """``tensors`` (one dtype, sharing a storage) as autograd tensors with their recorded
     relationship, so that AOTAutograd sees at compile time the aliasing the program has at
     run time: the one that is not a view (the base) a tensor of its sizes and strides, the
