@@ -46,6 +46,19 @@ def tensor_branches_break():
 
 
 @pytest.fixture
+def no_tf32():
+    """fp32 products and convolutions in full fp32 (TF32 off for cuBLAS and cuDNN) during the
+    test, restored after: tests comparing fp32 results at tight tolerances."""
+    import torch
+
+    prior = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prior
+
+
+@pytest.fixture
 def fresh_capture():
     """Forget compiled frames and counters before and after a test (torch_plugin.reset)."""
     import torch_plugin

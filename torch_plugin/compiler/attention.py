@@ -147,7 +147,10 @@ class LeafAttention(TorchFunctionMode):
         own ``has_torch_function`` check sees only what else overrides the call), has the
         same code with one global of its own: ``scaled_dot_product_attention``, this mode's
         handling of it. Nothing global is patched: other threads and later calls see
-        ``torch.nn.functional`` unchanged."""
+        ``torch.nn.functional`` unchanged. Made once per mode (a graph has one call per layer)."""
+        cached = self.__dict__.get("_mha_copy")
+        if cached is not None and cached[0] is mha:
+            return cached[1]
         scope = dict(mha.__globals__)
         scope["scaled_dot_product_attention"] = lambda *a, **k: self.__torch_function__(
             _SDPA, (), a, k
@@ -156,6 +159,7 @@ class LeafAttention(TorchFunctionMode):
             mha.__code__, scope, mha.__name__, mha.__defaults__, mha.__closure__
         )
         copy.__kwdefaults__ = mha.__kwdefaults__
+        self._mha_copy = (mha, copy)
         return copy
 
 

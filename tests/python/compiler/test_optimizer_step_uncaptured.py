@@ -50,6 +50,9 @@ def test_log_handlers_called_by_the_compile_not_captured():
             torch.testing.assert_close(fast(model, opts[0], x), step(ref, opts[1], x))
             for p, q in zip(model.parameters(), ref.parameters()):
                 torch.testing.assert_close(p, q)
+                assert p.grad is None and q.grad is None  # zero_grad ran
+                for k, v in opts[1].state[q].items():  # the momentum buffers
+                    torch.testing.assert_close(opts[0].state[p][k], v, msg=k)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)

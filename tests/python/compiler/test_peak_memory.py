@@ -23,14 +23,10 @@ from torch_plugin.compiler.stages import compile_graph
 
 
 @pytest.fixture(autouse=True)
-def _no_tf32():
-    """fp32 convolutions and products in full fp32: with TF32 (cuDNN's default) two
-    algorithms for the same convolution differ by about 1e-3, above the tolerance these tests
-    compare outputs with (the cuDNN graph's engine is not ATen's)."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+def _no_tf32(no_tf32):
+    """fp32 convolutions and products in full fp32 (conftest.no_tf32): with TF32 (cuDNN's
+    default) two algorithms for the same convolution differ by about 1e-3, above the
+    tolerance these tests compare outputs with (the cuDNN graph's engine is not ATen's)."""
 
 
 class ConvBn(torch.nn.Module):

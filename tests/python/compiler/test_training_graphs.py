@@ -118,18 +118,9 @@ class _ConvEmbed(torch.nn.Module):
         return y + self.embed(ids).mean(1)
 
 
-@pytest.fixture
-def _no_tf32():
-    prior = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prior
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.usefixtures("_no_tf32")
+@pytest.mark.usefixtures("no_tf32")
 def test_cuda_backward_keeps_batch_norm_and_embedding_backward(monkeypatch, precision, graphs):
     """On CUDA the backward graph runs ATen's batch norm and embedding backward (not their
     decompositions: two sums per norm, an accumulating index_put), compiled, not op by op

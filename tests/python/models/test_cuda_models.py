@@ -78,12 +78,8 @@ def _first(out):
 
 
 @pytest.fixture(autouse=True)
-def _no_tf32():
-    prior = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prior
+def _no_tf32(no_tf32):
+    """TF32 off for every test here (conftest.no_tf32)."""
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])

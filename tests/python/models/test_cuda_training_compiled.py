@@ -154,12 +154,8 @@ def _close_or_as_accurate(got, want, oracle, tol, what, floor):
 
 
 @pytest.fixture(autouse=True)
-def _no_tf32():
-    prior = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prior
+def _no_tf32(no_tf32):
+    """TF32 off for every test here (conftest.no_tf32)."""
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
