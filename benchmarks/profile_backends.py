@@ -6,7 +6,10 @@ launches per call and the total CUDA time per call. Used to explain a latency ga
 backends (e.g. ``optimize("inductor")`` against ``torch.compile``, issue #11).
 
     python3 benchmarks/profile_backends.py --row resnet50 --batch 32 [--dtype fp32]
-        [--backends compile,inductor] [--runs 5] [--top 15]
+        [--backends compile,inductor] [--runs 5] [--top 15] [--matmul-precision high]
+
+``--matmul-precision`` is ``torch.set_float32_matmul_precision``'s argument, "high" by default as
+in gpu_models.py's table (fp32 products and convolutions may use TF32); "highest" profiles FFMA.
 """
 
 from __future__ import annotations
@@ -29,8 +32,12 @@ def main() -> None:
     ap.add_argument("--backends", default="eager,compile,inductor")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--matmul-precision", default="high", choices=("highest", "high", "medium"))
+    ap.add_argument("--width", type=int, default=110, help="characters of each kernel name")
     args = ap.parse_args()
     import torch
+
+    torch.set_float32_matmul_precision(args.matmul_precision)
     from torch.profiler import ProfilerActivity, profile
 
     fn, inputs = build(args.row, args.batch, "cuda")
@@ -53,7 +60,7 @@ def main() -> None:
         print(f"\n== {backend}: {total:.3f} ms CUDA time per call, {launches:.0f} kernels per call")
         for e in sorted(events, key=lambda e: -e.self_device_time_total)[: args.top]:
             per_call = e.self_device_time_total / args.runs / 1e3
-            print(f"  {per_call:8.3f} ms  x{e.count // args.runs:<4d} {e.key[:110]}")
+            print(f"  {per_call:8.3f} ms  x{e.count // args.runs:<4d} {e.key[: args.width]}")
         torch._dynamo.reset()
 
 

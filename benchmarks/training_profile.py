@@ -13,6 +13,9 @@ the first step's time (the cold compile), the CUDA kernel time per step and the 
 kernels, the peak memory, then the ``--top`` kernels by time with their count per step. The
 plugin's generated kernels are named ``tp_<kind>_<ops>`` (``tp_pw_add_relu``), so a line names
 what it fuses. Run it alone on its GPU: the wall times of a step are host times too.
+
+``--host N`` also prints the N Python functions with the most own time over 5 steps
+(``cProfile``, sorted by ``tottime``), for steps whose wall time is above their CUDA time.
 """
 
 from __future__ import annotations
@@ -25,8 +28,29 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def profile_step(step, label: str, top: int, steps: int = 3) -> None:
-    """Prints ``step``'s timings and its ``top`` CUDA kernels (see the module doc)."""
+def profile_host(step, top: int, steps: int = 5) -> None:
+    """Prints the ``top`` Python functions by own time over ``steps`` calls of ``step``."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    print(out.getvalue(), flush=True)
+
+
+def profile_step(step, label: str, top: int, steps: int = 3, host: int = 0) -> None:
+    """Prints ``step``'s timings and its ``top`` CUDA kernels (see the module doc); with
+    ``host``, that many Python functions by own time (:func:`profile_host`)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -62,6 +86,8 @@ def profile_step(step, label: str, top: int, steps: int = 3) -> None:
     for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
         ms = e.self_device_time_total / steps / 1000
         print(f"  {ms:7.3f} ms x{e.count // steps:<5d} {e.key[:120]}", flush=True)
+    if host:
+        profile_host(step, host)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--top", type=int, default=22, help="kernels listed per variant")
     ap.add_argument("--matmul-precision", default="high", choices=["highest", "high", "medium"])
+    ap.add_argument("--host", type=int, default=0, help="Python functions listed by own time")
     args = ap.parse_args(argv)
 
     import torch
@@ -92,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             model, call, inputs, loss_fn = ts.build_row(row, args.batch, "cuda", dropout=False)
             opt = ts.make_optimizer(variant, model)
             step = ts.make_step(variant, model, call, inputs, loss_fn, opt, "cuda", dtype == "bf16")
-            profile_step(step, f"{row} b{args.batch} {dtype} {variant}", args.top)
+            profile_step(step, f"{row} b{args.batch} {dtype} {variant}", args.top, host=args.host)
             del model, opt, step
             torch.cuda.empty_cache()
     return 0

@@ -172,6 +172,9 @@ void init_cuda(py::module_& parent) {
         r["head_n"] = split->head.n;
         r["head_ldd"] = split->head.ldd;
         r["head_m"] = split->head.m;
+        r["tail_col0"] = split->tail_col0;
+        r["tail_n"] = split->tail.n;
+        r["tail_ldd"] = split->tail.ldd;
         return py::object(r);
       },
       py::arg("m"),
@@ -184,7 +187,7 @@ void init_cuda(py::module_& parent) {
       "x [m, k] and w [n, k], both row-major and 256-byte aligned, into an "
       "output of row stride ldd (default n): None where it does not apply, "
       "else {'period', 'parts': [{row0, col0, m, n, lda, ldd, ldc, align_a, "
-      "align_b, align_c, align_d}], 'head_m', 'head_n', 'head_ldd'}. No GPU "
+      "align_b, align_c, align_d}], 'head_m', 'head_n', 'head_ldd', 'tail_col0', 'tail_n', 'tail_ldd'}. No GPU "
       "needed (tests).");
 }
 

@@ -198,7 +198,7 @@ std::unique_ptr<Step> make_cublaslt_step(
   }
   // An output whose rows are not 16-byte aligned (GPT-2's LM head, N =
   // 50257): computed in place by row classes where it can be (every class's
-  // plan and the head's tuned now, the first class's pinned: run_linear finds
+  // plan, the head's and the tail's tuned now, the first class's pinned: run_linear finds
   // the others cached; libs/cublaslt.h, padded_split), else in padded chunks
   // (the chunk's plan pinned; padded_chunk_desc).
   const std::optional<lt::PaddedSplit> split = lt::padded_split(*desc);
@@ -217,6 +217,12 @@ std::unique_ptr<Step> make_cublaslt_step(
         first = std::move(plan);
     }
     if (!first || !lt::plan_on_torch_handle(split->head, w_ptr, flush_from))
+      return nullptr;
+    if (split->tail.n > 0 &&
+        !lt::plan_on_torch_handle(
+            split->tail,
+            w0 ? w0 + split->tail_col0 * desc->ldb * elem : nullptr,
+            flush_from))
       return nullptr;
     return std::make_unique<CublasLtLinearStep>(
         node, slots, epilogue, std::move(first), m, true, true);
