@@ -146,8 +146,7 @@ std::optional<PaddedSplit> padded_split(const MatmulDesc& d) {
   split.tail.n = d.n - tail_col0;
   split.tail.ldd = 2 * per;
   split.tail.align_d = 16;
-  split.tail.align_b =
-      offset_alignment(d.align_b, tail_col0 * d.ldb * elem);
+  split.tail.align_b = offset_alignment(d.align_b, tail_col0 * d.ldb * elem);
   if (d.has_c)
     split.tail.align_c = offset_alignment(d.align_c, tail_col0 * elem);
   return split;

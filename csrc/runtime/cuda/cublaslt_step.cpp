@@ -198,9 +198,9 @@ std::unique_ptr<Step> make_cublaslt_step(
   }
   // An output whose rows are not 16-byte aligned (GPT-2's LM head, N =
   // 50257): computed in place by row classes where it can be (every class's
-  // plan, the head's and the tail's tuned now, the first class's pinned: run_linear finds
-  // the others cached; libs/cublaslt.h, padded_split), else in padded chunks
-  // (the chunk's plan pinned; padded_chunk_desc).
+  // plan, the head's and the tail's tuned now, the first class's pinned:
+  // run_linear finds the others cached; libs/cublaslt.h, padded_split), else in
+  // padded chunks (the chunk's plan pinned; padded_chunk_desc).
   const std::optional<lt::PaddedSplit> split = lt::padded_split(*desc);
   if (split) {
     const char* w0 = static_cast<const char*>(w_ptr);

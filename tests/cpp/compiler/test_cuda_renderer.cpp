@@ -470,7 +470,44 @@ TEST(CudaRenderer, ColumnReductions) {
     auto ks = groups(b);
     ASSERT_EQ(ks.size(), 1u);
     ASSERT_TRUE(ks[0].has_value());
-    EXPECT_EQ(ks[0]->grid, 32 * 2048 / 256);
+    // Channels innermost: split across 4 warps, 32 channels per block.
+    EXPECT_EQ(ks[0]->grid, 32 * 2048 / 32);
+    EXPECT_EQ(ks[0]->block, 128);
+    EXPECT_NE(
+        ks[0]->source.find("4 warps per column (column split)"),
+        std::string::npos);
+    expect_compiles(*ks[0]);
+  }
+  for (auto [c, hw] :
+       {std::pair<int64_t, int64_t>{96, 112},
+        std::pair<int64_t, int64_t>{240, 28},
+        std::pair<int64_t, int64_t>{672, 14}}) {
+    // EfficientNet-B0's squeeze-excitation pools at batch 32: the mean over
+    // H, W of silu(x * s + t), NHWC, with silu's output stored too. Columns
+    // of 12544 elements (32 x 96 of them) were refused (ATen) before the
+    // split; now each is split across warps, up to 32.
+    Builder b;
+    const std::vector<int64_t> sizes = {32, c, hw, hw};
+    const std::vector<int64_t> nhwc = {c * hw * hw, 1, hw * c, c};
+    auto cl = [&](Value* v) { // channels-last, as after a convolution
+      Graph::set_type(v, v->dtype, sizes, nhwc, kCuda);
+      return v;
+    };
+    Value* x = b.input(sizes, ScalarType::Float, nhwc);
+    Value* sc = b.input({1, c, 1, 1});
+    Value* sh = b.input({1, c, 1, 1});
+    Value* y = cl(b.unary(
+        "aten::silu",
+        cl(b.binary(
+            "aten::add", cl(b.binary("aten::mul", x, sc, sizes)), sh, sizes))));
+    Value* m = b.reduce("aten::mean", "dim", y, {2, 3}, true, {32, c, 1, 1});
+    b.g.set_outputs({y, m});
+    auto ks = groups(b);
+    ASSERT_EQ(ks.size(), 1u);
+    ASSERT_TRUE(ks[0].has_value()) << c;
+    EXPECT_EQ(ks[0]->grid, 32 * c / 32) << c;
+    EXPECT_GE(ks[0]->block, 128) << c;
+    EXPECT_NE(ks[0]->source.find("(column split)"), std::string::npos) << c;
     expect_compiles(*ks[0]);
   }
   {

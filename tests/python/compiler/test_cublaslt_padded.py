@@ -214,7 +214,9 @@ def test_split_writes_every_element_aligned(dtype, m, n, residual, in_place):
         if residual:
             assert part["ldc"] == p * n and part["align_c"] >= 16
         written[rows, c0 : c0 + w] += 1
-    assert [part["row0"] for part in split["parts"]] == sorted(part["row0"] for part in split["parts"])
+    assert [part["row0"] for part in split["parts"]] == sorted(
+        part["row0"] for part in split["parts"]
+    )
     head, tail0 = split["head_n"], split["tail_col0"]
     assert 0 < head < per and split["head_m"] == m and split["head_ldd"] == 2 * per
     assert split["tail_n"] == n - tail0 and 0 <= n - tail0 < per and split["tail_ldd"] == 2 * per

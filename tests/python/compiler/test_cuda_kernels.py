@@ -3,7 +3,8 @@ compiled by the "plugin" backend on CUDA tensors against eager, skipped without 
 
 Kinds (rows: at least 33, see cuda_reduction.cpp's kFewRows): pointwise groups (odd sizes 1, 3, 1000003; broadcasting; scalars; transposed and
 misaligned inputs) and row reductions (softmax, log_softmax, layer_norm, rms_norm, sum,
-mean, amax, var over the last dim with rows of 7, 768, 4096, 50257; mean over H, W), in
+mean, amax, var over the last dim with rows of 7, 768, 4096, 50257; mean over H, W; mean,
+amax, var over H, W of channels-last tensors, columns split across warps), in
 float32, bfloat16 and float16. Tolerances (issue #11): float32 within 1e-4 of the output's
 scale with TF32 off; bf16/fp16 within 1e-2 of the scale against the float32 computation on
 the same (rounded) inputs, rounded once, which is what the kernels do. NaN never passes, and
@@ -215,6 +216,33 @@ def test_mean_over_hw_of_nchw(dtype, compile_plugin, graphs):
         return torch.sigmoid(x.mean((2, 3), keepdim=True)) * x
 
     run_and_compare(fn, lambda: (randn(4, 16, 13, 11, dtype=dtype),), dtype, compile_plugin, graphs)
+
+
+_OVER_HW = {
+    "mean": lambda t: t.mean((2, 3), keepdim=True),
+    "amax": lambda t: t.amax((2, 3), keepdim=True),
+    "var": lambda t: t.var((2, 3), keepdim=True),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(32, 96, 56, 56), (8, 37, 23, 29), (32, 672, 14, 14)], ids=str)
+@pytest.mark.parametrize("red", list(_OVER_HW))
+def test_channels_last_column_split(shape, red, dtype, compile_plugin, graphs):
+    """Reductions over H, W of NHWC tensors (EfficientNet's squeeze-excitation pools), each
+    column split across 4 to 32 warps (cuda_reduction.cpp's column split), with a prologue
+    whose value is stored too; var's two passes; 37 channels leave lanes of the last block
+    idle (clamped rows)."""
+
+    def fn(x, s):
+        y = F.silu(x * s)
+        return y, _OVER_HW[red](y)
+
+    def make():
+        x = randn(*shape, dtype=dtype).to(memory_format=torch.channels_last)
+        return x, randn(1, shape[1], 1, 1, dtype=dtype)
+
+    run_and_compare(fn, make, dtype, compile_plugin, graphs)
 
 
 @pytest.mark.parametrize("n", [1, 3, 1003])

@@ -6,13 +6,24 @@
 // (rms_norm's decomposition x * rsqrt(mean(x^2) + eps) included). Rows: R,
 // in the memory of the reference operand (the first input read at the full
 // level), is one contiguous block of N elements. Columns (any other R: over
-// the outer dims, over H, W of a channels_last tensor): one thread per kept
-// index walks its column (coalesced across threads when a kept dim is
-// innermost), only with >= kColumnMinRows kept indices or columns of <=
-// kColumnMaxShort elements; other column reductions (BatchNorm statistics,
-// x.sum(0) of a tall matrix) get nullopt, as do fewer than kFewRows rows of
-// more than kLongRow elements (x.sum() of a large tensor): ATen splits those
-// across blocks.
+// the outer dims, over H, W of a channels_last tensor): where the innermost
+// kept dim is contiguous in the reference operand (lanes of a warp read
+// consecutive kept indices: channels of an NHWC tensor), each column is split
+// across S = 2..32 warps ("column split": 32 columns per block of 32 S
+// threads, warp w walking the column's elements w, w + S, ...; the S partials
+// combined through shared memory in warp order), S doubled while there are
+// fewer than kColumnSplitThreads threads and each thread would still walk at
+// least kColumnMinPerThread elements; without a contiguous kept dim, one thread
+// per kept index walks its column, only with >= kColumnMinRows kept indices or
+// columns of <= kColumnMaxShort elements (so too where a split would leave
+// fewer than kColumnMinThreads threads). Other column reductions (BatchNorm
+// statistics of an NCHW tensor, x.sum(0) of a tall matrix) get nullopt, as do
+// fewer than kFewRows rows of more than kLongRow elements (x.sum() of a large
+// tensor): ATen splits those across blocks. The squeeze-excitation pools of
+// EfficientNet-B0 at batch 32 (NHWC means over 112 x 112 .. 7 x 7 of 32 x 96 ..
+// 32 x 1152 channels) took 0.63 ms in 11 kernels of one thread per column on an
+// H200 (Inductor 0.07), and the ones refused ran as ATen's mean beside unfused
+// pointwise ops.
 //
 // The body's terms come from the device-neutral plan shared with the C++
 // renderer (codegen/reduction_plan.h: loads, fp32 expressions and the two
@@ -66,6 +77,12 @@ namespace {
 constexpr int64_t kColumnMinRows = 132 * 256;
 // ... or when each column has at most this many elements.
 constexpr int64_t kColumnMaxShort = 256;
+// Split columns: threads wanted (8 warps on each of 132 SMs, times 4), the
+// fewest elements a thread is left with, and the fewest threads worth a
+// kernel (below them ATen's cross-block reduction wins).
+constexpr int64_t kColumnSplitThreads = 132 * 1024;
+constexpr int64_t kColumnMinPerThread = 8;
+constexpr int64_t kColumnMinThreads = 8192;
 // Fewer rows than this (a quarter of the SMs), each longer than kLongRow, get
 // nullopt: one block per row would leave most of the chip idle, where ATen
 // splits each row across blocks.
@@ -170,9 +187,27 @@ bool RowKernel::plan() {
   }
   for (size_t d : kdims_)
     m_ *= domain_[d];
-  // Column reductions: one thread per kept index, worth it only with enough
-  // kept indices to fill the chip or short columns; else nullopt (ATen).
-  if (!rows && m_ < kColumnMinRows && count_ > kColumnMaxShort)
+  // Column reductions: split across warps where the innermost kept dim is
+  // contiguous (coalesced lanes); else one thread per kept index, worth it
+  // only with enough kept indices to fill the chip or short columns; else
+  // nullopt (ATen).
+  split_ = 1;
+  if (!rows && !kdims_.empty() && (*refst)[kdims_.back()] == 1 && m_ >= 32) {
+    while (split_ < 32 && m_ * split_ < kColumnSplitThreads &&
+           count_ >= split_ * 2 * kColumnMinPerThread)
+      split_ *= 2;
+    // Static shared memory: each reduction's partials, 32 S floats (and as
+    // many int64 indices for argmax/argmin pairs); kept under 32 KiB.
+    int64_t nred = 0;
+    for (int id : needed_)
+      if (is_reduction(terms_[id].kind))
+        nred += terms_[id].index ? 3 : 1;
+    while (split_ > 1 && nred * 32 * split_ * 4 > (int64_t{32} << 10))
+      split_ /= 2;
+    if (m_ * split_ < kColumnMinThreads)
+      split_ = 1; // too few threads even split: the rules below decide
+  }
+  if (!rows && split_ == 1 && m_ < kColumnMinRows && count_ > kColumnMaxShort)
     return false;
   // A few long rows (x.sum() of a large tensor) would run on a few SMs.
   if (rows && m_ < kFewRows && count_ > kLongRow)
@@ -196,7 +231,12 @@ bool RowKernel::plan() {
   while (v_ > 1 && count_ % v_ != 0)
     v_ /= 2;
   // Threads per row.
-  if (!rows) {
+  if (!rows && split_ > 1) {
+    v_ = 1;
+    g_ = split_;
+    rows_per_block_ = 32;
+    block_ = 32 * split_;
+  } else if (!rows) {
     v_ = 1;
     g_ = 1;
     rows_per_block_ = kBlock;

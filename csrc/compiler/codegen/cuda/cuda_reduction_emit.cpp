@@ -203,6 +203,7 @@ void RowKernel::emit_outer(int stage, std::ostream& os) const {
 std::string RowKernel::emit() const {
   const std::string idx = index_type(max_index_);
   const bool block_mode = rows_per_block_ == 1;
+  const bool col_split = split_ > 1; // lanes on columns, warps on parts
   std::vector<int> reductions;
   bool pairs = false; // argmax/argmin: int64 indices beside the values
   for (int id : needed_)
@@ -221,9 +222,11 @@ std::string RowKernel::emit() const {
     if (reduced_[d])
       src << " " << d;
   src << "; " << m_ << " rows of " << count_ << ", " << g_
-      << " threads per row, " << chunks_ << " x " << v_
-      << " elements per thread, " << stages_ << " pass(es)"
-      << (cached_.empty() ? "" : ", row kept in registers") << "\n"
+      << (col_split ? " warps per column (column split), "
+                    : " threads per row, ")
+      << chunks_ << " x " << v_ << " elements per thread, " << stages_
+      << " pass(es)" << (cached_.empty() ? "" : ", row kept in registers")
+      << "\n"
       << preamble();
   src << "extern \"C\" __global__ void __launch_bounds__(" << block_
       << ") kernel(";
@@ -237,12 +240,19 @@ std::string RowKernel::emit() const {
     src << ", const " << element_type(group_.inputs[i]->dtype)
         << "* __restrict__ in" << i;
   src << ") {\n";
-  if (block_mode)
+  // Partials across warps: one per warp (block mode) or per thread (column
+  // split: the S warps' partials of each of the block's 32 columns).
+  const int64_t partials = col_split ? block_ : 32;
+  if (block_mode || col_split)
     src << "  __shared__ float tp_red["
-        << std::max<size_t>(1, reductions.size()) << "][32];\n";
-  if (block_mode && pairs)
-    src << "  __shared__ long long tp_redi[" << reductions.size() << "][32];\n";
-  src << "  const int tid = threadIdx.x % " << g_ << ";\n";
+        << std::max<size_t>(1, reductions.size()) << "][" << partials << "];\n";
+  if ((block_mode || col_split) && pairs)
+    src << "  __shared__ long long tp_redi[" << reductions.size() << "]["
+        << partials << "];\n";
+  if (col_split)
+    src << "  const int tid = threadIdx.x >> 5;\n";
+  else
+    src << "  const int tid = threadIdx.x % " << g_ << ";\n";
   std::string aligned;
   for (size_t k = 0; k < operands_.size(); ++k) {
     if (!vectorized(k))
@@ -263,7 +273,9 @@ std::string RowKernel::emit() const {
     src << "    const " << idx
         << " row = base;\n    const bool active = true;\n";
   } else {
-    src << "    const " << idx << " row_raw = base + threadIdx.x / " << g_
+    src << "    const " << idx << " row_raw = base + "
+        << (col_split ? std::string("(threadIdx.x & 31)")
+                      : "threadIdx.x / " + std::to_string(g_))
         << ";\n    const bool active = row_raw < (" << idx << ")" << m_
         << ";\n    const " << idx << " row = active ? row_raw : (" << idx << ")"
         << m_ - 1 << ";\n";
@@ -358,6 +370,43 @@ std::string RowKernel::emit() const {
     auto shfl = [](int id) {
       return "__shfl_xor_sync(0xffffffffu, a" + std::to_string(id) + ", o)";
     };
+    if (col_split) {
+      // Each thread's partial into shared memory, then every thread of the
+      // column combines the S partials in warp order (the same in each).
+      for (int id : red) {
+        src << "    tp_red[" << slot(id) << "][threadIdx.x] = a" << id << ";\n";
+        if (terms_[id].index)
+          src << "    tp_redi[" << slot(id) << "][threadIdx.x] = a" << id
+              << "i;\n";
+        if (online_.count(id))
+          src << "    tp_red[" << slot(online_.at(id)) << "][threadIdx.x] = a"
+              << online_.at(id) << ";\n";
+      }
+      src << "    __syncthreads();\n";
+      for (int id : red) {
+        const std::string lane0 = "][threadIdx.x & 31]";
+        src << "    a" << id << " = tp_red[" << slot(id) << lane0 << ";\n";
+        if (terms_[id].index)
+          src << "    a" << id << "i = tp_redi[" << slot(id) << lane0 << ";\n";
+        if (online_.count(id))
+          src << "    a" << online_.at(id) << " = tp_red["
+              << slot(online_.at(id)) << lane0 << ";\n";
+        for (int64_t w = 1; w < split_; ++w) {
+          const std::string ws =
+              "][" + std::to_string(32 * w) + " + (threadIdx.x & 31)]";
+          src << "    "
+              << combine(
+                     id,
+                     "tp_red[" + slot(id) + ws,
+                     online_.count(id)
+                         ? "tp_red[" + slot(online_.at(id)) + ws
+                         : (terms_[id].index ? "tp_redi[" + slot(id) + ws : ""))
+              << "\n";
+        }
+      }
+      emit_outer(p, src);
+      continue;
+    }
     const int64_t lanes = std::min<int64_t>(g_, 32);
     src << "#pragma unroll\n    for (int o = " << lanes / 2
         << "; o > 0; o >>= 1) {\n";
@@ -432,7 +481,7 @@ std::string RowKernel::emit() const {
   }
   if (!outer_stores.str().empty())
     src << "    if (tid == 0 && active) {\n" << outer_stores.str() << "    }\n";
-  if (block_mode && g_ > 32)
+  if ((block_mode && g_ > 32) || col_split)
     src << "    __syncthreads(); // tp_red is reused by the next row\n";
   src << "  }\n}\n";
   return src.str();

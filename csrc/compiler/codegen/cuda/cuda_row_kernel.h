@@ -73,6 +73,9 @@ class RowKernel : public ReductionTerms {
   int64_t v_ = 1; // elements per vector
   int64_t g_ = 32; // threads per row
   int64_t rows_per_block_ = 1, block_ = kBlock, chunks_ = 1, grid_ = 1;
+  // Column split (cuda_reduction.cpp): S warps per column, lane l of warp w
+  // on column base + l, elements w, w + S, ...; 1 when not split.
+  int64_t split_ = 1;
   int64_t max_index_ = 0;
 };
 
