@@ -450,15 +450,16 @@ TEST(CudaRenderer, ColumnReductions) {
     return out;
   };
   {
-    Builder
-        b; // sum over the outer dim of a short matrix: one thread per column
+    Builder b; // sum over the outer dim of a short matrix: 8 warps per column
     Value* x = b.input({64, 128});
     Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {128});
     b.g.set_outputs({b.unary("aten::relu", s)});
     auto ks = groups(b);
     ASSERT_EQ(ks.size(), 1u);
     ASSERT_TRUE(ks[0].has_value());
-    EXPECT_NE(ks[0]->source.find("1 threads per row"), std::string::npos);
+    EXPECT_NE(
+        ks[0]->source.find("8 warps per column (column split)"),
+        std::string::npos);
     expect_compiles(*ks[0]);
   }
   {

@@ -204,10 +204,11 @@ bool RowKernel::plan() {
         nred += terms_[id].index ? 3 : 1;
     while (split_ > 1 && nred * 32 * split_ * 4 > (int64_t{32} << 10))
       split_ /= 2;
-    if (m_ * split_ < kColumnMinThreads)
-      split_ = 1; // too few threads even split: the rules below decide
   }
-  if (!rows && split_ == 1 && m_ < kColumnMinRows && count_ > kColumnMaxShort)
+  // Where one thread per column would do (many kept indices, short
+  // columns), the split does better; elsewhere it must give enough threads.
+  const bool one_per_column = m_ >= kColumnMinRows || count_ <= kColumnMaxShort;
+  if (!rows && !one_per_column && m_ * split_ < kColumnMinThreads)
     return false;
   // A few long rows (x.sum() of a large tensor) would run on a few SMs.
   if (rows && m_ < kFewRows && count_ > kLongRow)
