@@ -284,6 +284,38 @@ TEST(CudaEmulation, ColumnReductions) {
         return std::vector<at::Tensor>{at::log_softmax(in[0], 0)};
       },
       1e-5);
+  // Column split (cuda_reduction.cpp): channels innermost, 74 kept indices
+  // (the last block's lanes past them clamped), 2 warps per column; a
+  // prologue whose value is stored too.
+  check(
+      "col_split_silu_mean_channels_last",
+      [&](Builder& b) {
+        const std::vector<int64_t> sizes = {2, 37, 6, 5};
+        const std::vector<int64_t> nhwc = {37 * 30, 1, 5 * 37, 37};
+        Value* x = b.input(sizes, ScalarType::Float, nhwc);
+        Value* sc = b.input({1, 37, 1, 1});
+        Value* y = b.unary("aten::silu", b.binary("aten::mul", x, sc, sizes));
+        Graph::set_type(y, y->dtype, sizes, nhwc, kCuda);
+        Value* m =
+            b.reduce("aten::mean", "dim", y, {2, 3}, true, {2, 37, 1, 1});
+        b.g.set_outputs({y, m});
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        at::Tensor y = at::silu(in[0] * in[1]);
+        return std::vector<at::Tensor>{y, y.mean({2, 3}, true)};
+      },
+      1e-5);
+  // Softmax's online max and sum across the split (4 warps per column).
+  check(
+      "col_split_log_softmax0",
+      [&](Builder& b) {
+        Value* x = b.input({37, 40});
+        b.g.set_outputs({b.softmax("aten::_log_softmax", x, 0)});
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        return std::vector<at::Tensor>{at::log_softmax(in[0], 0)};
+      },
+      1e-5);
   check(
       "col_var_middle",
       [&](Builder& b) {
