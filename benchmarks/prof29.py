@@ -4,12 +4,19 @@ Usage: python3 benchmarks/prof29.py resnet50:32:fp32 resnet50:32:bf16 ... (name:
 BACKENDS (comma-separated, default eager,compile,compile_ro,plugin) picks the implementations;
 PROFILE=0 skips the per-kernel profiles. The plugin's cuDNN counters
 (torch_plugin._C._cudnn.counters) are printed after its row where the build has them."""
-import sys, time, os, statistics
+import os
+import statistics
+import sys
+import time
+
 import torch
+
 torch.set_float32_matmul_precision("high")
-import torch_plugin, os
+import torch_plugin
+
 DEV = os.environ.get("DEV", "cuda")
-from torch.profiler import profile, ProfilerActivity
+from torch.profiler import ProfilerActivity, profile
+
 
 def build(name, batch):
     torch.manual_seed(0)

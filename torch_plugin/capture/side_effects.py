@@ -17,7 +17,8 @@ Key class: :class:`SideEffects`; :meth:`SideEffects.make_replay` builds the repl
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .sources import Source
 from .variables.base import VariableTracker

@@ -251,7 +251,7 @@ def test_sizes_stay_symbolic_across_a_graph_break():
         return y.view(n, -1) + n
 
     opt = torch_plugin.optimize("eager")(f)
-    make = lambda n: (torch.randn(n, 3, 2),)  # noqa: E731
+    make = lambda n: (torch.randn(n, 3, 2),)
     run_sweep(opt, f, make, [1, 2])
     compiled = stats.graphs_compiled
     run_sweep(opt, f, make, [3, 7, 12, 5])

@@ -5,12 +5,12 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 import torch_plugin
 from torch_plugin.capture import graph_break_types as gbt
 from torch_plugin.capture.exc import GraphBreakReason, Unsupported, unimplemented
-import pytest
 
 # a branch on a tensor is these tests' graph break (conftest.py)
 pytestmark = pytest.mark.usefixtures("tensor_branches_break")

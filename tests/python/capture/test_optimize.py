@@ -11,7 +11,6 @@ import torch
 
 import torch_plugin
 
-
 pytestmark = pytest.mark.usefixtures("fresh_capture", "tensor_branches_break")
 
 
