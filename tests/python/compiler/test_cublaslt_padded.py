@@ -68,7 +68,8 @@ def _close(got, want, dtype):
 @needs_gpu
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize(
-    "m,k,n", [(37, 64, 1001), (300, 96, 2049), (4, 32, 50257), (37, 33, 1001), (5, 64, 3)]
+    "m,k,n",
+    [(37, 64, 1001), (300, 96, 2049), (4, 32, 50257), (37, 33, 1001), (5, 64, 3), (7, 64, 9)],
 )
 @pytest.mark.parametrize("epilogue", ["none", "bias_relu", "residual", "bias_residual_gelu"])
 @pytest.mark.parametrize("path", ["in_place", "chunks", "chunks_rows8"])
@@ -183,7 +184,17 @@ def _cuda_module():
 @pytest.mark.skipif(_cuda_module() is None, reason="built without CUDA")
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize(
-    "m,n", [(4096, 50257), (37, 1001), (300, 2049), (4, 50257), (64, 1002), (5, 1003), (129, 1006)]
+    "m,n",
+    [
+        (4096, 50257),
+        (37, 1001),
+        (300, 2049),
+        (4, 50257),
+        (64, 1002),
+        (5, 1003),
+        (129, 1006),
+        (7, 9),
+    ],
 )
 @pytest.mark.parametrize("residual", [False, True])
 def test_split_writes_every_element_aligned(dtype, m, n, residual, in_place):
@@ -191,7 +202,8 @@ def test_split_writes_every_element_aligned(dtype, m, n, residual, in_place):
     dimensions and pointers are 16-byte aligned, its columns whole 16-byte vectors (cuBLASLt
     gives aligned kernels only then); the classes write no element twice, and with the head's
     copy (the first columns) and the tail's (the last) every element is written; and what sits
-    beside the output (the head's and tail's scratch: 32 bytes a row) is under 2% of it, where
+    beside the output (the head's and tail's scratch: 32 bytes a row) is under 2% of it for rows
+    of 1000 or more, where
     the chunked product's scratch was up to 64 MiB (the CPU-side model of the peak)."""
     es = 4 if dtype == "fp32" else 2
     per, k = 16 // es, 768
@@ -228,7 +240,8 @@ def test_split_writes_every_element_aligned(dtype, m, n, residual, in_place):
     written[:, tail0:] = 1
     assert (written == 1).all()
     scratch = m * 2 * per * es
-    assert scratch * 50 <= m * n * es, (scratch, m * n * es)
+    if n >= 1000:  # the scratch's 32 bytes a row against the output's row
+        assert scratch * 50 <= m * n * es, (scratch, m * n * es)
 
 
 @pytest.mark.skipif(_cuda_module() is None, reason="built without CUDA")
