@@ -140,6 +140,39 @@ def test_backward_op_under_no_grad_and_below_autograd():
         assert g.is_contiguous()
 
 
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_backward_op_recomputes_with_a_contiguous_mask(kind, monkeypatch):
+    """A mask broadcast along its last dim (Hugging Face's [1, 1, L, 1] comparison expanded
+    to [B, 1, L, S]) reaches the recomputation contiguous, as the leaf op's forward passes it
+    (ATen's fused kernels refuse a last-dim stride other than 1: the recomputation had run the
+    math path); the gradients are eager's, over several draws."""
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(q, k, v, attn_mask=None, *args, **kwargs):
+        seen.append(None if attn_mask is None else attn_mask.stride())
+        return sdpa(q, k, v, attn_mask, *args, **kwargs)
+
+    for draw in range(3):
+        torch.manual_seed(draw)
+        b, h, seq, d = 2, 3, 7, 8
+        q, k, v = (torch.randn(b, h, seq, d) for _ in range(3))
+        go = torch.randn(b, h, seq, d)
+        keep = torch.rand(b, 1, seq, 1) > 0.3
+        keep[:, :, 0] = True  # no row fully masked
+        mask = keep if kind == "bool" else torch.where(keep, 0.0, -1e4)
+        mask = mask.expand(b, 1, seq, seq)
+        assert mask.stride(-1) == 0
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        want = torch.autograd.grad(sdpa(qq, kk, vv, attn_mask=mask), (qq, kk, vv), go)
+        monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+        got = attention_backward(go, q, k, v, mask, False, None, False)
+        monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
+        assert seen[-1] is not None and seen[-1][-1] == 1, seen
+        for a, g in zip(want, got):
+            torch.testing.assert_close(g, a)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_multihead_attention_training_compiled_on_cuda(precision, fresh_capture):
