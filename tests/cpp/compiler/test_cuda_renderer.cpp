@@ -530,6 +530,42 @@ TEST(CudaRenderer, ColumnReductions) {
     EXPECT_FALSE(ks[0].has_value());
   }
   {
+    // A bias gradient, x.sum(0) of [4096, 768]: split it would get 24
+    // blocks of 1024 threads (a fifth of the SMs): ATen's reduction.
+    Builder b;
+    Value* x = b.input({4096, 768});
+    Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {768});
+    b.g.set_outputs({b.unary("aten::relu", s)});
+    auto ks = groups(b);
+    ASSERT_EQ(ks.size(), 1u);
+    EXPECT_FALSE(ks[0].has_value());
+  }
+  {
+    // Many kept indices but none contiguous (NCHW statistics over N, H, W of
+    // 9000 channels, 400 elements each): no split, too few for one thread
+    // per column: ATen's reduction.
+    Builder b;
+    Value* x = b.input({4, 9000, 10, 10});
+    Value* s =
+        b.reduce("aten::sum", "dim_IntList", x, {0, 2, 3}, false, {9000});
+    b.g.set_outputs({b.unary("aten::relu", s)});
+    auto ks = groups(b);
+    ASSERT_EQ(ks.size(), 1u);
+    EXPECT_FALSE(ks[0].has_value());
+  }
+  {
+    // The MLP bias gradient of [4096, 3072]: 96 blocks, split.
+    Builder b;
+    Value* x = b.input({4096, 3072});
+    Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {3072});
+    b.g.set_outputs({b.unary("aten::relu", s)});
+    auto ks = groups(b);
+    ASSERT_EQ(ks.size(), 1u);
+    ASSERT_TRUE(ks[0].has_value());
+    EXPECT_EQ(ks[0]->grid, 3072 / 32);
+    expect_compiles(*ks[0]);
+  }
+  {
     Builder b; // BatchNorm statistics: over N, H, W
     Value* x = b.input({8, 16, 56, 56});
     Value* s = b.reduce("aten::mean", "dim", x, {0, 2, 3}, true, {1, 16, 1, 1});

@@ -13,11 +13,12 @@
 // threads, warp w walking the column's elements w, w + S, ...; the S partials
 // combined through shared memory in warp order), S doubled while there are
 // fewer than kColumnSplitThreads threads and each thread would still walk at
-// least kColumnMinPerThread elements; without a contiguous kept dim, one thread
-// per kept index walks its column, only with >= kColumnMinRows kept indices or
-// columns of <= kColumnMaxShort elements (so too where a split would leave
-// fewer than kColumnMinThreads threads). Other column reductions (BatchNorm
-// statistics of an NCHW tensor, x.sum(0) of a tall matrix) get nullopt, as do
+// least kColumnMinPerThread elements; without a contiguous kept dim (or with
+// fewer than 32 kept indices), one thread per kept index walks its column.
+// Taken with >= kColumnMinRows kept indices or columns of <= kColumnMaxShort
+// elements, and, split, also with >= kColumnMinThreads threads in >=
+// kColumnMinBlocks blocks. Other column reductions (BatchNorm statistics of an
+// NCHW tensor, x.sum(0) of a tall matrix: a bias gradient) get nullopt, as do
 // fewer than kFewRows rows of more than kLongRow elements (x.sum() of a large
 // tensor): ATen splits those across blocks. The squeeze-excitation pools of
 // EfficientNet-B0 at batch 32 (NHWC means over 112 x 112 .. 7 x 7 of 32 x 96 ..
@@ -83,6 +84,7 @@ constexpr int64_t kColumnMaxShort = 256;
 constexpr int64_t kColumnSplitThreads = 132 * 1024;
 constexpr int64_t kColumnMinPerThread = 8;
 constexpr int64_t kColumnMinThreads = 8192;
+constexpr int64_t kColumnMinBlocks = 66; // half of 132 SMs
 // Fewer rows than this (a quarter of the SMs), each longer than kLongRow, get
 // nullopt: one block per row would leave most of the chip idle, where ATen
 // splits each row across blocks.
@@ -206,9 +208,15 @@ bool RowKernel::plan() {
       split_ /= 2;
   }
   // Where one thread per column would do (many kept indices, short
-  // columns), the split does better; elsewhere it must give enough threads.
+  // columns), the split does better; elsewhere only a split with enough
+  // threads and blocks competes with ATen's reduction across blocks (a block
+  // keeps about 16 KiB of loads in flight: a quarter of the SMs reads at about
+  // a quarter of the chip's bandwidth; x.sum(0) of a [4096, 768] bias
+  // gradient would get 24 blocks).
   const bool one_per_column = m_ >= kColumnMinRows || count_ <= kColumnMaxShort;
-  if (!rows && !one_per_column && m_ * split_ < kColumnMinThreads)
+  const bool split_pays = split_ > 1 && m_ * split_ >= kColumnMinThreads &&
+      (m_ + 31) / 32 >= kColumnMinBlocks;
+  if (!rows && !one_per_column && !split_pays)
     return false;
   // A few long rows (x.sum() of a large tensor) would run on a few SMs.
   if (rows && m_ < kFewRows && count_ > kLongRow)
