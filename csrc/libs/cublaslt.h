@@ -322,8 +322,10 @@ struct PaddedSplit {
   int64_t tail_col0 = 0; // min(c_q + n_q)
 };
 // The split of d (see above), or nullopt where it does not apply: d needs no
-// padding (padded_chunk_desc is nullopt), A stored column-major (its rows q,
-// q + P, ... are no matrix), B stored row-major (its rows from c_q on start
+// padding (padded_chunk_desc is nullopt), the classes would read B more often
+// than the chunks by more than the chunks' copy of the output, (P - chunks) k
+// > 2 m (few rows: GPT-2's LM head at batch 1), A stored column-major (its rows
+// q, q + P, ... are no matrix), B stored row-major (its rows from c_q on start
 // off 16 bytes), or a class's C or D pointer below 16-byte alignment. Such
 // products run in padded chunks (padded_chunk_desc). nullopt too while
 // padded_in_place() is false.

@@ -95,13 +95,23 @@ void set_padded_in_place(bool on) {
 }
 
 std::optional<PaddedSplit> padded_split(const MatmulDesc& d) {
-  if (!split_on.load() || !padded_chunk_desc(d) || d.trans_a || !d.trans_b)
+  const std::optional<MatmulDesc> chunk = padded_chunk_desc(d);
+  if (!split_on.load() || !chunk || d.trans_a || !d.trans_b)
     return std::nullopt;
   const int64_t elem = element_size(d.dtype);
   const int64_t per = 16 / elem; // elements in 16 bytes
   PaddedSplit split;
   split.period = per / gcd(d.ldd % per, per);
   const int64_t p = split.period;
+  // Each class product reads all of B; the chunks read it once per chunk and
+  // then copy the output (read and write). Classes only where their extra
+  // reads of B cost no more than that copy: (P - chunks) n k <= 2 m n
+  // elements. GPT-2's LM head at batch 32 (4096 rows: 8 or 16 chunks) splits;
+  // at batch 1 (128 rows, one chunk) eight classes would read its 77 MB (bf16)
+  // of weights eight times where the chunk copies 13 MB of logits twice.
+  const int64_t chunks = (d.m + chunk->m - 1) / chunk->m;
+  if ((p - chunks) * d.k > 2 * d.m)
+    return std::nullopt;
   int64_t head_cols = 0, tail_col0 = d.n;
   for (int64_t q = 0; q < p && q < d.m; ++q) {
     PaddedSplit::Part part;

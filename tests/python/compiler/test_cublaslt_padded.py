@@ -1,8 +1,10 @@
 """cuBLASLt products whose output rows are not 16-byte aligned (an odd N: GPT-2's LM head,
-N = 50257) run padded: in place by row classes (rows q, q + P, ... as one aligned product each,
-the first few columns through a scratch of 16 bytes a row; csrc/libs/cublaslt_linear.cpp,
-padded_split), or, where A is stored column-major, in chunks of rows into a scratch of aligned
-leading dimension, each copied into the contiguous output (padded_chunk_desc). Peak memory of
+N = 50257) run padded: in place by row classes (rows q, q + P, ... as one aligned product each
+over whole 16-byte vectors of columns, the first and last few columns through a scratch of 32
+bytes a row; csrc/libs/cublaslt_padded.cpp, padded_split), or, where A is stored column-major
+or the classes would read B more often than chunks by more than the chunks' copy (few rows),
+in chunks of rows into a scratch of aligned leading dimension, each copied into the contiguous
+output (padded_chunk_desc). Peak memory of
 an in-place product is eager's (no chunk scratch beside the output).
 Against eager on fresh random inputs over several calls, for the op called directly and
 through the "plugin" backend, asserting the path through the padded-product counter and the
@@ -52,6 +54,15 @@ def _no_tf32():
     torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _splits(m, n, k, dtype, residual):
+    """Whether the padded product of x [m, k] and w [n, k] (row-major) runs in place by row
+    classes (libs/cublaslt.h, padded_split) under the current settings."""
+    from torch_plugin import _C
+
+    name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    return _C._cuda.padded_split(m, n, k, name, residual=residual) is not None
 
 
 def _expect_padded(m, k, n, dtype):
@@ -110,9 +121,11 @@ def test_linear_pointwise_padded(dtype, m, k, n, epilogue, path, padding, in_pla
         assert got.is_contiguous() and got.shape == (m, n) and got.dtype == dtype
         _close(got, want, dtype)
         assert ran == int(_expect_padded(m, k, n, dtype)), (m, k, n, dtype, ran)
-        # x and w row-major, C (the residual) contiguous: every padded product is in place
-        # when row classes are on.
-        assert in_place() - before_in_place == (ran if path == "in_place" else 0), (m, k, n)
+        # x and w row-major, C (the residual) contiguous: a padded product is in place when
+        # row classes are on and its classes read w no more than the chunks would
+        # (padded_split's rule; few rows run in chunks).
+        split = path == "in_place" and _splits(m, n, k, dtype, res)
+        assert in_place() - before_in_place == (ran if split else 0), (m, k, n)
 
 
 @needs_gpu
@@ -194,6 +207,7 @@ def _cuda_module():
         (5, 1003),
         (129, 1006),
         (7, 9),
+        (64, 9),
     ],
 )
 @pytest.mark.parametrize("residual", [False, True])
@@ -206,13 +220,17 @@ def test_split_writes_every_element_aligned(dtype, m, n, residual, in_place):
     of 1000 or more, where
     the chunked product's scratch was up to 64 MiB (the CPU-side model of the peak)."""
     es = 4 if dtype == "fp32" else 2
-    per, k = 16 // es, 768
+    per, k = 16 // es, 8
     split = _cuda_module().padded_split(m, n, k, dtype, residual=residual)
     if (n * es) % 16 == 0:
         assert split is None
         return
+    p = per // math.gcd(n % per, per)
+    if (p - _chunks(m, n, es)) * k > 2 * m:  # classes would read B too often: chunks
+        assert split is None
+        return
     assert split is not None
-    p = split["period"]
+    assert split["period"] == p
     assert p == per // math.gcd(n % per, per) and (p * n * es) % 16 == 0
     written = torch.zeros(m, n, dtype=torch.int32)
     for part in split["parts"]:
@@ -242,6 +260,32 @@ def test_split_writes_every_element_aligned(dtype, m, n, residual, in_place):
     scratch = m * 2 * per * es
     if n >= 1000:  # the scratch's 32 bytes a row against the output's row
         assert scratch * 50 <= m * n * es, (scratch, m * n * es)
+
+
+def _chunks(m, n, es, limit=64 << 20):
+    """How many chunks padded_chunk_desc cuts m rows into under the scratch limit (rows per
+    chunk: all m when they fit, else the largest power of two that fits)."""
+    per = 16 // es
+    ld = (n + per - 1) // per * per
+    fit = max(limit // (ld * es), 1)
+    rows = 1
+    while rows * 2 <= fit:
+        rows *= 2
+    chunk = m if fit >= m else rows
+    return (m + chunk - 1) // chunk
+
+
+@pytest.mark.skipif(_cuda_module() is None, reason="built without CUDA")
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_split_only_where_classes_read_b_no_more(dtype, in_place):
+    """GPT-2's LM head ([m, 768] x [768, 50257]): at batch 32 (4096 rows, 8 chunks bf16, 16
+    fp32) the classes split it; at batch 1 (128 rows, one chunk) they would read the weights
+    P times where the chunk reads them once and copies the logits: chunks. Batch 8 (1024
+    rows): bf16 (P = 8, 2 chunks) chunks, fp32 (P = 4, 4 chunks) classes."""
+    split = _cuda_module().padded_split
+    assert split(4096, 50257, 768, dtype) is not None
+    assert split(128, 50257, 768, dtype) is None
+    assert (split(1024, 50257, 768, dtype) is None) == (dtype == "bf16")
 
 
 @pytest.mark.skipif(_cuda_module() is None, reason="built without CUDA")
@@ -318,7 +362,8 @@ def test_model_head_runs_padded(mode, k, n, monkeypatch, padding, in_place):
     assert padding() - before >= 3
     steps = "\n".join(g.describe() for g in built)
     assert "padded rows=" in steps and f"of m={3 * 41}" in steps, steps
-    assert "in place" in steps, steps  # row classes: x and w row-major
+    # Row classes (x and w row-major) where their rule takes them, else chunks.
+    assert ("in place" in steps) == _splits(3 * 41, n, k, out_dtype, False), steps
 
 
 @pytest.mark.skipif(_cuda_module() is None, reason="built without CUDA")
