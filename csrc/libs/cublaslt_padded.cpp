@@ -337,8 +337,8 @@ bool run_padded(
 
 // The product of padded_split(full) (see cublaslt.h): every plan found
 // before anything is written (false, nothing written, when cuBLASLt has none
-// for one of them); the head into its scratch, the classes in place, the
-// head's columns copied into the output.
+// for one of them); the head and the tail into their scratch, the classes in
+// place, the head's and the tail's columns copied into the output.
 bool run_split(
     const MatmulDesc& full,
     const PaddedSplit& split,
