@@ -14,6 +14,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <functional>
 #include <sstream>
 
 namespace torch_plugin::compiler::cuda {
@@ -370,80 +371,38 @@ std::string RowKernel::emit() const {
     auto shfl = [](int id) {
       return "__shfl_xor_sync(0xffffffffu, a" + std::to_string(id) + ", o)";
     };
-    if (col_split) {
-      // Each thread's partial into shared memory, then every thread of the
-      // column combines the S partials in warp order (the same in each).
+    // Partials through shared memory: each one stored at `at` (by the threads
+    // `who` selects), then every thread reads the `count` partials of its row
+    // or column, `from(w)` the w-th, and combines them in that order (the same
+    // order in every thread).
+    auto exchange = [&](const std::string& who,
+                        const std::string& at,
+                        int64_t count,
+                        const std::function<std::string(int64_t)>& from) {
+      const std::string ind = who.empty() ? "    " : "      ";
+      if (!who.empty())
+        src << "    if (" << who << ") {\n";
       for (int id : red) {
-        src << "    tp_red[" << slot(id) << "][threadIdx.x] = a" << id << ";\n";
-        if (terms_[id].index)
-          src << "    tp_redi[" << slot(id) << "][threadIdx.x] = a" << id
-              << "i;\n";
-        if (online_.count(id))
-          src << "    tp_red[" << slot(online_.at(id)) << "][threadIdx.x] = a"
-              << online_.at(id) << ";\n";
-      }
-      src << "    __syncthreads();\n";
-      for (int id : red) {
-        const std::string lane0 = "][threadIdx.x & 31]";
-        src << "    a" << id << " = tp_red[" << slot(id) << lane0 << ";\n";
-        if (terms_[id].index)
-          src << "    a" << id << "i = tp_redi[" << slot(id) << lane0 << ";\n";
-        if (online_.count(id))
-          src << "    a" << online_.at(id) << " = tp_red["
-              << slot(online_.at(id)) << lane0 << ";\n";
-        for (int64_t w = 1; w < split_; ++w) {
-          const std::string ws =
-              "][" + std::to_string(32 * w) + " + (threadIdx.x & 31)]";
-          src << "    "
-              << combine(
-                     id,
-                     "tp_red[" + slot(id) + ws,
-                     online_.count(id)
-                         ? "tp_red[" + slot(online_.at(id)) + ws
-                         : (terms_[id].index ? "tp_redi[" + slot(id) + ws : ""))
-              << "\n";
-        }
-      }
-      emit_outer(p, src);
-      continue;
-    }
-    const int64_t lanes = std::min<int64_t>(g_, 32);
-    src << "#pragma unroll\n    for (int o = " << lanes / 2
-        << "; o > 0; o >>= 1) {\n";
-    for (int id : red) {
-      if (online_.count(id))
-        src << "      { const float m2 = " << shfl(id)
-            << ", s2 = " << shfl(online_.at(id)) << "; "
-            << combine(id, "m2", "s2") << " }\n";
-      else if (terms_[id].index) // the pair's index: a 64-bit shuffle
-        src << "      { const long long i2 = __shfl_xor_sync(0xffffffffu, a"
-            << id << "i, o); " << combine(id, shfl(id), "i2") << " }\n";
-      else
-        src << "      " << combine(id, shfl(id), "") << "\n";
-    }
-    src << "    }\n";
-    if (block_mode && g_ > 32) {
-      src << "    if ((threadIdx.x & 31) == 0) {\n";
-      for (int id : red) {
-        src << "      tp_red[" << slot(id) << "][threadIdx.x >> 5] = a" << id
+        src << ind << "tp_red[" << slot(id) << "][" << at << "] = a" << id
             << ";\n";
         if (terms_[id].index)
-          src << "      tp_redi[" << slot(id) << "][threadIdx.x >> 5] = a" << id
+          src << ind << "tp_redi[" << slot(id) << "][" << at << "] = a" << id
               << "i;\n";
         if (online_.count(id))
-          src << "      tp_red[" << slot(online_.at(id))
-              << "][threadIdx.x >> 5] = a" << online_.at(id) << ";\n";
+          src << ind << "tp_red[" << slot(online_.at(id)) << "][" << at
+              << "] = a" << online_.at(id) << ";\n";
       }
-      src << "    }\n    __syncthreads();\n";
+      src << (who.empty() ? "" : "    }\n") << "    __syncthreads();\n";
       for (int id : red) {
-        src << "    a" << id << " = tp_red[" << slot(id) << "][0];\n";
+        const std::string at0 = "][" + from(0) + "]";
+        src << "    a" << id << " = tp_red[" << slot(id) << at0 << ";\n";
         if (terms_[id].index)
-          src << "    a" << id << "i = tp_redi[" << slot(id) << "][0];\n";
+          src << "    a" << id << "i = tp_redi[" << slot(id) << at0 << ";\n";
         if (online_.count(id))
           src << "    a" << online_.at(id) << " = tp_red["
-              << slot(online_.at(id)) << "][0];\n";
-        for (int64_t w = 1; w < g_ / 32; ++w) {
-          const std::string ws = "][" + std::to_string(w) + "]";
+              << slot(online_.at(id)) << at0 << ";\n";
+        for (int64_t w = 1; w < count; ++w) {
+          const std::string ws = "][" + from(w) + "]";
           src << "    "
               << combine(
                      id,
@@ -454,6 +413,35 @@ std::string RowKernel::emit() const {
               << "\n";
         }
       }
+    };
+    if (col_split) {
+      // Every thread's partial; a column's S partials are 32 apart.
+      exchange("", "threadIdx.x", split_, [](int64_t w) {
+        return w == 0 ? std::string("threadIdx.x & 31")
+                      : std::to_string(32 * w) + " + (threadIdx.x & 31)";
+      });
+    } else {
+      const int64_t lanes = std::min<int64_t>(g_, 32);
+      src << "#pragma unroll\n    for (int o = " << lanes / 2
+          << "; o > 0; o >>= 1) {\n";
+      for (int id : red) {
+        if (online_.count(id))
+          src << "      { const float m2 = " << shfl(id)
+              << ", s2 = " << shfl(online_.at(id)) << "; "
+              << combine(id, "m2", "s2") << " }\n";
+        else if (terms_[id].index) // the pair's index: a 64-bit shuffle
+          src << "      { const long long i2 = __shfl_xor_sync(0xffffffffu, a"
+              << id << "i, o); " << combine(id, shfl(id), "i2") << " }\n";
+        else
+          src << "      " << combine(id, shfl(id), "") << "\n";
+      }
+      src << "    }\n";
+      if (block_mode && g_ > 32) // lane 0's partial of each warp
+        exchange(
+            "(threadIdx.x & 31) == 0",
+            "threadIdx.x >> 5",
+            g_ / 32,
+            [](int64_t w) { return std::to_string(w); });
     }
     emit_outer(p, src);
   }
