@@ -449,18 +449,26 @@ TEST(CudaRenderer, ColumnReductions) {
         out.push_back(render_cuda(*n));
     return out;
   };
-  {
-    Builder b; // sum over the outer dim of a short matrix: 8 warps per column
-    Value* x = b.input({64, 128});
-    Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {128});
+  // relu(x.sum(dims)) of an fp32 input of `sizes`: its one group's kernel, or
+  // nullopt where the renderer leaves it to ATen.
+  auto sum_relu = [&](std::vector<int64_t> sizes,
+                      std::vector<int64_t> dims,
+                      std::vector<int64_t> out) {
+    Builder b;
+    Value* x = b.input(sizes);
+    Value* s = b.reduce("aten::sum", "dim_IntList", x, dims, false, out);
     b.g.set_outputs({b.unary("aten::relu", s)});
     auto ks = groups(b);
-    ASSERT_EQ(ks.size(), 1u);
-    ASSERT_TRUE(ks[0].has_value());
+    EXPECT_EQ(ks.size(), 1u);
+    return ks.empty() ? std::nullopt : ks[0];
+  };
+  {
+    // sum over the outer dim of a short matrix: 8 warps per column
+    auto k = sum_relu({64, 128}, {0}, {128});
+    ASSERT_TRUE(k.has_value());
     EXPECT_NE(
-        ks[0]->source.find("8 warps per column (column split)"),
-        std::string::npos);
-    expect_compiles(*ks[0]);
+        k->source.find("8 warps per column (column split)"), std::string::npos);
+    expect_compiles(*k);
   }
   {
     Builder b; // mean over H, W of channels_last NCHW (ResNet's pooling)
@@ -511,59 +519,23 @@ TEST(CudaRenderer, ColumnReductions) {
     EXPECT_NE(ks[0]->source.find("(column split)"), std::string::npos) << c;
     expect_compiles(*ks[0]);
   }
-  {
-    Builder b; // a tall matrix's column sums: few, long columns
-    Value* x = b.input({100000, 4});
-    Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {4});
-    b.g.set_outputs({b.unary("aten::relu", s)});
-    auto ks = groups(b);
-    ASSERT_EQ(ks.size(), 1u);
-    EXPECT_FALSE(ks[0].has_value());
-  }
-  {
-    Builder b; // a few long rows: x.sum() of a large tensor
-    Value* x = b.input({1 << 20});
-    Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {});
-    b.g.set_outputs({b.unary("aten::relu", s)});
-    auto ks = groups(b);
-    ASSERT_EQ(ks.size(), 1u);
-    EXPECT_FALSE(ks[0].has_value());
-  }
-  {
-    // A bias gradient, x.sum(0) of [4096, 768]: split it would get 24
-    // blocks of 1024 threads (a fifth of the SMs): ATen's reduction.
-    Builder b;
-    Value* x = b.input({4096, 768});
-    Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {768});
-    b.g.set_outputs({b.unary("aten::relu", s)});
-    auto ks = groups(b);
-    ASSERT_EQ(ks.size(), 1u);
-    EXPECT_FALSE(ks[0].has_value());
-  }
-  {
-    // Many kept indices but none contiguous (NCHW statistics over N, H, W of
-    // 9000 channels, 400 elements each): no split, too few for one thread
-    // per column: ATen's reduction.
-    Builder b;
-    Value* x = b.input({4, 9000, 10, 10});
-    Value* s =
-        b.reduce("aten::sum", "dim_IntList", x, {0, 2, 3}, false, {9000});
-    b.g.set_outputs({b.unary("aten::relu", s)});
-    auto ks = groups(b);
-    ASSERT_EQ(ks.size(), 1u);
-    EXPECT_FALSE(ks[0].has_value());
-  }
+  // A tall matrix's column sums: few, long columns.
+  EXPECT_FALSE(sum_relu({100000, 4}, {0}, {4}).has_value());
+  // A few long rows: x.sum() of a large tensor.
+  EXPECT_FALSE(sum_relu({1 << 20}, {0}, {}).has_value());
+  // A bias gradient, x.sum(0) of [4096, 768]: split it would get 24 blocks of
+  // 1024 threads (a fifth of the SMs): ATen's reduction.
+  EXPECT_FALSE(sum_relu({4096, 768}, {0}, {768}).has_value());
+  // Many kept indices but none contiguous (NCHW statistics over N, H, W of
+  // 9000 channels, 400 elements each): no split, too few for one thread per
+  // column: ATen's reduction.
+  EXPECT_FALSE(sum_relu({4, 9000, 10, 10}, {0, 2, 3}, {9000}).has_value());
   {
     // The MLP bias gradient of [4096, 3072]: 96 blocks, split.
-    Builder b;
-    Value* x = b.input({4096, 3072});
-    Value* s = b.reduce("aten::sum", "dim_IntList", x, {0}, false, {3072});
-    b.g.set_outputs({b.unary("aten::relu", s)});
-    auto ks = groups(b);
-    ASSERT_EQ(ks.size(), 1u);
-    ASSERT_TRUE(ks[0].has_value());
-    EXPECT_EQ(ks[0]->grid, 3072 / 32);
-    expect_compiles(*ks[0]);
+    auto k = sum_relu({4096, 3072}, {0}, {3072});
+    ASSERT_TRUE(k.has_value());
+    EXPECT_EQ(k->grid, 3072 / 32);
+    expect_compiles(*k);
   }
   {
     Builder b; // BatchNorm statistics: over N, H, W
