@@ -30,7 +30,9 @@
 // [1, 1, L, 1] comparison expanded to [B, 1, L, S], last-dimension stride 0)
 // made ATen pick the math path for BERT under capture, where eager, given no
 // mask, ran memory-efficient attention; such a mask is copied contiguously
-// first (same values, one small copy).
+// first (same values, one small copy). The training backward's recomputation
+// (torch_plugin/compiler/attention_training.py, _column_broadcast) applies the
+// same rule, so that both passes get the same kernel.
 //
 // query [..., L, E], key [..., S, E], value [..., S, Ev], all of one float
 // dtype and with query's batch dimensions (no broadcasting; with enable_gqa
