@@ -187,8 +187,8 @@ void init_cuda(py::module_& parent) {
       "x [m, k] and w [n, k], both row-major and 256-byte aligned, into an "
       "output of row stride ldd (default n): None where it does not apply, "
       "else {'period', 'parts': [{row0, col0, m, n, lda, ldd, ldc, align_a, "
-      "align_b, align_c, align_d}], 'head_m', 'head_n', 'head_ldd', 'tail_col0', 'tail_n', 'tail_ldd'}. No GPU "
-      "needed (tests).");
+      "align_b, align_c, align_d}], 'head_m', 'head_n', 'head_ldd', "
+      "'tail_col0', 'tail_n', 'tail_ldd'}. No GPU needed (tests).");
 }
 
 namespace {
